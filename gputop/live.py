@@ -1,0 +1,77 @@
+"""Assemble a live session: which sources, one store, one pipeline.
+
+Shared by the UI, the headless recorder and the headless advisor, so all of them see the
+machine the same way.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+from .model import Event, SystemInfo
+from .pipeline import Pipeline, Source
+from .store import Store
+
+
+@dataclass
+class Session:
+    store: Store
+    pipeline: Pipeline
+    sources: dict[str, Source] = field(default_factory=dict)
+    target_pid: int | None = None
+    mode: str = "live"  # live | fake | replay
+
+
+def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple[Source | None, list[object]]:
+    """The GPU source, or None with a SystemInfo saying why NVML is unavailable."""
+    if fake is not None:
+        from .sources.fake import FakeGpuSource
+
+        return FakeGpuSource(gpus=fake, interval=interval, clock=clock), []
+    from .sources.nvml import NvmlSource, NvmlUnavailable
+
+    try:
+        return NvmlSource.open(interval=interval, clock=clock), []
+    except NvmlUnavailable as exc:
+        info = SystemInfo(ts=clock(), hostname=socket.gethostname(), nvml_error=str(exc), source="live")
+        return None, [info, Event(info.ts, "nvml", f"NVML unavailable: {exc}", "warning")]
+
+
+def build_session(
+    interval: float = 1.0,
+    fake: int | None = None,
+    pid: int | None = None,
+    stuck_after: float = 30.0,
+    store: Store | None = None,
+    clock=time.time,
+) -> Session:
+    """Sources for a live machine (or the fake one). Raises UserError for a bad ``pid``."""
+    from .sources.host import HostSource
+
+    store = store or Store()
+    sources: dict[str, Source] = {}
+    if pid is not None:
+        from .sources.stacks import PySpySource, check_attachable
+
+        check_attachable(pid)  # raises UserError with the fix, before any UI appears
+    gpu, notes = open_gpu_source(interval, fake, clock)
+    if gpu is not None:
+        sources[gpu.name] = gpu
+    if notes:
+        store.add(notes)
+
+    def pids_to_watch() -> list[int]:
+        # The host source reads OS details for whatever holds a GPU, plus the target.
+        pids = {p.pid for p in store.gpu_processes()}
+        if pid is not None:
+            pids.add(pid)
+        return sorted(pids)
+
+    sources["host"] = HostSource(interval=interval, pids=pids_to_watch, clock=clock)
+    if pid is not None:
+        sources["stacks"] = PySpySource(pid, clock=clock, stuck_after=stuck_after)
+    pipeline = Pipeline(store, list(sources.values()), clock=clock)
+    mode = "fake" if fake is not None else "live"
+    return Session(store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode)

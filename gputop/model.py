@@ -1,0 +1,303 @@
+"""The vocabulary every layer shares: immutable samples and results.
+
+Standard library only. Timestamps are float seconds since the epoch (``time.time()``);
+NVML's µs sample timestamps are converted at the source so everything shares one clock.
+A field that a device or platform cannot give is ``None``, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+# --------------------------------------------------------------------------- static info
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """What does not change while a GPU is attached (re-emitted if it does)."""
+
+    ts: float
+    index: int
+    name: str
+    uuid: str = ""
+    memory_total: int | None = None  # bytes
+    power_limit_w: float | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    sm_count: int | None = None
+    gpm_supported: bool = False
+    persistence_mode: bool | None = None
+    numa_cpus: str | None = None  # CPU affinity list as text, e.g. "0-15"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemInfo:
+    """The machine as the monitor sees it; emitted once per source start."""
+
+    ts: float
+    hostname: str = ""
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+    gpu_count: int = 0
+    cpu_count: int | None = None
+    nvml_error: str | None = None  # why NVML is unavailable, one line
+    source: str = "live"  # live | fake | replay
+
+
+# --------------------------------------------------------------------------- GPU samples
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One poll of one GPU. Every metric is optional: ``None`` means not available."""
+
+    ts: float
+    index: int
+    util_gpu: float | None = None  # %
+    util_mem: float | None = None  # % (memory controller busy)
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None  # bytes
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    throttle_reasons: int | None = None  # NVML clocks-event bitmask
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    pcie_rx_bps: float | None = None  # bytes/s
+    pcie_tx_bps: float | None = None
+    ecc_corrected: int | None = None  # volatile counts since driver load
+    ecc_uncorrected: int | None = None
+    # GPM (Hopper and newer), percentages over the last interval
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    # set when the GPU could not be read at all this poll (e.g. fell off the bus)
+    error: str | None = None
+
+    @property
+    def mem_fraction(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return self.mem_used / self.mem_total
+
+
+@dataclass(frozen=True, slots=True)
+class UtilPoint:
+    """One entry of NVML's ~200 ms utilisation sample buffer (sub-poll resolution)."""
+
+    ts: float
+    index: int
+    util: float  # % GPU busy over the sample period
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding a context on a GPU, as NVML sees it."""
+
+    ts: float
+    gpu_index: int
+    pid: int
+    used_memory: int | None = None  # bytes
+    sm_util: float | None = None  # %
+    mem_util: float | None = None  # %
+    kind: str = "C"  # C compute, G graphics, C+G
+
+
+# --------------------------------------------------------------------------- host samples
+
+
+@dataclass(frozen=True, slots=True)
+class CoreTimes:
+    """Percent of one core's time in the last interval."""
+
+    user: float
+    system: float
+    iowait: float = 0.0
+    steal: float = 0.0
+
+    @property
+    def busy(self) -> float:
+        return self.user + self.system
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    ts: float
+    cpu_percent: float  # all cores, 0..100
+    cores: tuple[CoreTimes, ...] = ()
+    iowait_percent: float = 0.0
+    steal_percent: float = 0.0
+    load1: float | None = None
+    load5: float | None = None
+    load15: float | None = None
+    mem_total: int = 0
+    mem_used: int = 0
+    mem_available: int = 0
+    swap_total: int = 0
+    swap_used: int = 0
+    disk_read_bps: float | None = None
+    disk_write_bps: float | None = None
+    net_rx_bps: float | None = None
+    net_tx_bps: float | None = None
+    shm_total: int | None = None  # /dev/shm size, bytes (small in containers)
+    shm_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSample:
+    """One process as the OS sees it (a GPU user, the target, or one of its workers)."""
+
+    ts: float
+    pid: int
+    ppid: int | None = None
+    name: str = ""
+    user: str | None = None
+    cmdline: str = ""  # already redacted
+    cpu_percent: float | None = None  # of one core
+    rss: int | None = None
+    num_threads: int | None = None
+    status: str | None = None
+    create_time: float | None = None
+    io_read_bps: float | None = None
+    io_write_bps: float | None = None
+    role: str = "gpu"  # gpu | target | worker
+    env: tuple[tuple[str, str], ...] = ()  # performance-relevant keys, redacted
+
+
+# --------------------------------------------------------------------------- stacks
+
+
+class Category(str, Enum):
+    """What a thread was doing in one stack sample (see the classifier in sources.stacks)."""
+
+    DATA_WAIT = "data-wait"
+    DATA_FETCH = "data-fetch"
+    HOST_SYNC = "host-sync"
+    H2D_COPY = "h2d-copy"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    COLLECTIVE = "collective"
+    CHECKPOINT_IO = "checkpoint-io"
+    GC = "gc"
+    IDLE = "idle"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    name: str
+    filename: str
+    line: int = 0
+    module: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StackSample:
+    """One thread's stack at one instant; frames newest first."""
+
+    ts: float
+    pid: int
+    thread_id: int
+    thread_name: str = ""
+    frames: tuple[Frame, ...] = ()
+    active: bool = True  # False: py-spy saw it blocked in a syscall or lock
+    owns_gil: bool = False
+    is_main: bool = False
+    category: Category = Category.OTHER
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something the user should be told, in one line (GPU lost, target exited, ...)."""
+
+    ts: float
+    source: str
+    message: str
+    level: str = "info"  # info | warning | error
+
+
+# --------------------------------------------------------------------------- analysis results
+
+
+@dataclass(frozen=True, slots=True)
+class IdleInterval:
+    gpu_index: int
+    start: float
+    end: float
+    cause: str | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    id: str
+    title: str
+    severity: Severity
+    confidence: float  # 0..1
+    evidence: tuple[str, ...]
+    action: str
+    expected_gain: str = ""
+    cost_s: float = 0.0  # GPU-seconds this cause cost in the window; ranks findings
+    gpu_index: int | None = None
+    ts: float = 0.0
+    first_seen: float = 0.0
+
+
+# Everything a source may emit; the store and the recorder dispatch on these types.
+SAMPLE_TYPES = (
+    SystemInfo,
+    GpuInfo,
+    GpuSample,
+    UtilPoint,
+    GpuProcess,
+    HostSample,
+    ProcSample,
+    StackSample,
+    Event,
+    Finding,
+)
+
+__all__ = [
+    "Category",
+    "CoreTimes",
+    "Event",
+    "Finding",
+    "Frame",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "HostSample",
+    "IdleInterval",
+    "ProcSample",
+    "SAMPLE_TYPES",
+    "Severity",
+    "StackSample",
+    "SystemInfo",
+    "UtilPoint",
+]

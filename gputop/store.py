@@ -1,0 +1,273 @@
+"""Bounded, time-indexed storage of samples.
+
+Every series is a fixed-capacity ring, so memory is flat however long a session runs.
+Writers are the pipeline's source threads, readers the UI and the analysis: one lock guards it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+from typing import Generic, Iterable, Iterator, TypeVar
+
+from .model import (
+    Event,
+    Finding,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    ProcSample,
+    StackSample,
+    SystemInfo,
+    UtilPoint,
+)
+
+T = TypeVar("T")
+
+
+class Ring(Generic[T]):
+    """A fixed-capacity buffer of samples in time order (each item has ``.ts``).
+
+    Oldest items are overwritten. Indexing is logical (0 = oldest) so ``bisect`` can search
+    by time in O(log n) without copying.
+    """
+
+    __slots__ = ("_buf", "_cap", "_start", "_len")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self._buf: list[T | None] = [None] * capacity
+        self._cap = capacity
+        self._start = 0
+        self._len = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._cap
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> T:
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        return self._buf[(self._start + i) % self._cap]  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[T]:
+        for i in range(self._len):
+            yield self._buf[(self._start + i) % self._cap]  # type: ignore[misc]
+
+    def append(self, item: T) -> None:
+        # Samples from one source arrive in order; one that is older than the newest (clock
+        # step, a late buffer entry) is dropped rather than breaking the time order.
+        if self._len and item.ts < self[-1].ts:  # type: ignore[attr-defined]
+            return
+        if self._len < self._cap:
+            self._buf[(self._start + self._len) % self._cap] = item
+            self._len += 1
+        else:
+            self._buf[self._start] = item
+            self._start = (self._start + 1) % self._cap
+
+    def latest(self) -> T | None:
+        return self[-1] if self._len else None
+
+    def window(self, t0: float, t1: float = float("inf")) -> list[T]:
+        """Items with ``t0 <= ts <= t1``."""
+        lo = bisect.bisect_left(self, t0, key=lambda s: s.ts)  # type: ignore[arg-type]
+        hi = bisect.bisect_right(self, t1, key=lambda s: s.ts)  # type: ignore[arg-type]
+        return [self[i] for i in range(lo, hi)]
+
+    def clear(self) -> None:
+        self._buf = [None] * self._cap
+        self._start = 0
+        self._len = 0
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much history each series keeps. Defaults cover an hour of 1 s polls."""
+
+    gpu_samples: int = 3600  # per GPU: 1 h at 1 s
+    util_points: int = 4500  # per GPU: 15 min of NVML's 200 ms buffer
+    host_samples: int = 3600
+    proc_samples: int = 600  # per process: 10 min at 1 s
+    max_processes: int = 256  # distinct PIDs tracked at once
+    stack_samples: int = 20000  # ~10 min at 5 threads x 5 Hz
+    events: int = 500
+
+
+class Store:
+    """The single place samples live. Thread-safe; every read returns plain lists."""
+
+    def __init__(self, retention: Retention | None = None) -> None:
+        self.retention = retention or Retention()
+        self._lock = threading.RLock()
+        self.system: SystemInfo | None = None
+        self.gpu_info: dict[int, GpuInfo] = {}
+        self._gpu: dict[int, Ring[GpuSample]] = {}
+        self._util: dict[int, Ring[UtilPoint]] = {}
+        self._gpu_procs: list[GpuProcess] = []
+        self._procs: dict[int, Ring[ProcSample]] = {}
+        self._host: Ring[HostSample] = Ring(self.retention.host_samples)
+        self._stacks: Ring[StackSample] = Ring(self.retention.stack_samples)
+        self._events: Ring[Event] = Ring(self.retention.events)
+        self._findings: list[Finding] = []  # the advisor's current list
+        self._findings_seen: Ring[Finding] = Ring(self.retention.events)  # as recorded
+        self.now = 0.0  # newest timestamp seen: the store's clock (live or replayed)
+        self.version = 0  # bumped on every change, so readers can skip unchanged redraws
+
+    # ----------------------------------------------------------------- writing
+
+    def add(self, samples: Iterable[object]) -> None:
+        """Add one batch from a source.
+
+        A batch holding GPU samples is one NVML poll (or, in replay, several): the GPU
+        processes stamped with its newest poll time replace the previous process snapshot, so a
+        poll that found no processes clears it.
+        """
+        with self._lock:
+            procs: list[GpuProcess] = []
+            poll_ts: float | None = None
+            for s in samples:
+                ts = getattr(s, "ts", None)
+                if ts is not None and ts > self.now:
+                    self.now = ts
+                if isinstance(s, GpuSample):
+                    self._ring(self._gpu, s.index, self.retention.gpu_samples).append(s)
+                    poll_ts = s.ts if poll_ts is None else max(poll_ts, s.ts)
+                elif isinstance(s, UtilPoint):
+                    self._ring(self._util, s.index, self.retention.util_points).append(s)
+                elif isinstance(s, HostSample):
+                    self._host.append(s)
+                elif isinstance(s, ProcSample):
+                    self._add_proc(s)
+                elif isinstance(s, GpuProcess):
+                    procs.append(s)
+                elif isinstance(s, StackSample):
+                    self._stacks.append(s)
+                elif isinstance(s, Event):
+                    self._events.append(s)
+                elif isinstance(s, GpuInfo):
+                    self.gpu_info[s.index] = s
+                elif isinstance(s, SystemInfo):
+                    self.system = s
+                elif isinstance(s, Finding):
+                    self._findings_seen.append(s)
+            if poll_ts is not None:
+                self._gpu_procs = [p for p in procs if p.ts >= poll_ts]
+            self.version += 1
+
+    def set_findings(self, findings: Iterable[Finding]) -> None:
+        with self._lock:
+            self._findings = list(findings)
+            self.version += 1
+
+    def reset(self) -> None:
+        """Forget all samples (replay seeking backwards starts from a clean store)."""
+        with self._lock:
+            keep = self.retention
+            self.__init__(keep)  # type: ignore[misc]
+
+    @staticmethod
+    def _ring(d: dict[int, Ring[T]], key: int, cap: int) -> Ring[T]:
+        r = d.get(key)
+        if r is None:
+            r = d[key] = Ring(cap)
+        return r
+
+    def _add_proc(self, s: ProcSample) -> None:
+        ring = self._procs.get(s.pid)
+        if ring is None:
+            if len(self._procs) >= self.retention.max_processes:
+                # Evict the process seen longest ago: bounded however many PIDs come and go.
+                oldest = min(self._procs, key=lambda p: self._procs[p][-1].ts)
+                del self._procs[oldest]
+            ring = self._procs[s.pid] = Ring(self.retention.proc_samples)
+        ring.append(s)
+
+    # ----------------------------------------------------------------- reading
+
+    def gpu_indices(self) -> list[int]:
+        with self._lock:
+            return sorted(set(self._gpu) | set(self.gpu_info))
+
+    def latest_gpu(self, index: int) -> GpuSample | None:
+        with self._lock:
+            r = self._gpu.get(index)
+            return r.latest() if r else None
+
+    def gpu_window(self, index: int, t0: float, t1: float = float("inf")) -> list[GpuSample]:
+        with self._lock:
+            r = self._gpu.get(index)
+            return r.window(t0, t1) if r else []
+
+    def util_window(self, index: int, t0: float, t1: float = float("inf")) -> list[UtilPoint]:
+        with self._lock:
+            r = self._util.get(index)
+            return r.window(t0, t1) if r else []
+
+    def gpu_processes(self) -> list[GpuProcess]:
+        with self._lock:
+            return list(self._gpu_procs)
+
+    def latest_proc(self, pid: int) -> ProcSample | None:
+        with self._lock:
+            r = self._procs.get(pid)
+            return r.latest() if r else None
+
+    def proc_window(self, pid: int, t0: float, t1: float = float("inf")) -> list[ProcSample]:
+        with self._lock:
+            r = self._procs.get(pid)
+            return r.window(t0, t1) if r else []
+
+    def procs_latest(self) -> dict[int, ProcSample]:
+        with self._lock:
+            return {pid: r[-1] for pid, r in self._procs.items() if len(r)}
+
+    def latest_host(self) -> HostSample | None:
+        with self._lock:
+            return self._host.latest()
+
+    def host_window(self, t0: float, t1: float = float("inf")) -> list[HostSample]:
+        with self._lock:
+            return self._host.window(t0, t1)
+
+    def stack_window(self, t0: float, t1: float = float("inf")) -> list[StackSample]:
+        with self._lock:
+            return self._stacks.window(t0, t1)
+
+    def events(self, n: int | None = None) -> list[Event]:
+        with self._lock:
+            items = list(self._events)
+            return items[-n:] if n else items
+
+    def findings(self) -> list[Finding]:
+        with self._lock:
+            return list(self._findings)
+
+    def findings_window(self, t0: float, t1: float = float("inf")) -> list[Finding]:
+        """Findings that arrived as samples (from a recording), in time order."""
+        with self._lock:
+            return self._findings_seen.window(t0, t1)
+
+    def sizes(self) -> dict[str, int]:
+        """Item counts per series: what a memory-bound test checks."""
+        with self._lock:
+            out = {
+                "host": len(self._host),
+                "stacks": len(self._stacks),
+                "events": len(self._events),
+                "processes": len(self._procs),
+                "proc_samples": sum(len(r) for r in self._procs.values()),
+            }
+            for i, r in self._gpu.items():
+                out[f"gpu{i}"] = len(r)
+            for i, r in self._util.items():
+                out[f"util{i}"] = len(r)
+            return out
