@@ -22,6 +22,8 @@ class Session:
     sources: dict[str, Source] = field(default_factory=dict)
     target_pid: int | None = None
     mode: str = "live"  # live | fake | replay
+    stuck_after: float = 30.0
+    recording: object | None = None  # the Recorder while one is attached
 
 
 def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple[Source | None, list[object]]:
@@ -69,9 +71,11 @@ def build_session(
             pids.add(pid)
         return sorted(pids)
 
-    sources["host"] = HostSource(interval=interval, pids=pids_to_watch, clock=clock)
+    sources["host"] = HostSource(interval=interval, pids=pids_to_watch, clock=clock, target_pid=pid)
     if pid is not None:
         sources["stacks"] = PySpySource(pid, clock=clock, stuck_after=stuck_after)
     pipeline = Pipeline(store, list(sources.values()), clock=clock)
     mode = "fake" if fake is not None else "live"
-    return Session(store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode)
+    return Session(
+        store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode, stuck_after=stuck_after
+    )

@@ -1,0 +1,319 @@
+"""Render GPU, host and header panels as Rich text from plain samples.
+
+Pure functions of their inputs (no Textual, no store): the UI calls them on each tick and the
+tests call them with hand-made samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich.text import Text
+
+from .format import NA, bar, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+from .model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
+from .throttle import decode_throttle, is_performance_limiting
+
+# A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
+IDLE_UTIL_PCT = 10.0
+
+# Panel heights in lines, largest first; the app picks the largest that fits every GPU.
+FULL, MEDIUM, COMPACT = "full", "medium", "compact"
+PANEL_LINES = {FULL: 6, MEDIUM: 3, COMPACT: 1}
+
+
+def level_style(fraction: float | None, warn: float = 0.75, crit: float = 0.92) -> str:
+    if fraction is None:
+        return "dim"
+    if fraction >= crit:
+        return "bold red"
+    if fraction >= warn:
+        return "yellow"
+    return "green"
+
+
+def util_style(pct: float | None) -> str:
+    # Low utilisation is what a training user worries about, so low is the warning colour.
+    if pct is None:
+        return "dim"
+    if pct < IDLE_UTIL_PCT:
+        return "bold red"
+    if pct < 60:
+        return "yellow"
+    return "green"
+
+
+@dataclass(frozen=True)
+class History:
+    """What a panel's charts draw: (ts, value) series over a window ending at ``t1``."""
+
+    t0: float
+    t1: float
+    util: Sequence[UtilPoint] = ()
+    samples: Sequence[GpuSample] = ()
+
+
+def header_text(
+    system: SystemInfo | None, version: str, interval: float, state: str, width: int
+) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(f" gputop {version} ", style="bold reverse")
+    # The state goes first: it is what must survive truncation on a narrow terminal.
+    style = {"live": "bold green", "paused": "bold yellow", "recording": "bold red", "replay": "bold cyan"}
+    state_style = next((v for k, v in style.items() if state.lower().startswith(k)), "bold magenta")
+    t.append(" ● " + state.upper(), style=state_style)
+    if system is None:
+        t.append("  starting…", style="dim")
+    else:
+        t.append(f"  {system.hostname}", style="bold")
+        if system.nvml_error:
+            t.append(f"  NVML unavailable: {system.nvml_error}", style="bold yellow")
+        else:
+            t.append(f"  driver {system.driver_version or NA}")
+            t.append(f"  CUDA {system.cuda_driver_version or NA}")
+            t.append(f"  NVML {system.nvml_version or NA}", style="dim")
+    t.append(f"  every {interval:g}s", style="dim")
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
+def _metric(t: Text, label: str, value: str, style: str = "") -> None:
+    t.append(label, style="dim")
+    t.append(value, style=style)
+
+
+def gpu_panel(
+    info: GpuInfo | None,
+    s: GpuSample | None,
+    history: History | None,
+    width: int,
+    mode: str = FULL,
+) -> Text:
+    """One GPU: a line (compact), three (medium) or six (full) lines of ``width`` columns."""
+    width = max(20, width)
+    idx = s.index if s is not None else (info.index if info else 0)
+    name = info.name if info else "GPU"
+    lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]
+    t = lines[0]
+    if s is None:
+        t.append(f"[{idx}] {short_gpu_name(name)}  waiting for first sample…", style="dim")
+        return t
+    if s.error:
+        t.append(f"[{idx}] {short_gpu_name(name)}  ", style="bold")
+        t.append(f"⚠ {s.error}", style="bold red")
+        return t
+
+    mem_frac = s.mem_fraction
+    power_frac = (s.power_w / s.power_limit_w) if s.power_w is not None and s.power_limit_w else None
+    # Fixed text on line 1 takes ~50 columns beside the name; the two bars share the rest.
+    name_w = 14 if width >= 100 or mode != COMPACT else 9
+    bar_w = max(4, min(10 if mode == COMPACT else 24, (width - 50 - name_w) // 2))
+
+    # Line 1: identity, utilisation, memory, temperature, power.
+    label = f"[{idx}] " + truncate(short_gpu_name(name), name_w if mode == COMPACT else 22)
+    t.append(label.ljust(name_w + 4 if mode == COMPACT else 26), style="bold")
+    _metric(t, "UTIL ", "")
+    t.append(bar((s.util_gpu or 0) / 100 if s.util_gpu is not None else None, bar_w), style=util_style(s.util_gpu))
+    t.append(f" {fmt_pct(s.util_gpu, 4)}", style=util_style(s.util_gpu))
+    _metric(t, "  MEM ", "")
+    t.append(bar(mem_frac, bar_w), style=level_style(mem_frac))
+    t.append(f" {fmt_bytes(s.mem_used)}/{fmt_bytes(s.mem_total)}")
+    temp_style = "bold red" if (s.temperature_c or 0) >= 85 else ("yellow" if (s.temperature_c or 0) >= 78 else "")
+    _metric(t, "  ", f"{s.temperature_c:.0f}°C" if s.temperature_c is not None else f"{NA}°C", temp_style)
+    power = f"{s.power_w:.0f}W" if s.power_w is not None else NA
+    if s.power_limit_w:
+        power += f"/{s.power_limit_w:.0f}W"
+    _metric(t, "  ", power, level_style(power_frac, 0.9, 0.98))
+    if mode == COMPACT:
+        if s.tensor_active is not None:
+            _metric(t, "  TC ", fmt_pct(s.tensor_active), "cyan")
+        reasons = decode_throttle(s.throttle_reasons) if s.throttle_reasons else []
+        if reasons and is_performance_limiting(s.throttle_reasons):
+            t.append("  ⚠" + ",".join(reasons), style="yellow")
+        if history is not None:
+            room = width - t.cell_len - 2
+            if room >= 8:
+                t.append("  ")
+                t.append_text(_util_spark(history, room))
+        return _finish(lines, width)
+
+    # Line 2: clocks, throttle, PCIe, ECC.
+    t = _newline(lines)
+    t.append(" " * 4)
+    _metric(t, "SM ", f"{s.sm_clock_mhz}MHz" if s.sm_clock_mhz is not None else NA)
+    _metric(t, "  MEM ", f"{s.mem_clock_mhz}MHz" if s.mem_clock_mhz is not None else NA)
+    reasons = decode_throttle(s.throttle_reasons) if s.throttle_reasons is not None else None
+    if reasons is None:
+        _metric(t, "  THROTTLE ", NA, "dim")
+    elif reasons:
+        limiting = is_performance_limiting(s.throttle_reasons)
+        _metric(t, "  THROTTLE ", ", ".join(reasons), "bold yellow" if limiting else "")
+    else:
+        _metric(t, "  THROTTLE ", "none", "green")
+    link = _pcie_link(s)
+    _metric(t, "  PCIe ", link[0], link[1])
+    _metric(t, " rx ", fmt_rate(s.pcie_rx_bps))
+    _metric(t, " tx ", fmt_rate(s.pcie_tx_bps))
+    if s.ecc_uncorrected is not None or s.ecc_corrected is not None:
+        ecc_bad = bool(s.ecc_uncorrected)
+        _metric(
+            t,
+            "  ECC ",
+            f"{s.ecc_corrected if s.ecc_corrected is not None else NA}/{s.ecc_uncorrected if s.ecc_uncorrected is not None else NA}",
+            "bold red" if ecc_bad else "",
+        )
+
+    # Line 3: GPM activity, where the GPU has it.
+    t = _newline(lines)
+    t.append(" " * 4)
+    if s.sm_active is None and s.tensor_active is None:
+        t.append("GPM n/a on this GPU (SM/tensor activity needs Hopper or newer)", style="dim")
+    else:
+        tensor_style = "bold red" if (s.tensor_active or 0) < 1 and (s.util_gpu or 0) > 50 else "cyan"
+        _metric(t, "SM act ", fmt_pct(s.sm_active))
+        _metric(t, "  occ ", fmt_pct(s.sm_occupancy))
+        _metric(t, "  tensor ", fmt_pct(s.tensor_active), tensor_style)
+        _metric(t, "  dram ", fmt_pct(s.dram_active))
+        _metric(t, "  fp32 ", fmt_pct(s.fp32_active))
+        _metric(t, "  fp16 ", fmt_pct(s.fp16_active))
+
+    if mode == MEDIUM or history is None:
+        return _finish(lines, width)
+
+    # Lines 4-6: history charts.
+    chart_w = max(10, width - 12)
+    t = _newline(lines)
+    t.append("    util   ", style="dim")
+    t.append_text(_util_spark(history, chart_w))
+    t = _newline(lines)
+    t.append("    tensor ", style="dim")
+    t.append(_sample_spark(history, chart_w, lambda x: x.tensor_active), style="cyan")
+    t = _newline(lines)
+    t.append("    mem    ", style="dim")
+    mem_line = _sample_spark(history, chart_w // 2 - 1, lambda x: 100 * x.mem_fraction if x.mem_fraction is not None else None)
+    t.append(mem_line, style="magenta")
+    t.append(" pwr ", style="dim")
+    lim = s.power_limit_w or 1000.0
+    t.append(
+        _sample_spark(history, chart_w - chart_w // 2 - 4, lambda x: 100 * x.power_w / lim if x.power_w is not None else None),
+        style="yellow",
+    )
+    return _finish(lines, width)
+
+
+def _pcie_link(s: GpuSample) -> tuple[str, str]:
+    cur = f"{s.pcie_gen or '?'}x{s.pcie_width or '?'}"
+    if s.pcie_max_gen is None and s.pcie_max_width is None:
+        return cur, ""
+    mx = f"{s.pcie_max_gen or '?'}x{s.pcie_max_width or '?'}"
+    # A lower generation at idle is normal power saving; a narrower width is a real fault.
+    degraded = s.pcie_width is not None and s.pcie_max_width is not None and s.pcie_width < s.pcie_max_width
+    return f"{cur}/{mx}", "bold yellow" if degraded else ""
+
+
+def _util_spark(h: History, width: int) -> Text:
+    """Utilisation from the 200 ms buffer: mean per bucket, red where any sample was idle."""
+    pts = [(p.ts, p.util) for p in h.util]
+    if not pts:
+        pts = [(x.ts, x.util_gpu) for x in h.samples if x.util_gpu is not None]
+    cells = bucket(pts, h.t0, h.t1, width)
+    t = Text()
+    for mean, low in cells:
+        ch = sparkline([mean]) if mean is not None else " "
+        if mean is None:
+            t.append(" ")
+        elif low is not None and low < IDLE_UTIL_PCT:
+            t.append(ch, style="red")
+        else:
+            t.append(ch, style="green")
+    return t
+
+
+def _sample_spark(h: History, width: int, get) -> str:
+    if width <= 0:
+        return ""
+    pts = [(x.ts, get(x)) for x in h.samples]
+    cells = bucket([(ts, v) for ts, v in pts if v is not None], h.t0, h.t1, width)
+    return sparkline([m for m, _ in cells])
+
+
+def _newline(lines: list[Text]) -> Text:
+    lines.append(Text(no_wrap=True, overflow="ellipsis"))
+    return lines[-1]
+
+
+def _finish(lines: list[Text], width: int) -> Text:
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return Text("\n", no_wrap=True).join(lines)
+
+
+def host_panel(h: HostSample | None, width: int, rows: int = 3) -> Text:
+    lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]
+    t = lines[0]
+    if h is None:
+        t.append("host: waiting for first sample…", style="dim")
+        return t
+    n = len(h.cores)
+    bar_w = max(10, min(30, width // 4))
+    user = sum(c.user for c in h.cores) / n if n else h.cpu_percent
+    system = sum(c.system for c in h.cores) / n if n else 0.0
+    _metric(t, "CPU ", "")
+    # Stacked bar: user (green), system (red), iowait (blue).
+    u_cells = round(user / 100 * bar_w)
+    s_cells = round(system / 100 * bar_w)
+    w_cells = round(h.iowait_percent / 100 * bar_w)
+    used = min(bar_w, u_cells + s_cells + w_cells)
+    t.append("█" * u_cells, style="green")
+    t.append("█" * s_cells, style="red")
+    t.append("█" * w_cells, style="blue")
+    t.append("░" * (bar_w - used), style="dim")
+    t.append(f" {h.cpu_percent:5.1f}%", style=level_style(h.cpu_percent / 100))
+    _metric(t, "  usr ", f"{user:.0f}%", "green")
+    _metric(t, " sys ", f"{system:.0f}%", "red")
+    _metric(t, " iowait ", f"{h.iowait_percent:.1f}%", "bold blue" if h.iowait_percent >= 10 else "blue")
+    if h.steal_percent >= 1:
+        _metric(t, " steal ", f"{h.steal_percent:.0f}%", "yellow")
+    if h.load1 is not None:
+        _metric(t, "  load ", f"{h.load1:.2f} {h.load5:.2f} {h.load15:.2f}")
+    _metric(t, f"  {n} cores" if n else "", "")
+    if rows >= 2:
+        t = _newline(lines)
+        mem_frac = h.mem_used / h.mem_total if h.mem_total else None
+        _metric(t, "MEM ", "")
+        t.append(bar(mem_frac, bar_w), style=level_style(mem_frac))
+        t.append(f" {fmt_bytes(h.mem_used)}/{fmt_bytes(h.mem_total)}")
+        swap_frac = h.swap_used / h.swap_total if h.swap_total else None
+        _metric(t, "  SWP ", f"{fmt_bytes(h.swap_used)}/{fmt_bytes(h.swap_total)}", level_style(swap_frac, 0.2, 0.5))
+        if h.shm_total is not None:
+            _metric(t, "  shm ", f"{fmt_bytes(h.shm_used)}/{fmt_bytes(h.shm_total)}")
+        _metric(t, "  DISK r ", fmt_rate(h.disk_read_bps))
+        _metric(t, " w ", fmt_rate(h.disk_write_bps))
+        _metric(t, "  NET rx ", fmt_rate(h.net_rx_bps))
+        _metric(t, " tx ", fmt_rate(h.net_tx_bps))
+    if rows >= 3 and n:
+        t = _newline(lines)
+        t.append_text(core_strip(h, width))
+    return _finish(lines, width)
+
+
+def core_strip(h: HostSample, width: int) -> Text:
+    """Every core as one block: height = busy, colour = what dominates (user/system/iowait)."""
+    t = Text()
+    t.append("cores ", style="dim")
+    room = max(0, width - 6)
+    cores = h.cores[:room]
+    for c in cores:
+        total = c.busy + c.iowait
+        ch = sparkline([total])
+        if c.iowait > c.busy and c.iowait > 5:
+            style = "blue"
+        elif c.system > c.user:
+            style = "red"
+        else:
+            style = "green" if total < 90 else "bold green"
+        t.append(ch, style=style)
+    if len(h.cores) > room:
+        t.append("…", style="dim")
+    return t

@@ -1,0 +1,93 @@
+"""The process table's rows: GPU processes joined with what the OS says about them. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import GpuProcess, ProcSample
+
+# (key, column title, width); width 0 = takes the rest.
+COLUMNS = (
+    ("pid", "PID", 7),
+    ("user", "USER", 8),
+    ("gpu", "GPU", 3),
+    ("gpu_mem", "GPU-MEM", 7),
+    ("sm", "SM%", 4),
+    ("cpu", "CPU%", 5),
+    ("rss", "RSS", 6),
+    ("time", "TIME", 8),
+    ("command", "COMMAND", 0),
+)
+SORT_KEYS = tuple(c[0] for c in COLUMNS)
+# Numeric columns sort largest first, like htop; text columns A→Z.
+_DESCENDING_BY_DEFAULT = {"gpu_mem", "sm", "cpu", "rss", "time"}
+
+
+@dataclass(frozen=True)
+class ProcRow:
+    pid: int
+    gpu: int
+    user: str | None
+    gpu_mem: int | None
+    sm: float | None
+    cpu: float | None
+    rss: int | None
+    elapsed: float | None
+    command: str
+    kind: str = "C"
+
+    @property
+    def key(self) -> str:
+        return f"{self.pid}:{self.gpu}"
+
+
+def build_rows(
+    gpu_procs: list[GpuProcess],
+    procs: dict[int, ProcSample],
+    now: float,
+    sort: str = "gpu_mem",
+    reverse: bool = False,
+    query: str = "",
+) -> list[ProcRow]:
+    rows = []
+    for gp in gpu_procs:
+        ps = procs.get(gp.pid)
+        rows.append(
+            ProcRow(
+                pid=gp.pid,
+                gpu=gp.gpu_index,
+                user=ps.user if ps else None,
+                gpu_mem=gp.used_memory,
+                sm=gp.sm_util,
+                cpu=ps.cpu_percent if ps else None,
+                rss=ps.rss if ps else None,
+                elapsed=(now - ps.create_time) if ps and ps.create_time else None,
+                command=(ps.cmdline or ps.name) if ps else "(process not visible: other namespace or exited)",
+                kind=gp.kind,
+            )
+        )
+    if query:
+        q = query.lower()
+        rows = [r for r in rows if q in _haystack(r)]
+    return sort_rows(rows, sort, reverse)
+
+
+def _haystack(r: ProcRow) -> str:
+    return f"{r.pid} {r.user or ''} gpu{r.gpu} {r.command}".lower()
+
+
+def sort_rows(rows: list[ProcRow], key: str, reverse: bool = False) -> list[ProcRow]:
+    if key not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {key!r}")
+    attr = {"time": "elapsed", "command": "command"}.get(key, key)
+    descending = (key in _DESCENDING_BY_DEFAULT) != reverse
+
+    def k(r: ProcRow):
+        v = getattr(r, attr)
+        return v.lower() if isinstance(v, str) else v
+
+    # Missing values always sort last, whichever the direction.
+    present = [r for r in rows if getattr(r, attr) is not None]
+    absent = [r for r in rows if getattr(r, attr) is None]
+    present.sort(key=k, reverse=descending)
+    return present + absent

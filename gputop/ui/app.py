@@ -1,0 +1,493 @@
+"""The Textual app: renders the store on a timer and turns keys into intents.
+
+Collection runs on the pipeline's threads; this module only reads the store (cheap, locked
+copies) and never calls NVML, psutil or py-spy on the event loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+
+from .. import __version__
+from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
+from ..live import Session, build_session
+from ..model import Event
+from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel, header_text, host_panel
+from ..proctable import COLUMNS, SORT_KEYS, ProcRow, build_rows
+
+CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
+DEFAULT_CHART_WINDOW = 120.0
+# Rows the process table keeps for itself before GPU panels shrink to fit.
+MIN_TABLE_ROWS = 6
+HOST_LINES = 3
+
+HELP = """\
+[b]gputop keys[/b]
+
+  [b]q[/b]            quit                     [b]?[/b]       this help
+  [b]p[/b]            pause / resume display   [b]/[/b]       filter processes (Esc clears)
+  [b]↑ ↓ j k[/b]      move in the process list [b]Enter[/b]   attach to the selected process
+  [b]< >[/b]          sort column left/right   [b]i[/b]       invert sort order
+  [b]M[/b] [b]P[/b] [b]T[/b] [b]N[/b]      sort by GPU memory, CPU, time, PID
+  [b][ ][/b]          chart window shorter / longer
+  [b]1 2 3[/b]        processes / advisor / stacks tab
+  [b]n[/b]            native stack dump of the attached job (costs ~0.6 s)
+
+Collection never runs on the display thread: pausing the display keeps
+recording and analysis going. Colours follow the terminal; NO_COLOR is honoured.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+
+class GputopApp(App[int]):
+    CSS_PATH = "gputop.tcss"
+    TITLE = "gputop"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("p", "pause", "Pause"),
+        Binding("slash", "filter", "Filter"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort", show=False),
+        Binding("greater_than_sign", "sort_step(1)", "Sort", show=False),
+        Binding("i", "invert_sort", "Invert", show=False),
+        Binding("M", "sort_by('gpu_mem')", "Sort mem", show=False),
+        Binding("P", "sort_by('cpu')", "Sort CPU", show=False),
+        Binding("T", "sort_by('time')", "Sort time", show=False),
+        Binding("N", "sort_by('pid')", "Sort PID", show=False),
+        Binding("j", "cursor(1)", "Down", show=False),
+        Binding("k", "cursor(-1)", "Up", show=False),
+        Binding("left_square_bracket", "zoom(-1)", "Shorter", show=False),
+        Binding("right_square_bracket", "zoom(1)", "Longer", show=False),
+        Binding("1", "tab('processes')", "Procs", show=False),
+        Binding("2", "tab('advisor')", "Advisor"),
+        Binding("3", "tab('stacks')", "Stacks"),
+        Binding("n", "native_dump", "Native dump", show=False),
+        Binding("escape", "clear_filter", "Clear", show=False),
+    ]
+
+    def __init__(self, session: Session, interval: float = 1.0, refresh: float | None = None) -> None:
+        super().__init__()
+        self.session = session
+        self.store = session.store
+        self.interval = interval
+        self.refresh_every = refresh if refresh is not None else min(1.0, interval)
+        self.paused = False
+        self.sort_key = "gpu_mem"
+        self.sort_reverse = False
+        self.query = ""
+        self.chart_window = DEFAULT_CHART_WINDOW
+        self.panel_mode = FULL
+        self._seen_version = -1
+        self._gpu_widgets: dict[int, Static] = {}
+        self._rows: list[ProcRow] = []
+        self._last_event: Event | None = None
+        self._attach_lock = threading.Lock()
+        self._mounted_ok = False  # resize events can arrive before on_mount has built the table
+
+    # ----------------------------------------------------------------- layout
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield VerticalScroll(id="gpus")
+        yield Static(id="host")
+        with TabbedContent(id="bottom", initial="processes"):
+            with TabPane("Processes", id="processes"):
+                table = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
+                yield table
+                yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
+            with TabPane("Advisor", id="advisor"):
+                yield self._advisor_pane()
+            with TabPane("Stacks", id="stacks"):
+                yield self._stacks_pane()
+        yield Static(id="status")
+        yield Footer()
+
+    def _advisor_pane(self):
+        try:
+            from .advisor_pane import AdvisorPane
+        except ImportError:
+            return Static("The advisor is not available in this build.", classes="placeholder")
+        return AdvisorPane(id="advisor-pane")
+
+    def _stacks_pane(self):
+        try:
+            from .stacks_pane import StacksPane
+        except ImportError:
+            return Static("Stack sampling is not available in this build.", classes="placeholder")
+        return StacksPane(id="stacks-pane")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#procs", DataTable)
+        for key, title, width in COLUMNS:
+            table.add_column(title, key=key, width=width or None)
+        self._update_sort_labels()
+        self._mounted_ok = True
+        self.set_interval(self.refresh_every, self.tick)
+        self.tick(force=True)
+
+    def on_resize(self) -> None:
+        # The new size is applied to the widgets after this event: lay out again after that.
+        self.call_after_refresh(self.tick, True)
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def state(self) -> str:
+        if self.session.mode == "replay":
+            base = "replay"
+        elif self.session.mode == "fake":
+            base = "live (fake GPUs)"
+        else:
+            base = "live"
+        if self.paused:
+            base = f"paused · {base}"
+        if self.session.recording is not None:
+            base = f"recording · {base}"
+        return base
+
+    # ----------------------------------------------------------------- refresh
+
+    def tick(self, force: bool = False) -> None:
+        if not self._mounted_ok:
+            return
+        self._update_header()
+        if self.paused and not force:
+            return
+        version = self.store.version
+        if version == self._seen_version and not force:
+            return
+        self._seen_version = version
+        self._update_gpus()
+        self._update_host()
+        self._update_processes()
+        self._update_panes()
+        self._update_status()
+
+    def _update_header(self) -> None:
+        width = self.size.width or 80
+        self.query_one("#header", Static).update(
+            header_text(self.store.system, __version__, self.interval, self.state, width)
+        )
+
+    def _choose_mode(self, n_gpus: int) -> str:
+        height = self.size.height or 24
+        avail = height - 1 - HOST_LINES - 1 - 1 - 3 - MIN_TABLE_ROWS  # header, host, status, footer, tabs
+        for mode in (FULL, MEDIUM, COMPACT):
+            per = PANEL_LINES[mode] + (1 if mode == FULL else 0)  # full panels carry a rule
+            if n_gpus * per <= avail:
+                return mode
+        return COMPACT
+
+    def _update_gpus(self) -> None:
+        container = self.query_one("#gpus", VerticalScroll)
+        indices = self.store.gpu_indices()
+        system = self.store.system
+        if not indices:
+            if "none" not in self._gpu_widgets:
+                for w in self._gpu_widgets.values():
+                    w.remove()
+                self._gpu_widgets = {"none": Static(classes="gpu-panel")}  # type: ignore[dict-item]
+                container.mount(self._gpu_widgets["none"])  # type: ignore[index]
+            msg = Text()
+            if system is not None and system.nvml_error:
+                msg.append(f"No GPU data: NVML unavailable: {system.nvml_error}. ", style="bold yellow")
+                msg.append("Host and process monitoring continue.", style="dim")
+            else:
+                msg.append("Waiting for GPU data…", style="dim")
+            self._gpu_widgets["none"].update(msg)  # type: ignore[index]
+            return
+        if set(self._gpu_widgets) != set(indices):
+            for w in self._gpu_widgets.values():
+                w.remove()
+            self._gpu_widgets = {i: Static(classes="gpu-panel", id=f"gpu-{i}") for i in indices}
+            container.mount(*self._gpu_widgets.values())
+        mode = self._choose_mode(len(indices))
+        self.panel_mode = mode
+        width = max(20, (container.size.width or self.size.width or 80) - 2)
+        now = self.store.now
+        t0 = now - self.chart_window
+        for i, widget in self._gpu_widgets.items():
+            widget.set_class(mode == FULL, "-full")
+            history = None
+            if mode != MEDIUM:
+                history = History(
+                    t0=t0,
+                    t1=now + 1e-6,
+                    util=self.store.util_window(i, t0),
+                    samples=self.store.gpu_window(i, t0) if mode == FULL else (),
+                )
+            widget.update(gpu_panel(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
+
+    def _update_host(self) -> None:
+        width = max(20, (self.size.width or 80) - 2)
+        lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
+        self.query_one("#host", Static).update(host_panel(self.store.latest_host(), width, lines))
+
+    def _update_processes(self) -> None:
+        table = self.query_one("#procs", DataTable)
+        rows = build_rows(
+            self.store.gpu_processes(),
+            self.store.procs_latest(),
+            self.store.now,
+            self.sort_key,
+            self.sort_reverse,
+            self.query,
+        )
+        if rows == self._rows and table.row_count == len(rows):
+            return
+        selected = self._selected_row()
+        self._rows = rows
+        table.clear()
+        target = self.session.target_pid
+        for r in rows:
+            style = "bold cyan" if r.pid == target else ""
+            table.add_row(
+                Text(str(r.pid), style=style),
+                truncate(r.user or "?", 10),
+                str(r.gpu),
+                fmt_bytes(r.gpu_mem),
+                fmt_pct(r.sm),
+                "n/a" if r.cpu is None else f"{r.cpu:.0f}",
+                fmt_bytes(r.rss),
+                fmt_duration(r.elapsed),
+                Text(r.command, style=style),
+                key=r.key,
+            )
+        if selected is not None:
+            for n, r in enumerate(rows):
+                if r.key == selected.key:
+                    table.move_cursor(row=n)
+                    break
+
+    def _update_panes(self) -> None:
+        for pane_id, args in (("#advisor-pane", (self.store,)), ("#stacks-pane", (self.store, self.session.target_pid))):
+            try:
+                pane = self.query_one(pane_id)
+            except Exception:
+                continue
+            update = getattr(pane, "update_view", None)
+            if update is not None:
+                update(*args)
+
+    def _update_status(self) -> None:
+        events = self.store.events(1)
+        status = self.query_one("#status", Static)
+        if not events:
+            status.update(Text("ready · press ? for keys", style="dim"))
+            return
+        ev = events[-1]
+        if ev is not self._last_event:
+            self._last_event = ev
+            if ev.level in ("warning", "error"):
+                self.notify(ev.message, severity="error" if ev.level == "error" else "warning", timeout=6)
+        when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+        status.update(Text(f"{when} {ev.source}: {ev.message}"))
+        status.set_class(ev.level == "warning", "-warning")
+        status.set_class(ev.level == "error", "-error")
+
+    # ----------------------------------------------------------------- process selection
+
+    def _selected_row(self) -> ProcRow | None:
+        table = self.query_one("#procs", DataTable)
+        if not self._rows or table.cursor_row is None or not 0 <= table.cursor_row < len(self._rows):
+            return None
+        return self._rows[table.cursor_row]
+
+    @on(DataTable.RowSelected, "#procs")
+    def _on_row_selected(self, event: DataTable.RowSelected) -> None:
+        row = self._selected_row()
+        if row is not None:
+            self.attach(row.pid)
+
+    def action_attach(self) -> None:
+        row = self._selected_row()
+        if row is not None:
+            self.attach(row.pid)
+
+    def attach(self, pid: int) -> None:
+        if self.session.target_pid == pid and "stacks" in self.session.sources:
+            self.action_tab("stacks")
+            return
+        self._attach_worker(pid)
+
+    @work(thread=True, exclusive=True, group="attach")
+    def _attach_worker(self, pid: int) -> None:
+        # check_attachable runs py-spy once (~10 ms, longer on a busy box): off the event loop.
+        from ..errors import UserError
+
+        try:
+            from ..sources.stacks import PySpySource, check_attachable
+        except ImportError:
+            self.call_from_thread(self.notify, "stack sampling is not available in this build", severity="error")
+            return
+        with self._attach_lock:
+            try:
+                check_attachable(pid)
+            except UserError as exc:
+                self.call_from_thread(self.notify, f"cannot attach to {pid}: {exc}", severity="error", timeout=10)
+                self.store.add([Event(time.time(), "attach", f"cannot attach to {pid}: {exc}", "error")])
+                return
+            old = self.session.sources.pop("stacks", None)
+            if old is not None:
+                self.session.pipeline.remove_source(old)
+            src = PySpySource(pid, stuck_after=self.session.stuck_after)
+            self.session.sources["stacks"] = src
+            self.session.target_pid = pid
+            self.session.pipeline.add_source(src)
+            self.store.add([Event(time.time(), "attach", f"attached to process {pid}", "info")])
+        self.call_from_thread(self.action_tab, "stacks")
+
+    # ----------------------------------------------------------------- actions
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        replay = self.session.sources.get("replay")
+        if replay is not None and hasattr(replay, "toggle_pause"):
+            replay.toggle_pause()
+        self.tick(force=not self.paused)
+
+    def action_filter(self) -> None:
+        self.action_tab("processes")
+        box = self.query_one("#filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _on_filter_changed(self, event: Input.Changed) -> None:
+        self.query = event.value.strip()
+        self._rows = []
+        self._update_processes()
+
+    @on(Input.Submitted, "#filter")
+    def _on_filter_submitted(self, event: Input.Submitted) -> None:
+        box = self.query_one("#filter", Input)
+        if not box.value:
+            box.remove_class("-visible")
+        self.query_one("#procs", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("-visible")
+        self.query = ""
+        self._rows = []
+        self._update_processes()
+        self.query_one("#procs", DataTable).focus()
+
+    def action_sort_step(self, step: int) -> None:
+        i = SORT_KEYS.index(self.sort_key)
+        self.action_sort_by(SORT_KEYS[(i + step) % len(SORT_KEYS)])
+
+    def action_sort_by(self, key: str) -> None:
+        if key == self.sort_key:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_key, self.sort_reverse = key, False
+        self._after_sort_change()
+
+    def action_invert_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._after_sort_change()
+
+    def _after_sort_change(self) -> None:
+        self._update_sort_labels()
+        self._rows = []
+        self._update_processes()
+
+    def _update_sort_labels(self) -> None:
+        table = self.query_one("#procs", DataTable)
+        for key, title, _ in COLUMNS:
+            col = table.columns.get(key)  # type: ignore[call-overload]
+            if col is None:
+                continue
+            mark = (" ▲" if self.sort_reverse else " ▼") if key == self.sort_key else ""
+            col.label = Text(title + mark, style="bold" if mark else "")
+        table.refresh()
+
+    def action_cursor(self, step: int) -> None:
+        table = self.query_one("#procs", DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
+
+    def action_zoom(self, step: int) -> None:
+        i = min(range(len(CHART_WINDOWS)), key=lambda k: abs(CHART_WINDOWS[k] - self.chart_window))
+        self.chart_window = CHART_WINDOWS[max(0, min(len(CHART_WINDOWS) - 1, i + step))]
+        self.notify(f"charts show the last {fmt_duration(self.chart_window)}", timeout=2)
+        self.tick(force=True)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#bottom", TabbedContent).active = tab
+
+    def action_native_dump(self) -> None:
+        try:
+            pane = self.query_one("#stacks-pane")
+        except Exception:
+            return
+        request = getattr(pane, "request_native_dump", None)
+        if request is not None:
+            self.action_tab("stacks")
+            request(self.session.target_pid)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run_session(session: Session, args: argparse.Namespace) -> int:
+    """Run the UI over an assembled session (live, fake or replay) until the user quits."""
+    interval = getattr(args, "interval", 1.0)
+    app = GputopApp(session, interval=interval)
+    session.pipeline.start()
+    try:
+        app.run()
+    finally:
+        session.pipeline.stop()
+    return app.return_code or 0
+
+
+def run_live(args: argparse.Namespace) -> int:
+    session = build_session(
+        interval=args.interval,
+        fake=getattr(args, "fake", None),
+        pid=getattr(args, "pid", None),
+        stuck_after=getattr(args, "stuck_after", 30.0),
+    )
+    record = getattr(args, "record", None)
+    if record:
+        _start_recording(session, Path(record))
+    return run_session(session, args)
+
+
+def _start_recording(session: Session, path: Path) -> None:
+    try:
+        from ..record.writer import Recorder
+    except ImportError:
+        from ..errors import UserError
+
+        raise UserError("recording is not available in this build") from None
+    recorder = Recorder.open(path)
+    session.pipeline.subscribe(recorder.on_batch)
+    session.recording = recorder

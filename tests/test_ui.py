@@ -1,0 +1,209 @@
+"""The Textual app driven by the fake source through the real pipeline (no GPU, no threads)."""
+
+import pytest
+from textual.widgets import DataTable, Input, Static
+
+from gputop.live import Session
+from gputop.model import Event, GpuSample, SystemInfo
+from gputop.pipeline import Pipeline
+from gputop.sources.fake import FakeGpuSource
+from gputop.store import Store
+from gputop.ui.app import GputopApp, HelpScreen
+
+
+def make_session(clock, gpus=2, mode="fake"):
+    store = Store()
+    src = FakeGpuSource(gpus=gpus, clock=clock)
+    pipe = Pipeline(store, [src], clock=clock)
+    return Session(store=store, pipeline=pipe, sources={"fake": src}, mode=mode)
+
+
+def feed(session, clock, polls=3):
+    for _ in range(polls):
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+
+
+def plain(app, selector):
+    w = app.query_one(selector, Static)
+    return str(w.render())
+
+
+async def test_shows_every_gpu_and_header(clock):
+    s = make_session(clock, gpus=2)
+    feed(s, clock)
+    app = GputopApp(s, interval=1.0, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        header = plain(app, "#header")
+        assert "LIVE (FAKE GPUS)" in header
+        gpu0 = plain(app, "#gpu-0")
+        gpu1 = plain(app, "#gpu-1")
+        assert "[0]" in gpu0 and "UTIL" in gpu0 and "61.0G/80.0G" in gpu0
+        # GPU 1 is the scripted fp32 job: power-capped, tensor cores idle.
+        assert "power cap" in gpu1 and "tensor 0%" in gpu1
+        assert app.panel_mode == "full"
+        table = app.query_one("#procs", DataTable)
+        assert table.row_count == 2
+
+
+async def test_eight_gpus_fit_80x24_compact(clock):
+    s = make_session(clock, gpus=8)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.panel_mode == "compact"
+        for i in range(8):
+            text = plain(app, f"#gpu-{i}")
+            assert text.startswith(f"[{i}]") and "\n" not in text
+            assert len(text) <= 78
+        # Growing the terminal gives room for richer panels.
+        await pilot.resize_terminal(200, 80)
+        await pilot.pause()
+        assert app.panel_mode in ("medium", "full")
+
+
+async def test_resize_to_tiny_terminal_keeps_running(clock):
+    s = make_session(clock, gpus=2)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.resize_terminal(30, 8)
+        await pilot.pause()
+        feed(s, clock, 1)
+        app.tick(force=True)
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert "[0]" in plain(app, "#gpu-0")
+
+
+async def test_pause_freezes_display_but_not_collection(clock):
+    s = make_session(clock, gpus=1)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("p")
+        assert app.paused
+        assert "PAUSED" in plain(app, "#header")
+        shown = app._seen_version
+        feed(s, clock, 2)  # collection goes on while paused
+        app.tick()
+        assert app._seen_version == shown
+        await pilot.press("p")
+        assert not app.paused and app._seen_version == s.store.version
+
+
+async def test_help_opens_and_closes(clock):
+    s = make_session(clock)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test() as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_filter_and_sort_process_table(clock):
+    s = make_session(clock, gpus=4)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        table = app.query_one("#procs", DataTable)
+        assert table.row_count == 3  # GPU 2 is idle in the script
+        # Default sort: GPU memory, largest first.
+        assert [r.gpu for r in app._rows] == [3, 0, 1]
+        await pilot.press("N")  # by PID
+        assert app.sort_key == "pid"
+        assert [r.pid for r in app._rows] == sorted(r.pid for r in app._rows)
+        await pilot.press("i")
+        assert [r.pid for r in app._rows] == sorted((r.pid for r in app._rows), reverse=True)
+        await pilot.press("slash")
+        box = app.query_one("#filter", Input)
+        assert box.has_focus
+        await pilot.press(*"bench")
+        await pilot.pause()
+        assert table.row_count == 1 and "bench_matmul" in app._rows[0].command
+        await pilot.press("escape")
+        await pilot.pause()
+        assert table.row_count == 3
+
+
+async def test_vim_keys_move_selection(clock):
+    s = make_session(clock, gpus=4)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        table = app.query_one("#procs", DataTable)
+        table.focus()
+        assert table.cursor_row == 0
+        await pilot.press("j")
+        assert table.cursor_row == 1
+        await pilot.press("k")
+        assert table.cursor_row == 0
+
+
+async def test_no_nvml_says_why_and_keeps_host(clock):
+    store = Store()
+    store.add([SystemInfo(ts=clock(), hostname="box", nvml_error="NVIDIA driver not loaded", source="live")])
+    from gputop.sources.host import HostSource
+
+    host = HostSource(clock=clock)
+    pipe = Pipeline(store, [host], clock=clock)
+    session = Session(store=store, pipeline=pipe, sources={"host": host})
+    clock.advance(1)
+    pipe.poll_once()
+    app = GputopApp(session, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        header = plain(app, "#header")
+        assert "NVML unavailable: NVIDIA driver not loaded" in header
+        assert "Host and process monitoring continue" in str(app.query_one("#gpus").children[0].render())
+        assert "CPU" in plain(app, "#host") and "MEM" in plain(app, "#host")
+
+
+async def test_lost_gpu_is_marked_and_others_keep_updating(clock):
+    s = make_session(clock, gpus=2)
+    feed(s, clock)
+    s.store.add(
+        [
+            GpuSample(ts=clock.advance(1), index=0, error="GPU lost: fell off the bus"),
+            Event(ts=clock(), source="nvml", message="GPU 0 lost", level="warning"),
+        ]
+    )
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        assert "GPU lost: fell off the bus" in plain(app, "#gpu-0")
+        assert "UTIL" in plain(app, "#gpu-1")
+        assert "GPU 0 lost" in plain(app, "#status")
+
+
+def test_no_color_is_honoured(monkeypatch, clock):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = GputopApp(make_session(clock), refresh=60)
+    assert app.no_color
+
+
+async def test_quit_key_exits(clock):
+    s = make_session(clock)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_chart_zoom_keys(clock, size):
+    s = make_session(clock)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=size) as pilot:
+        before = app.chart_window
+        await pilot.press("right_square_bracket")
+        assert app.chart_window > before
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert app.chart_window < before
