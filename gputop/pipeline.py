@@ -39,6 +39,7 @@ class Pipeline:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sub_lock = threading.Lock()
+        self._started = False
 
     # ----------------------------------------------------------------- wiring
 
@@ -56,7 +57,7 @@ class Pipeline:
 
     def add_source(self, source: Source) -> None:
         self.sources.append(source)
-        if self._threads:  # already running: start this one too
+        if self._started:  # already running: start this one too
             self._start_thread(source)
 
     def remove_source(self, source: Source) -> None:
@@ -85,11 +86,13 @@ class Pipeline:
 
     def start(self) -> None:
         self._stop.clear()
+        self._started = True
         for src in list(self.sources):
             self._start_thread(src)
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._started = False
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
@@ -98,7 +101,7 @@ class Pipeline:
 
     @property
     def running(self) -> bool:
-        return bool(self._threads) and not self._stop.is_set()
+        return self._started
 
     def _start_thread(self, src: Source) -> None:
         t = threading.Thread(target=self._run, args=(src,), name=f"gputop-{src.name}", daemon=True)

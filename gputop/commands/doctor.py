@@ -1,0 +1,118 @@
+"""`gputop doctor`: can this machine be monitored, and what would get in the way?"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+from pathlib import Path
+
+from .. import __version__
+
+Check = tuple[str, bool, str]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check the environment: driver, NVML, GPUs, py-spy, ptrace, torch")
+    p.add_argument("--torch", action="store_true", help="also import torch and run a small matmul on each GPU")
+    p.set_defaults(func=run)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def python_checks() -> list[Check]:
+    out: list[Check] = [
+        ("python", sys.version_info >= (3, 10), f"{platform.python_version()} ({sys.executable})"),
+        ("gputop", True, __version__),
+    ]
+    for dist in ("textual", "psutil", "nvidia-ml-py", "py-spy"):
+        v = _version(dist)
+        out.append((dist, v is not None, v or "not installed: pip install " + dist))
+    return out
+
+
+def ptrace_checks() -> list[Check]:
+    from ..sources.stacks import find_pyspy
+
+    out: list[Check] = []
+    pyspy = find_pyspy()
+    out.append(("py-spy binary", pyspy is not None, pyspy or "not found: pip install py-spy"))
+    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if scope_file.exists():
+        scope = scope_file.read_text().strip()
+        ok = scope == "0" or os.geteuid() == 0
+        detail = f"kernel.yama.ptrace_scope={scope}"
+        if not ok:
+            detail += " (attaching to another user's or a non-child process needs root, or: sudo sysctl kernel.yama.ptrace_scope=0)"
+        out.append(("ptrace", ok, detail))
+    return out
+
+
+def host_checks() -> list[Check]:
+    import psutil
+
+    out: list[Check] = [("cpu cores", True, f"{psutil.cpu_count(logical=True)} logical, {psutil.cpu_count(logical=False)} physical")]
+    try:
+        shm = psutil.disk_usage("/dev/shm")
+        # DataLoader workers pass batches through /dev/shm; Docker's default is 64 MB.
+        ok = shm.total >= 1024**3
+        detail = f"{shm.total / 1024**3:.1f} GiB"
+        if not ok:
+            detail += " (small: multi-worker DataLoaders may fail; docker run --shm-size=8g or --ipc=host)"
+        out.append(("/dev/shm", ok, detail))
+    except OSError:
+        pass
+    return out
+
+
+def torch_checks() -> list[Check]:
+    try:
+        import torch
+    except ImportError:
+        return [("torch", True, "not installed (optional)")]
+    out: list[Check] = [("torch", True, f"{torch.__version__}, built for CUDA {torch.version.cuda}")]
+    if not torch.cuda.is_available():
+        out.append(("torch.cuda", False, "CUDA not available to torch (CPU build, or driver/runtime mismatch)"))
+        return out
+    out.append(("cudnn", True, str(torch.backends.cudnn.version())))
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        tc = "tensor cores" if p.major >= 7 else "no tensor cores (cc < 7.0)"
+        try:
+            a = torch.randn(512, 512, device=f"cuda:{i}")
+            float((a @ a).sum())
+            ok, mm = True, "matmul ok"
+        except Exception as exc:  # the point of the check is to report any failure
+            ok, mm = False, f"matmul failed: {exc}"
+        out.append(
+            (f"torch cuda:{i}", ok, f"{p.name}, cc {p.major}.{p.minor}, {p.total_memory / 1024**3:.0f} GiB, {p.multi_processor_count} SMs, {tc}, {mm}")
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sources.nvml import describe_environment
+
+    sections: list[tuple[str, list[Check]]] = [
+        ("python", python_checks()),
+        ("nvidia", describe_environment()),
+        ("attach", ptrace_checks()),
+        ("host", host_checks()),
+    ]
+    if args.torch:
+        sections.append(("torch", torch_checks()))
+    failed = 0
+    for title, checks in sections:
+        print(f"{title}:")
+        for name, ok, detail in checks:
+            failed += not ok
+            print(f"  {'ok ' if ok else 'FAIL'} {name:<16} {detail}")
+    print(f"\n{failed} problem(s) found." if failed else "\nall checks passed.")
+    return 1 if failed else 0

@@ -1,0 +1,55 @@
+from gputop.format import bar, bucket, fmt_bytes, fmt_duration, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+
+
+def test_fmt_bytes_uses_binary_units():
+    assert fmt_bytes(None) == "n/a"
+    assert fmt_bytes(512) == "512B"
+    assert fmt_bytes(1536) == "1.5K"
+    assert fmt_bytes(80 * 1024**3) == "80.0G"
+    assert fmt_rate(2.5 * 1024**2) == "2.5M/s"
+    assert fmt_rate(None) == "n/a"
+
+
+def test_fmt_duration_like_ps():
+    assert fmt_duration(5) == "5s"
+    assert fmt_duration(65) == "1:05"
+    assert fmt_duration(3 * 3600 + 4 * 60 + 5) == "3:04:05"
+    assert fmt_duration(2 * 86400 + 3 * 3600) == "2d03h"
+    assert fmt_duration(None) == "n/a" and fmt_duration(-1) == "n/a"
+
+
+def test_fmt_pct():
+    assert fmt_pct(97.4) == "97%"
+    assert fmt_pct(None, 4) == " n/a"
+
+
+def test_bar_has_exact_width_and_eighths():
+    assert bar(0.0, 8) == "░" * 8
+    assert bar(1.0, 8) == "█" * 8
+    assert bar(2.0, 8) == "█" * 8  # clamped
+    half = bar(0.5, 8)
+    assert half.startswith("████") and len(half) == 8
+    assert bar(0.5, 1) == "▌"
+    assert bar(None, 5) == "░" * 5
+    assert bar(0.5, 0) == ""
+
+
+def test_bucket_means_and_mins_with_gaps():
+    pts = [(0.0, 100.0), (0.2, 0.0), (0.4, 100.0), (2.5, 50.0)]
+    cells = bucket(pts, 0.0, 3.0, 3)
+    assert cells[0] == (200 / 3, 0.0)  # a sub-second idle dip survives as the bucket's min
+    assert cells[1] == (None, None)  # no data is not zero
+    assert cells[2] == (50.0, 50.0)
+    assert bucket(pts, 0.0, 0.0, 3) == []
+
+
+def test_sparkline_levels_and_gaps():
+    assert sparkline([0, 100]) == "▁█"
+    assert sparkline([None, 50]) == " ▅"
+    assert sparkline([150, -5]) == "█▁"
+
+
+def test_truncate_and_names():
+    assert truncate("abcdef", 4) == "abc…"
+    assert truncate("abc", 4) == "abc"
+    assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3"
