@@ -71,7 +71,9 @@ def build_session(
             pids.add(pid)
         return sorted(pids)
 
-    sources["host"] = HostSource(interval=interval, pids=pids_to_watch, clock=clock, target_pid=pid)
+    sources["host"] = HostSource(
+        interval=interval, pids=pids_to_watch, clock=clock, target_pid=pid, top_cpu=0 if gpu is not None else 15
+    )
     if pid is not None:
         sources["stacks"] = PySpySource(pid, clock=clock, stuck_after=stuck_after)
     pipeline = Pipeline(store, list(sources.values()), clock=clock)

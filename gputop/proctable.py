@@ -19,6 +19,8 @@ COLUMNS = (
     ("command", "COMMAND", 0),
 )
 SORT_KEYS = tuple(c[0] for c in COLUMNS)
+# A process not reported for this long has gone: its row goes too.
+STALE_S = 5.0
 # Numeric columns sort largest first, like htop; text columns A→Z.
 _DESCENDING_BY_DEFAULT = {"gpu_mem", "sm", "cpu", "rss", "time"}
 
@@ -26,7 +28,7 @@ _DESCENDING_BY_DEFAULT = {"gpu_mem", "sm", "cpu", "rss", "time"}
 @dataclass(frozen=True)
 class ProcRow:
     pid: int
-    gpu: int
+    gpu: int | None  # None: a process with no GPU context (the target, or a busy CPU process)
     user: str | None
     gpu_mem: int | None
     sm: float | None
@@ -38,7 +40,7 @@ class ProcRow:
 
     @property
     def key(self) -> str:
-        return f"{self.pid}:{self.gpu}"
+        return f"{self.pid}:{'-' if self.gpu is None else self.gpu}"
 
 
 def build_rows(
@@ -66,6 +68,26 @@ def build_rows(
                 kind=gp.kind,
             )
         )
+    # Processes the OS source watches for other reasons (the attach target before it touches a
+    # GPU, the busiest CPU processes when there is no NVML) get a row of their own.
+    on_gpu = {gp.pid for gp in gpu_procs}
+    for pid, ps in procs.items():
+        if pid in on_gpu or ps.role not in ("target", "cpu") or ps.ts < now - STALE_S:
+            continue
+        rows.append(
+            ProcRow(
+                pid=pid,
+                gpu=None,
+                user=ps.user,
+                gpu_mem=None,
+                sm=None,
+                cpu=ps.cpu_percent,
+                rss=ps.rss,
+                elapsed=(now - ps.create_time) if ps.create_time else None,
+                command=ps.cmdline or ps.name,
+                kind="-",
+            )
+        )
     if query:
         q = query.lower()
         rows = [r for r in rows if q in _haystack(r)]
@@ -73,7 +95,8 @@ def build_rows(
 
 
 def _haystack(r: ProcRow) -> str:
-    return f"{r.pid} {r.user or ''} gpu{r.gpu} {r.command}".lower()
+    gpu = f"gpu{r.gpu}" if r.gpu is not None else ""
+    return f"{r.pid} {r.user or ''} {gpu} {r.command}".lower()
 
 
 def sort_rows(rows: list[ProcRow], key: str, reverse: bool = False) -> list[ProcRow]:

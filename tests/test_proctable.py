@@ -43,3 +43,16 @@ def test_filter_matches_pid_user_gpu_and_command():
     assert [r.pid for r in build_rows(gp, procs, 100, query="bob")] == [20]
     assert {r.pid for r in build_rows(gp, procs, 100, query="gpu1")} == {20, 30}
     assert build_rows(gp, procs, 100, query="zzz") == []
+
+
+def test_target_and_busy_cpu_processes_get_rows_without_a_gpu():
+    gp, procs = data()
+    procs = dict(procs)
+    procs[40] = ProcSample(ts=100, pid=40, cmdline="python prep.py", cpu_percent=99, role="target")
+    procs[50] = ProcSample(ts=100, pid=50, cmdline="ffmpeg", cpu_percent=300, role="cpu")
+    procs[60] = ProcSample(ts=10, pid=60, cmdline="gone", cpu_percent=300, role="cpu")  # stale
+    procs[70] = ProcSample(ts=100, pid=70, cmdline="worker", cpu_percent=300, role="worker")
+    rows = build_rows(gp, procs, now=100, sort="cpu")
+    assert [r.pid for r in rows] == [50, 10, 40, 20, 30]
+    assert next(r for r in rows if r.pid == 40).gpu is None
+    assert [r.pid for r in build_rows(gp, procs, 100, query="gpu1")] == [20, 30]

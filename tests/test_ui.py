@@ -144,16 +144,20 @@ async def test_vim_keys_move_selection(clock):
         assert table.cursor_row == 0
 
 
-async def test_no_nvml_says_why_and_keeps_host(clock):
-    store = Store()
-    store.add([SystemInfo(ts=clock(), hostname="box", nvml_error="NVIDIA driver not loaded", source="live")])
-    from gputop.sources.host import HostSource
+async def test_no_nvml_says_why_and_keeps_host_and_processes(clock, monkeypatch):
+    import gputop.sources.nvml as nvml_mod
+    from gputop.live import build_session
 
-    host = HostSource(clock=clock)
-    pipe = Pipeline(store, [host], clock=clock)
-    session = Session(store=store, pipeline=pipe, sources={"host": host})
+    def refuse(**kw):
+        raise nvml_mod.NvmlUnavailable("NVIDIA driver not loaded (libnvidia-ml.so.1 not found)")
+
+    monkeypatch.setattr(nvml_mod.NvmlSource, "open", staticmethod(refuse))
+    session = build_session(clock=clock)
+    assert "nvml" not in session.sources
     clock.advance(1)
-    pipe.poll_once()
+    session.pipeline.poll_once()
+    clock.advance(1)
+    session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -161,6 +165,7 @@ async def test_no_nvml_says_why_and_keeps_host(clock):
         assert "NVML unavailable: NVIDIA driver not loaded" in header
         assert "Host and process monitoring continue" in str(app.query_one("#gpus").children[0].render())
         assert "CPU" in plain(app, "#host") and "MEM" in plain(app, "#host")
+        assert "NVML unavailable" in plain(app, "#status")
 
 
 async def test_lost_gpu_is_marked_and_others_keep_updating(clock):

@@ -27,8 +27,11 @@ class HostSource:
         pids: PidsProvider | None = None,
         clock: Callable[[], float] = time.time,
         target_pid: int | None = None,
+        top_cpu: int = 0,
     ) -> None:
         self.interval = interval
+        # Without GPU processes to list (no NVML), the busiest CPU processes stand in.
+        self._top_cpu = top_cpu
         self._pids = pids or (lambda: ())
         self._clock = clock
         self._target = target_pid
@@ -113,6 +116,8 @@ class HostSource:
         wanted = set(self._pids())
         if self._target is not None:
             wanted.add(self._target)
+        if self._top_cpu:
+            wanted |= self._busiest(self._top_cpu)
         for pid in list(self._procs):
             if pid not in wanted:
                 self._procs.pop(pid, None)
@@ -184,7 +189,19 @@ class HostSource:
         )
 
     def _role(self, pid: int) -> str:
-        return "target" if pid == self._target else "gpu"
+        if pid == self._target:
+            return "target"
+        return "cpu" if self._top_cpu else "gpu"
+
+    def _busiest(self, n: int) -> set[int]:
+        # process_iter keeps its Process objects between calls, so cpu_percent is a real rate.
+        usage = []
+        for p in psutil.process_iter(["cpu_percent"]):
+            cpu = p.info.get("cpu_percent")
+            if cpu:
+                usage.append((cpu, p.pid))
+        usage.sort(reverse=True)
+        return {pid for _, pid in usage[:n]}
 
 
 def _core_pct(a, b) -> CoreTimes:

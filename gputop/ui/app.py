@@ -209,8 +209,9 @@ class GputopApp(App[int]):
                 container.mount(self._gpu_widgets["none"])  # type: ignore[index]
             msg = Text()
             if system is not None and system.nvml_error:
-                msg.append(f"No GPU data: NVML unavailable: {system.nvml_error}. ", style="bold yellow")
-                msg.append("Host and process monitoring continue.", style="dim")
+                # The reason is in the header; this line says what still works.
+                msg.append("No GPU data. ", style="bold yellow")
+                msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
             else:
                 msg.append("Waiting for GPU data…", style="dim")
             self._gpu_widgets["none"].update(msg)  # type: ignore[index]
@@ -263,7 +264,7 @@ class GputopApp(App[int]):
             table.add_row(
                 Text(str(r.pid), style=style),
                 truncate(r.user or "?", 10),
-                str(r.gpu),
+                "-" if r.gpu is None else str(r.gpu),
                 fmt_bytes(r.gpu_mem),
                 fmt_pct(r.sm),
                 "n/a" if r.cpu is None else f"{r.cpu:.0f}",
