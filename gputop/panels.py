@@ -18,6 +18,10 @@ from .throttle import decode_throttle, is_performance_limiting
 # A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
 IDLE_UTIL_PCT = 10.0
 
+# The software power cap bit alone, and the share of the limit from which it really bites.
+POWER_CAP_ONLY = 0x4
+POWER_CAP_NEAR = 0.9
+
 # Panel heights in lines, largest first; the app picks the largest that fits every GPU.
 FULL, MEDIUM, COMPACT = "full", "medium", "compact"
 PANEL_LINES = {FULL: 6, MEDIUM: 3, COMPACT: 1}
@@ -147,7 +151,11 @@ def gpu_panel(
     if reasons is None:
         _metric(t, "  THROTTLE ", NA, "dim")
     elif reasons:
-        limiting = is_performance_limiting(s.throttle_reasons)
+        # Hopper reports the software power cap even far below the limit (seen at 204 of
+        # 700 W): it only costs clocks when the board is near its limit.
+        limiting = is_performance_limiting(s.throttle_reasons) and not (
+            s.throttle_reasons == POWER_CAP_ONLY and (power_frac or 0) < POWER_CAP_NEAR
+        )
         _metric(t, "  THROTTLE ", ", ".join(reasons), "bold yellow" if limiting else "")
     else:
         _metric(t, "  THROTTLE ", "none", "green")
