@@ -1,0 +1,871 @@
+"""Live GPU samples from NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``).
+
+Every metric is optional. A metric the GPU does not support reads ``None`` and is named once in
+an info ``Event``; it is not asked for again. A GPU that stops answering becomes a
+``GpuSample(error=...)`` plus one warning, is retried with a growing delay, and the others keep
+being polled. ``poll()`` does not raise for NVML errors.
+
+Call costs measured on an H100 (see the project's facts file): most getters ~1 µs, the 200 ms
+utilisation buffer ~1.9 ms, per-process utilisation ~1.8 ms, PCIe throughput ~20 ms per counter
+(it measures over a window). The slow ones are paced or skipped when there is nothing to read.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ..model import Event, GpuInfo, GpuProcess, GpuSample, SystemInfo, UtilPoint
+
+SOURCE = "nvml"
+
+# nvmlDeviceGetPcieThroughput blocks ~20 ms per counter (facts file): read it this often and
+# reuse the value in between. GPUs with GPM get PCIe rates from GPM at no extra cost instead.
+PCIE_INTERVAL_S = 5.0
+# A GPU that stopped answering is tried again after this delay, doubled on each failure.
+LOST_RETRY_FIRST_S = 2.0
+LOST_RETRY_MAX_S = 60.0
+# GPM rates over a shorter window than this are noise (and NVML may refuse them): a poll that
+# comes sooner than this after the previous GPM sample reuses the previous values.
+GPM_MIN_WINDOW_S = 0.1
+# How often the slowly changing GpuInfo fields (persistence mode, ...) are read again.
+INFO_REFRESH_S = 30.0
+# Per-process utilisation: how far back the first read (or one after a long gap) looks. Older
+# buffer entries describe another moment than the one this poll shows.
+PROC_UTIL_LOOKBACK_S = 2.0
+
+# NVML return codes (nvml.h; pynvml uses the same numbers). Read from the module when present.
+_SUCCESS = 0
+_ERR = {
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "NOT_FOUND": 6,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "ARGUMENT_VERSION_MISMATCH": 25,
+    "GPU_NOT_FOUND": 28,
+    "UNKNOWN": 999,
+}
+
+# GPM metric ids (nvml.h NVML_GPM_METRIC_*) → GpuSample field. PCIe rates come in MiB/s.
+_GPM_METRICS: tuple[tuple[str, str, int], ...] = (
+    ("sm_active", "NVML_GPM_METRIC_SM_UTIL", 2),
+    ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY", 3),
+    ("tensor_active", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5),
+    ("dram_active", "NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
+    ("fp32_active", "NVML_GPM_METRIC_FP32_UTIL", 12),
+    ("fp16_active", "NVML_GPM_METRIC_FP16_UTIL", 13),
+    ("pcie_tx_mib", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20),
+    ("pcie_rx_mib", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21),
+)
+_MIB = 1024 * 1024
+_KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s
+
+# NVML gives CUDA cores, not SMs; cores per SM is fixed per architecture (CUDA C Programming
+# Guide, "Arithmetic Instructions" throughput table: FP32 lanes per SM).
+_CORES_PER_SM = {
+    (7, 0): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
+    (9, 0): 128,
+    (10, 0): 128,
+    (12, 0): 128,
+}
+
+# nvmlSample_t value union member per nvmlValueType_t.
+_VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_NOT_AVAILABLE_U64 = 2**64 - 1
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used at all; ``str()`` is one line saying why.
+
+    ``check`` names what failed (for a doctor-style listing).
+    """
+
+    def __init__(self, message: str, check: str = "NVIDIA driver") -> None:
+        super().__init__(message)
+        self.check = check
+
+
+class _GpuLost(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _Gpm:
+    samples: list[Any]
+    get: Any  # the reusable nvmlGpmMetricsGet_t request
+    cur: int = 0
+    have_prev: bool = False
+    prev_ts: float = 0.0
+    last: dict[str, float] = field(default_factory=dict)
+    pcie_ok: bool = True  # GPM gives PCIe rates on this GPU (else the slow legacy counter)
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """What the source remembers about one GPU between polls."""
+
+    index: int
+    handle: Any
+    pos: int  # position among the polled GPUs (staggers the slow PCIe reads)
+    info: GpuInfo | None = None
+    info_next: float = 0.0
+    sm_clock_max: int | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    skip: set[str] = field(default_factory=set)  # not supported: never asked again
+    missing: dict[str, str] = field(default_factory=dict)  # this poll's unavailable fields
+    reported: set[str] = field(default_factory=set)  # already told the user
+    util_last_us: int = 0
+    proc_util_last_us: int = 0
+    pcie_next: float | None = None
+    pcie_rx: float | None = None
+    pcie_tx: float | None = None
+    gpm: _Gpm | None = None
+    gpm_checked: bool = False
+    lost: str | None = None
+    retry_at: float = 0.0
+    backoff: float = LOST_RETRY_FIRST_S
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode(errors="replace")
+    return str(v)
+
+
+def _cuda_version(v: int | None) -> str | None:
+    """NVML encodes CUDA 13.0 as 13000."""
+    if not v:
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _cpu_ranges(words: Any) -> str | None:
+    """A cpuset bitmask (64-bit words, lowest CPUs first) as text like ``"0-15,32-47"``."""
+    cpus = [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+    if not cpus:
+        return None
+    parts: list[str] = []
+    start = prev = cpus[0]
+    for c in cpus[1:] + [None]:  # type: ignore[list-item]
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ",".join(parts)
+
+
+class NvmlSource:
+    """Polls every GPU NVML sees. Build it with :meth:`open`."""
+
+    name = SOURCE
+
+    def __init__(
+        self,
+        nvml: Any,
+        handles: list[tuple[int, Any]],
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        pcie_interval: float = PCIE_INTERVAL_S,
+    ) -> None:
+        self.interval = interval
+        self._nv = nvml
+        self._clock = clock
+        self._pcie_interval = pcie_interval
+        self._gpus = [_Gpu(index=i, handle=h, pos=p) for p, (i, h) in enumerate(handles)]
+        self._started = False
+        self._closed = False
+        self._refused: list[str] = []  # GPUs NVML lists but would not give a handle for
+        self._lock = threading.Lock()
+        self._err_cls: type[BaseException] = getattr(nvml, "NVMLError", Exception)
+        self._code = {k: getattr(nvml, "NVML_ERROR_" + k, v) for k, v in _ERR.items()}
+        c = self._code
+        self._never = {c["NOT_SUPPORTED"], c["FUNCTION_NOT_FOUND"]}
+        self._hard_lost = {c["GPU_IS_LOST"], c["RESET_REQUIRED"], c["GPU_NOT_FOUND"]}
+        # On the first call of a poll, these mean the whole device is not answering.
+        self._probe_lost = self._hard_lost | {c["UNKNOWN"], c["TIMEOUT"]}
+        self._newer_missing = {c["FUNCTION_NOT_FOUND"], c["ARGUMENT_VERSION_MISMATCH"]}
+        self._k = {
+            "temp_gpu": getattr(nvml, "NVML_TEMPERATURE_GPU", 0),
+            "clock_sm": getattr(nvml, "NVML_CLOCK_SM", 1),
+            "clock_mem": getattr(nvml, "NVML_CLOCK_MEM", 2),
+            "ecc_corr": getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+            "ecc_uncorr": getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+            "ecc_volatile": getattr(nvml, "NVML_VOLATILE_ECC", 0),
+            "util_samples": getattr(nvml, "NVML_GPU_UTILIZATION_SAMPLES", 1),
+            "pcie_tx": getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0),
+            "pcie_rx": getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1),
+            "enabled": getattr(nvml, "NVML_FEATURE_ENABLED", 1),
+        }
+        nv = nvml
+        self._temperature = self._newest(
+            [
+                lambda h: nv.nvmlDeviceGetTemperature(h, self._k["temp_gpu"]),
+                lambda h: nv.nvmlDeviceGetTemperatureV(h, self._k["temp_gpu"]),
+            ]
+        )
+        mem_calls: list[Callable[[Any], Any]] = []
+        if hasattr(nv, "nvmlMemory_v2"):
+            # v2 leaves out the driver's reserved memory, as nvidia-smi does.
+            mem_calls.append(lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2))
+        mem_calls.append(lambda h: nv.nvmlDeviceGetMemoryInfo(h))
+        self._memory = self._newest(mem_calls)
+        self._reasons = self._newest_named(
+            "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+        self._compute_procs = self._newest_named(
+            "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"
+        )
+        self._graphics_procs = self._newest_named(
+            "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"
+        )
+        self._gpm_ids = [(f, getattr(nv, name, default)) for f, name, default in _GPM_METRICS]
+
+    # ----------------------------------------------------------------- construction
+
+    @classmethod
+    def open(
+        cls,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        nvml: Any = None,
+        pcie_interval: float = PCIE_INTERVAL_S,
+    ) -> "NvmlSource":
+        """Initialise NVML and find the GPUs; :class:`NvmlUnavailable` if there is nothing to poll."""
+        if nvml is None:
+            try:
+                import pynvml as nvml  # type: ignore[no-redef]
+            except ImportError:
+                raise NvmlUnavailable(
+                    "nvidia-ml-py is not installed (pip install nvidia-ml-py)", check="nvidia-ml-py"
+                ) from None
+        err_cls = getattr(nvml, "NVMLError", Exception)
+        try:
+            nvml.nvmlInit()
+        except err_cls as exc:
+            raise NvmlUnavailable(_init_reason(nvml, exc)) from None
+        except Exception as exc:  # ctypes/OS trouble loading the library
+            raise NvmlUnavailable(f"NVML init failed: {type(exc).__name__}: {exc}") from None
+
+        def fail(message: str, check: str) -> NvmlUnavailable:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                pass
+            return NvmlUnavailable(message, check=check)
+
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:
+            raise fail(f"cannot count NVIDIA GPUs: {exc}", "GPUs") from None
+        if count <= 0:
+            raise fail("no NVIDIA GPU found", "GPUs")
+        handles: list[tuple[int, Any]] = []
+        refused: list[str] = []
+        for i in range(count):
+            try:
+                handles.append((i, nvml.nvmlDeviceGetHandleByIndex(i)))
+            except Exception as exc:
+                refused.append(f"GPU {i}: {exc}")
+        if not handles:
+            raise fail("no accessible NVIDIA GPU (" + "; ".join(refused) + ")", "GPUs")
+        src = cls(nvml, handles, interval=interval, clock=clock, pcie_interval=pcie_interval)
+        src._refused = refused
+        return src
+
+    # ----------------------------------------------------------------- Source protocol
+
+    def poll(self) -> list[object]:
+        with self._lock:
+            if self._closed:
+                return []
+            ts = self._clock()
+            out: list[object] = []
+            if not self._started:
+                self._started = True
+                out.append(self._system_info(ts))
+                for why in self._refused:
+                    out.append(Event(ts, SOURCE, f"{why}; not monitored", "warning"))
+            for g in self._gpus:
+                try:
+                    self._poll_gpu(g, ts, out)
+                except Exception as exc:  # a bug or an odd binding: one GPU's poll, not the source
+                    msg = f"read failed: {type(exc).__name__}: {exc}"
+                    out.append(GpuSample(ts, g.index, error=msg))
+                    if msg not in g.reported:
+                        g.reported.add(msg)
+                        out.append(Event(ts, SOURCE, f"GPU {g.index}: {msg}", "error"))
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for g in self._gpus:
+                self._drop_gpm(g)
+            try:
+                self._nv.nvmlShutdown()
+            except Exception:
+                pass
+
+    # ----------------------------------------------------------------- per GPU
+
+    def _poll_gpu(self, g: _Gpu, ts: float, out: list[object]) -> None:
+        if g.lost is not None:
+            if ts < g.retry_at:
+                out.append(GpuSample(ts, g.index, error=g.lost))
+                return
+            try:  # the old handle may be stale after a reset
+                g.handle = self._nv.nvmlDeviceGetHandleByIndex(g.index)
+            except Exception as exc:
+                self._mark_lost(g, ts, str(exc), out)
+                return
+        g.missing.clear()
+        try:
+            items = self._read_gpu(g, ts)
+        except _GpuLost as exc:
+            self._mark_lost(g, ts, str(exc), out)
+            return
+        if g.lost is not None:
+            out.append(Event(ts, SOURCE, f"GPU {g.index} answers again", "info"))
+            g.lost = None
+            g.backoff = LOST_RETRY_FIRST_S
+        out.extend(items)
+        self._report_missing(g, ts, out)
+
+    def _mark_lost(self, g: _Gpu, ts: float, why: str, out: list[object]) -> None:
+        first = g.lost is None
+        g.lost = f"GPU lost: {why}"
+        g.retry_at = ts + g.backoff
+        g.backoff = min(g.backoff * 2, LOST_RETRY_MAX_S)
+        if g.gpm is not None:
+            g.gpm.have_prev = False  # the counters restart with the device
+        g.info_next = 0.0  # read the description again when it comes back
+        out.append(GpuSample(ts, g.index, error=g.lost))
+        if first:
+            out.append(
+                Event(ts, SOURCE, f"GPU {g.index}: {why}; other GPUs still monitored, retrying", "warning")
+            )
+
+    def _read_gpu(self, g: _Gpu, ts: float) -> list[object]:
+        h, k = g.handle, self._k
+        util = self._get(g, "utilization", "nvmlDeviceGetUtilizationRates", h, probe=True)
+        self._setup_gpm(g)
+        mem = self._get(g, "memory", self._memory, h)
+        mem_total = int(mem.total) if mem is not None else None
+        power_mw = self._get(g, "power", "nvmlDeviceGetPowerUsage", h)
+        limit_mw = self._get(g, "power limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        limit_w = limit_mw / 1000.0 if limit_mw is not None else None
+
+        items: list[object] = []
+        info = self._maybe_info(g, ts, mem_total, limit_w)
+        if info is not None:
+            items.append(info)
+
+        temp = self._get(g, "temperature", self._temperature, h)
+        fan = self._get(g, "fan", "nvmlDeviceGetFanSpeed", h)
+        sm_clock = self._get(g, "SM clock", "nvmlDeviceGetClockInfo", h, k["clock_sm"])
+        mem_clock = self._get(g, "memory clock", "nvmlDeviceGetClockInfo", h, k["clock_mem"])
+        reasons = self._get(g, "clocks event reasons", self._reasons, h)
+        gen = self._get(g, "PCIe link gen", "nvmlDeviceGetCurrPcieLinkGeneration", h)
+        width = self._get(g, "PCIe link width", "nvmlDeviceGetCurrPcieLinkWidth", h)
+        ecc_c = self._get(
+            g, "ECC", "nvmlDeviceGetTotalEccErrors", h, k["ecc_corr"], k["ecc_volatile"]
+        )
+        ecc_u = self._get(
+            g, "ECC", "nvmlDeviceGetTotalEccErrors", h, k["ecc_uncorr"], k["ecc_volatile"]
+        )
+        try:
+            gpm = self._read_gpm(g, ts)
+        except _GpuLost:
+            raise
+        except Exception as exc:
+            g.missing.setdefault("GPM metrics", f"{type(exc).__name__}: {exc}")
+            gpm = {}
+        rx, tx = self._pcie(g, ts, gpm)
+
+        items.append(
+            GpuSample(
+                ts,
+                g.index,
+                util_gpu=float(util.gpu) if util is not None else None,
+                util_mem=float(util.memory) if util is not None else None,
+                mem_used=int(mem.used) if mem is not None else None,
+                mem_total=mem_total,
+                temperature_c=float(temp) if temp is not None else None,
+                power_w=power_mw / 1000.0 if power_mw is not None else None,
+                power_limit_w=limit_w,
+                fan_pct=float(fan) if fan is not None else None,
+                sm_clock_mhz=int(sm_clock) if sm_clock is not None else None,
+                mem_clock_mhz=int(mem_clock) if mem_clock is not None else None,
+                sm_clock_max_mhz=g.sm_clock_max,
+                throttle_reasons=int(reasons) if reasons is not None else None,
+                pcie_gen=int(gen) if gen is not None else None,
+                pcie_width=int(width) if width is not None else None,
+                pcie_max_gen=g.pcie_max_gen,
+                pcie_max_width=g.pcie_max_width,
+                pcie_rx_bps=rx,
+                pcie_tx_bps=tx,
+                ecc_corrected=int(ecc_c) if ecc_c is not None else None,
+                ecc_uncorrected=int(ecc_u) if ecc_u is not None else None,
+                sm_active=gpm.get("sm_active"),
+                sm_occupancy=gpm.get("sm_occupancy"),
+                tensor_active=gpm.get("tensor_active"),
+                dram_active=gpm.get("dram_active"),
+                fp32_active=gpm.get("fp32_active"),
+                fp16_active=gpm.get("fp16_active"),
+            )
+        )
+        for key, part in (("utilization samples", self._util_points), ("processes", self._processes)):
+            try:
+                items.extend(part(g, ts))
+            except _GpuLost:
+                raise
+            except Exception as exc:  # an odd answer: that part is missing, the sample stands
+                g.missing.setdefault(key, f"{type(exc).__name__}: {exc}")
+        return items
+
+    # ----------------------------------------------------------------- one call, guarded
+
+    def _get(self, g: _Gpu, key: str, fn: Callable[..., Any] | str, *args: Any, probe: bool = False) -> Any:
+        """``fn(*args)``, or ``None`` with the reason noted; raises only ``_GpuLost``."""
+        if key in g.skip:
+            return None
+        if isinstance(fn, str):  # by name: an older pynvml may not have it
+            name = fn
+            fn = getattr(self._nv, name, None)
+            if fn is None:
+                g.skip.add(key)
+                g.missing.setdefault(key, f"not in this pynvml ({name})")
+                return None
+        try:
+            return fn(*args)
+        except self._err_cls as exc:  # type: ignore[misc]
+            code = getattr(exc, "value", None)
+            if code in (self._probe_lost if probe else self._hard_lost):
+                raise _GpuLost(str(exc)) from None
+            if code in self._never:
+                g.skip.add(key)
+                g.missing.setdefault(key, "not supported")
+            elif code == self._code["NOT_FOUND"] and key in _EMPTY_OK:
+                pass  # nothing new since the last read
+            else:
+                g.missing.setdefault(key, str(exc) or f"NVML error {code}")
+            return None
+        except Exception as exc:
+            g.missing.setdefault(key, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _newest(self, calls: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+        """A call trying NVML entry points in order until the driver has one; remembers it."""
+        order = list(calls)
+        missing = self._newer_missing
+
+        def call(h: Any) -> Any:
+            while True:
+                fn = order[0]
+                try:
+                    return fn(h)
+                except AttributeError:
+                    if len(order) == 1:
+                        raise self._nv.NVMLError(self._code["NOT_SUPPORTED"]) from None
+                    order.pop(0)
+                except self._err_cls as exc:  # type: ignore[misc]
+                    if getattr(exc, "value", None) not in missing or len(order) == 1:
+                        raise
+                    order.pop(0)
+                except Exception as exc:
+                    # pynvml wraps a missing versioned entry point in NVMLLibraryMismatchError
+                    if type(exc).__name__ != "NVMLLibraryMismatchError" or len(order) == 1:
+                        raise
+                    order.pop(0)
+
+        return call
+
+    def _newest_named(self, *names: str) -> Callable[[Any], Any]:
+        nv = self._nv
+        return self._newest([lambda h, n=n: getattr(nv, n)(h) for n in names])
+
+    def _report_missing(self, g: _Gpu, ts: float, out: list[object]) -> None:
+        new = [k for k in g.missing if k not in g.reported]
+        if not new:
+            return
+        g.reported.update(new)
+        by_reason: dict[str, list[str]] = {}
+        for k in new:
+            by_reason.setdefault(g.missing[k], []).append(k)
+        text = "; ".join(f"{', '.join(keys)} ({why})" for why, keys in by_reason.items())
+        out.append(Event(ts, SOURCE, f"GPU {g.index}: not available: {text}", "info"))
+
+    # ----------------------------------------------------------------- static description
+
+    def _system_info(self, ts: float) -> SystemInfo:
+        nv = self._nv
+
+        def safe(fn_name: str) -> Any:
+            fn = getattr(nv, fn_name, None)
+            if fn is None:
+                return None
+            try:
+                return fn()
+            except Exception:
+                return None
+
+        cuda = safe("nvmlSystemGetCudaDriverVersion_v2") or safe("nvmlSystemGetCudaDriverVersion")
+        return SystemInfo(
+            ts=ts,
+            hostname=socket.gethostname(),
+            driver_version=_text(safe("nvmlSystemGetDriverVersion")),
+            cuda_driver_version=_cuda_version(cuda),
+            nvml_version=_text(safe("nvmlSystemGetNVMLVersion")),
+            gpu_count=len(self._gpus),
+            cpu_count=os.cpu_count(),
+            source="live",
+        )
+
+    def _maybe_info(self, g: _Gpu, ts: float, mem_total: int | None, limit_w: float | None) -> GpuInfo | None:
+        """The GpuInfo to emit this poll, if it is new or changed."""
+        if g.info is not None and ts < g.info_next:
+            if limit_w is not None and limit_w != g.info.power_limit_w:
+                g.info = replace(g.info, ts=ts, power_limit_w=limit_w)
+                return g.info
+            return None
+        g.info_next = ts + INFO_REFRESH_S
+        h = g.handle
+        name = _text(self._get(g, "name", "nvmlDeviceGetName", h)) or f"GPU {g.index}"
+        uuid = _text(self._get(g, "UUID", "nvmlDeviceGetUUID", h)) or ""
+        cc_raw = self._get(g, "compute capability", "nvmlDeviceGetCudaComputeCapability", h)
+        cc = (int(cc_raw[0]), int(cc_raw[1])) if cc_raw is not None else None
+        g.pcie_max_gen = _int(self._get(g, "PCIe max gen", "nvmlDeviceGetMaxPcieLinkGeneration", h))
+        g.pcie_max_width = _int(self._get(g, "PCIe max width", "nvmlDeviceGetMaxPcieLinkWidth", h))
+        g.sm_clock_max = _int(self._get(g, "max SM clock", "nvmlDeviceGetMaxClockInfo", h, self._k["clock_sm"]))
+        pm = self._get(g, "persistence mode", "nvmlDeviceGetPersistenceMode", h)
+        info = GpuInfo(
+            ts=ts,
+            index=g.index,
+            name=name,
+            uuid=uuid,
+            memory_total=mem_total,
+            power_limit_w=limit_w,
+            pcie_max_gen=g.pcie_max_gen,
+            pcie_max_width=g.pcie_max_width,
+            compute_capability=cc,
+            sm_count=self._sm_count(g, cc),
+            gpm_supported=g.gpm is not None,
+            persistence_mode=(pm == self._k["enabled"]) if pm is not None else None,
+            numa_cpus=self._numa_cpus(g),
+        )
+        if g.info is not None and replace(g.info, ts=ts) == info:
+            return None
+        g.info = info
+        return info
+
+    def _sm_count(self, g: _Gpu, cc: tuple[int, int] | None) -> int | None:
+        per_sm = _CORES_PER_SM.get(cc) if cc else None
+        if per_sm is None or "SM count" in g.skip:
+            return None
+        cores = self._get(g, "SM count", "nvmlDeviceGetNumGpuCores", g.handle)
+        if not cores or cores % per_sm:
+            return None
+        return int(cores) // per_sm
+
+    def _numa_cpus(self, g: _Gpu) -> str | None:
+        words = max(1, ((os.cpu_count() or 1) + 63) // 64)
+        mask = self._get(g, "CPU affinity", "nvmlDeviceGetCpuAffinity", g.handle, words)
+        return _cpu_ranges(mask) if mask is not None else None
+
+    # ----------------------------------------------------------------- GPM
+
+    def _setup_gpm(self, g: _Gpu) -> None:
+        if g.gpm_checked:
+            return
+        g.gpm_checked = True
+        nv = self._nv
+        support = self._get(g, "GPM", "nvmlGpmQueryDeviceSupport", g.handle)
+        if support is None:
+            return
+        if not getattr(support, "isSupportedDevice", 0):
+            g.missing["GPM metrics"] = "not supported on this GPU"
+            return
+        samples: list[Any] = []
+        try:
+            for _ in range(2):
+                samples.append(nv.nvmlGpmSampleAlloc())
+            req = nv.c_nvmlGpmMetricsGet_t()
+            req.version = nv.NVML_GPM_METRICS_GET_VERSION
+            req.numMetrics = len(self._gpm_ids)
+            for i, (_, mid) in enumerate(self._gpm_ids):
+                req.metrics[i].metricId = mid
+        except Exception as exc:
+            for s in samples:
+                try:
+                    nv.nvmlGpmSampleFree(s)
+                except Exception:
+                    pass
+            g.missing["GPM metrics"] = f"setup failed: {exc}"
+            return
+        g.gpm = _Gpm(samples=samples, get=req)
+
+    def _read_gpm(self, g: _Gpu, ts: float) -> dict[str, float]:
+        """GPM metrics between the previous poll's sample and this one's ({} on the first)."""
+        st = g.gpm
+        if st is None:
+            return {}
+        if st.have_prev and ts - st.prev_ts < GPM_MIN_WINDOW_S:
+            return st.last
+        cur = st.samples[st.cur]
+        if self._get(g, "GPM sample", "nvmlGpmSampleGet", g.handle, cur) is None:
+            st.have_prev = False
+            if "GPM sample" in g.skip:
+                self._drop_gpm(g)
+            return {}
+        prev = st.samples[st.cur ^ 1]
+        st.cur ^= 1
+        st.prev_ts = ts
+        if not st.have_prev:
+            st.have_prev = True
+            st.last = {}
+            return {}
+        req = st.get
+        req.sample1 = prev
+        req.sample2 = cur
+        st.last = {}
+        if self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req) is None:
+            return {}
+        values: dict[str, float] = {}
+        for i, (fld, _) in enumerate(self._gpm_ids):
+            m = req.metrics[i]
+            if m.nvmlReturn == _SUCCESS:
+                values[fld] = float(m.value)
+            elif fld.startswith("pcie"):
+                st.pcie_ok = False  # fall back to the paced legacy counter
+            else:
+                g.missing.setdefault(f"GPM {fld}", f"NVML error {m.nvmlReturn}")
+        st.last = values
+        return values
+
+    def _drop_gpm(self, g: _Gpu) -> None:
+        if g.gpm is None:
+            return
+        for s in g.gpm.samples:
+            try:
+                self._nv.nvmlGpmSampleFree(s)
+            except Exception:
+                pass
+        g.gpm = None
+
+    # ----------------------------------------------------------------- PCIe throughput
+
+    def _pcie(self, g: _Gpu, ts: float, gpm: dict[str, float]) -> tuple[float | None, float | None]:
+        if g.gpm is not None and g.gpm.pcie_ok:
+            rx, tx = gpm.get("pcie_rx_mib"), gpm.get("pcie_tx_mib")
+            return (rx * _MIB if rx is not None else None, tx * _MIB if tx is not None else None)
+        if g.pcie_next is None:
+            # Stagger the ~40 ms reads so that several GPUs don't all pay in one poll.
+            g.pcie_next = ts + g.pos * self._pcie_interval / max(1, len(self._gpus))
+        if ts >= g.pcie_next:
+            g.pcie_next = ts + self._pcie_interval
+            k = self._k
+            rx = self._get(g, "PCIe throughput", "nvmlDeviceGetPcieThroughput", g.handle, k["pcie_rx"])
+            tx = self._get(g, "PCIe throughput", "nvmlDeviceGetPcieThroughput", g.handle, k["pcie_tx"])
+            g.pcie_rx = rx * _KIB if rx is not None else None
+            g.pcie_tx = tx * _KIB if tx is not None else None
+        return g.pcie_rx, g.pcie_tx
+
+    # ----------------------------------------------------------------- 200 ms utilisation buffer
+
+    def _util_points(self, g: _Gpu, ts: float) -> list[UtilPoint]:
+        got = self._get(
+            g, "utilization samples", "nvmlDeviceGetSamples", g.handle, self._k["util_samples"], g.util_last_us
+        )
+        if not got:
+            return []
+        vtype, samples = got
+        fld = _VALUE_FIELDS[vtype] if 0 <= vtype < len(_VALUE_FIELDS) else "uiVal"
+        last = g.util_last_us
+        raw = []
+        for s in samples:
+            t = int(s.timeStamp)
+            if t > last:  # the first call returns ~14 s of history; later ones only what is new
+                raw.append((t, getattr(s.sampleValue, fld)))
+        if not raw:
+            return []
+        raw.sort()
+        g.util_last_us = raw[-1][0]
+        return [UtilPoint(t / 1e6, g.index, float(v)) for t, v in raw]
+
+    # ----------------------------------------------------------------- processes
+
+    def _processes(self, g: _Gpu, ts: float) -> list[GpuProcess]:
+        procs: dict[int, list[Any]] = {}  # pid -> [used_memory, kind]
+        for kind, fn, key in (
+            ("C", self._compute_procs, "compute processes"),
+            ("G", self._graphics_procs, "graphics processes"),
+        ):
+            for p in self._get(g, key, fn, g.handle) or ():
+                mem = getattr(p, "usedGpuMemory", None)
+                if mem == _NOT_AVAILABLE_U64:
+                    mem = None
+                pid = int(p.pid)
+                have = procs.get(pid)
+                if have is None:
+                    procs[pid] = [mem, kind]
+                else:
+                    if have[1] != kind:
+                        have[1] = "C+G"
+                    if mem is not None and (have[0] is None or mem > have[0]):
+                        have[0] = mem
+        if not procs:
+            return []
+        util = self._process_util(g, ts)
+        out = []
+        for pid, (mem, kind) in procs.items():
+            u = util.get(pid)
+            out.append(
+                GpuProcess(
+                    ts,
+                    g.index,
+                    pid,
+                    used_memory=int(mem) if mem is not None else None,
+                    sm_util=u[0] if u else None,
+                    mem_util=u[1] if u else None,
+                    kind=kind,
+                )
+            )
+        return out
+
+    def _process_util(self, g: _Gpu, ts: float) -> dict[int, tuple[float, float]]:
+        since = max(g.proc_util_last_us, int((ts - max(PROC_UTIL_LOOKBACK_S, 2 * self.interval)) * 1e6))
+        samples = self._get(g, "process utilization", "nvmlDeviceGetProcessUtilization", g.handle, since)
+        if not samples:
+            return {}
+        latest: dict[int, Any] = {}
+        for s in samples:
+            t = int(s.timeStamp)
+            if t <= since:
+                continue
+            prev = latest.get(int(s.pid))
+            if prev is None or t > int(prev.timeStamp):
+                latest[int(s.pid)] = s
+            if t > g.proc_util_last_us:
+                g.proc_util_last_us = t
+        return {pid: (float(s.smUtil), float(s.memUtil)) for pid, s in latest.items()}
+
+
+# Calls whose NOT_FOUND means "no new entries", not a missing metric.
+_EMPTY_OK = frozenset({"utilization samples", "process utilization"})
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if v is not None else None
+
+
+def _init_reason(nvml: Any, exc: BaseException) -> str:
+    code = getattr(exc, "value", None)
+    c = {k: getattr(nvml, "NVML_ERROR_" + k, v) for k, v in _ERR.items()}
+    if code == c["LIBRARY_NOT_FOUND"]:
+        return "NVIDIA driver not loaded (libnvidia-ml.so.1 not found)"
+    if code == c["DRIVER_NOT_LOADED"]:
+        return "NVIDIA driver not loaded (the kernel module is not running)"
+    if code == c["NO_PERMISSION"]:
+        return "no permission to use the NVIDIA driver (check access to /dev/nvidia*)"
+    if code == c["LIB_RM_VERSION_MISMATCH"]:
+        return "NVIDIA driver and library versions differ (reload the driver or reboot)"
+    return f"NVML init failed: {exc}"
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def describe_environment(nvml: Any = None) -> list[tuple[str, bool, str]]:
+    """Checks for ``gputop doctor``: (what, ok, one-line detail). Never raises for NVML trouble."""
+    try:
+        src = NvmlSource.open(interval=1.0, nvml=nvml)
+    except NvmlUnavailable as exc:
+        return [(exc.check, False, str(exc))]
+    try:
+        batch = src.poll()
+    finally:
+        src.close()
+    checks: list[tuple[str, bool, str]] = []
+    system = next((s for s in batch if isinstance(s, SystemInfo)), None)
+    infos = {s.index: s for s in batch if isinstance(s, GpuInfo)}
+    samples = {s.index: s for s in batch if isinstance(s, GpuSample)}
+    if system is not None:
+        cuda = f" (CUDA {system.cuda_driver_version})" if system.cuda_driver_version else ""
+        checks.append(("NVIDIA driver", True, f"{system.driver_version or 'version unknown'}{cuda}"))
+        checks.append(("NVML", system.nvml_version is not None, f"version {system.nvml_version or 'unknown'}"))
+        checks.append(("GPUs", system.gpu_count > 0, f"{system.gpu_count} visible to NVML"))
+    for ev in batch:
+        if isinstance(ev, Event) and ev.level != "info":
+            checks.append(("NVML", False, ev.message))
+    for i in sorted(set(infos) | set(samples)):
+        info, s = infos.get(i), samples.get(i)
+        if s is not None and s.error:
+            checks.append((f"GPU {i}", False, s.error))
+            continue
+        if info is None:
+            continue
+        parts = [info.name]
+        if info.memory_total:
+            parts.append(f"{info.memory_total / 2**30:.0f} GiB")
+        if info.compute_capability:
+            parts.append("compute {}.{}".format(*info.compute_capability))
+        if info.sm_count:
+            parts.append(f"{info.sm_count} SMs")
+        if info.numa_cpus:
+            parts.append(f"CPUs {info.numa_cpus}")
+        checks.append((f"GPU {i}", True, ", ".join(parts)))
+        if info.persistence_mode is None:
+            checks.append((f"GPU {i} persistence mode", True, "not reported (normal on some platforms)"))
+        elif info.persistence_mode:
+            checks.append((f"GPU {i} persistence mode", True, "on"))
+        else:
+            checks.append(
+                (
+                    f"GPU {i} persistence mode",
+                    False,
+                    "off: the driver may unload between jobs and the first CUDA call waits; "
+                    "sudo nvidia-smi -pm 1",
+                )
+            )
+        if info.gpm_supported:
+            checks.append((f"GPU {i} GPM", True, "supported: SM, tensor-core and DRAM activity available"))
+        else:
+            checks.append(
+                (f"GPU {i} GPM", False, "not supported (Hopper or newer): tensor-core activity not measurable")
+            )
+        if s is not None and s.pcie_gen is not None and info.pcie_max_gen is not None:
+            cur = f"gen {s.pcie_gen} x{s.pcie_width if s.pcie_width is not None else '?'}"
+            best = f"gen {info.pcie_max_gen} x{info.pcie_max_width if info.pcie_max_width is not None else '?'}"
+            full = s.pcie_gen >= info.pcie_max_gen and (
+                s.pcie_width is None or info.pcie_max_width is None or s.pcie_width >= info.pcie_max_width
+            )
+            detail = f"{cur} (max {best})"
+            if not full:
+                detail += "; an idle GPU may train its link down: check again under load"
+            checks.append((f"GPU {i} PCIe link", full, detail))
+    return checks
+
+
+__all__ = ["NvmlSource", "NvmlUnavailable", "describe_environment", "PCIE_INTERVAL_S"]
