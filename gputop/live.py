@@ -41,6 +41,14 @@ def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple
         return None, [info, Event(info.ts, "nvml", f"NVML unavailable: {exc}", "warning")]
 
 
+def stacks_source(store: Store, pid: int, stuck_after: float, clock=time.time) -> Source:
+    """py-spy on ``pid``; its stuck warnings stay quiet while the target's GPU work goes on."""
+    from .analysis.stuck import target_gpu_busy
+    from .sources.stacks import PySpySource
+
+    return PySpySource(pid, clock=clock, stuck_after=stuck_after, gpu_busy=lambda: target_gpu_busy(store, pid))
+
+
 def build_session(
     interval: float = 1.0,
     fake: int | None = None,
@@ -54,10 +62,18 @@ def build_session(
 
     store = store or Store()
     sources: dict[str, Source] = {}
+    attach_note: Event | None = None
     if pid is not None:
-        from .sources.stacks import PySpySource, check_attachable
+        from .sources.stacks import AttachError, check_attachable
 
-        check_attachable(pid)  # raises UserError with the fix, before any UI appears
+        try:
+            check_attachable(pid)
+        except AttachError as exc:
+            # No such process: nothing to monitor, say so before any UI appears. Otherwise
+            # (not Python, no permission, py-spy broken) GPU and host monitoring still work.
+            if exc.kind == "gone":
+                raise
+            attach_note = Event(clock(), "stacks", f"cannot sample stacks of {pid}: {exc}", "error")
     gpu, notes = open_gpu_source(interval, fake, clock)
     if gpu is not None:
         sources[gpu.name] = gpu
@@ -74,8 +90,10 @@ def build_session(
     sources["host"] = HostSource(
         interval=interval, pids=pids_to_watch, clock=clock, target_pid=pid, top_cpu=0 if gpu is not None else 15
     )
-    if pid is not None:
-        sources["stacks"] = PySpySource(pid, clock=clock, stuck_after=stuck_after)
+    if pid is not None and attach_note is None:
+        sources["stacks"] = stacks_source(store, pid, stuck_after, clock)
+    if attach_note is not None:
+        store.add([attach_note])
     pipeline = Pipeline(store, list(sources.values()), clock=clock)
     mode = "fake" if fake is not None else "live"
     return Session(

@@ -181,7 +181,7 @@ class ProcSample:
 
 
 class Category(str, Enum):
-    """What a thread was doing in one stack sample (see the classifier in sources.stacks)."""
+    """What a thread was doing in one stack sample (see the classifier in gputop.classify)."""
 
     DATA_WAIT = "data-wait"
     DATA_FETCH = "data-fetch"
@@ -203,6 +203,9 @@ class Frame:
     filename: str
     line: int = 0
     module: str | None = None
+    # The source line's text where it could be read: C calls such as ``.item()`` have no Python
+    # frame of their own, so the caller's line is the only trace of them.
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,7 @@ class StackSample:
     owns_gil: bool = False
     is_main: bool = False
     category: Category = Category.OTHER
+    os_thread_id: int | None = None  # the kernel's thread id (py-spy's thread_id is pthread's)
 
 
 # --------------------------------------------------------------------------- events

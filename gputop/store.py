@@ -118,6 +118,7 @@ class Store:
         self._stacks: Ring[StackSample] = Ring(self.retention.stack_samples)
         self._events: Ring[Event] = Ring(self.retention.events)
         self._findings: list[Finding] = []  # the advisor's current list
+        self._analysis: dict[str, object] = {}  # derived results shared with the panes (breakdowns)
         self._findings_seen: Ring[Finding] = Ring(self.retention.events)  # as recorded
         self.now = 0.0  # newest timestamp seen: the store's clock (live or replayed)
         self.version = 0  # bumped on every change, so readers can skip unchanged redraws
@@ -167,6 +168,17 @@ class Store:
         with self._lock:
             self._findings = list(findings)
             self.version += 1
+
+    def set_analysis(self, name: str, value: object) -> None:
+        """Publish a derived result (e.g. the advisor's per-GPU time breakdowns) for the panes,
+        so a widget renders it instead of recomputing it."""
+        with self._lock:
+            self._analysis[name] = value
+            self.version += 1
+
+    def analysis(self, name: str, default: object = None) -> object:
+        with self._lock:
+            return self._analysis.get(name, default)
 
     def reset(self) -> None:
         """Forget all samples (replay seeking backwards starts from a clean store)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gputop.advisor.engine import add_advisor  # noqa: E402
 from gputop.live import build_session  # noqa: E402
 from gputop.ui.app import GputopApp  # noqa: E402
 
@@ -22,6 +23,7 @@ from gputop.ui.app import GputopApp  # noqa: E402
 async def shoot(args: argparse.Namespace) -> Path:
     w, h = (int(x) for x in args.size.split("x"))
     session = build_session(interval=args.interval, fake=args.fake, pid=args.pid)
+    session.sources["advisor"] = add_advisor(session)
     app = GputopApp(session, interval=args.interval)
     session.pipeline.start()
     try:

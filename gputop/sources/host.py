@@ -34,7 +34,7 @@ class HostSource:
         self._top_cpu = top_cpu
         self._pids = pids or (lambda: ())
         self._clock = clock
-        self._target = target_pid
+        self.target_pid = target_pid
         self._prev_cpu = psutil.cpu_times(percpu=True)
         self._prev_disk = _disk_counters()
         self._prev_net = _net_counters()
@@ -114,8 +114,8 @@ class HostSource:
     def _proc_samples(self, ts: float) -> list[object]:
         out: list[object] = []
         wanted = set(self._pids())
-        if self._target is not None:
-            wanted.add(self._target)
+        if self.target_pid is not None:
+            wanted.add(self.target_pid)
         if self._top_cpu:
             wanted |= self._busiest(self._top_cpu)
         for pid in list(self._procs):
@@ -128,7 +128,7 @@ class HostSource:
                 out.append(s)
             elif pid not in self._gone:
                 self._gone.add(pid)
-                if pid == self._target:
+                if pid == self.target_pid:
                     out.append(Event(ts, "host", f"process {pid} has exited", "warning"))
         return out
 
@@ -166,7 +166,7 @@ class HostSource:
                 w_bps = max(0, io.write_bytes - prev[2]) / dt
             self._prev_io[pid] = (now, io.read_bytes, io.write_bytes)
         env: tuple[tuple[str, str], ...] = ()
-        if pid == self._target:
+        if pid == self.target_pid:
             environ = _try(proc.environ)
             if environ:
                 env = perf_env(environ)
@@ -189,7 +189,7 @@ class HostSource:
         )
 
     def _role(self, pid: int) -> str:
-        if pid == self._target:
+        if pid == self.target_pid:
             return "target"
         return "cpu" if self._top_cpu else "gpu"
 

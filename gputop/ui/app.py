@@ -336,7 +336,8 @@ class GputopApp(App[int]):
         from ..errors import UserError
 
         try:
-            from ..sources.stacks import PySpySource, check_attachable
+            from ..live import stacks_source
+            from ..sources.stacks import check_attachable
         except ImportError:
             self.call_from_thread(self.notify, "stack sampling is not available in this build", severity="error")
             return
@@ -350,9 +351,12 @@ class GputopApp(App[int]):
             old = self.session.sources.pop("stacks", None)
             if old is not None:
                 self.session.pipeline.remove_source(old)
-            src = PySpySource(pid, stuck_after=self.session.stuck_after)
+            src = stacks_source(self.store, pid, self.session.stuck_after)
             self.session.sources["stacks"] = src
             self.session.target_pid = pid
+            host = self.session.sources.get("host")
+            if host is not None and hasattr(host, "target_pid"):
+                host.target_pid = pid  # OS details (environment, IO) follow the new target
             self.session.pipeline.add_source(src)
             self.store.add([Event(time.time(), "attach", f"attached to process {pid}", "info")])
         self.call_from_thread(self.action_tab, "stacks")
@@ -460,6 +464,10 @@ class GputopApp(App[int]):
 def run_session(session: Session, args: argparse.Namespace) -> int:
     """Run the UI over an assembled session (live, fake or replay) until the user quits."""
     interval = getattr(args, "interval", 1.0)
+    if "advisor" not in session.sources:
+        from ..advisor.engine import add_advisor
+
+        session.sources["advisor"] = add_advisor(session, interval=max(1.0, interval))
     app = GputopApp(session, interval=interval)
     session.pipeline.start()
     try:

@@ -1,0 +1,279 @@
+"""Everything the rules read, computed once per evaluation from one window of the store.
+
+``build_context`` is the only place that queries the store; the rules see a frozen
+``AnalysisContext`` and nothing else, so they are tested with contexts built from synthetic
+timelines (``context_from_samples``) exactly as they run live or on a replay.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ..analysis.breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
+from ..analysis.efficiency import (
+    GpuEfficiency,
+    HostLoad,
+    ProcStats,
+    Workers,
+    gpu_efficiency,
+    host_load,
+    is_worker,
+    proc_stats,
+    worker_stats,
+)
+from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
+from ..analysis.stuck import GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, judge
+from ..model import (
+    Category,
+    Event,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    IdleInterval,
+    ProcSample,
+    StackSample,
+    SystemInfo,
+    UtilPoint,
+)
+
+DEFAULT_WINDOW_S = 60.0
+# torch's pin-memory thread runs this function; its presence says pin_memory=True.
+PIN_MEMORY_FRAME = "_pin_memory_loop"
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int  # CPU_DEVICE (-1): no GPU, the training thread stands in for the device
+    info: GpuInfo | None
+    breakdown: Breakdown
+    efficiency: GpuEfficiency
+    idle: tuple[IdleInterval, ...]
+    slices: tuple[Slice, ...]
+    processes: tuple[GpuProcess, ...]
+    used_by_target: bool  # NVML lists the target (or a worker) on this GPU
+
+    @property
+    def name(self) -> str:
+        return "CPU" if self.index == CPU_DEVICE else f"GPU {self.index}"
+
+
+@dataclass(frozen=True)
+class AnalysisContext:
+    now: float
+    t0: float  # start of the time the breakdowns cover
+    t1: float
+    gpus: tuple[GpuView, ...]  # the job's devices
+    host: HostLoad | None = None
+    target_pid: int | None = None
+    target: ProcStats | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    workers: Workers = field(default_factory=Workers)
+    main_stacks: tuple[StackSample, ...] = ()  # the target's main thread, in time order
+    worker_stacks: tuple[StackSample, ...] = ()  # the workers' main threads
+    pin_memory_thread: bool | None = None  # None: no stacks of the other threads to tell
+    stuck: StuckVerdict | None = None
+    system: SystemInfo | None = None
+    events: tuple[Event, ...] = ()
+    stuck_after_s: float = 30.0
+    window_s: float = DEFAULT_WINDOW_S
+
+    @property
+    def cores(self) -> int | None:
+        if self.host is not None:
+            return self.host.cores
+        return self.system.cpu_count if self.system else None
+
+    def main_shares(self) -> dict[Category, float]:
+        """Share of the main thread's samples per category."""
+        if not self.main_stacks:
+            return {}
+        c = Counter(s.category for s in self.main_stacks)
+        return {k: v / len(self.main_stacks) for k, v in c.items()}
+
+    def main_labels(self, categories: Iterable[Category], n: int = 2) -> list[tuple[str, float]]:
+        """The commonest places the main thread was in ``categories``: (label, share of all)."""
+        cats = set(categories)
+        if not self.main_stacks:
+            return []
+        c = Counter(stack_label(s) for s in self.main_stacks if s.category in cats)
+        total = len(self.main_stacks)
+        return [(lab, k / total) for lab, k in c.most_common(n)]
+
+
+def context_from_samples(
+    *,
+    now: float,
+    window_s: float = DEFAULT_WINDOW_S,
+    gpu_info: Mapping[int, GpuInfo] | None = None,
+    gpu_samples: Mapping[int, Sequence[GpuSample]] | None = None,
+    util_points: Mapping[int, Sequence[UtilPoint]] | None = None,
+    gpu_processes: Sequence[GpuProcess] = (),
+    host: Sequence[HostSample] = (),
+    procs: Mapping[int, Sequence[ProcSample]] | None = None,
+    stacks: Sequence[StackSample] = (),
+    target_pid: int | None = None,
+    system: SystemInfo | None = None,
+    events: Sequence[Event] = (),
+    stuck_after_s: float = 30.0,
+) -> AnalysisContext:
+    """The pure core of ``build_context``: everything from plain samples.
+
+    ``stacks`` may reach further back than the window (the stuck verdict looks back
+    ``stuck_after_s``); everything else is cut to the window here.
+    """
+    gpu_info = dict(gpu_info or {})
+    gpu_samples = dict(gpu_samples or {})
+    util_points = dict(util_points or {})
+    procs = {pid: [s for s in ss if s.ts >= now - window_s] for pid, ss in (procs or {}).items()}
+    t0 = now - window_s
+
+    if target_pid is None:
+        target_pid = next((pid for pid, ss in procs.items() if ss and ss[-1].role == "target"), None)
+    all_main = sorted((s for s in stacks if s.is_main), key=lambda s: s.ts)
+    if target_pid is None and all_main:
+        # No target named: the process sampled most is the one being watched.
+        target_pid = Counter(s.pid for s in all_main).most_common(1)[0][0]
+    family = {target_pid} if target_pid is not None else set()
+    family |= {pid for pid, ss in procs.items() if ss and is_worker(ss[-1], target_pid)}
+    main_history = [s for s in all_main if s.pid == target_pid]
+    main = [s for s in main_history if s.ts >= t0]
+    # Idle time before the stack sampler attached cannot be attributed: with stacks, the
+    # breakdown starts at the first sample (one join distance early).
+    win_t0 = max(t0, main[0].ts - STACK_JOIN_S) if main else t0
+
+    host_samples = [h for h in host if h.ts >= t0]
+    cores = (system.cpu_count if system and system.cpu_count else None) or (
+        len(host_samples[-1].cores) if host_samples and host_samples[-1].cores else None
+    )
+    job_procs = [s for pid in family for s in procs.get(pid, ())]
+
+    # Which GPUs are the job's: those NVML lists the target on; failing that (no target, another
+    # PID namespace, a fake GPU) those with any process, or any activity in the window.
+    gpu_idx = sorted(set(gpu_info) | set(gpu_samples) | set(util_points))
+    samples_by = {i: [s for s in gpu_samples.get(i, ()) if s.ts >= t0] for i in gpu_idx}
+    slices_by = {
+        i: (util_slices(util_points[i], win_t0, now) if util_points.get(i) else poll_slices(samples_by[i], win_t0, now))
+        for i in gpu_idx
+    }
+    target_gpus = {p.gpu_index for p in gpu_processes if p.pid in family}
+    job_gpus = (
+        target_gpus
+        or {p.gpu_index for p in gpu_processes}
+        or {i for i in gpu_idx if any(s.util > 0 for s in slices_by[i])}
+    )
+
+    views: list[GpuView] = []
+    for i in gpu_idx:
+        if i not in job_gpus:
+            continue
+        bd = attribute(i, slices_by[i], main, host=host_samples, gpu_samples=samples_by[i], procs=job_procs, cores=cores)
+        views.append(
+            GpuView(
+                index=i,
+                info=gpu_info.get(i),
+                breakdown=bd,
+                efficiency=gpu_efficiency(i, samples_by[i], gpu_info.get(i)),
+                idle=tuple(idle_intervals(slices_by[i])),
+                slices=tuple(slices_by[i]),
+                processes=tuple(p for p in gpu_processes if p.gpu_index == i),
+                used_by_target=i in target_gpus,
+            )
+        )
+    if not views and main:
+        # No GPU at work: the training thread's own time line is the device.
+        sl = stack_slices(main, win_t0, now)
+        views.append(
+            GpuView(
+                index=CPU_DEVICE,
+                info=None,
+                breakdown=attribute(CPU_DEVICE, sl, main, host=host_samples, procs=job_procs, cores=cores),
+                efficiency=gpu_efficiency(CPU_DEVICE, []),
+                idle=tuple(idle_intervals(sl)),
+                slices=tuple(sl),
+                processes=(),
+                used_by_target=False,
+            )
+        )
+
+    target_window = procs.get(target_pid, []) if target_pid is not None else []
+    others = [s for s in stacks if s.pid == target_pid and not s.is_main and s.ts >= t0]
+    pin = None
+    if others:
+        pin = any(any(f.name.endswith(PIN_MEMORY_FRAME) for f in s.frames) for s in others)
+    stuck = None
+    if target_pid is not None and main_history:
+        stuck = judge(
+            main_history,
+            now,
+            stuck_after_s,
+            gpu=_gpu_state([v for v in views if v.index != CPU_DEVICE], now),
+            history_start=now - stuck_after_s - LOOKBACK_EXTRA_S,
+            exited=bool(target_window) and target_window[-1].status in ("exited", "zombie"),
+        )
+    return AnalysisContext(
+        now=now,
+        t0=win_t0,
+        t1=now,
+        gpus=tuple(views),
+        host=host_load(host_samples, cores) if host_samples else None,
+        target_pid=target_pid,
+        target=proc_stats(target_window) if target_window else None,
+        env=dict(_latest_env(target_window)),
+        workers=worker_stats(procs, target_pid, now),
+        main_stacks=tuple(main),
+        worker_stacks=tuple(s for s in stacks if s.is_main and s.pid in family and s.pid != target_pid and s.ts >= t0),
+        pin_memory_thread=pin,
+        stuck=stuck,
+        system=system,
+        events=tuple(e for e in events if e.ts >= t0),
+        stuck_after_s=stuck_after_s,
+        window_s=window_s,
+    )
+
+
+def _gpu_state(views: Sequence[GpuView], now: float) -> str:
+    """'busy', 'idle' or 'unknown' over the last few seconds of the job's GPUs (the stuck
+    verdict's input, from the same slices as the breakdown)."""
+    utils = [s.util for v in views for s in v.slices if s.end >= now - GPU_IDLE_WINDOW_S]
+    if not utils:
+        return "unknown"
+    return "busy" if max(utils) > GPU_IDLE_PCT else "idle"
+
+
+def _latest_env(samples: Sequence[ProcSample]) -> tuple[tuple[str, str], ...]:
+    for s in reversed(samples):
+        if s.env:
+            return s.env
+    return ()
+
+
+def build_context(
+    store,
+    window_s: float = DEFAULT_WINDOW_S,
+    target_pid: int | None = None,
+    stuck_after_s: float = 30.0,
+    now: float | None = None,
+) -> AnalysisContext:
+    """The context for the window ending at the store's clock."""
+    now = store.now if now is None else now
+    t0 = now - window_s
+    indices = store.gpu_indices()
+    return context_from_samples(
+        now=now,
+        window_s=window_s,
+        gpu_info=dict(store.gpu_info),
+        gpu_samples={i: store.gpu_window(i, t0, now) for i in indices},
+        # one extra second: the first point's period reaches back before the window
+        util_points={i: store.util_window(i, t0 - 1.0, now) for i in indices},
+        gpu_processes=store.gpu_processes(),
+        host=store.host_window(t0, now),
+        procs={pid: store.proc_window(pid, t0, now) for pid in store.procs_latest()},
+        stacks=store.stack_window(min(t0, now - stuck_after_s - LOOKBACK_EXTRA_S), now),
+        target_pid=target_pid,
+        system=store.system,
+        events=store.events(),
+        stuck_after_s=stuck_after_s,
+    )

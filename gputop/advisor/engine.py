@@ -1,0 +1,257 @@
+"""Findings that hold still: hysteresis, supersession and a stable ranking over the rules.
+
+A rule's raw answer can change every second (an idle share near its threshold, a save that just
+ended). What the user sees changes only when the answer has held: a finding appears once its
+rule has fired continuously for ``appear_after_s`` and leaves once it has been silent for
+``clear_after_s`` (longer), showing its last evidence meanwhile. Ranking is by the GPU time a
+cause cost (critical ones first); two findings swap places only when the one behind costs
+clearly more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Sequence
+
+from ..model import Event, Finding, Severity
+from .context import DEFAULT_WINDOW_S, build_context
+from .rules import RULES, Rule
+
+# A finding must hold for two evaluations at the 1 s cadence: one outlier second (a burst of
+# loading at start, one long save) does not make a finding, and the user still sees it within
+# a few seconds of attaching.
+APPEAR_AFTER_S = 2.0
+# Once shown, it stays until silent for this long: five times the appearance delay, so a cause
+# that comes and goes (periodic stalls, a threshold crossed back and forth) does not blink.
+CLEAR_AFTER_S = 10.0
+# The finding behind overtakes the one ahead only when it costs this much more.
+RANK_MARGIN = 1.2
+SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+@dataclass
+class _Track:
+    pending_since: float  # when the rule started firing without a break
+    last_seen: float
+    finding: Finding
+    shown_since: float | None = None
+
+
+@dataclass
+class Advisor:
+    """Stateful over time, pure over input: call ``update(candidates, now)`` with the rules'
+    raw findings, or ``evaluate(store)`` to run the rules on the store first."""
+
+    rules: Sequence[Rule] = RULES
+    appear_after_s: float = APPEAR_AFTER_S
+    clear_after_s: float = CLEAR_AFTER_S
+    window_s: float = DEFAULT_WINDOW_S
+    stuck_after_s: float = 30.0
+    target_pid: int | None = None
+    _tracks: dict[str, _Track] = field(default_factory=dict)
+    _order: list[str] = field(default_factory=list)  # ids as last ranked
+    errors: dict[str, str] = field(default_factory=dict)  # rule id -> last exception text
+    last_context: object | None = None
+
+    # ----------------------------------------------------------------- driving
+
+    def evaluate(self, store, now: float | None = None) -> list[Finding]:
+        ctx = build_context(store, self.window_s, self.target_pid, self.stuck_after_s, now)
+        self.last_context = ctx
+        return self.update(self.run_rules(ctx), ctx.now)
+
+    def run_rules(self, ctx) -> list[Finding]:
+        out: list[Finding] = []
+        for r in self.rules:
+            try:
+                f = r.evaluate(ctx)
+            except Exception as exc:  # one broken rule must not silence the others
+                self.errors[r.id] = f"{type(exc).__name__}: {exc}"
+                continue
+            if f is not None:
+                out.append(f)
+        return out
+
+    # ----------------------------------------------------------------- hysteresis
+
+    def update(self, candidates: Iterable[Finding], now: float) -> list[Finding]:
+        """Fold one evaluation's raw findings in; return the findings to show, ranked."""
+        fresh = {f.id: f for f in candidates}
+        for fid, f in fresh.items():
+            tr = self._tracks.get(fid)
+            if tr is None:
+                self._tracks[fid] = tr = _Track(pending_since=now, last_seen=now, finding=f)
+            elif tr.shown_since is None and now - tr.last_seen > self._gap_allowed():
+                tr.pending_since = now  # it lapsed before it was ever shown: start over
+            tr.last_seen = now
+            if tr.shown_since is None and now - tr.pending_since >= self._appear_after(fid):
+                tr.shown_since = now
+            first = tr.shown_since if tr.shown_since is not None else 0.0
+            tr.finding = replace(f, first_seen=first, ts=now)
+        for fid in list(self._tracks):
+            tr = self._tracks[fid]
+            if fid in fresh:
+                continue
+            if tr.shown_since is None or now - tr.last_seen >= self.clear_after_s:
+                del self._tracks[fid]
+        shown = [tr.finding for tr in self._tracks.values() if tr.shown_since is not None]
+        shown = self._drop_superseded(shown)
+        return self._rank(shown)
+
+    def _gap_allowed(self) -> float:
+        # Evaluations come about once a second; a missing one in between is not a lapse.
+        return 1.5
+
+    def _rule(self, fid: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == fid), None)
+
+    def _appear_after(self, fid: str) -> float:
+        rule = self._rule(fid)
+        if rule is not None and rule.appear_after_s is not None:
+            return rule.appear_after_s
+        return self.appear_after_s
+
+    def _drop_superseded(self, shown: list[Finding]) -> list[Finding]:
+        ids = {f.id for f in shown}
+        gone: set[str] = set()
+        for f in shown:
+            rule = self._rule(f.id)
+            if rule is not None:
+                gone |= set(rule.supersedes) & ids
+        for fid in gone:
+            self._tracks.pop(fid, None)  # superseded: gone at once, no lingering
+        return [f for f in shown if f.id not in gone]
+
+    def _rank(self, shown: list[Finding]) -> list[Finding]:
+        table_order = {r.id: i for i, r in enumerate(self.rules)}
+        # Critical findings (a hang, memory errors: progress or results at stake) lead whatever
+        # their cost; the rest by the GPU time they cost.
+        ranked = sorted(
+            shown,
+            key=lambda f: (
+                f.severity is not Severity.CRITICAL,
+                -f.cost_s,
+                SEVERITY_RANK.get(f.severity, 3),
+                table_order.get(f.id, 99),
+            ),
+        )
+        # Keep the previous order between neighbours whose costs are close.
+        prev = {fid: i for i, fid in enumerate(self._order)}
+        changed = True
+        while changed:
+            changed = False
+            for i in range(len(ranked) - 1):
+                a, b = ranked[i], ranked[i + 1]
+                if a.id in prev and b.id in prev and prev[b.id] < prev[a.id] and _close(a, b):
+                    ranked[i], ranked[i + 1] = b, a
+                    changed = True
+        self._order = [f.id for f in ranked]
+        return ranked
+
+    def reset(self) -> None:
+        self._tracks.clear()
+        self._order.clear()
+
+
+def _close(a: Finding, b: Finding) -> bool:
+    """``a`` ranked ahead of ``b`` on cost, but not by enough to swap them."""
+    if (a.severity is Severity.CRITICAL) != (b.severity is Severity.CRITICAL):
+        return False
+    if SEVERITY_RANK.get(a.severity, 3) != SEVERITY_RANK.get(b.severity, 3) and a.cost_s == b.cost_s:
+        return False
+    return a.cost_s <= b.cost_s * RANK_MARGIN
+
+
+def changed(old: Finding | None, new: Finding) -> bool:
+    """Worth recording again: new, or a different verdict (not only fresher numbers)."""
+    if old is None:
+        return True
+    return (old.title, old.severity, old.action) != (new.title, new.severity, new.action)
+
+
+# Findings are re-recorded at least this often, so a replay shows their numbers evolving.
+RECORD_REFRESH_S = 10.0
+
+
+class AdvisorSource:
+    """The advisor as a pipeline source: once a second, findings from the store.
+
+    ``poll`` stores the ranked list (``store.set_findings``) for the panes and returns the
+    findings that are new or changed (and, every ``RECORD_REFRESH_S``, the current ones again)
+    so a recorder subscribed to the pipeline writes them; a finding that clears becomes an Event.
+    """
+
+    name = "advisor"
+
+    def __init__(
+        self,
+        store,
+        interval: float = 1.0,
+        window_s: float = DEFAULT_WINDOW_S,
+        stuck_after_s: float = 30.0,
+        target_pid: int | Callable[[], int | None] | None = None,
+        advisor: Advisor | None = None,
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        # A callable follows the session when the user attaches to another process.
+        self._target = target_pid if callable(target_pid) else (lambda: target_pid)
+        self.advisor = advisor or Advisor(window_s=window_s, stuck_after_s=stuck_after_s, target_pid=self._target())
+        self._emitted: dict[str, tuple[Finding, float]] = {}
+        self._reported_errors: set[str] = set()
+        self.history: dict[str, tuple[float, float]] = {}  # id -> (first shown, last shown)
+        self.evaluations = 0
+
+    def poll(self) -> list[object]:
+        if self.store.now <= 0:
+            return []  # nothing collected yet
+        target = self._target()
+        if target != self.advisor.target_pid:
+            self.advisor.target_pid = target
+            self.advisor.reset()  # another job: its findings start over
+        findings = self.advisor.evaluate(self.store)
+        self.evaluations += 1
+        now = self.store.now
+        self.store.set_findings(findings)
+        self._publish_analysis()
+        out: list[object] = []
+        current = {f.id: f for f in findings}
+        for f in findings:
+            first, _ = self.history.get(f.id, (f.first_seen or now, now))
+            self.history[f.id] = (first, now)
+            prev = self._emitted.get(f.id)
+            if prev is None or changed(prev[0], f) or now - prev[1] >= RECORD_REFRESH_S:
+                self._emitted[f.id] = (f, now)
+                out.append(f)
+        for fid in list(self._emitted):
+            if fid not in current:
+                old, _ = self._emitted.pop(fid)
+                out.append(Event(now, self.name, f"cleared: {old.title}", "info"))
+        for rid, err in self.advisor.errors.items():
+            if rid not in self._reported_errors:
+                self._reported_errors.add(rid)
+                out.append(Event(now, self.name, f"rule {rid} failed: {err}", "error"))
+        return out
+
+    def _publish_analysis(self) -> None:
+        ctx = self.advisor.last_context
+        setter = getattr(self.store, "set_analysis", None)
+        if ctx is not None and setter is not None:
+            setter("breakdowns", tuple(g.breakdown for g in ctx.gpus))
+
+    def close(self) -> None:
+        pass
+
+
+def add_advisor(session, window_s: float = DEFAULT_WINDOW_S, interval: float = 1.0) -> AdvisorSource:
+    """Put an advisor on a live or replayed session's pipeline (anything with ``store``,
+    ``pipeline``, ``target_pid`` and ``stuck_after``): the UI and ``gputop advise`` both use it."""
+    src = AdvisorSource(
+        session.store,
+        interval=interval,
+        window_s=window_s,
+        stuck_after_s=float(getattr(session, "stuck_after", 30.0) or 30.0),
+        target_pid=lambda: getattr(session, "target_pid", None),
+    )
+    session.pipeline.add_source(src)
+    return src

@@ -1,0 +1,217 @@
+"""What a thread is doing, from its Python stack: a table of rules over frames.
+
+Pure: frames in, a ``Category`` out. Extending it means adding a ``Rule`` to ``RULES``.
+
+How a stack is judged:
+- Each frame takes the first rule in ``RULES`` that matches it (path, function, and for the
+  innermost frame only, the text of its source line).
+- Among the frames that matched, the category earliest in ``PRIORITY`` wins; on a tie the
+  innermost frame wins. Priority encodes context: a ``torch.load`` inside a dataset's
+  ``__getitem__`` is data loading, not a checkpoint; a ``.item()`` inside ``forward`` is a host
+  sync; forward recomputed inside ``backward`` (activation checkpointing) is backward.
+- No match: idle when py-spy saw the thread blocked (sleep, lock, queue), otherwise other.
+- Frames outward of ``BaseProcess._bootstrap`` are the parent's stack at fork time (a DataLoader
+  worker shows its parent's ``for batch in loader`` below its own loop) and are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .model import Category, Frame
+
+C = Category
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table. Every condition given must hold; at least one must be given.
+
+    ``path`` is searched in the frame's file name (``/`` separators), ``func`` must match the
+    whole function name as py-spy gives it (``Class.method``), ``code`` is searched in the
+    innermost frame's source line only: a C call like ``.item()`` has no frame of its own, so
+    it is only visible as the line that calls it, and only where that line is the newest frame.
+    """
+
+    category: Category
+    path: str | None = None
+    func: str | None = None
+    code: str | None = None
+    why: str = ""
+    _path: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
+    _func: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
+    _code: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (self.path or self.func or self.code):
+            raise ValueError("a rule needs a path, func or code pattern")
+        for name in ("path", "func", "code"):
+            pat = getattr(self, name)
+            object.__setattr__(self, "_" + name, re.compile(pat) if pat else None)
+
+    def matches(self, frame: Frame, leaf: bool) -> bool:
+        if self._code is not None and (not leaf or not frame.code or not self._code.search(frame.code)):
+            return False
+        if self._path is not None and not self._path.search(frame.filename.replace("\\", "/")):
+            return False
+        if self._func is not None and not self._func.fullmatch(frame.name):
+            return False
+        return True
+
+
+_DATA = r"/torch/utils/data/"
+_SYNC_CODE = r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|cuda\.synchronize\(|\.synchronize\(\)"
+
+# Order matters only among rules that can match the same frame: the first one wins it.
+RULES: tuple[Rule, ...] = (
+    # --- data loading (torch.utils.data)
+    Rule(C.DATA_WAIT, _DATA + r"dataloader\.py$", r"_MultiProcessingDataLoaderIter\._(try_)?get_data",
+         why="main process waiting on the worker queue"),
+    Rule(C.IDLE, _DATA + r"_utils/(worker|pin_memory)\.py$", r"_worker_loop|_pin_memory_loop|do_one_step",
+         why="loader worker or pin-memory thread waiting for work (deeper frames win when busy)"),
+    Rule(C.DATA_FETCH, _DATA, why="dataset, sampler, fetch or collate work"),
+    # --- checkpoints
+    Rule(C.CHECKPOINT_IO, r"/torch/serialization\.py$", why="torch.save / torch.load"),
+    Rule(C.CHECKPOINT_IO, r"/torch/distributed/checkpoint/", why="torch.distributed.checkpoint"),
+    Rule(C.CHECKPOINT_IO, r"/safetensors/", why="safetensors save/load"),
+    Rule(C.CHECKPOINT_IO, func=r"(.*\.)?(_?save_checkpoint|load_checkpoint|save_pretrained|save_model)",
+         why="trainer checkpoint helpers (Lightning, Hugging Face, DeepSpeed)"),
+    # --- optimizer
+    Rule(C.OPTIMIZER, r"/torch/optim/", why="optimizer step, zero_grad, LR scheduler"),
+    Rule(C.OPTIMIZER, r"/torch/amp/grad_scaler\.py$", r"GradScaler\.(step|update|_maybe_opt_step|unscale_)",
+         why="AMP grad scaler step"),
+    Rule(C.OPTIMIZER, r"/(apex|bitsandbytes|deepspeed)/.*optim", why="third-party optimizers"),
+    # --- collectives
+    Rule(C.COLLECTIVE, r"/torch/distributed/", why="torch.distributed ops, barriers, FSDP gathers"),
+    Rule(C.COLLECTIVE, r"/torch/nn/parallel/distributed\.py$", r".*\._(sync|broadcast)\w*",
+         why="DDP buffer/parameter sync"),
+    Rule(C.COLLECTIVE, r"/(deepspeed/comm|horovod)/", why="DeepSpeed / Horovod communication"),
+    # --- host <-> device
+    Rule(C.HOST_SYNC, r"/torch/cuda/__init__\.py$", r"synchronize", why="torch.cuda.synchronize()"),
+    Rule(C.HOST_SYNC, r"/torch/cuda/streams\.py$", r"(Stream|Event)\.(synchronize|wait)",
+         why="stream/event wait on the host"),
+    Rule(C.HOST_SYNC, r"/torch/cuda/memory\.py$", r"empty_cache", why="freeing cached memory synchronises"),
+    Rule(C.HOST_SYNC, code=_SYNC_CODE, why=".item() / .cpu() / .tolist() / .numpy() / synchronize()"),
+    Rule(C.H2D_COPY, code=r"\.cuda\(|\.to\([^)]*\b(cuda|device|non_blocking)|\.copy_\(",
+         why=".cuda() / .to(device) / copy_"),
+    Rule(C.H2D_COPY, func=r"(.*\.)?(send_to_device|move_data_to_device|_move_to_device)",
+         why="Accelerate / Lightning batch transfer"),
+    Rule(C.GC, code=r"\bgc\.collect\(", why="explicit gc.collect()"),
+    # --- model
+    Rule(C.BACKWARD, func=r"(.*\.)?backward|_engine_run_backward|manual_backward",
+         why="Tensor.backward, autograd.backward, custom Function.backward, accelerator.backward"),
+    Rule(C.FORWARD, r"/torch/nn/modules/module\.py$", r"Module\._(wrapped_)?call_impl", why="module call"),
+    Rule(C.FORWARD, func=r"(.*\.)?forward", why="a forward method"),
+    # --- waiting on purpose
+    Rule(C.IDLE, code=r"\b(time\.)?sleep\(", why="sleep"),
+)
+
+# Which category wins when frames of one stack disagree (earliest wins).
+PRIORITY: tuple[Category, ...] = (
+    C.DATA_WAIT,
+    C.DATA_FETCH,
+    C.CHECKPOINT_IO,
+    C.OPTIMIZER,
+    C.COLLECTIVE,
+    C.HOST_SYNC,
+    C.H2D_COPY,
+    C.GC,
+    C.BACKWARD,
+    C.FORWARD,
+    C.IDLE,
+    C.OTHER,
+)
+_RANK = {c: i for i, c in enumerate(PRIORITY)}
+
+# A forked process's stack continues below this frame with its parent's frames at fork time.
+_FORK_BOUNDARY = re.compile(r"(BaseProcess\._bootstrap)$")
+
+
+@dataclass(frozen=True)
+class Match:
+    category: Category
+    index: int | None = None  # the deciding frame (0 = newest), None for the fallback
+    rule: Rule | None = None
+
+
+def own_frames(frames: Sequence[Frame]) -> Sequence[Frame]:
+    """The frames that belong to this process: a forked child's inherited frames cut off."""
+    for i, f in enumerate(frames):
+        if _FORK_BOUNDARY.fullmatch(f.name) and f.filename.replace("\\", "/").endswith("multiprocessing/process.py"):
+            return frames[: i + 1]
+    return frames
+
+
+def explain(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Match:
+    """The category of a stack (newest frame first), with the frame and rule that decided it."""
+    best: Match | None = None
+    for i, frame in enumerate(own_frames(frames)):
+        for rule in rules:
+            if rule.matches(frame, leaf=i == 0):
+                if best is None or _RANK[rule.category] < _RANK[best.category]:
+                    best = Match(rule.category, i, rule)
+                break
+    if best is not None:
+        return best
+    return Match(C.OTHER if active else C.IDLE)
+
+
+def classify(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Category:
+    return explain(frames, active, rules).category
+
+
+# --------------------------------------------------------------------------- frame helpers
+
+_LIB_MARKERS = ("/site-packages/", "/dist-packages/")
+_STDLIB = re.compile(r"/lib(64)?/python\d+(\.\d+)?t?/")
+
+
+def is_library(filename: str) -> bool:
+    """True for installed packages, the standard library and frozen/builtin code.
+
+    Everything else is taken to be the user's project: that is what the pane highlights and
+    where a stuck job is reported.
+    """
+    f = filename.replace("\\", "/")
+    if not f or f.startswith("<"):
+        return True
+    if any(m in f for m in _LIB_MARKERS):
+        return True
+    return bool(_STDLIB.search(f))
+
+
+def short_path(filename: str) -> str:
+    """A file name as short as still says where it is: the package path for libraries, the
+    last two components for project files."""
+    f = filename.replace("\\", "/")
+    for m in _LIB_MARKERS:
+        if m in f:
+            return f.split(m, 1)[1]
+    m = _STDLIB.search(f)
+    if m:
+        return f[m.end():]
+    parts = [p for p in f.split("/") if p]
+    return "/".join(parts[-2:]) if len(parts) > 2 else f
+
+
+def project_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The newest frame in the user's own code (where to look first), or None."""
+    for f in own_frames(frames):
+        if not is_library(f.filename):
+            return f
+    return None
+
+
+def stack_key(frames: Sequence[Frame]) -> tuple:
+    """Identity of a stack for 'has it moved?': every frame's function, file and line."""
+    return tuple((f.name, f.filename, f.line) for f in frames)
+
+
+def where(frames: Sequence[Frame]) -> str:
+    """'file:line in function' of the newest project frame (else the newest frame)."""
+    f = project_frame(frames) or (frames[0] if frames else None)
+    if f is None:
+        return "no Python frames"
+    return f"{short_path(f.filename)}:{f.line} in {f.name}"

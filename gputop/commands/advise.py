@@ -1,0 +1,124 @@
+"""`gputop advise --pid PID --duration 30`: watch a job headless, then print what to change.
+
+The same sources, store and advisor as the live UI; findings ranked by the GPU time they cost,
+each with its evidence, the exact change and the expected gain, plus the time breakdown per GPU.
+``--json`` gives the same for scripts, with the time each finding first appeared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..cli import add_live_options, pid_arg, positive_float
+
+DEFAULT_DURATION_S = 30.0
+DEFAULT_WINDOW_S = 60.0
+# A line of progress on a non-terminal stderr this often (a terminal gets one updating line).
+PROGRESS_EVERY_S = 5.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="watch a training job for a while, then print what to change (text or JSON)",
+        description="Sample the GPUs, the host and (with --pid) the training process's stacks for "
+        "--duration seconds, then print the advisor's findings ranked by the GPU time they cost, "
+        "with evidence and the exact change, and where each GPU's time went. Ctrl-C prints what "
+        "it has so far.",
+    )
+    add_live_options(p, with_pid=False)
+    p.add_argument("-p", "--pid", type=pid_arg, help="the training process to attach to (py-spy)")
+    p.add_argument("-d", "--duration", type=positive_float, default=DEFAULT_DURATION_S, metavar="SECONDS",
+                   help=f"how long to watch (default {DEFAULT_DURATION_S:g})")
+    p.add_argument("-w", "--window", type=positive_float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+                   help=f"the window the findings speak of: the last N seconds (default {DEFAULT_WINDOW_S:g})")
+    p.add_argument("--stuck-after", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="call the job stuck after this long without progress (default 30)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..advisor.engine import add_advisor
+    from ..advisor.format import breakdown_table, findings_text, report_dict
+    from ..live import build_session
+
+    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after)
+    advisor = add_advisor(session, window_s=args.window)
+    start = time.time()
+    interrupted = False
+    ended = None
+    session.pipeline.start()
+    try:
+        ended = _wait(session, start, args.duration)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        session.pipeline.stop()
+    # One last evaluation on everything collected.
+    session.pipeline.publish(advisor.poll())
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")  # the progress line
+    store = session.store
+    findings = store.findings()
+    breakdowns = store.analysis("breakdowns", ()) or ()
+    elapsed = time.time() - start
+    nvml_error = store.system.nvml_error if store.system is not None else None
+    if args.json:
+        extra = {
+            "pid": args.pid,
+            "mode": session.mode,
+            "started_at": round(start, 3),
+            "duration_s": round(elapsed, 2),
+            "window_s": args.window,
+            "stuck_after_s": args.stuck_after,
+            "evaluations": advisor.evaluations,
+            "interrupted": interrupted,
+            "target_exited": ended,
+            "nvml_error": nvml_error,
+        }
+        json.dump(report_dict(findings, breakdowns, start, advisor.history, extra), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    what = f"PID {args.pid}" if args.pid else "this machine (no --pid: idle time is not attributed)"
+    mode = " [fake GPU source]" if session.mode == "fake" else ""
+    print(f"gputop advise: {what}, watched {elapsed:.0f} s{mode}" + (" (interrupted)" if interrupted else ""))
+    if ended:
+        print(f"note: {ended}")
+    if nvml_error:
+        print(f"note: no GPU data (NVML unavailable: {nvml_error})")
+    table = breakdown_table(breakdowns)
+    if table:
+        print()
+        print(table)
+    print()
+    print(findings_text(findings, since=start))
+    return 0
+
+
+def _wait(session, start: float, duration: float) -> str | None:
+    """Until the duration is over or the target exits; returns why it ended early, if so."""
+    tty = sys.stderr.isatty()
+    last_line = 0.0
+    stacks = session.sources.get("stacks")
+    while True:
+        now = time.time()
+        if now - start >= duration:
+            return None
+        exited = getattr(stacks, "exited", None)
+        if exited is not None:
+            return f"the target exited after {exited - start:.0f} s"
+        findings = session.store.findings()
+        top = f", top: {findings[0].id}" if findings else ""
+        msg = f"gputop advise: {now - start:4.0f}/{duration:.0f} s, {len(findings)} finding(s){top}"
+        if tty:
+            sys.stderr.write("\r\033[K" + msg)
+            sys.stderr.flush()
+        elif now - last_line >= PROGRESS_EVERY_S:
+            print(msg, file=sys.stderr, flush=True)
+            last_line = now
+        time.sleep(min(0.5, max(0.05, duration - (now - start))))
+

@@ -1,0 +1,62 @@
+"""`gputop stacks --pid PID`: one dump of every thread and DataLoader worker, with categories.
+
+For scripts and bug reports: plain text (or ``--json``) on stdout, nothing interactive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..cli import pid_arg
+from ..errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "stacks",
+        help="print the Python stacks of a process and its workers, classified (one shot)",
+        description="Dump all threads of a Python process and of its child processes (DataLoader "
+        "workers), each with what it is doing (data-wait, forward, host-sync, ...).",
+    )
+    p.add_argument("-p", "--pid", type=pid_arg, default=argparse.SUPPRESS, help="process id (required)")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        help="also dump native (C/C++/CUDA) frames of the main process (slower: ~0.6 s, pauses it)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.stacks_summary import stacks_view
+    from ..model import Event, StackSample
+    from ..sources.stacks import PySpySource, check_attachable, native_dump
+    from ..stacks_format import dump_dict, dump_text
+    from ..store import Store
+
+    pid = getattr(args, "pid", None)
+    if pid is None:
+        raise UserError("which process? gputop stacks --pid PID")
+    pyspy = check_attachable(pid)
+    samples = PySpySource(pid, pyspy=pyspy).snapshot()
+    faults = [s for s in samples if isinstance(s, Event) and s.level in ("warning", "error")]
+    if faults and not any(isinstance(s, StackSample) for s in samples):
+        raise UserError(faults[-1].message)
+    native = native_dump(pid, pyspy) if args.native else None
+    store = Store()
+    store.add(samples)
+    view = stacks_view(store, pid, stuck_after=float("inf"))
+    if args.json:
+        out = dump_dict(view)
+        if native is not None:
+            out["native"] = native
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(dump_text(view))
+        if native is not None:
+            sys.stdout.write("\nNative stacks (py-spy dump --native):\n" + native)
+    return 0

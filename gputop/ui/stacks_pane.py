@@ -1,0 +1,157 @@
+"""The stacks pane: what the attached job's threads and workers are doing, and whether it is stuck.
+
+It renders ``gputop.analysis.stacks_summary`` through ``gputop.stacks_format``; the only work
+of its own is the on-demand native dump, which runs py-spy (~0.6 s) in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Static
+
+from ..analysis.stacks_summary import stacks_view
+from ..stacks_format import Line, clock_time, pane_lines
+
+DEFAULT_STUCK_AFTER = 30.0
+
+# Semantic style names of gputop.stacks_format -> Rich styles (terminal colours, so the
+# user's theme and NO_COLOR apply).
+STYLES = {
+    "title": "bold",
+    "head": "bold underline",
+    "dim": "dim",
+    "project": "bold cyan",
+    "path": "cyan",
+    "lib": "",
+    "code": "italic",
+    "bad": "bold red",
+    "warn": "yellow",
+    "num": "bold",
+    "native": "",
+    "cat.data-wait": "red",
+    "cat.data-fetch": "magenta",
+    "cat.host-sync": "bright_red",
+    "cat.h2d-copy": "bright_magenta",
+    "cat.forward": "green",
+    "cat.backward": "bright_green",
+    "cat.optimizer": "cyan",
+    "cat.collective": "yellow",
+    "cat.checkpoint-io": "blue",
+    "cat.gc": "bright_yellow",
+    "cat.idle": "bright_black",
+    "cat.other": "white",
+}
+
+
+def to_text(lines: list[Line]) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for i, ln in enumerate(lines):
+        if i:
+            text.append("\n")
+        for seg, style in ln:
+            text.append(seg, STYLES.get(style, ""))
+    return text
+
+
+class StacksPane(Widget):
+    """Call ``update_view(store, target_pid)`` on each UI tick."""
+
+    DEFAULT_CSS = """
+    StacksPane { height: 1fr; }
+    StacksPane > VerticalScroll { height: 1fr; padding: 0 1; }
+    """
+
+    BINDINGS = [Binding("n", "native_dump", "Native dump")]
+
+    def __init__(self, *, stuck_after: float | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._stuck_after = stuck_after
+        self._pid: int | None = None
+        self._native: list[str] = []
+        self._native_busy = False
+        self._last: tuple | None = None
+        self._store = None
+        self.last_lines: list[Line] = []  # what is shown, for tests and screenshots
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="stacks-body")
+
+    @property
+    def stuck_after(self) -> float:
+        if self._stuck_after is not None:
+            return self._stuck_after
+        session = getattr(self.app, "session", None)
+        return float(getattr(session, "stuck_after", None) or DEFAULT_STUCK_AFTER)
+
+    # ----------------------------------------------------------------- rendering
+
+    def update_view(self, store, target_pid: int | None) -> None:
+        self._store = store
+        if target_pid != self._pid:
+            self._pid = target_pid
+            self._native = []
+        # Redraw when data arrived or a second passed (durations such as "stuck for" grow).
+        key = (store.version, target_pid, int(time.time()), len(self._native), self._native_busy, self.size.width)
+        if key == self._last:
+            return
+        self._last = key
+        if target_pid is None:
+            lines: list[Line] = [
+                (("Not attached to a training process.", "title"),),
+                (("Select its row in the process table and press Enter, or run: gputop --pid PID", "dim"),),
+            ]
+        else:
+            view = stacks_view(store, target_pid, self.stuck_after)
+            native = list(self._native)
+            if self._native_busy:
+                native = ["running py-spy dump --native …"]
+            lines = pane_lines(view, max(40, self.size.width - 2), native)
+        self.last_lines = lines
+        self.query_one("#stacks-body", Static).update(to_text(lines))
+
+    # ----------------------------------------------------------------- native dump
+
+    def action_native_dump(self) -> None:
+        self.request_native_dump(self._pid)
+
+    def request_native_dump(self, pid: int | None) -> None:
+        """Run ``py-spy dump --native`` for ``pid`` off the event loop; show it below."""
+        if pid is None:
+            self.notify("not attached to a process", severity="warning")
+            return
+        if self._native_busy:
+            return
+        self._native_busy = True
+        self._redraw()
+        self.run_worker(lambda: self._native_worker(pid), thread=True, exclusive=True, group="native-dump")
+
+    def _native_worker(self, pid: int) -> None:
+        from ..errors import UserError
+        from ..sources.stacks import native_dump
+
+        started = time.time()
+        try:
+            out = native_dump(pid)
+            lines = [f"Native dump of PID {pid} at {clock_time(started)} ({time.time() - started:.1f} s):"]
+            lines += out.rstrip().splitlines()
+        except UserError as exc:
+            lines = [f"Native dump of PID {pid} failed: {exc}"]
+        self.app.call_from_thread(self._show_native, pid, lines)
+
+    def _show_native(self, pid: int, lines: list[str]) -> None:
+        self._native_busy = False
+        if pid == self._pid:
+            self._native = lines
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self._last = None
+        if self._store is not None:
+            self.update_view(self._store, self._pid)

@@ -1,0 +1,49 @@
+"""`gputop advise`: headless findings as text or JSON, on the fake GPU source."""
+
+import json
+
+import pytest
+
+from gputop.cli import main
+
+
+@pytest.mark.timeout(60)
+def test_advise_json_on_fake_gpus(capsys):
+    assert main(["advise", "--fake", "2", "--duration", "3", "--json", "--window", "30"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "fake" and out["window_s"] == 30.0 and out["evaluations"] >= 2
+    ids = [f["id"] for f in out["findings"]]
+    # fake GPU 1 runs fp32 matmuls with idle tensor cores (GPM)
+    assert "no-tensor-cores" in ids
+    f = out["findings"][ids.index("no-tensor-cores")]
+    assert 0 <= f["first_seen_s"] <= 3.5 and "allow_tf32" in f["action"]
+    assert {b["device"] for b in out["breakdown"]} == {"GPU 0", "GPU 1"}
+    for bd in out["breakdown"]:
+        assert sum(b["percent"] for b in bd["buckets"]) == 100
+    assert "no-tensor-cores" in [s["id"] for s in out["seen"]]
+
+
+@pytest.mark.timeout(60)
+def test_advise_text_and_interrupt(capsys, monkeypatch):
+    import gputop.commands.advise as advise
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(advise, "_wait", interrupted)
+    assert main(["advise", "--fake", "1", "--duration", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "(interrupted)" in out and "[fake GPU source]" in out
+    assert "GPU 0: where the time went" in out
+
+
+def test_advise_bad_pid_is_one_line(capsys):
+    assert main(["advise", "--pid", "999999999", "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gputop: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_advise_rejects_bad_numbers(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["advise", "--duration", "0"])
+    assert exc.value.code == 2

@@ -1,0 +1,182 @@
+"""The advisor over time: hysteresis, supersession, stable ranking, and the pipeline source."""
+
+import pytest
+
+from gputop.advisor.engine import APPEAR_AFTER_S, CLEAR_AFTER_S, Advisor, AdvisorSource, add_advisor, changed
+from gputop.advisor.rules import Hit, Rule
+from gputop.analysis.breakdown import Breakdown
+from gputop.model import Category as C
+from gputop.model import Event, Finding, Severity
+from gputop.pipeline import Pipeline
+from gputop.store import Store
+
+from synth import T0, Job, periodic, phases
+
+W = Severity.WARNING
+
+
+def F(fid, cost=1.0, sev=W, title=None, action="do it"):
+    return Finding(id=fid, title=title or fid, severity=sev, confidence=0.9, evidence=("e",), action=action, cost_s=cost)
+
+
+def feed(adv, seq, t=0.0, dt=1.0):
+    """Evaluate once per second with the findings of each step; returns the shown ids per step."""
+    out = []
+    for cands in seq:
+        out.append([f.id for f in adv.update(cands, t)])
+        t += dt
+    return out
+
+
+def test_a_finding_appears_only_after_it_holds():
+    adv = Advisor()
+    shown = feed(adv, [[F("data-starved")]] * 4)
+    assert shown == [[], [], ["data-starved"], ["data-starved"]]  # holds 2 s at t=2
+    assert APPEAR_AFTER_S == 2.0
+
+
+def test_a_one_second_blip_never_shows():
+    adv = Advisor()
+    shown = feed(adv, [[F("io-bound")], [], [F("io-bound")], [], [F("io-bound")], []])
+    assert all(s == [] for s in shown)
+
+
+def test_it_stays_until_absent_for_longer_and_keeps_its_first_seen():
+    adv = Advisor()
+    feed(adv, [[F("host-sync")]] * 3)  # shown at t=2
+    shown = []
+    for t in range(3, 3 + int(CLEAR_AFTER_S) + 2):
+        shown.append(adv.update([], float(t)))
+    # the last sighting was t=2: it is kept up to t=11 and gone from t=12
+    assert [bool(s) for s in shown] == [True] * 9 + [False] * 3
+    assert shown[0][0].first_seen == 2.0
+
+
+def test_first_seen_survives_updates_while_shown():
+    adv = Advisor()
+    feed(adv, [[F("host-sync", cost=c)] for c in (1, 2, 3, 4, 5)])
+    (f,) = adv.update([F("host-sync", cost=6)], 5.0)
+    assert f.first_seen == 2.0 and f.cost_s == 6
+
+
+def test_facts_appear_at_once():
+    adv = Advisor()
+    assert feed(adv, [[F("cuda-launch-blocking")]]) == [["cuda-launch-blocking"]]
+
+
+def test_stuck_supersedes_throughput_findings_at_once():
+    adv = Advisor()
+    feed(adv, [[F("io-bound", cost=30)]] * 3)
+    shown = adv.update([F("io-bound", cost=30), F("stuck", cost=5, sev=Severity.CRITICAL)], 3.0)
+    assert [f.id for f in shown] == ["stuck"]
+    # and io-bound does not come back while stuck holds
+    assert [f.id for f in adv.update([F("stuck", cost=6, sev=Severity.CRITICAL)], 4.0)] == ["stuck"]
+
+
+def test_ranked_by_cost():
+    adv = Advisor(appear_after_s=0.0)
+    shown = adv.update([F("a", 1.0), F("b", 9.0), F("c", 4.0)], 0.0)
+    assert [f.id for f in shown] == ["b", "c", "a"]
+
+
+def test_critical_findings_lead_whatever_their_cost():
+    adv = Advisor(appear_after_s=0.0)
+    shown = adv.update([F("data-starved", 30.0), F("ecc-errors", 0.0, Severity.CRITICAL), F("x", 5.0)], 0.0)
+    assert [f.id for f in shown] == ["ecc-errors", "data-starved", "x"]
+
+
+def test_close_costs_do_not_swap_places():
+    adv = Advisor(appear_after_s=0.0)
+    assert [f.id for f in adv.update([F("a", 10.0), F("b", 9.0)], 0.0)] == ["a", "b"]
+    # b now costs a little more: within the margin, the order holds
+    assert [f.id for f in adv.update([F("a", 10.0), F("b", 11.0)], 1.0)] == ["a", "b"]
+    # clearly more: it overtakes
+    assert [f.id for f in adv.update([F("a", 10.0), F("b", 13.0)], 2.0)] == ["b", "a"]
+
+
+def test_equal_costs_rank_severity_first():
+    adv = Advisor(appear_after_s=0.0)
+    shown = adv.update([F("x", 0.0, Severity.INFO), F("y", 0.0, Severity.CRITICAL), F("z", 0.0, W)], 0.0)
+    assert [f.id for f in shown] == ["y", "z", "x"]
+
+
+def test_changed_means_a_new_verdict_not_new_numbers():
+    assert changed(None, F("a"))
+    assert not changed(F("a", cost=1), F("a", cost=2))
+    assert changed(F("a"), F("a", sev=Severity.CRITICAL))
+    assert changed(F("a"), F("a", action="other"))
+
+
+def test_a_broken_rule_is_reported_and_the_others_still_run():
+    def boom(ctx):
+        raise ValueError("bad")
+
+    good = Rule("good", "Good", W, lambda ctx: Hit(evidence=("x",), action="y"), appear_after_s=0.0)
+    adv = Advisor(rules=(Rule("bad", "Bad", W, boom), good))
+    store = Job(seconds=5).store()
+    assert [f.id for f in adv.evaluate(store)] == ["good"]
+    assert adv.errors == {"bad": "ValueError: bad"}
+
+
+# --------------------------------------------------------------------------- as a pipeline source
+
+
+def starved_store(seconds=20.0):
+    return Job(seconds=seconds, util=periodic(1.0, 0.4), main=phases(1.0, 0.4, C.FORWARD, C.DATA_FETCH)).store()
+
+
+def test_advisor_source_publishes_findings_and_breakdowns():
+    full = starved_store()
+    store = Store()
+    src = AdvisorSource(store)
+    assert src.name == "advisor" and src.interval == 1.0
+    assert src.poll() == []  # nothing collected yet
+    # replay the synthetic job second by second, as the pipeline would deliver it
+    emitted = []
+    for sec in range(1, 21):
+        t0, t1 = T0 + sec - 1, T0 + sec
+        batch = [*full.util_window(0, t0 + 1e-9, t1), *full.gpu_window(0, t0 + 1e-9, t1),
+                 *full.stack_window(t0 + 1e-9, t1), *full.host_window(t0 + 1e-9, t1)]
+        batch += [p for pid in full.procs_latest() for p in full.proc_window(pid, t0 + 1e-9, t1)]
+        if sec == 1:
+            batch += [full.system, *full.gpu_info.values()]
+        store.add(batch)
+        emitted.append(src.poll())
+    ids = [[x.id for x in out if isinstance(x, Finding)] for out in emitted]
+    first = next(i for i, xs in enumerate(ids) if "data-starved" in xs)
+    assert 2 <= first <= 6  # enough stack samples, then 2 s of holding
+    assert sum(xs.count("data-starved") for xs in ids[first + 1 : first + 9]) == 0  # not re-emitted every second
+    assert [f.id for f in store.findings()] == ["data-starved"]
+    assert store.findings()[0].first_seen == pytest.approx(T0 + first + 1)
+    (bd,) = store.analysis("breakdowns")
+    assert isinstance(bd, Breakdown) and bd.idle_fraction == pytest.approx(0.6, abs=0.02)
+    assert src.history["data-starved"][0] == pytest.approx(T0 + first + 1)
+
+
+def test_a_cleared_finding_becomes_an_event():
+    store = starved_store(seconds=10)
+    src = AdvisorSource(store, window_s=60.0)
+    src.advisor.appear_after_s = 0.0
+    out = src.poll()
+    assert [x.id for x in out if isinstance(x, Finding)] == ["data-starved"]
+    # the window moves past the stall: the job is healthy from now on
+    healthy = Job(seconds=10).store()
+    later = [s for i in healthy.gpu_indices() for s in healthy.util_window(i, 0)]
+    store.add([type(p)(p.ts + 100, p.index, p.util) for p in later])
+    src.advisor.window_s = 5.0
+    src.advisor.clear_after_s = 0.0
+    out = src.poll()
+    assert any(isinstance(x, Event) and x.message.startswith("cleared:") for x in out)
+    assert store.findings() == []
+
+
+def test_add_advisor_puts_it_on_a_session_pipeline():
+    class Session:
+        store = Store()
+        pipeline = Pipeline(store, [])
+        target_pid = 1234
+        stuck_after = 7.0
+
+    src = add_advisor(Session, window_s=30.0)
+    assert src in Session.pipeline.sources
+    assert src.advisor.window_s == 30.0 and src.advisor.stuck_after_s == 7.0 and src.advisor.target_pid == 1234

@@ -1,0 +1,143 @@
+"""Findings and breakdowns as text, JSON and the pane (the Textual widget included)."""
+
+import json
+
+import pytest
+from textual.app import App
+
+from gputop.advisor.format import (
+    bar_segments,
+    bar_text,
+    breakdown_dict,
+    breakdown_rows,
+    breakdown_summary,
+    breakdown_table,
+    findings_text,
+    pane_lines,
+    report_dict,
+)
+from gputop.analysis.breakdown import CPU_DEVICE, Breakdown, Bucket
+from gputop.model import Finding, Severity
+from gputop.store import Store
+from gputop.ui.advisor_pane import AdvisorPane
+
+BD = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 35.4, Bucket.DATA: 24.6 - 1.0, Bucket.UNKNOWN: 1.0}, attributed=True)
+FINDING = Finding(
+    id="workers-saturated",
+    title="GPU 0 waits for data 41 % of the time: loader workers saturated",
+    severity=Severity.WARNING,
+    confidence=0.87,
+    evidence=("GPU 0 idle 41 % of the last 60 s; 39 % waiting for data",
+              "during idle, main thread in __next__ (train.py:57) 93 % of samples"),
+    action="DataLoader(..., num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2)",
+    expected_gain="up to 1.7x steps/s",
+    cost_s=24.6,
+    gpu_index=0,
+    ts=1060.0,
+    first_seen=1004.5,
+)
+
+
+def test_rows_and_bar_add_up():
+    rows = breakdown_rows(BD)
+    assert [b for b, _, _ in rows] == [Bucket.BUSY, Bucket.DATA, Bucket.UNKNOWN]
+    assert sum(p for *_, p in rows) == 100
+    for width in (7, 33, 50, 101):
+        assert sum(n for _, n in bar_segments(BD, width)) == width
+        assert len(bar_text(BD, width)) == width
+    assert bar_segments(Breakdown(0, 0, 0, {}, False), 10) == []
+
+
+def test_summary_and_table():
+    assert breakdown_summary(BD) == "GPU 0 over 60 s: busy 59 %, waiting for data 39 %, other/unknown 2 %"
+    table = breakdown_table([BD, Breakdown(CPU_DEVICE, 0, 10, {Bucket.BUSY: 10.0}, attributed=False)])
+    assert "GPU 0: where the time went over the last 60 s" in table
+    assert "CPU (no GPU)" in table and "idle time not attributed" in table
+    assert "waiting for data" in table and " 39 %" in table
+
+
+def test_findings_text_has_evidence_action_and_gain():
+    text = findings_text([FINDING], since=1000.0)
+    assert text.splitlines()[0].startswith("! 1. GPU 0 waits for data 41 %")
+    assert "since +4 s" in text and "cost 24.6 GPU-s" in text
+    assert "- during idle, main thread in __next__" in text
+    assert "do: DataLoader(..., num_workers=8" in text
+    assert "gain: up to 1.7x" in text
+    assert findings_text([]).startswith("No findings")
+
+
+def test_report_json_has_first_seen_relative_to_the_start():
+    rep = report_dict([FINDING], [BD], since=1000.0, history={"workers-saturated": (1004.5, 1060.0), "io-bound": (1002.0, 1003.0)},
+                      extra={"pid": 42})
+    json.dumps(rep)  # serialisable
+    assert rep["pid"] == 42 and rep["top"] == "workers-saturated"
+    f = rep["findings"][0]
+    assert f["first_seen_s"] == 4.5 and f["severity"] == "warning" and f["evidence"][1].startswith("during idle")
+    assert [s["id"] for s in rep["seen"]] == ["io-bound", "workers-saturated"]
+    bd = rep["breakdown"][0]
+    assert sum(b["percent"] for b in bd["buckets"]) == 100
+    assert breakdown_dict(BD)["gpu_index"] == 0
+
+
+def test_pane_lines():
+    lines = pane_lines([FINDING], [BD], width=80)
+    flat = ["".join(seg for seg, _ in ln) for ln in lines]
+    assert flat[0].startswith("GPU 0 last 60 s")
+    assert any(ln and all(style.startswith("bucket.") for _, style in ln) for ln in lines)  # the bar
+    assert any("waiting for data 39 %" in ln for ln in flat)
+    assert any(ln.startswith("! 1. GPU 0 waits for data") for ln in flat)
+    assert any(ln.strip().startswith("do: DataLoader") for ln in flat)
+    empty = ["".join(seg for seg, _ in ln) for ln in pane_lines([], [], attached=False)]
+    assert any("Attach to the training process" in ln for ln in empty)
+
+
+class PaneApp(App):
+    def compose(self):
+        yield AdvisorPane(id="advisor-pane")
+
+
+@pytest.mark.timeout(60)
+async def test_advisor_pane_renders_the_store():
+    store = Store()
+    store.set_findings([FINDING])
+    store.set_analysis("breakdowns", (BD,))
+    app = PaneApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        pane = app.query_one(AdvisorPane)
+        pane.update_view(store)
+        await pilot.pause()
+        text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
+        assert "GPU 0 waits for data 41 %" in text
+        assert "busy 59 %" in text
+        before = pane.last_lines
+        pane.update_view(store)  # nothing changed: no redraw
+        assert pane.last_lines is before
+        store.set_findings([])
+        pane.update_view(store)
+        assert not any("waits for data" in "".join(s for s, _ in ln) for ln in pane.last_lines)
+
+
+@pytest.mark.timeout(60)
+async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
+    from gputop.advisor.engine import add_advisor
+    from gputop.live import Session
+    from gputop.pipeline import Pipeline
+    from gputop.sources.fake import FakeGpuSource
+    from gputop.ui.app import GputopApp
+
+    store = Store()
+    src = FakeGpuSource(gpus=2, clock=clock)
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), sources={"fake": src}, mode="fake")
+    add_advisor(session)
+    for _ in range(5):
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+    app = GputopApp(session, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        pane = app.query_one(AdvisorPane)
+        pane.update_view(store)
+        text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
+        assert "GPU 1 busy but tensor cores idle" in text  # the fake fp32 GPU
+        assert "GPU 0 last" in text and "busy" in text

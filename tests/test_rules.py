@@ -1,0 +1,413 @@
+"""Each advisor rule on synthetic timelines: it fires on its situation, with the right numbers
+and the exact change, and stays quiet on a healthy job."""
+
+import pytest
+
+from gputop.advisor.context import build_context
+from gputop.advisor.engine import Advisor
+from gputop.advisor.rules import RULES, RULES_BY_ID, workers_for
+from gputop.model import Category as C
+from gputop.model import Severity
+
+from synth import GiB, TARGET, Job, periodic, phases
+
+HEALTHY_GPM = {"sm_active": 85.0, "sm_occupancy": 40.0, "tensor_active": 45.0, "fp32_active": 5.0, "fp16_active": 30.0}
+
+
+def run_rules(job: Job, window_s=60.0, stuck_after_s=30.0):
+    ctx = build_context(job.store(), window_s=window_s, stuck_after_s=stuck_after_s)
+    adv = Advisor()
+    found = adv.run_rules(ctx)
+    assert adv.errors == {}
+    return {f.id: f for f in found}, ctx
+
+
+def top(found):
+    return max(found.values(), key=lambda f: f.cost_s).id if found else None
+
+
+def test_rule_ids_are_unique_and_every_rule_has_a_function():
+    assert len(RULES_BY_ID) == len(RULES)
+    for r in RULES:
+        assert callable(r.check) and r.title and isinstance(r.severity, Severity)
+
+
+def test_healthy_job_raises_nothing():
+    found, ctx = run_rules(Job(gpu=HEALTHY_GPM))
+    assert found == {}
+    assert ctx.gpus[0].breakdown.busy_s == pytest.approx(20.0)
+
+
+def test_healthy_cpu_job_raises_nothing():
+    found, ctx = run_rules(Job(util=None, main=lambda t: C.FORWARD if t % 1 < 0.5 else C.BACKWARD))
+    assert found == {}
+    assert ctx.gpus[0].name == "CPU"
+
+
+# --------------------------------------------------------------------------- input pipeline
+
+
+def starved_job(**kw):
+    # GPU busy 0.4 s of every second; the main thread loads data (num_workers=0) the rest
+    return Job(util=periodic(1.0, 0.4), main=phases(1.0, 0.4, C.FORWARD, C.DATA_FETCH), gpu=HEALTHY_GPM, **kw)
+
+
+def test_data_starved_without_workers():
+    found, _ = run_rules(starved_job())
+    f = found["data-starved"]
+    assert top(found) == "data-starved"
+    assert f.severity is Severity.WARNING
+    assert f.cost_s == pytest.approx(12.0, abs=0.3)  # 60 % of 20 s
+    assert any("idle 60 %" in e for e in f.evidence)
+    assert any("Images.__getitem__ (data.py:52) 100 % of samples" in e for e in f.evidence)
+    assert "num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2" in f.action  # 16 cores
+    assert "2.5x" in f.expected_gain
+
+
+def test_data_starved_sizes_workers_from_the_cores():
+    found, _ = run_rules(starved_job(cores=4))
+    assert "num_workers=2," in found["data-starved"].action
+    found, _ = run_rules(starved_job(cores=64))
+    assert "num_workers=8," in found["data-starved"].action  # capped
+
+
+def test_a_short_data_wait_is_not_a_finding():
+    job = Job(util=periodic(1.0, 0.95), main=phases(1.0, 0.95, C.FORWARD, C.DATA_FETCH), gpu=HEALTHY_GPM)
+    found, _ = run_rules(job)
+    assert "data-starved" not in found
+
+
+def test_data_starved_on_a_machine_without_gpu():
+    found, ctx = run_rules(Job(util=None, main=phases(1.0, 0.3, C.FORWARD, C.DATA_FETCH)))
+    f = found["data-starved"]
+    assert f.gpu_index is None
+    assert "training loop (no GPU)" in f.title
+    assert f.cost_s == pytest.approx(12.0, abs=0.5)  # samples at 0.0 and 0.2 of each second compute
+
+
+def loader_job(**kw):
+    kw.setdefault("workers", 2)
+    return Job(util=periodic(1.0, 0.6), main=phases(1.0, 0.6, C.FORWARD, C.DATA_WAIT), gpu=HEALTHY_GPM, **kw)
+
+
+def test_workers_saturated_with_spare_cores_raises_num_workers():
+    found, _ = run_rules(loader_job(worker_cpu=99.0, host_cpu=lambda t: 15.0))
+    f = found["workers-saturated"]
+    assert top(found) == "workers-saturated"
+    assert "data-starved" not in found and "io-bound" not in found
+    # 40 % wait: 2 workers deliver 60 % of what is needed -> ceil(2 / 0.6 * 1.25) = 5
+    assert workers_for(2, 0.4, 15) == 5
+    assert "num_workers=5," in f.action and "was 2" in f.action
+    assert any("2 loader workers at 99 % CPU each" in e for e in f.evidence)
+    assert any("16-core host at 15 % CPU" in e for e in f.evidence)
+
+
+def test_workers_saturated_on_a_full_host_asks_for_cheaper_samples():
+    found, _ = run_rules(loader_job(worker_cpu=99.0, host_cpu=lambda t: 95.0))
+    f = found["workers-saturated"]
+    assert "num_workers" not in f.action
+    assert "DALI" in f.action
+
+
+def test_workers_that_do_not_compute_are_not_saturated():
+    found, _ = run_rules(loader_job(worker_cpu=30.0))
+    assert "workers-saturated" not in found
+
+
+def test_cpu_oversubscribed_beats_workers_saturated():
+    job = loader_job(workers=16, worker_threads=17, worker_cpu=100.0, host_cpu=lambda t: 98.0)
+    found, _ = run_rules(job)
+    f = found["cpu-oversubscribed"]
+    assert "workers-saturated" not in found
+    assert "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1" in f.action
+    assert "torch.set_num_threads(1)" in f.action
+    assert any("16 loader workers x ~17 threads = 272 threads on 16 cores" in e for e in f.evidence)
+
+
+def test_oversubscription_computes_threads_per_process():
+    job = loader_job(workers=3, worker_threads=16, worker_cpu=100.0, host_cpu=lambda t: 97.0)
+    found, _ = run_rules(job)
+    assert "OMP_NUM_THREADS=4 " in found["cpu-oversubscribed"].action  # 16 cores / (3 workers + main)
+
+
+def test_io_bound_from_iowait_and_disk_reads():
+    job = loader_job(worker_cpu=5.0, iowait=lambda t: 12.5, disk_read=300e6)
+    found, ctx = run_rules(job)
+    f = found["io-bound"]
+    assert top(found) == "io-bound"
+    assert ctx.gpus[0].breakdown.get(__import__("gputop.analysis.breakdown", fromlist=["Bucket"]).Bucket.IO) > 0
+    assert "prefetch_factor=4" in f.action and "local NVMe" in f.action
+    assert any("iowait 2.0 cores" in e for e in f.evidence)
+
+
+def test_io_bound_from_worker_stacks_blocked_in_a_read():
+    from synth import stack
+    from gputop.model import Frame
+
+    read = (Frame("FileSamples._read", "/home/u/data.py", 120, code="os.preadv(fd, [view], 0)"),
+            Frame("_MapDatasetFetcher.fetch", "/usr/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", 52))
+    job = loader_job(worker_cpu=5.0, worker_stack=lambda t: stack(0, C.DATA_FETCH, main=True, active=False, frames=read))
+    found, _ = run_rules(job)
+    assert "io-bound" in found
+    assert any("blocked in a read in 100 %" in e for e in found["io-bound"].evidence)
+
+
+def test_workers_blocked_without_io_are_not_io_bound():
+    # the stuck scenario before it is stuck: workers wait on a lock, no disk activity
+    from synth import stack
+    from gputop.model import Frame
+
+    lock = (Frame("Event.wait", "/usr/lib/python3.11/multiprocessing/synchronize.py", 349),
+            Frame("Stalling.__getitem__", "/home/u/data.py", 90))
+    job = loader_job(worker_cpu=0.5, worker_stack=lambda t: stack(0, C.DATA_FETCH, active=False, frames=lock))
+    found, _ = run_rules(job)
+    assert not {"io-bound", "workers-saturated", "data-starved"} & set(found)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def test_host_sync():
+    job = Job(util=periodic(1.0, 0.5), main=phases(1.0, 0.5, C.HOST_SYNC, C.FORWARD), gpu=HEALTHY_GPM)
+    found, _ = run_rules(job)
+    f = found["host-sync"]
+    assert top(found) == "host-sync"
+    assert "launch-bound" not in found
+    assert any("`history.append(loss.item())` (train.py:70) 60 %" in e for e in f.evidence)  # 3 of 5 samples a second
+    assert "loss.detach()" in f.action and "every 100 steps" in f.action
+    assert f.cost_s == pytest.approx(8.0, abs=0.3)  # the 40 % idle
+
+
+def test_pageable_h2d():
+    job = Job(util=periodic(1.0, 0.5), main=phases(1.0, 0.5, C.FORWARD, C.H2D_COPY), gpu={**HEALTHY_GPM, "pcie_rx_bps": 6e9})
+    found, _ = run_rules(job)
+    f = found["pageable-h2d"]
+    assert top(found) == "pageable-h2d"
+    assert "pin_memory=True" in f.action and "non_blocking=True" in f.action
+    assert any("PCIe receive" in e for e in f.evidence)
+
+
+def test_checkpoint_stall():
+    job = Job(util=periodic(5.0, 4.0), main=phases(5.0, 4.0, C.FORWARD, C.CHECKPOINT_IO), gpu=HEALTHY_GPM)
+    found, _ = run_rules(job)
+    f = found["checkpoint-stall"]
+    assert top(found) == "checkpoint-stall"
+    assert any("4 saves seen, the longest" in e for e in f.evidence)
+    assert any("idle in bursts about every 5.0 s" in e for e in f.evidence)
+    assert "async_save" in f.action
+
+
+def test_a_rare_short_save_is_not_a_finding():
+    job = Job(util=periodic(10.0, 9.8), main=phases(10.0, 9.8, C.FORWARD, C.CHECKPOINT_IO), gpu=HEALTHY_GPM)
+    assert "checkpoint-stall" not in run_rules(job)[0]
+
+
+def test_collective_wait():
+    job = Job(util=periodic(1.0, 0.7), main=phases(1.0, 0.7, C.BACKWARD, C.COLLECTIVE), gpu=HEALTHY_GPM,
+              env=(("NCCL_P2P_DISABLE", "1"),))
+    f = run_rules(job)[0]["collective-wait"]
+    assert "NCCL_DEBUG=INFO" in f.action
+    assert any("NCCL_P2P_DISABLE=1" in e for e in f.evidence)
+
+
+LAUNCH_GPM = {"sm_active": 15.0, "sm_occupancy": 3.0, "tensor_active": 0.5, "fp32_active": 4.0}
+
+
+def test_launch_bound_from_gpm():
+    job = Job(util=lambda t: 85.0, main=lambda t: [C.FORWARD, C.BACKWARD, C.OPTIMIZER][int(t * 5) % 3], gpu=LAUNCH_GPM)
+    found, _ = run_rules(job)
+    f = found["launch-bound"]
+    assert top(found) == "launch-bound"
+    assert "torch.compile(model, mode=\"reduce-overhead\")" in f.action
+    assert "a 4x batch fits" in f.action  # 8 GiB of 80 used
+    assert any("SMs active only 15 %" in e for e in f.evidence)
+    assert "no-tensor-cores" not in found  # the fp32 pipes are not busy either
+    assert found["memory-headroom"].severity is Severity.INFO
+
+
+def test_launch_bound_from_idle_while_dispatching_without_gpm():
+    job = Job(util=periodic(1.0, 0.6), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD)
+    found, _ = run_rules(job)
+    assert "launch-bound" in found
+    assert any("CPU work in main process" in e for e in found["launch-bound"].evidence)
+
+
+FP32_GPM = {"sm_active": 97.0, "sm_occupancy": 12.0, "tensor_active": 0.0, "fp32_active": 77.0, "dram_active": 6.5}
+
+
+def test_no_tensor_cores_on_hopper_suggests_bf16_and_tf32():
+    found, _ = run_rules(Job(util=lambda t: 98.0, gpu=FP32_GPM))
+    f = found["no-tensor-cores"]
+    assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in f.action
+    assert "torch.backends.cuda.matmul.allow_tf32 = True" in f.action
+    assert any("tensor cores are active 0.0 %" in e for e in f.evidence)
+    assert f.cost_s == pytest.approx(0.5 * 20 * 0.98, abs=0.3)
+
+
+def test_no_tensor_cores_on_volta_suggests_fp16_with_a_scaler():
+    f = run_rules(Job(util=lambda t: 98.0, gpu=FP32_GPM, gpu_info={"compute_capability": (7, 0)}))[0]["no-tensor-cores"]
+    assert "torch.float16" in f.action and "GradScaler" in f.action and "tf32" not in f.action
+
+
+def test_no_gpm_no_tensor_claim():
+    assert "no-tensor-cores" not in run_rules(Job(util=lambda t: 98.0))[0]
+
+
+# --------------------------------------------------------------------------- memory and machine
+
+
+def test_memory_near_limit_and_the_allocator_setting():
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "mem_used": int(78.5 * GiB)}))[0]["memory-near-limit"]
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in f.action
+    assert "torch.utils.checkpoint.checkpoint" in f.action
+    assert any("98 %" in e for e in f.evidence)
+    job = Job(gpu={**HEALTHY_GPM, "mem_used": int(78.5 * GiB)}, env=(("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
+    assert "expandable_segments" not in run_rules(job)[0]["memory-near-limit"].action
+
+
+def test_memory_headroom_only_when_the_gpu_is_not_full():
+    assert "memory-headroom" not in run_rules(Job(gpu={**HEALTHY_GPM, "mem_used": 4 * GiB}))[0]
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "sm_active": 30.0, "mem_used": 4 * GiB}))[0]["memory-headroom"]
+    assert f.severity is Severity.INFO and "raise batch_size" in f.action
+
+
+def test_thermal_throttling():
+    job = Job(gpu={**HEALTHY_GPM, "throttle_reasons": 0x20, "sm_clock_mhz": 1700, "temperature_c": 88.0})
+    f = run_rules(job)[0]["throttling"]
+    assert "sw thermal 100 %" in f.evidence[0]
+    assert "cooling" in f.action
+    assert any("88 °C" in e for e in f.evidence)
+
+
+def test_power_cap_at_full_clocks_is_normal_but_a_lowered_limit_is_not():
+    assert "throttling" not in run_rules(Job(gpu={**HEALTHY_GPM, "throttle_reasons": 0x4, "sm_clock_mhz": 1900}))[0]
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "throttle_reasons": 0x4, "sm_clock_mhz": 1000}))[0]["throttling"]
+    assert "nvidia-smi -pl" in f.action
+
+
+def test_pcie_link_below_max_under_load():
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "pcie_gen": 3, "pcie_width": 8}))[0]["pcie-link-degraded"]
+    assert "gen 3 x8" in f.title and "gen 5 x16" in f.title
+    assert "LnkSta" in f.action
+
+
+def test_pcie_downshift_while_idle_is_power_saving():
+    job = Job(util=lambda t: 0.0, main=lambda t: C.IDLE, gpu={"pcie_gen": 1})
+    assert "pcie-link-degraded" not in run_rules(job)[0]
+
+
+def test_persistence_off():
+    f = run_rules(Job(gpu=HEALTHY_GPM, gpu_info={"persistence_mode": False}))[0]["persistence-off"]
+    assert f.severity is Severity.INFO and "nvidia-smi -pm 1" in f.action
+
+
+def test_ecc_errors():
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "ecc_uncorrected": 2}))[0]["ecc-errors"]
+    assert f.severity is Severity.CRITICAL and "2 uncorrectable" in f.evidence[0]
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "ecc_corrected": lambda t: int(t)}))[0]["ecc-errors"]
+    assert f.severity is Severity.INFO and "19 corrected" in f.evidence[0]
+
+
+def test_cuda_launch_blocking():
+    job = Job(util=periodic(1.0, 0.5), main=phases(1.0, 0.5, C.HOST_SYNC, C.FORWARD), gpu=HEALTHY_GPM,
+              env=(("CUDA_LAUNCH_BLOCKING", "1"),))
+    found, _ = run_rules(job)
+    f = found["cuda-launch-blocking"]
+    assert "unset CUDA_LAUNCH_BLOCKING" in f.action
+    assert f.cost_s >= found["host-sync"].cost_s  # it explains all of the idle time
+
+
+def test_slow_env_settings():
+    f = run_rules(Job(gpu=HEALTHY_GPM, env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), ("NCCL_DEBUG", "INFO"))))[0]["slow-env"]
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in f.title and "NCCL_DEBUG" not in f.title
+
+
+def test_small_shm_matters_with_workers():
+    small = 64 * 1024**2
+    assert "small-shm" not in run_rules(Job(gpu=HEALTHY_GPM, shm_total=small))[0]
+    f = run_rules(Job(gpu=HEALTHY_GPM, shm_total=small, workers=2))[0]["small-shm"]
+    assert f.severity is Severity.INFO and "--shm-size" in f.action
+    f = run_rules(Job(gpu=HEALTHY_GPM, shm_total=small, shm_used=small * 3 // 4, workers=2))[0]["small-shm"]
+    assert f.severity is Severity.WARNING
+
+
+# --------------------------------------------------------------------------- hangs and blind spots
+
+
+def stuck_job(util=lambda t: 0.0):
+    # trains for 5 s, then the main thread waits on the loader forever
+    return Job(seconds=30, util=lambda t: 100.0 if t < 5 else util(t),
+               main=lambda t: C.FORWARD if t < 5 else C.DATA_WAIT, workers=2, worker_cpu=0.0, gpu=HEALTHY_GPM)
+
+
+def test_stuck():
+    found, ctx = run_rules(stuck_job(), stuck_after_s=10.0)
+    f = found["stuck"]
+    assert f.severity is Severity.CRITICAL
+    assert "no progress for" in f.title
+    assert any("train.py:40" in e for e in f.evidence)
+    assert "timeout=" in f.action
+    assert ctx.stuck is not None and ctx.stuck.stuck
+
+
+def test_not_stuck_before_the_threshold_or_while_the_gpu_works():
+    assert "stuck" not in run_rules(stuck_job(), stuck_after_s=60.0)[0]
+    assert "stuck" not in run_rules(stuck_job(util=lambda t: 100.0), stuck_after_s=10.0)[0]
+
+
+def test_idle_without_stacks_asks_to_attach():
+    found, _ = run_rules(Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM))
+    f = found["idle-unattributed"]
+    assert f.severity is Severity.INFO
+    assert f"--pid {TARGET}" in f.action
+
+
+def test_a_lowered_power_limit_is_a_note_not_a_warning():
+    f = run_rules(Job(gpu={**HEALTHY_GPM, "throttle_reasons": 0x4, "sm_clock_mhz": 1000}))[0]["throttling"]
+    assert f.severity is Severity.INFO
+
+
+def test_a_long_save_that_is_still_writing_is_not_a_hang():
+    job = Job(seconds=30, util=lambda t: 100.0 if t < 5 else 0.0,
+              main=lambda t: C.FORWARD if t < 5 else C.CHECKPOINT_IO, gpu=HEALTHY_GPM)
+    found, ctx = run_rules(job, stuck_after_s=10.0)
+    assert ctx.stuck.stuck and "stuck" in found  # no disk writes in this timeline
+    store = job.store()
+    from dataclasses import replace
+    hosts = [replace(h, ts=h.ts + 0.5, disk_write_bps=500e6) for h in store.host_window(0)]
+    store.add(hosts)
+    ctx = build_context(store, stuck_after_s=10.0)
+    assert RULES_BY_ID["stuck"].evaluate(ctx) is None
+    assert RULES_BY_ID["checkpoint-stall"].evaluate(ctx) is not None
+
+
+def test_workers_replaced_every_epoch():
+    from synth import T0
+    from gputop.model import ProcSample
+
+    job = loader_job(seconds=20, worker_cpu=60.0)
+    store = job.store()
+    # the first pool (pids 5001, 5002) served until t=10; the current pool started at t=10
+    old = [ProcSample(ts=T0 + t, pid=5001 + w, ppid=TARGET, cpu_percent=60.0, role="worker", create_time=T0)
+           for t in range(1, 10) for w in range(2)]
+    fresh = Store_with(store, old, born=T0 + 10.0)
+    found = {f.id: f for f in Advisor().run_rules(build_context(fresh))}
+    f = found["loader-respawn"]
+    assert "persistent_workers=True" in f.action and f.cost_s >= 1.0
+
+
+def Store_with(store, extra, born):
+    from dataclasses import replace
+    from gputop.store import Store
+
+    out = Store()
+    items = [store.system, *store.gpu_info.values()]
+    for i in store.gpu_indices():
+        items += store.util_window(i, 0) + store.gpu_window(i, 0)
+    items += store.host_window(0) + store.stack_window(0) + list(extra)
+    for pid in store.procs_latest():
+        items += [replace(p, create_time=born) if p.role == "worker" else p for p in store.proc_window(pid, 0)]
+    items.sort(key=lambda s: s.ts)
+    for s in items:
+        out.add([s])
+    return out

@@ -1,0 +1,377 @@
+"""Real py-spy against real PyTorch CPU training loops (tests/stack_targets.py).
+
+The targets start once per module, in parallel (importing torch is most of their cost), and
+are killed at the end whatever happens. Needs py-spy and ptrace rights (root in CI).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+psutil = pytest.importorskip("psutil")
+pytest.importorskip("torch")
+
+from gputop.analysis.stacks_summary import category_shares, stacks_view  # noqa: E402
+from gputop.analysis.stuck import stuck_verdict  # noqa: E402
+from gputop.cli import main as cli_main  # noqa: E402
+from gputop.model import Category, Event, ProcSample, StackSample  # noqa: E402
+from gputop.pipeline import Pipeline  # noqa: E402
+from gputop.sources.stacks import (  # noqa: E402
+    PYSPY_ENV,
+    AttachError,
+    PySpySource,
+    _classify_failure,
+    check_attachable,
+    find_pyspy,
+)
+from gputop.stacks_format import plain  # noqa: E402
+from gputop.store import Store  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed"),
+]
+
+TARGETS = os.path.join(os.path.dirname(__file__), "stack_targets.py")
+STUCK_AFTER = 3.0  # short threshold for the test; the default is 30 s
+
+
+def marker_line(marker: str) -> int:
+    with open(TARGETS) as f:
+        for n, text in enumerate(f, 1):
+            if marker in text:
+                return n
+    raise AssertionError(marker)
+
+
+class Target:
+    def __init__(self, *argv: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        assert self.proc.stdout is not None
+        os.set_blocking(self.proc.stdout.fileno(), True)
+        end = time.time() + timeout
+        while time.time() < end:
+            line = self.proc.stdout.readline()
+            if line.strip() == "ready":
+                return
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError(f"target {self.proc.args} exited with {self.proc.returncode}")
+        raise RuntimeError("target never got ready")
+
+    def kill(self) -> None:
+        try:
+            kids = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            kids = []
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.Error:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def targets():
+    started: dict[str, Target] = {}
+    try:
+        for mode in ("loader", "item", "deadlock", "exit"):
+            started[mode] = Target(TARGETS, mode)
+        started["plain"] = Target("-c", "import time; print('ready', flush=True); time.sleep(600)")
+        for t in started.values():
+            t.wait_ready()
+        try:
+            check_attachable(started["plain"].pid)
+        except AttachError as exc:
+            pytest.skip(f"py-spy cannot attach here: {exc}")
+        yield started
+    finally:
+        for t in started.values():
+            t.kill()
+
+
+def poll_for(src: PySpySource, seconds: float) -> list[object]:
+    out: list[object] = []
+    end = time.time() + seconds
+    while time.time() < end:
+        out.extend(src.poll())
+        time.sleep(src.interval)
+    return out
+
+
+def stacks(samples, pid=None, main=None):
+    return [
+        s for s in samples
+        if isinstance(s, StackSample) and (pid is None or s.pid == pid) and (main is None or s.is_main == main)
+    ]
+
+
+# --------------------------------------------------------------------------- categories
+
+
+def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
+    t = targets["loader"]
+    src = PySpySource(t.pid, worker_interval=0.2, target_details=True)
+    out = poll_for(src, 3.0)
+    main = stacks(out, t.pid, main=True)
+    assert len(main) >= 8
+    shares = dict(category_shares(main))
+    # Workers sleep in __getitem__: the main process spends its time waiting on their queue.
+    assert shares.get(Category.DATA_WAIT, 0) >= 0.6, shares
+    # py-spy calls a thread blocked on the queue idle: those samples are kept and classified.
+    assert any(not s.active for s in main if s.category is Category.DATA_WAIT)
+    workers = {p.pid: p for p in out if isinstance(p, ProcSample) and p.role == "worker"}
+    assert len(workers) == 2
+    assert all(p.ppid == t.pid and p.status for p in workers.values())
+    assert any(p.cpu_percent is not None for p in workers.values())
+    wstacks = [s for s in stacks(out, main=True) if s.pid in workers]
+    assert {s.pid for s in wstacks} == set(workers)
+    assert Category.DATA_FETCH in {s.category for s in wstacks}
+    target = [p for p in out if isinstance(p, ProcSample) and p.role == "target"]
+    assert target and "stack_targets.py loader" in target[-1].cmdline
+    # Samples are on the time.time() clock.
+    assert abs(main[-1].ts - time.time()) < 5
+
+
+def test_item_every_step_is_host_sync(targets):
+    t = targets["item"]
+    src = PySpySource(t.pid)
+    out = poll_for(src, 3.0)
+    main = stacks(out, t.pid, main=True)
+    # In a live session the host source reports the target's process details, not this one.
+    assert not [p for p in out if isinstance(p, ProcSample)]
+    shares = category_shares(main)
+    assert shares[0][0] is Category.HOST_SYNC, shares
+    line = marker_line("# HOT host-sync")
+    assert any(s.frames[0].line == line and ".item()" in (s.frames[0].code or "") for s in main)
+
+
+# --------------------------------------------------------------------------- stuck
+
+
+def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
+    t = targets["deadlock"]
+    store = Store()
+    src = PySpySource(t.pid, stuck_after=STUCK_AFTER)
+    pipe = Pipeline(store, [src])
+    pipe.start()
+    try:
+        # Wait bound, not a speed claim: the verdict must come within threshold + a few seconds.
+        deadline = time.time() + STUCK_AFTER + 10.0
+        verdict = stuck_verdict(store, t.pid, STUCK_AFTER, now=time.time())
+        while not verdict.stuck and time.time() < deadline:
+            time.sleep(0.2)
+            verdict = stuck_verdict(store, t.pid, STUCK_AFTER, now=time.time())
+    finally:
+        pipe.stop()
+    assert verdict.stuck, verdict.reason
+    assert verdict.held_s >= STUCK_AFTER
+    assert verdict.where == f"tests/stack_targets.py:{marker_line('# DEADLOCK')} in mode_deadlock"
+    assert verdict.category is Category.IDLE
+    assert "metrics-writer" in [s.thread_name for s in verdict.others]
+    events = [e for e in store.events() if e.source == "stuck"]
+    assert events and "looks stuck" in events[0].message and "stack_targets.py" in events[0].message
+
+    # The pane says it plainly.
+    view = stacks_view(store, t.pid, STUCK_AFTER, now=time.time())
+    from gputop.stacks_format import pane_lines
+
+    text = plain(pane_lines(view))
+    assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text
+    assert "metrics-writer" in text and "press n for a native" in text
+
+
+async def test_pane_native_dump_runs_off_the_event_loop(targets):
+    from textual.app import App
+    from textual.containers import VerticalScroll
+
+    from gputop.ui.stacks_pane import StacksPane
+
+    t = targets["deadlock"]
+    store = Store()
+    src = PySpySource(t.pid)
+    store.add(src.poll())
+
+    class Host(App):
+        def compose(self):
+            yield StacksPane(stuck_after=STUCK_AFTER, id="stacks-pane")
+
+    app = Host()
+    async with app.run_test(size=(120, 50)) as pilot:
+        pane = app.query_one(StacksPane)
+        pane.update_view(store, t.pid)
+        assert "mode_deadlock" in plain(pane.last_lines)
+        pane.query_one(VerticalScroll).focus()
+        await pilot.press("n")
+        assert "running py-spy dump --native" in plain(pane.last_lines)
+        for _ in range(300):
+            await pilot.pause(0.05)
+            if "Native dump of PID" in plain(pane.last_lines):
+                break
+        text = plain(pane.last_lines)
+    assert f"Native dump of PID {t.pid}" in text
+    assert "mode_deadlock" in text  # py-spy's native output still names the Python frame
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_target_exit_is_reported_with_its_code_and_history_kept(targets):
+    t = targets["exit"]
+    store = Store()
+    src = PySpySource(t.pid)
+    for _ in range(3):
+        store.add(src.poll())
+        time.sleep(0.1)
+    before = len(store.stack_window(0))
+    assert before > 0
+    os.kill(t.pid, signal.SIGUSR1)
+    for _ in range(100):
+        store.add(src.poll())
+        if src.exited is not None:
+            break
+        time.sleep(0.1)
+    assert src.exited is not None
+    exits = [e for e in store.events() if "exited" in e.message]
+    assert len(exits) == 1 and "with code 3" in exits[0].message and str(t.pid) in exits[0].message
+    assert store.latest_proc(t.pid).status == "exited"
+    assert src.poll() == []  # sampling stopped ...
+    assert len(store.stack_window(0)) == before or len(store.stack_window(0)) > before  # ... history kept
+    view = stacks_view(store, t.pid, 30.0)
+    assert view.exited and view.fault is not None and "code 3" in view.fault.message
+    assert not view.verdict.stuck
+
+
+def test_not_python_process(targets):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(AttachError) as exc:
+            check_attachable(sleeper.pid)
+        assert exc.value.kind == "not-python" and "not a Python process" in str(exc.value)
+        src = PySpySource(sleeper.pid, target_details=True)
+        first = src.poll()
+        # CPU monitoring still works; stacks do not, said once.
+        assert any(isinstance(s, ProcSample) and s.role == "target" for s in first)
+        errs = [e for e in first if isinstance(e, Event)]
+        assert len(errs) == 1 and "not a Python process" in errs[0].message
+        assert not [e for e in src.poll() if isinstance(e, Event)]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_no_such_process():
+    pid = 4_000_000  # above Linux's pid_max limit
+    with pytest.raises(AttachError) as exc:
+        check_attachable(pid)
+    assert exc.value.kind == "gone" and str(exc.value) == f"no process with PID {pid}"
+    src = PySpySource(pid)
+    out = src.poll()
+    assert [e.message for e in out if isinstance(e, Event)] == [f"no process with PID {pid}"]
+    assert src.poll() == []
+
+
+def test_pyspy_missing_or_unrunnable(targets, monkeypatch):
+    pid = targets["plain"].pid
+    with pytest.raises(AttachError) as exc:
+        check_attachable(pid, pyspy="/nonexistent/py-spy")
+    assert exc.value.kind == "pyspy-missing"
+    monkeypatch.setenv(PYSPY_ENV, "/nonexistent/py-spy")
+    assert find_pyspy() is None
+    with pytest.raises(AttachError) as exc:
+        check_attachable(pid)
+    assert "pip install py-spy" in str(exc.value)
+    src = PySpySource(pid, target_details=True)
+    out = src.poll()
+    assert any(isinstance(e, Event) and "py-spy not found" in e.message for e in out)
+    assert any(isinstance(s, ProcSample) for s in out)
+
+
+def test_pyspy_found_next_to_the_interpreter(monkeypatch):
+    monkeypatch.delenv(PYSPY_ENV, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    path = find_pyspy()
+    assert path is not None and os.access(path, os.X_OK)
+
+
+def test_permission_denied_message_says_how_to_fix():
+    # py-spy's own words when ptrace is refused.
+    err = _classify_failure(os.getpid(), "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'", 1)
+    assert err.kind == "permission"
+    msg = str(err)
+    assert "\n" not in msg
+    for hint in ("same user", "root", "CAP_SYS_PTRACE", "kernel.yama.ptrace_scope"):
+        assert hint in msg
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser")
+def test_permission_denied_for_real(targets):
+    # py-spy run as 'nobody' against a root-owned target: the kernel refuses.
+    tmp = tempfile.mkdtemp(prefix="gputop-perm-")
+    try:
+        os.chmod(tmp, 0o755)
+        spy = os.path.join(tmp, "py-spy")
+        shutil.copy(find_pyspy(), spy)
+        os.chmod(spy, 0o755)
+        wrapper = os.path.join(tmp, "as-nobody")
+        with open(wrapper, "w") as f:
+            f.write(f'#!/bin/sh\nexec runuser -u nobody -- {spy} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        with pytest.raises(AttachError) as exc:
+            check_attachable(targets["plain"].pid, pyspy=wrapper)
+        assert exc.value.kind == "permission" and "CAP_SYS_PTRACE" in str(exc.value)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- gputop stacks
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = cli_main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_stacks_command_text_and_json(targets):
+    pid = targets["loader"].pid
+    rc, out, _ = run_cli("stacks", "--pid", str(pid))
+    assert rc == 0
+    assert f"PID {pid}" in out and "MainThread" in out and "data-wait" in out
+    assert out.count("worker PID") == 2 and "data-fetch" in out
+    assert "frames of the parent at fork time" in out
+    rc, out, _ = run_cli("stacks", "--pid", str(pid), "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["pid"] == pid
+    main = [t for t in doc["threads"] if t["main"]]
+    assert main and main[0]["category"] in ("data-wait", "data-fetch")
+    assert len(doc["workers"]) == 2
+    assert all(w["threads"] and w["category"] for w in doc["workers"])
+
+
+def test_stacks_command_bad_input():
+    rc, out, err = run_cli("stacks", "--pid", "4000000")
+    assert rc == 2 and out == "" and err.strip() == "gputop: error: no process with PID 4000000"
+    rc, _, err = run_cli("stacks")
+    assert rc == 2 and "--pid" in err

@@ -1,0 +1,78 @@
+"""The stacks pane widget, mounted in a small Textual app and fed a store."""
+
+import json
+import os
+
+from textual.app import App
+
+from gputop.sources.stacks import StackParser
+from gputop.stacks_format import plain
+from gputop.store import Store
+from gputop.ui.stacks_pane import StacksPane, to_text
+
+T0 = 1_700_000_000.0
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "stacks", "deadlock.json")
+
+
+def deadlock_store(seconds=5.0):
+    with open(FIX) as f:
+        doc = json.load(f)
+    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"))
+    store = Store()
+    for i in range(int(seconds * 5) + 1):
+        store.add(parser.samples(doc["dump"], T0 + i * 0.2))
+    return store, doc["dump"][0]["pid"]
+
+
+class Host(App):
+    def __init__(self, pane):
+        super().__init__()
+        self.pane = pane
+
+    def compose(self):
+        yield self.pane
+
+
+async def test_not_attached_says_how_to_attach():
+    pane = StacksPane(id="stacks-pane")
+    async with Host(pane).run_test(size=(100, 30)):
+        pane.update_view(Store(), None)
+        text = plain(pane.last_lines)
+    assert "Not attached" in text and "gputop --pid PID" in text
+
+
+async def test_stuck_job_shown_with_threshold_from_the_pane():
+    store, pid = deadlock_store(5.0)
+    pane = StacksPane(stuck_after=3.0)
+    async with Host(pane).run_test(size=(120, 40)):
+        pane.update_view(store, pid)
+        text = plain(pane.last_lines)
+        rendered = str(pane.query_one("#stacks-body").render())
+    assert "STUCK: PID" in text and "in mode_deadlock" in text
+    assert "STUCK: PID" in rendered
+    # Same store, default threshold (30 s): not stuck yet.
+    pane2 = StacksPane()
+    async with Host(pane2).run_test(size=(120, 40)):
+        pane2.update_view(store, pid)
+        assert "STUCK" not in plain(pane2.last_lines)
+
+
+async def test_native_dump_failure_is_a_message_in_the_pane():
+    gone = 4_000_000  # above Linux's pid_max: no such process
+    pane = StacksPane(stuck_after=3.0)
+    async with Host(pane).run_test(size=(120, 40)) as pilot:
+        pane.update_view(Store(), gone)
+        pane.request_native_dump(gone)
+        assert "running py-spy dump --native" in plain(pane.last_lines)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if "failed" in plain(pane.last_lines):
+                break
+        text = plain(pane.last_lines)
+    assert f"Native dump of PID {gone} failed: no process with PID {gone}" in text
+
+
+def test_styles_follow_segment_names():
+    text = to_text([(("x", "project"), ("y", "cat.data-wait")), (("z", "unknown-style"),)])
+    assert text.plain == "xy\nz"
+    assert [str(sp.style) for sp in text.spans] == ["bold cyan", "red"]
