@@ -272,7 +272,9 @@ def tool_command(tool: str, gputop_args: str) -> tuple[list[str] | None, str, st
     """(argv or None when missing, interval label, note)."""
     if tool == "gputop":
         from_args = _interval_in(gputop_args)
-        label = f"{from_args} s" if from_args else "1 s (default)"
+        from gputop.cli import DEFAULT_INTERVAL
+
+        label = f"{from_args} s" if from_args else f"{DEFAULT_INTERVAL:g} s (default)"
         return [sys.executable, "-m", "gputop", *shlex.split(gputop_args)], label, ""
     if tool == "nvitop":
         exe = shutil.which("nvitop")

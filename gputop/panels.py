@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .format import NA, bar, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from .model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
-from .throttle import decode_throttle, is_performance_limiting
+from .throttle import decode_throttle, is_performance_limiting, throttle_label
 
 # A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
 IDLE_UTIL_PCT = 10.0
@@ -110,13 +110,17 @@ def gpu_panel(
 
     mem_frac = s.mem_fraction
     power_frac = (s.power_w / s.power_limit_w) if s.power_w is not None and s.power_limit_w else None
-    # Fixed text on line 1 takes ~50 columns beside the name; the two bars share the rest.
-    name_w = 14 if width >= 100 or mode != COMPACT else 9
-    bar_w = max(4, min(10 if mode == COMPACT else 24, (width - 50 - name_w) // 2))
+    # Line 1 holds ~46 columns of numbers and labels beside the name; the two bars share the
+    # rest. Compact lines also need room for tensor activity and throttle words.
+    compact = mode == COMPACT
+    name_w = 14 if width >= 100 else 9
+    label_w = name_w + 5
+    fixed = 46 + label_w + (22 if compact else 0)
+    bar_w = max(3, min(10 if compact else 24, (width - fixed) // 2))
 
     # Line 1: identity, utilisation, memory, temperature, power.
-    label = f"[{idx}] " + truncate(short_gpu_name(name), name_w if mode == COMPACT else 22)
-    t.append(label.ljust(name_w + 4 if mode == COMPACT else 26), style="bold")
+    label = f"[{idx}] " + truncate(short_gpu_name(name), name_w)
+    t.append(label.ljust(label_w), style="bold")
     _metric(t, "UTIL ", "")
     t.append(bar((s.util_gpu or 0) / 100 if s.util_gpu is not None else None, bar_w), style=util_style(s.util_gpu))
     t.append(f" {fmt_pct(s.util_gpu, 4)}", style=util_style(s.util_gpu))
@@ -126,15 +130,14 @@ def gpu_panel(
     temp_style = "bold red" if (s.temperature_c or 0) >= 85 else ("yellow" if (s.temperature_c or 0) >= 78 else "")
     _metric(t, "  ", f"{s.temperature_c:.0f}°C" if s.temperature_c is not None else f"{NA}°C", temp_style)
     power = f"{s.power_w:.0f}W" if s.power_w is not None else NA
-    if s.power_limit_w:
+    if s.power_limit_w and not compact:
         power += f"/{s.power_limit_w:.0f}W"
     _metric(t, "  ", power, level_style(power_frac, 0.9, 0.98))
     if mode == COMPACT:
         if s.tensor_active is not None:
             _metric(t, "  TC ", fmt_pct(s.tensor_active), "cyan")
-        reasons = decode_throttle(s.throttle_reasons) if s.throttle_reasons else []
-        if reasons and is_performance_limiting(s.throttle_reasons):
-            t.append("  ⚠" + ",".join(reasons), style="yellow")
+        if s.throttle_reasons and is_performance_limiting(s.throttle_reasons):
+            t.append("  ⚠" + throttle_label(s.throttle_reasons), style="yellow")
         if history is not None:
             room = width - t.cell_len - 2
             if room >= 8:

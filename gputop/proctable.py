@@ -10,10 +10,10 @@ from .model import GpuProcess, ProcSample
 COLUMNS = (
     ("pid", "PID", 7),
     ("user", "USER", 8),
-    ("gpu", "GPU", 3),
-    ("gpu_mem", "GPU-MEM", 7),
-    ("sm", "SM%", 4),
-    ("cpu", "CPU%", 5),
+    ("gpu", "GPU", 5),  # titles leave room for the sort arrow
+    ("gpu_mem", "GPU-MEM", 9),
+    ("sm", "SM%", 6),
+    ("cpu", "CPU%", 6),
     ("rss", "RSS", 6),
     ("time", "TIME", 8),
     ("command", "COMMAND", 0),
@@ -22,7 +22,7 @@ SORT_KEYS = tuple(c[0] for c in COLUMNS)
 # A process not reported for this long has gone: its row goes too.
 STALE_S = 5.0
 # Numeric columns sort largest first, like htop; text columns A→Z.
-_DESCENDING_BY_DEFAULT = {"gpu_mem", "sm", "cpu", "rss", "time"}
+DESCENDING_BY_DEFAULT = {"gpu_mem", "sm", "cpu", "rss", "time"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def sort_rows(rows: list[ProcRow], key: str, reverse: bool = False) -> list[Proc
     if key not in SORT_KEYS:
         raise ValueError(f"unknown sort key {key!r}")
     attr = {"time": "elapsed", "command": "command"}.get(key, key)
-    descending = (key in _DESCENDING_BY_DEFAULT) != reverse
+    descending = (key in DESCENDING_BY_DEFAULT) != reverse
 
     def k(r: ProcRow):
         v = getattr(r, attr)

@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     breakdowns = store.analysis("breakdowns", ()) or ()
     elapsed = time.time() - start
     nvml_error = store.system.nvml_error if store.system is not None else None
+    # Why stacks could not be read (not Python, permission, py-spy failing) changes what the
+    # findings can say: the reader must see it.
+    attach_errors = [e.message for e in store.events() if e.source == "stacks" and e.level == "error"]
     if args.json:
         extra = {
             "pid": args.pid,
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             "interrupted": interrupted,
             "target_exited": ended,
             "nvml_error": nvml_error,
+            "attach_errors": attach_errors,
         }
         json.dump(report_dict(findings, breakdowns, start, advisor.history, extra), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -90,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {ended}")
     if nvml_error:
         print(f"note: no GPU data (NVML unavailable: {nvml_error})")
+    for msg in attach_errors:
+        print(f"note: {msg}")
     table = breakdown_table(breakdowns)
     if table:
         print()

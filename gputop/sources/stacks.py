@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -150,7 +151,11 @@ def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False) -> 
 def native_dump(pid: int, pyspy: str | None = None, timeout: float = NATIVE_TIMEOUT_S) -> str:
     """Stacks with native (C/C++/CUDA) frames, as py-spy prints them. Costs ~0.6 s and
     pauses the target meanwhile: on demand only. Raises AttachError."""
-    return _run_pyspy(_pyspy_or_raise(pyspy), ["dump", "--native"], pid, timeout)
+    text = _run_pyspy(_pyspy_or_raise(pyspy), ["dump", "--native"], pid, timeout)
+    # py-spy's header repeats the raw command line, secrets included.
+    return re.sub(
+        r"(?m)^(Process \d+: )(.*)$", lambda m: m.group(1) + redact_cmdline(m.group(2).split()), text, count=1
+    )
 
 
 def check_attachable(pid: int, pyspy: str | None = None) -> str:

@@ -24,7 +24,7 @@ from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..live import Session, build_session
 from ..model import Event
 from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel, header_text, host_panel
-from ..proctable import COLUMNS, SORT_KEYS, ProcRow, build_rows
+from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
 
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 DEFAULT_CHART_WINDOW = 120.0
@@ -35,18 +35,35 @@ HOST_LINES = 3
 HELP = """\
 [b]gputop keys[/b]
 
-  [b]q[/b]            quit                     [b]?[/b]       this help
-  [b]p[/b]            pause / resume display   [b]/[/b]       filter processes (Esc clears)
-  [b]↑ ↓ j k[/b]      move in the process list [b]Enter[/b]   attach to the selected process
-  [b]< >[/b]          sort column left/right   [b]i[/b]       invert sort order
-  [b]M[/b] [b]P[/b] [b]T[/b] [b]N[/b]      sort by GPU memory, CPU, time, PID
+  [b]q[/b] [b]ctrl+c[/b]     quit
+  [b]?[/b]            this help
+  [b]p[/b]            pause / resume the display
+  [b]/[/b]            filter processes (Esc clears)
+  [b]↑ ↓ j k[/b]      move in the process list
+  [b]Enter[/b]        attach to the selected process
+  [b]< >[/b] [b]i[/b]        sort column left / right, invert
+  [b]M P T N[/b]      sort by GPU memory, CPU, time, PID
   [b][ ][/b]          chart window shorter / longer
   [b]1 2 3[/b]        processes / advisor / stacks tab
-  [b]n[/b]            native stack dump of the attached job (costs ~0.6 s)
+  [b]n[/b]            native stack dump of the attached job (~0.6 s)
 
 Collection never runs on the display thread: pausing the display keeps
 recording and analysis going. Colours follow the terminal; NO_COLOR is honoured.
 """
+
+
+def set_text(widget: Static, text: Text) -> None:
+    """Update a Static only when its text changed, and lay out again only when its height did.
+
+    A layout pass re-renders the whole screen; on a 1 s tick it was most of gputop's CPU.
+    """
+    old = getattr(widget, "_gputop_text", None)
+    if old is not None and old.plain == text.plain and old.spans == text.spans:
+        return
+    lines = text.plain.count("\n")
+    relayout = old is None or old.plain.count("\n") != lines
+    widget._gputop_text = text  # type: ignore[attr-defined]
+    widget.update(text, layout=relayout)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -63,6 +80,7 @@ class GputopApp(App[int]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("p", "pause", "Pause"),
         Binding("slash", "filter", "Filter"),
@@ -93,12 +111,13 @@ class GputopApp(App[int]):
         self.paused = False
         self.sort_key = "gpu_mem"
         self.sort_reverse = False
-        self.query = ""
+        self.filter_text = ""
         self.chart_window = DEFAULT_CHART_WINDOW
         self.panel_mode = FULL
         self._seen_version = -1
         self._gpu_widgets: dict[int, Static] = {}
         self._rows: list[ProcRow] = []
+        self._row_cells: list[tuple] = []
         self._last_event: Event | None = None
         self._attach_lock = threading.Lock()
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
@@ -140,6 +159,12 @@ class GputopApp(App[int]):
         for key, title, width in COLUMNS:
             table.add_column(title, key=key, width=width or None)
         self._update_sort_labels()
+        # Keys go to the process table from the start (arrows, Enter to attach).
+        self.query_one("#gpus").can_focus = False
+        table.focus()
+        if self.session.sources.get("nvml") is None and self.session.mode == "live":
+            self.sort_key = "cpu"  # no GPU memory to sort by: the busiest processes first
+            self._update_sort_labels()
         self._mounted_ok = True
         self.set_interval(self.refresh_every, self.tick)
         self.tick(force=True)
@@ -178,14 +203,18 @@ class GputopApp(App[int]):
         self._seen_version = version
         self._update_gpus()
         self._update_host()
-        self._update_processes()
-        self._update_panes()
+        tab = self.query_one("#bottom", TabbedContent).active
+        if tab == "processes":
+            self._update_processes()
+        else:
+            self._update_panes(tab)
         self._update_status()
 
     def _update_header(self) -> None:
         width = self.size.width or 80
-        self.query_one("#header", Static).update(
-            header_text(self.store.system, __version__, self.interval, self.state, width)
+        set_text(
+            self.query_one("#header", Static),
+            header_text(self.store.system, __version__, self.interval, self.state, width),
         )
 
     def _choose_mode(self, n_gpus: int) -> str:
@@ -214,7 +243,7 @@ class GputopApp(App[int]):
                 msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
             else:
                 msg.append("Waiting for GPU data…", style="dim")
-            self._gpu_widgets["none"].update(msg)  # type: ignore[index]
+            set_text(self._gpu_widgets["none"], msg)  # type: ignore[index]
             return
         if set(self._gpu_widgets) != set(indices):
             for w in self._gpu_widgets.values():
@@ -236,12 +265,12 @@ class GputopApp(App[int]):
                     util=self.store.util_window(i, t0),
                     samples=self.store.gpu_window(i, t0) if mode == FULL else (),
                 )
-            widget.update(gpu_panel(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
+            set_text(widget, gpu_panel(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
 
     def _update_host(self) -> None:
         width = max(20, (self.size.width or 80) - 2)
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
-        self.query_one("#host", Static).update(host_panel(self.store.latest_host(), width, lines))
+        set_text(self.query_one("#host", Static), host_panel(self.store.latest_host(), width, lines))
 
     def _update_processes(self) -> None:
         table = self.query_one("#procs", DataTable)
@@ -251,43 +280,56 @@ class GputopApp(App[int]):
             self.store.now,
             self.sort_key,
             self.sort_reverse,
-            self.query,
+            self.filter_text,
         )
         if rows == self._rows and table.row_count == len(rows):
             return
-        selected = self._selected_row()
-        self._rows = rows
-        table.clear()
         target = self.session.target_pid
-        for r in rows:
-            style = "bold cyan" if r.pid == target else ""
-            table.add_row(
-                Text(str(r.pid), style=style),
-                truncate(r.user or "?", 10),
-                "-" if r.gpu is None else str(r.gpu),
-                fmt_bytes(r.gpu_mem),
-                fmt_pct(r.sm),
-                "n/a" if r.cpu is None else f"{r.cpu:.0f}",
-                fmt_bytes(r.rss),
-                fmt_duration(r.elapsed),
-                Text(r.command, style=style),
-                key=r.key,
-            )
+        cells = [self._cells(r, target) for r in rows]
+        same_rows = [r.key for r in rows] == [r.key for r in self._rows] and table.row_count == len(rows)
+        if same_rows:
+            # Same processes in the same order: touch only the cells that changed.
+            for r, old, new in zip(rows, self._row_cells, cells):
+                for (key, _, _), a, b in zip(COLUMNS, old, new):
+                    if a != b:
+                        table.update_cell(r.key, key, b)
+            self._rows, self._row_cells = rows, cells
+            return
+        selected = self._selected_row()
+        self._rows, self._row_cells = rows, cells
+        table.clear()
+        for r, row_cells in zip(rows, cells):
+            table.add_row(*row_cells, key=r.key)
         if selected is not None:
             for n, r in enumerate(rows):
                 if r.key == selected.key:
                     table.move_cursor(row=n)
                     break
 
-    def _update_panes(self) -> None:
-        for pane_id, args in (("#advisor-pane", (self.store,)), ("#stacks-pane", (self.store, self.session.target_pid))):
-            try:
-                pane = self.query_one(pane_id)
-            except Exception:
-                continue
-            update = getattr(pane, "update_view", None)
-            if update is not None:
-                update(*args)
+    @staticmethod
+    def _cells(r: ProcRow, target: int | None) -> tuple:
+        style = "bold cyan" if r.pid == target else ""
+        return (
+            Text(str(r.pid), style=style),
+            truncate(r.user or "?", 10),
+            "-" if r.gpu is None else str(r.gpu),
+            fmt_bytes(r.gpu_mem),
+            fmt_pct(r.sm),
+            "n/a" if r.cpu is None else f"{r.cpu:.0f}",
+            fmt_bytes(r.rss),
+            fmt_duration(r.elapsed),
+            Text(r.command, style=style),
+        )
+
+    def _update_panes(self, tab: str) -> None:
+        panes = {"advisor": ("#advisor-pane", (self.store,)), "stacks": ("#stacks-pane", (self.store, self.session.target_pid))}
+        if tab not in panes:
+            return
+        pane_id, args = panes[tab]
+        found = self.query(pane_id)
+        update = getattr(found.first(), "update_view", None) if found else None
+        if update is not None:
+            update(*args)
 
     def _update_status(self) -> None:
         events = self.store.events(1)
@@ -345,7 +387,7 @@ class GputopApp(App[int]):
             try:
                 check_attachable(pid)
             except UserError as exc:
-                self.call_from_thread(self.notify, f"cannot attach to {pid}: {exc}", severity="error", timeout=10)
+                # The event reaches the status line and a notification; no second toast here.
                 self.store.add([Event(time.time(), "attach", f"cannot attach to {pid}: {exc}", "error")])
                 return
             old = self.session.sources.pop("stacks", None)
@@ -381,7 +423,7 @@ class GputopApp(App[int]):
 
     @on(Input.Changed, "#filter")
     def _on_filter_changed(self, event: Input.Changed) -> None:
-        self.query = event.value.strip()
+        self.filter_text = event.value.strip()
         self._rows = []
         self._update_processes()
 
@@ -396,7 +438,7 @@ class GputopApp(App[int]):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("-visible")
-        self.query = ""
+        self.filter_text = ""
         self._rows = []
         self._update_processes()
         self.query_one("#procs", DataTable).focus()
@@ -427,7 +469,8 @@ class GputopApp(App[int]):
             col = table.columns.get(key)  # type: ignore[call-overload]
             if col is None:
                 continue
-            mark = (" ▲" if self.sort_reverse else " ▼") if key == self.sort_key else ""
+            descending = (key in DESCENDING_BY_DEFAULT) != self.sort_reverse
+            mark = (" ▼" if descending else " ▲") if key == self.sort_key else ""
             col.label = Text(title + mark, style="bold" if mark else "")
         table.refresh()
 
@@ -441,11 +484,22 @@ class GputopApp(App[int]):
     def action_zoom(self, step: int) -> None:
         i = min(range(len(CHART_WINDOWS)), key=lambda k: abs(CHART_WINDOWS[k] - self.chart_window))
         self.chart_window = CHART_WINDOWS[max(0, min(len(CHART_WINDOWS) - 1, i + step))]
-        self.notify(f"charts show the last {fmt_duration(self.chart_window)}", timeout=2)
+        w = self.chart_window
+        label = f"{w / 60:g} min" if w >= 60 else f"{w:g} s"
+        self.notify(f"charts show the last {label}", timeout=2)
         self.tick(force=True)
 
     def action_tab(self, tab: str) -> None:
+        # Without this, focus falls back to the filter box and the tabs follow it back.
+        self.set_focus(None)
         self.query_one("#bottom", TabbedContent).active = tab
+        if tab == "processes":
+            self.query_one("#procs", DataTable).focus()
+        self.tick(force=True)
+
+    @on(TabbedContent.TabActivated, "#bottom")
+    def _on_tab_activated(self) -> None:
+        self.tick(force=True)
 
     def action_native_dump(self) -> None:
         try:
@@ -474,6 +528,8 @@ def run_session(session: Session, args: argparse.Namespace) -> int:
         app.run()
     finally:
         session.pipeline.stop()
+        if session.recording is not None:
+            session.recording.close()  # flushes the last batch and leaves one self-contained file
     return app.return_code or 0
 
 

@@ -1,0 +1,860 @@
+"""The real command line, run as a user runs it: a fresh interpreter, a pseudo-terminal of a
+given size, keys typed, exit codes and every byte of output checked.
+
+Covers the live UI (fake GPUs and the no-GPU machine), argument errors, attach errors, the
+headless subcommands that exist in this build, NO_COLOR and secrets on command lines.
+Subcommands that are not built yet are skipped by name, so the tests start running when they
+land.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pty_helper import SGR, PtyProcess  # noqa: E402
+
+from gputop.cli import build_parser  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable  # the real interpreter: a shell shim would put a non-Python process between
+GPUTOP = [PY, "-m", "gputop"]
+# Generous: a cold start on a loaded 2-core CI box imports Textual and Rich in a few seconds.
+START_TIMEOUT = 30.0
+EXIT_TIMEOUT = 15.0
+# Terminal codes a full-screen app writes to take over the terminal; none may appear when a
+# command fails before its UI starts.
+ALT_SCREEN = "\x1b[?1049h"
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e.pop("NO_COLOR", None)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(extra)
+    return e
+
+
+def run_cli(*args: str, timeout: float = 60.0, cwd: Path | str = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*GPUTOP, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(),
+        cwd=str(cwd),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *must_contain: str) -> str:
+    """Non-zero exit, no traceback, exactly one ``gputop: error:`` line naming the problem."""
+    assert proc.returncode != 0, f"exit 0 for bad input; stdout={proc.stdout!r} stderr={proc.stderr!r}"
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, both
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1, proc.stderr
+    line = errors[0]
+    assert line.startswith("gputop"), line
+    for text in must_contain:
+        assert text in line, f"{text!r} not in {line!r}"
+    return line
+
+
+def gone_pid() -> int:
+    """A PID that is certainly not running: a child that has exited and been reaped."""
+    child = subprocess.Popen([PY, "-c", "pass"])
+    child.wait()
+    if psutil.pid_exists(child.pid):  # reused in between: vanishingly rare, fall back past pid_max
+        return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    return child.pid
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+SUBCOMMANDS = subcommands()
+
+
+def need(name: str) -> argparse.ArgumentParser:
+    if name not in SUBCOMMANDS:
+        pytest.skip(f"gputop {name} is not in this build")
+    return SUBCOMMANDS[name]
+
+
+def pid_argv(name: str, pid: int) -> list[str]:
+    """How the command takes a process id: ``--pid N`` or a positional ``PID``."""
+    p = need(name)
+    for a in p._actions:
+        if a.dest == "pid":
+            return [name, a.option_strings[-1], str(pid)] if a.option_strings else [name, str(pid)]
+    pytest.skip(f"gputop {name} takes no process id")
+
+
+def file_argv(name: str, path: Path) -> list[str]:
+    """How the command takes a recording: the first positional, or an input-file option."""
+    p = need(name)
+    for a in p._actions:
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction) and a.dest != "pid":
+            return [name, str(path)]
+    for a in p._actions:
+        if a.dest in ("file", "path", "recording", "input", "from_file") and a.option_strings:
+            return [name, a.option_strings[-1], str(path)]
+    pytest.skip(f"gputop {name} takes no recording file")
+
+
+@functools.lru_cache(maxsize=1)
+def no_nvml() -> bool:
+    """No NVIDIA driver here. Loads the library by hand: importing pynvml into the test
+    process could disturb the tests that put a fake pynvml in its place."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True
+    return False
+
+
+@pytest.fixture
+def sleeper():
+    """A non-Python process the test owns."""
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.fixture
+def secret_child():
+    """A Python process with secrets on its command line."""
+    p = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(60)", "--api-key", "SEKRIT123", "--token=SEKRIT456"],
+        env={"PATH": os.environ.get("PATH", ""), "API_TOKEN": "SEKRIT789"},
+    )
+    # py-spy needs the interpreter initialised before it can find its state.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(p.pid).cmdline()[:2] == [PY, "-c"]:
+                break
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    time.sleep(0.3)
+    yield p
+    p.kill()
+    p.wait()
+
+
+# --------------------------------------------------------------------------- 1. arguments
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V", "--help"])
+def test_version_and_help_exit_zero(flag):
+    proc = run_cli(flag)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    if flag == "--help":
+        assert "usage: gputop" in proc.stdout and "--fake" in proc.stdout
+    else:
+        assert re.fullmatch(r"gputop \d+\.\d+\.\d+\S*\n", proc.stdout), proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_every_subcommand_help_exits_zero(name):
+    proc = run_cli(name, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert f"usage: gputop {name}" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--interval", "0"], ["--interval", "'0'"]),
+        (["--interval", "abc"], ["--interval", "'abc'"]),
+        (["--interval", "-1"], ["--interval", "'-1'"]),
+        (["--pid", "-3"], ["--pid", "'-3'"]),
+        (["--pid", "abc"], ["--pid", "'abc'"]),
+        (["--pid", "0"], ["--pid", "'0'"]),
+        (["--no-such-option"], ["--no-such-option"]),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_error_line(args, names):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert_one_line_error(proc, *names)
+
+
+# --------------------------------------------------------------------------- 2. no GPU
+
+
+@pytest.mark.skipif(not no_nvml(), reason="this machine has a working NVIDIA driver")
+def test_live_without_gpu_explains_and_quits():
+    with PtyProcess(GPUTOP, cols=100, rows=30, env=env(), cwd=str(ROOT)) as p:
+        screen = p.wait_for("NVML unavailable", timeout=START_TIMEOUT)
+        # The host panel and the process table still work.
+        screen = p.wait_for(re.compile(r"CPU\s+\S.*%"), timeout=START_TIMEOUT)
+        assert "No GPU data" in screen
+        # The reason follows the headline, not just "unavailable".
+        reason = re.search(r"NVML unavailable: (\S[^\n▌]{5,})", screen)
+        assert reason, screen[-2000:]
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+        assert "Traceback" not in p.text
+        # The terminal is handed back: alternate screen left.
+        assert "\x1b[?1049l" in p.raw
+
+
+# --------------------------------------------------------------------------- 3. resize
+
+
+def test_fake_eight_gpus_survive_resizes():
+    with PtyProcess([*GPUTOP, "--fake", "8"], cols=80, rows=24, env=env(), cwd=str(ROOT)) as p:
+        for i in range(8):
+            p.wait_for(f"[{i}]", timeout=START_TIMEOUT)
+        for cols, rows in ((200, 60), (40, 10), (80, 24)):
+            mark = p.mark()
+            p.resize(cols, rows)
+            # Something is drawn again for the new size, and the app is still alive.
+            p.wait_for("gputop", timeout=EXIT_TIMEOUT, since=mark)
+            assert p.poll() is None, p.text[-2000:]
+        # Still takes keys: the help opens, closes, and opens again (so it really closed).
+        mark = p.mark()
+        p.send("?")
+        p.wait_for("gputop keys", timeout=EXIT_TIMEOUT, since=mark)
+        time.sleep(0.3)
+        p.send("escape")
+        time.sleep(0.5)  # Textual waits a moment to tell a lone Esc from an escape sequence
+        mark = p.mark()
+        p.send("?")
+        p.wait_for("gputop keys", timeout=EXIT_TIMEOUT, since=mark)
+        p.send("escape")
+        time.sleep(0.5)
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+        assert "Traceback" not in p.text
+
+
+# --------------------------------------------------------------------------- 4. attach errors
+
+
+def test_pid_that_does_not_exist_fails_before_the_ui():
+    pid = gone_pid()
+    with PtyProcess([*GPUTOP, "--pid", str(pid)], cols=80, rows=24, env=env(), cwd=str(ROOT)) as p:
+        code = p.wait(START_TIMEOUT)
+        out = p.text
+        raw = p.raw
+    assert code != 0
+    assert "Traceback" not in out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1, out
+    assert lines[0].startswith("gputop: error:") and str(pid) in lines[0]
+    # No escape codes at all: the terminal was never taken over.
+    assert ALT_SCREEN not in raw and "\x1b[" not in raw, repr(raw[:300])
+
+
+def error_or_ui_saying_not_python(argv: list[str], pid: int) -> str:
+    """Run a live command on a non-Python PID. Either it fails before the UI with one line,
+    or the UI starts, says the target is not Python, and quits cleanly. Returns which."""
+    with PtyProcess(argv, cols=120, rows=40, env=env(), cwd=str(ROOT)) as p:
+        deadline = time.monotonic() + START_TIMEOUT
+        while p.poll() is None and time.monotonic() < deadline:
+            if "not a Python" in p.text and ALT_SCREEN in p.raw:
+                break  # said inside the UI
+            time.sleep(0.1)
+        if p.poll() is None:
+            p.wait_for(f"PID {pid} is not a Python process", timeout=1)
+            # Monitoring goes on: the host panel is drawn.
+            p.wait_for(re.compile(r"CPU\s+\S.*%"), timeout=START_TIMEOUT)
+            p.send("q")
+            assert p.wait(EXIT_TIMEOUT) == 0
+            assert "Traceback" not in p.text
+            return "ui"
+        code = p.wait(EXIT_TIMEOUT)
+        out, raw = p.text, p.raw
+    assert code != 0
+    assert "Traceback" not in out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1, out
+    assert str(pid) in lines[0] and "not a Python process" in lines[0]
+    assert ALT_SCREEN not in raw
+    return "error"
+
+
+def test_pid_of_non_python_process(sleeper):
+    """`gputop --pid` of a `sleep`: an error before the UI, or a UI that says so (now: the UI)."""
+    error_or_ui_saying_not_python([*GPUTOP, "--fake", "1", "--pid", str(sleeper.pid)], sleeper.pid)
+
+
+def test_attach_non_python_process(sleeper):
+    argv = pid_argv("attach", sleeper.pid)
+    error_or_ui_saying_not_python([*GPUTOP, *argv, "--fake", "1"], sleeper.pid)
+
+
+@pytest.mark.parametrize("name", ["attach", "stacks", "advise", "record"])
+def test_subcommand_pid_that_does_not_exist(name, tmp_path):
+    pid = gone_pid()
+    argv = pid_argv(name, pid)
+    out = tmp_path / "run.gputop"
+    if name == "record":
+        argv += ["-o", str(out), "--fake", "1", "--duration", "5s"]
+    proc = run_cli(*argv, timeout=60)
+    assert_one_line_error(proc, str(pid))
+    assert ALT_SCREEN not in proc.stdout
+    assert not out.exists(), "a recording was started for a process that does not exist"
+
+
+def test_stacks_of_non_python_process(sleeper):
+    """One-shot stacks have nothing to show for a non-Python process: an error."""
+    proc = run_cli(*pid_argv("stacks", sleeper.pid))
+    assert_one_line_error(proc, str(sleeper.pid), "not a Python process")
+
+
+def test_advise_on_non_python_process(sleeper):
+    """Either a one-line error, or the report goes on without stacks and says why."""
+    proc = run_cli(*pid_argv("advise", sleeper.pid), "--fake", "1", "--duration", "3")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        assert_one_line_error(proc, str(sleeper.pid), "not a Python process")
+    else:
+        assert f"PID {sleeper.pid} is not a Python process" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "name, args, names",
+    [
+        ("advise", ["--duration", "0"], ["--duration", "'0'"]),
+        ("advise", ["--duration", "abc"], ["--duration", "'abc'"]),
+        ("advise", ["--window", "-1"], ["--window", "'-1'"]),
+        ("advise", ["--pid", "abc"], ["--pid", "'abc'"]),
+        ("attach", [], ["pid"]),
+        ("attach", ["abc"], ["'abc'"]),
+        ("attach", ["1234", "--interval", "0"], ["--interval"]),
+        ("stacks", ["--pid", "-1"], ["--pid", "'-1'"]),
+        ("demo", ["no-such-scenario"], ["'no-such-scenario'"]),
+        ("demo", ["--device", "tpu"], ["--device", "'tpu'"]),
+        ("record", ["--interval", "0"], ["--interval"]),
+        ("record", [], ["-o"]),
+        ("record", ["-o", "x.gputop", "--duration", "abc"], ["--duration", "'abc'"]),
+        ("record", ["-o", "x.gputop", "--duration", "0"], ["--duration"]),
+        ("record", ["-o", "x.gputop", "--max-size", "lots"], ["--max-size", "'lots'"]),
+        ("record", ["-o", "x.gputop", "--force", "--append"], ["--append"]),
+        ("replay", [], []),
+        ("report", [], []),
+        ("info", ["x.gputop", "--no-such-option"], ["--no-such-option"]),
+        ("info", [], ["FILE"]),
+        ("doctor", ["--bogus"], ["--bogus"]),
+        ("report", ["x.gputop", "-o"], ["-o"]),
+    ],
+)
+def test_subcommand_bad_arguments(name, args, names, tmp_path):
+    need(name)
+    proc = run_cli(name, *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc, *names)
+    assert os.listdir(tmp_path) == [], "bad arguments, yet a file was written"
+
+
+def test_demo_list_names_the_scenarios():
+    need("demo")
+    proc = run_cli("demo", "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert "dataloader-starved" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_stacks_without_pid_says_how():
+    need("stacks")
+    proc = run_cli("stacks")
+    assert_one_line_error(proc, "--pid")
+
+
+# --------------------------------------------------------------------------- 5. bad files
+
+BAD_FILES = {
+    "missing": None,
+    "text": b"step 1 loss 2.3\nstep 2 loss 2.1\n",
+    "random": bytes(range(256)) * 16,
+    "empty": b"",
+    "directory": "dir",
+    "sqlite-not-ours": "sqlite",
+}
+
+
+def make_bad_file(kind: str, tmp_path: Path) -> Path:
+    path = tmp_path / f"{kind}.gputop"
+    content = BAD_FILES[kind]
+    if content is None:
+        return path
+    if content == "dir":
+        path.mkdir()
+    elif content == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(path) as db:
+            db.execute("create table t(x)")
+            db.execute("insert into t values (1)")
+        db.close()
+    else:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+@pytest.mark.parametrize("name", ["replay", "report", "info", "advise"])
+def test_file_commands_reject_bad_recordings(name, kind, tmp_path):
+    argv = file_argv(name, tmp_path / "x")
+    path = make_bad_file(kind, tmp_path)
+    argv[-1] = str(path)
+    before = sorted(os.listdir(tmp_path))
+    proc = run_cli(*argv, timeout=60)
+    line = assert_one_line_error(proc, path.name)
+    assert ALT_SCREEN not in proc.stdout
+    # Reading a bad file must not create or change files beside it (no stray -wal/-journal).
+    assert sorted(os.listdir(tmp_path)) == before, line
+    if kind == "missing":
+        assert not path.exists()
+
+
+def test_record_to_unwritable_place(tmp_path):
+    p = need("record")
+    target = tmp_path / "no" / "such" / "dir" / "run.gputop"
+    out_opt = next(
+        (a for a in p._actions if a.dest in ("out", "output", "file", "path") and a.option_strings), None
+    )
+    argv = ["record", *( [out_opt.option_strings[-1], str(target)] if out_opt else [str(target)] )]
+    proc = run_cli(*argv, "--fake", "1", timeout=60)
+    assert_one_line_error(proc)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    "kind, mode",
+    [
+        ("text", []),
+        ("text", ["--force"]),
+        ("sqlite-not-ours", ["--force"]),
+        ("random", ["--append"]),
+        ("directory", ["--force"]),
+    ],
+)
+def test_record_never_overwrites_what_is_not_a_recording(kind, mode, tmp_path):
+    need("record")
+    path = make_bad_file(kind, tmp_path)
+    before = path.read_bytes() if path.is_file() else None
+    proc = run_cli("record", "-o", str(path), "--fake", "1", "--duration", "3s", *mode, timeout=60)
+    assert_one_line_error(proc, path.name)
+    if before is not None:
+        assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [path.name]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A 2-second headless recording of two fake GPUs, made once for the tests that read one."""
+    need("record")
+    folder = tmp_path_factory.mktemp("recorded")
+    path = folder / "run.gputop"
+    proc = run_cli("record", "-o", str(path), "--fake", "2", "--duration", "2s", timeout=60)
+    return path, proc
+
+
+def test_record_then_info(recorded):
+    """The happy path of the headless recorder, as a job script would use it."""
+    path, proc = recorded
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    # A finished recording is one file: what a user copies off the machine is all there is.
+    assert sorted(os.listdir(path.parent)) == [path.name]
+    need("info")
+    info = run_cli("info", str(path))
+    assert info.returncode == 0, info.stderr
+    assert "gpu 1" in info.stdout and "Traceback" not in info.stderr
+    check = run_cli("info", "--check", "--json", str(path))
+    assert check.returncode == 0, check.stderr
+    import json
+
+    assert isinstance(json.loads(check.stdout), dict)
+    # Recording again to the same name needs --force; nothing changes without it.
+    size = path.stat().st_size
+    again = run_cli("record", "-o", str(path), "--fake", "1", "--duration", "1s", timeout=60)
+    assert_one_line_error(again, path.name, "--force")
+    assert path.stat().st_size == size
+
+
+def test_replay_opens_the_recording_and_quits(recorded):
+    need("replay")
+    path, proc = recorded
+    assert proc.returncode == 0, proc.stderr
+    with PtyProcess([*GPUTOP, "replay", str(path)], cols=120, rows=40, env=env(), cwd=str(ROOT)) as p:
+        p.wait_for("REPLAY", timeout=START_TIMEOUT)
+        p.wait_for("[1]", timeout=START_TIMEOUT)
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+        assert "Traceback" not in p.text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a finished recording stays in WAL mode, so any later reader (info, replay) "
+    "creates -wal/-shm files beside it",
+)
+def test_reading_a_recording_leaves_nothing_beside_it(recorded, tmp_path):
+    need("info")
+    path, proc = recorded
+    assert proc.returncode == 0, proc.stderr
+    copy = tmp_path / "copy.gputop"
+    shutil.copyfile(path, copy)
+    info = run_cli("info", str(copy))
+    assert info.returncode == 0, info.stderr
+    assert sorted(os.listdir(tmp_path)) == [copy.name]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: `--start -5m` (the form --help documents) is taken by argparse for an option: "
+    "'expected one argument'; only --start=-5m works",
+)
+def test_replay_start_before_the_end_as_documented(recorded):
+    need("replay")
+    path, _ = recorded
+    with PtyProcess([*GPUTOP, "replay", str(path), "--start", "-1s"], cols=120, rows=40, env=env()) as p:
+        p.wait_for("REPLAY", timeout=START_TIMEOUT)
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--speed", "0"], ["--speed"]),
+        (["--speed", "fast"], ["--speed", "'fast'"]),
+        (["--start", "yesterday-ish"], ["yesterday-ish"]),
+        (["--start", "25:99"], ["'25:99'"]),
+        (["--start", "150%"], ["'150%'"]),
+        (["--start", "+abc"], ["'+abc'"]),
+    ],
+)
+def test_replay_bad_options(recorded, args, names):
+    need("replay")
+    path, _ = recorded
+    proc = run_cli("replay", str(path), *args)
+    assert_one_line_error(proc, *names)
+    assert ALT_SCREEN not in proc.stdout
+
+
+def test_live_record_to_unwritable_place_fails_before_ui(tmp_path):
+    target = tmp_path / "no" / "such" / "dir" / "run.gputop"
+    with PtyProcess([*GPUTOP, "--fake", "1", "--record", str(target)], cols=80, rows=24, env=env()) as p:
+        deadline = time.monotonic() + START_TIMEOUT
+        while p.poll() is None and time.monotonic() < deadline:
+            if "gputop keys" in p.text or "[0]" in p.text:
+                break
+            time.sleep(0.1)
+        started_ui = p.poll() is None
+        if started_ui:
+            p.send("q")
+            p.wait(EXIT_TIMEOUT)
+        out = p.text
+    assert not started_ui, "the UI started although the recording cannot be written"
+    assert p.returncode != 0
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gputop: error:"), out
+
+
+# --------------------------------------------------------------------------- 6. NO_COLOR
+
+
+def colours(raw: str) -> set[tuple[int, int, int] | int]:
+    """Every foreground/background colour set by SGR codes: 256-colour indexes and RGB triples."""
+    found: set = set()
+    for params in SGR.findall(raw):
+        codes = [int(c) if c.isdigit() else 0 for c in re.split(r"[;:]", params)]
+        i = 0
+        while i < len(codes):
+            c = codes[i]
+            if c in (38, 48) and i + 1 < len(codes):
+                if codes[i + 1] == 5 and i + 2 < len(codes):
+                    found.add(codes[i + 2])
+                    i += 3
+                    continue
+                if codes[i + 1] == 2 and i + 4 < len(codes):
+                    found.add(tuple(codes[i + 2 : i + 5]))
+                    i += 5
+                    continue
+            if 30 <= c <= 37 or 40 <= c <= 47 or 90 <= c <= 97 or 100 <= c <= 107:
+                found.add(("basic", c))
+            i += 1
+    return found
+
+
+def is_grey(colour) -> bool:
+    if isinstance(colour, tuple) and len(colour) == 3 and all(isinstance(v, int) for v in colour):
+        return max(colour) - min(colour) <= 8
+    if isinstance(colour, int):
+        if colour in (0, 7, 8, 15) or 232 <= colour <= 255:
+            return True
+        if 16 <= colour <= 231:
+            n = colour - 16
+            r, g, b = n // 36, (n // 6) % 6, n % 6
+            return r == g == b
+        return False
+    return colour in (("basic", 30), ("basic", 37), ("basic", 40), ("basic", 47), ("basic", 90), ("basic", 97))
+
+
+def capture_fake_screen(extra_env: dict[str, str]) -> str:
+    with PtyProcess([*GPUTOP, "--fake", "1"], cols=100, rows=30, env=env(**extra_env), cwd=str(ROOT)) as p:
+        p.wait_for("[0]", timeout=START_TIMEOUT)
+        p.wait_for("Processes", timeout=START_TIMEOUT)
+        time.sleep(1.0)  # another refresh or two, so panels draw their bars and warnings
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+        return p.raw
+
+
+def test_no_color_draws_in_greys_only():
+    """Textual's NO_COLOR support renders in monochrome: it still writes 256-colour codes,
+    but every one is a grey. Without NO_COLOR the same screen uses hues (so this can fail)."""
+    coloured = colours(capture_fake_screen({}))
+    hues = {c for c in coloured if not is_grey(c)}
+    assert hues, "the normal screen had no colour at all: the check below proves nothing"
+    plain = colours(capture_fake_screen({"NO_COLOR": "1"}))
+    assert plain, "no SGR colours at all under NO_COLOR (fine, but then update this test)"
+    assert {c for c in plain if not is_grey(c)} == set()
+
+
+# --------------------------------------------------------------------------- 7. secrets
+
+
+def test_secrets_never_shown_in_live_ui(secret_child):
+    pid = secret_child.pid
+    with PtyProcess([*GPUTOP, "--fake", "1", "--pid", str(pid)], cols=220, rows=50, env=env(), cwd=str(ROOT)) as p:
+        p.wait_for(str(pid), timeout=START_TIMEOUT)
+        # The process table shows the target's command line ...
+        p.wait_for("--api-key", timeout=START_TIMEOUT)
+        # ... and the stacks tab its stack and command line.
+        mark = p.mark()
+        p.send("3")
+        p.wait_for("<module>", timeout=START_TIMEOUT, since=mark)
+        # The filter searches the redacted command line: the row is found by its flag.
+        p.send("1")
+        time.sleep(0.3)
+        p.send("/")
+        time.sleep(0.3)
+        mark = p.mark()
+        p.send("token=***")
+        p.wait_for(re.compile(rf"\n\s*{pid}\s"), timeout=START_TIMEOUT, since=mark)
+        p.send("escape")
+        time.sleep(0.5)
+        p.send("q")
+        code = p.wait(EXIT_TIMEOUT)
+        out = p.text
+    assert code == 0
+    assert "***" in out
+    assert "SEKRIT" not in out
+    assert "Traceback" not in out
+
+
+def test_secrets_never_shown_by_stacks_command(secret_child):
+    pid = secret_child.pid
+    for extra in ([], ["--json"]):
+        proc = run_cli(*pid_argv("stacks", pid), *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert str(pid) in proc.stdout and "<module>" in proc.stdout
+        if extra:  # the text form cuts the command line short; the JSON one has all of it
+            assert "--api-key ***" in proc.stdout and "--token=***" in proc.stdout, proc.stdout[:500]
+        assert "SEKRIT" not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- attach from the table
+
+BUSY_CHILD = """
+import sys, time
+def e2e_busy_marker_fn():
+    t = time.time()
+    while time.time() - t < 0.05:
+        pass
+while True:
+    e2e_busy_marker_fn()
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def busy_child():
+    """A Python process using about half a core, so the no-GPU table (busiest processes) lists it."""
+    marker = f"e2e-marker-{os.getpid()}"
+    p = subprocess.Popen([PY, "-c", BUSY_CHILD, marker])
+    time.sleep(0.5)
+    yield p, marker
+    p.kill()
+    p.wait()
+
+
+def _filter_and_select(p: PtyProcess, pid: int, marker: str) -> None:
+    p.wait_for(re.compile(r"CPU\s+\S.*%"), timeout=START_TIMEOUT)
+    p.send("/")
+    time.sleep(0.3)
+    p.send(marker)
+    p.wait_for(re.compile(rf"\n\s*{pid}\s"), timeout=START_TIMEOUT)
+    p.send("enter")  # submit the filter: focus goes to the table
+    time.sleep(0.5)
+    p.send("enter")  # select the row: attach
+
+
+@pytest.mark.skipif(not no_nvml(), reason="the no-GPU table lists host processes; with GPUs only GPU users")
+def test_attach_from_filtered_table_then_stacks_tab(busy_child):
+    child, marker = busy_child
+    with PtyProcess(GPUTOP, cols=140, rows=40, env=env(), cwd=str(ROOT)) as p:
+        _filter_and_select(p, child.pid, marker)
+        p.wait_for(f"attached to process {child.pid}", timeout=START_TIMEOUT)
+        p.send("escape")  # clears the filter: the tab keys reach the app again
+        time.sleep(0.6)
+        mark = p.mark()
+        p.send("3")
+        p.wait_for("e2e_busy_marker_fn", timeout=START_TIMEOUT, since=mark)
+        p.send("q")
+        assert p.wait(EXIT_TIMEOUT) == 0
+        assert "Traceback" not in p.text
+
+
+@pytest.mark.skipif(not no_nvml(), reason="the no-GPU table lists host processes; with GPUs only GPU users")
+def test_attach_from_filtered_table_shows_stacks_by_itself(busy_child):
+    child, marker = busy_child
+    with PtyProcess(GPUTOP, cols=140, rows=40, env=env(), cwd=str(ROOT)) as p:
+        _filter_and_select(p, child.pid, marker)
+        p.wait_for(f"attached to process {child.pid}", timeout=START_TIMEOUT)
+        # The app switches to the stacks tab itself after attaching.
+        p.wait_for("e2e_busy_marker_fn", timeout=3)
+
+
+def test_secrets_never_shown_by_native_dump(secret_child):
+    pid = secret_child.pid
+    for extra in (["--native"], ["--native", "--json"]):
+        proc = run_cli(*pid_argv("stacks", pid), *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert "SEKRIT" not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- live --record
+
+
+@pytest.fixture(scope="module")
+def live_recording(tmp_path_factory):
+    """One live session with --fake 2 --record, quit with q after a few refreshes."""
+    path = tmp_path_factory.mktemp("rec") / "session.gputop"
+    with PtyProcess([*GPUTOP, "--fake", "2", "--record", str(path)], cols=120, rows=40, env=env(), cwd=str(ROOT)) as p:
+        p.wait_for("[1]", timeout=START_TIMEOUT)
+        screen = p.wait_for("RECORDING", timeout=START_TIMEOUT)
+        time.sleep(2.5)
+        p.send("q")
+        code = p.wait(EXIT_TIMEOUT)
+        out = p.text
+    return path, code, out, screen
+
+
+def test_live_record_writes_a_readable_recording(live_recording):
+    from gputop.record.reader import Reader
+
+    path, code, out, _ = live_recording
+    assert code == 0 and "Traceback" not in out
+    with Reader(path) as r:
+        assert r.gpu_indices() == [0, 1]
+        counts = r.counts()
+        assert counts["gpu_samples"] >= 2 and counts["host_samples"] >= 1, counts
+
+
+def test_live_record_is_one_self_contained_file(live_recording):
+    import sqlite3
+
+    path, code, _, _ = live_recording
+    leftovers = sorted(p.name for p in path.parent.iterdir() if p != path)
+    assert leftovers == []
+    db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        assert db.execute("select count(*) from sqlite_master").fetchone()[0] > 0
+    finally:
+        db.close()
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: the hint names --force/--append, which only `gputop record` may take")
+def test_record_over_existing_file_suggests_options_that_exist(tmp_path):
+    path = tmp_path / "old.gputop"
+    path.write_bytes(b"")
+    proc = run_cli("--fake", "1", "--record", str(path))
+    line = assert_one_line_error(proc, path.name)
+    suggested = re.findall(r"(--[a-z][a-z-]+)", line)
+    known = {s for a in build_parser()._actions for s in a.option_strings}
+    assert suggested and set(suggested) <= known, (suggested, line)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_report_text_json_and_html(recorded, tmp_path):
+    need("report")
+    path, proc = recorded
+    assert proc.returncode == 0, proc.stderr
+    text = run_cli("report", str(path))
+    assert text.returncode == 0, text.stderr
+    assert "Traceback" not in text.stdout + text.stderr and "GPU" in text.stdout
+    js = run_cli("report", "--json", str(path))
+    assert js.returncode == 0, js.stderr
+    import json
+
+    assert isinstance(json.loads(js.stdout), dict)
+    html = tmp_path / "r.html"
+    out = run_cli("report", "-o", str(html), str(path))
+    assert out.returncode == 0, out.stderr
+    assert html.read_text(encoding="utf-8").lstrip().lower().startswith(("<!doctype html", "<html"))
+    # An existing output is not overwritten without -f.
+    before = html.read_bytes()
+    again = run_cli("report", "-o", str(html), str(path))
+    assert_one_line_error(again, html.name)
+    assert html.read_bytes() == before
+    missing_dir = run_cli("report", "-o", str(tmp_path / "no" / "dir" / "r.html"), str(path))
+    assert_one_line_error(missing_dir)
+
+
+def test_secrets_never_written_to_a_recording(secret_child, tmp_path):
+    """Record a job with secrets on its command line; nothing written or printed holds them."""
+    need("record")
+    path = tmp_path / "secret.gputop"
+    proc = run_cli("record", "-o", str(path), "--fake", "1", "--pid", str(secret_child.pid), "--duration", "2s")
+    assert proc.returncode == 0, proc.stderr
+    outputs = [proc.stdout, proc.stderr]
+    for cmd in (["info", "--json"], ["report"], ["report", "--json"]):
+        if cmd[0] in SUBCOMMANDS:
+            r = run_cli(*cmd, str(path))
+            assert r.returncode == 0, (cmd, r.stderr)
+            outputs += [r.stdout, r.stderr]
+    assert not any("SEKRIT" in o for o in outputs)
+    # The recording itself, every byte (compressed blocks are decoded by the reader above; the
+    # command line is stored as text, so a leak would show here or in the outputs).
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert b"SEKRIT" not in raw
+    from gputop.record.reader import Reader
+
+    with Reader(path) as r:
+        procs = r.proc_samples(float("-inf"), float("inf"))
+    cmdlines = " ".join(str(getattr(p, "cmdline", "")) for p in procs)
+    assert "--api-key" in cmdlines and "SEKRIT" not in cmdlines, cmdlines[:300]
