@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version", version=f"gputop {__version__}")
     add_live_options(parser)
     parser.add_argument("--record", metavar="FILE", help="also record the session to FILE")
+    parser.add_argument("--force", action="store_true", help="with --record: overwrite FILE if it is an old recording")
     parser.add_argument(
         "--stuck-after",
         type=positive_float,
@@ -98,9 +99,27 @@ def _run_live(args: argparse.Namespace) -> int:
     return run_live(args)
 
 
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """``--start -5m`` means a time before the end, not an option: pass it as ``--start=-5m``."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--start":
+            nxt = next(it, None)
+            if nxt is not None and nxt.startswith("-") and len(nxt) > 1 and nxt[1].isdigit():
+                out.append(f"--start={nxt}")
+                continue
+            out.append(arg)
+            if nxt is not None:
+                out.append(nxt)
+            continue
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

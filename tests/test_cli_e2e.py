@@ -512,11 +512,6 @@ def test_replay_opens_the_recording_and_quits(recorded):
         assert "Traceback" not in p.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a finished recording stays in WAL mode, so any later reader (info, replay) "
-    "creates -wal/-shm files beside it",
-)
 def test_reading_a_recording_leaves_nothing_beside_it(recorded, tmp_path):
     need("info")
     path, proc = recorded
@@ -528,11 +523,6 @@ def test_reading_a_recording_leaves_nothing_beside_it(recorded, tmp_path):
     assert sorted(os.listdir(tmp_path)) == [copy.name]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: `--start -5m` (the form --help documents) is taken by argparse for an option: "
-    "'expected one argument'; only --start=-5m works",
-)
 def test_replay_start_before_the_end_as_documented(recorded):
     need("replay")
     path, _ = recorded
@@ -796,7 +786,6 @@ def test_live_record_is_one_self_contained_file(live_recording):
         db.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the hint names --force/--append, which only `gputop record` may take")
 def test_record_over_existing_file_suggests_options_that_exist(tmp_path):
     path = tmp_path / "old.gputop"
     path.write_bytes(b"")

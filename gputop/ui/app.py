@@ -22,8 +22,10 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 from .. import __version__
 from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..live import Session, build_session
+from ..errors import UserError
 from ..model import Event
 from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel, header_text, host_panel
+from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
 
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
@@ -46,6 +48,11 @@ HELP = """\
   [b][ ][/b]          chart window shorter / longer
   [b]1 2 3[/b]        processes / advisor / stacks tab
   [b]n[/b]            native stack dump of the attached job (~0.6 s)
+  [b]r[/b]            start / stop recording to gputop-DATE.gputop
+
+[b]replay[/b]  [b]space[/b] play/pause  [b]+ -[/b] speed  [b], .[/b] step
+        [b]x X[/b] next/previous idle period  [b]f F[/b] next/previous finding
+        [b]g[/b] go to a time  [b]Home End[/b] start / end
 
 Collection never runs on the display thread: pausing the display keeps
 recording and analysis going. Colours follow the terminal; NO_COLOR is honoured.
@@ -73,7 +80,7 @@ class HelpScreen(ModalScreen[None]):
         yield Static(HELP, id="help")
 
 
-class GputopApp(App[int]):
+class GputopApp(ReplayControls, App[int]):
     CSS_PATH = "gputop.tcss"
     TITLE = "gputop"
     ENABLE_COMMAND_PALETTE = False
@@ -100,6 +107,8 @@ class GputopApp(App[int]):
         Binding("3", "tab('stacks')", "Stacks"),
         Binding("n", "native_dump", "Native dump", show=False),
         Binding("escape", "clear_filter", "Clear", show=False),
+        Binding("r", "toggle_record", "Record"),
+        *REPLAY_BINDINGS,
     ]
 
     def __init__(self, session: Session, interval: float = 1.0, refresh: float | None = None) -> None:
@@ -126,6 +135,8 @@ class GputopApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
+        if self.session.mode == "replay":
+            yield ReplayTimeline(self.session.sources["replay"], id="timeline")
         yield VerticalScroll(id="gpus")
         yield Static(id="host")
         with TabbedContent(id="bottom", initial="processes"):
@@ -375,8 +386,6 @@ class GputopApp(App[int]):
     @work(thread=True, exclusive=True, group="attach")
     def _attach_worker(self, pid: int) -> None:
         # check_attachable runs py-spy once (~10 ms, longer on a busy box): off the event loop.
-        from ..errors import UserError
-
         try:
             from ..live import stacks_source
             from ..sources.stacks import check_attachable
@@ -404,6 +413,34 @@ class GputopApp(App[int]):
         self.call_from_thread(self.action_tab, "stacks")
 
     # ----------------------------------------------------------------- actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        replay = self.session.mode == "replay"
+        if action in ("replay", "replay_goto"):
+            return replay
+        if action in ("toggle_record", "attach", "native_dump"):
+            return not replay
+        return True
+
+    def action_toggle_record(self) -> None:
+        if self.session.recording is None:
+            path = Path(time.strftime("gputop-%Y%m%d-%H%M%S.gputop"))
+            try:
+                _start_recording(self.session, path, self.interval)
+            except UserError as exc:
+                self.notify(f"cannot record: {exc}", severity="error", timeout=8)
+                return
+            self.notify(f"recording to {path.resolve()}", timeout=5)
+        else:
+            rec, self.session.recording = self.session.recording, None
+            self._close_recording(rec)
+        self.tick(force=True)
+
+    @work(thread=True, group="record")
+    def _close_recording(self, rec) -> None:
+        # Closing writes the queued batches (up to ~0.5 s): off the event loop.
+        rec.close()
+        self.call_from_thread(self.notify, "recording stopped and saved", timeout=4)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -542,17 +579,16 @@ def run_live(args: argparse.Namespace) -> int:
     )
     record = getattr(args, "record", None)
     if record:
-        _start_recording(session, Path(record))
+        from ..record.writer import OutputExists
+
+        try:
+            _start_recording(session, Path(record), args.interval, force=getattr(args, "force", False))
+        except OutputExists:
+            raise UserError(f"{record} already exists: use --force to overwrite it, or choose another name") from None
     return run_session(session, args)
 
 
-def _start_recording(session: Session, path: Path) -> None:
-    try:
-        from ..record.writer import Recorder
-    except ImportError:
-        from ..errors import UserError
+def _start_recording(session: Session, path: Path, interval: float | None = None, force: bool = False) -> None:
+    from ..record.writer import Recorder
 
-        raise UserError("recording is not available in this build") from None
-    recorder = Recorder.open(path)
-    session.pipeline.subscribe(recorder.on_batch)
-    session.recording = recorder
+    session.recording = Recorder.attach(session, path, force=force, interval=interval)

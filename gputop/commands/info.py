@@ -1,0 +1,105 @@
+"""`gputop info FILE`: what a recording holds, without replaying it.
+
+Host, driver, GPUs, time span, size (and bytes per GPU-hour), the recorded target, sample
+counts per series, findings, and whether the file is damaged. ``--check`` also decodes every
+block; ``--json`` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="show what a recording holds (host, GPUs, time span, size, target)",
+        description="Describe a gputop recording: host, driver, GPUs, time span, size, the recorded "
+        "target and how many samples of each kind it holds.",
+    )
+    p.add_argument("file", metavar="FILE", help="a recording made by `gputop record` or `gputop --record`")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--check", action="store_true", help="also decode every block and report damage")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..record.reader import Reader
+
+    with Reader(args.file) as r:
+        d = r.describe()
+        d["findings"] = len({(m.finding_id, m.gpu) for m in r.finding_marks()})
+        d["idle_periods"] = len(r.idle_periods())
+        if args.check:
+            d["bad_blocks"] = r.check_blocks()
+            d["bad_rows"] = r.bad_rows
+            d["damage"] = r.damage
+    if args.json:
+        json.dump(d, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(format_info(d))
+    bad = d.get("damage") or d.get("bad_blocks")
+    return 1 if args.check and bad else 0
+
+
+def format_info(d: dict) -> str:
+    from ..record.reader import fmt_time
+
+    def size(n: float | None) -> str:
+        if n is None:
+            return "?"
+        for unit in ("B", "KB", "MB", "GB"):
+            if n < 1024 or unit == "GB":
+                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            n /= 1024
+        return "?"
+
+    dur = d["duration_s"] or 0.0
+    h, rem = divmod(int(dur), 3600)
+    m, s = divmod(rem, 60)
+    lines = [
+        f"file        {d['path']}",
+        f"format      gputop recording, schema {d['schema_version']}, written by {d['created_by'] or '?'}",
+        f"host        {d['host'] or '?'}  driver {d['driver'] or '?'}  CUDA {d['cuda'] or '?'}"
+        + ("  [fake GPU source]" if d.get("source") == "fake" else ""),
+    ]
+    if d["gpus"]:
+        for g in d["gpus"]:
+            mem = f", {g['memory_total'] / 1024**3:.0f} GiB" if g.get("memory_total") else ""
+            lines.append(f"gpu {g['index']:<7} {g['name']}{mem}")
+    else:
+        lines.append(f"gpus        {len(d['gpu_indices'])} (no device details recorded)")
+    lines += [
+        f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({h}:{m:02d}:{s:02d})",
+        f"size        {size(d['size_bytes'])}"
+        + (f"  ({size(d['bytes_per_gpu_hour'])} per GPU-hour)" if d.get("bytes_per_gpu_hour") else ""),
+    ]
+    if d.get("target_pid") or d.get("target_cmdline"):
+        lines.append(f"target      PID {d.get('target_pid') or '?'}  {d.get('target_cmdline') or ''}".rstrip())
+    if d.get("sessions", 1) > 1:
+        lines.append(f"sessions    {d['sessions']} (appended)")
+    c = d.get("counts") or {}
+    if c:
+        lines.append(
+            "samples     "
+            + ", ".join(
+                f"{c.get(k, 0):,} {label}"
+                for k, label in (
+                    ("gpu_samples", "GPU polls"),
+                    ("util_points", "utilisation points"),
+                    ("host_samples", "host"),
+                    ("proc_samples", "process"),
+                    ("stack_samples", "stack"),
+                    ("events", "events"),
+                )
+            )
+        )
+    lines.append(f"findings    {d.get('findings', 0)}   idle periods {d.get('idle_periods', 0)}")
+    if "bad_blocks" in d:
+        lines.append(f"check       {d['bad_blocks']} unreadable block(s), {d.get('bad_rows', 0)} bad row(s)")
+    if d.get("damage"):
+        lines.append(f"DAMAGED     {d['damage']}")
+    return "\n".join(lines)

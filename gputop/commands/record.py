@@ -1,0 +1,279 @@
+"""`gputop record -o run.gputop [--pid PID] [--duration 8h]`: record headless.
+
+For tmux, nohup or a job script: the same sources, store and advisor as the live UI, every
+sample written to one file, one status line (rewritten in place on a terminal; a start and an
+end line otherwise). Stops cleanly on SIGINT, SIGTERM, SIGHUP, at the end of ``--duration``,
+or shortly after the ``--pid`` target exits; the file is complete and closed on each of them.
+``gputop record --list [DIR]`` lists the recordings in a directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..cli import add_live_options, positive_float
+from ..errors import UserError
+
+# How often the status line is rewritten on a terminal.
+STATUS_EVERY_S = 1.0
+# After the target exits, keep recording this long: the last samples show how it ended.
+AFTER_EXIT_S = 5.0
+
+# An empty recording (schema, first blocks) takes ~150 KB; below a megabyte a cap would stop
+# recording almost at once.
+MIN_MAX_SIZE = 1024 * 1024
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SIZES = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
+          "t": 1024**4, "tb": 1024**4}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '8h', '1h30m', '2d' or plain seconds."""
+    t = text.strip().lower()
+    try:
+        v = float(t)
+    except ValueError:
+        parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", t)
+        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", t).strip():
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 8h or 1h30m)") from None
+        v = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"duration must be greater than 0: {text!r}")
+    return v
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)")
+    v = int(float(m.group(1)) * _SIZES[m.group(2)])
+    if v < MIN_MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size too small for a recording: {text!r} (at least 1M)")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record a session to a file, headless (for tmux, nohup or a job script)",
+        description="Sample the GPUs, the host and (with --pid) the training process's stacks, and write "
+        "everything to one file that `gputop replay` and `gputop report` read. Stops on Ctrl-C, SIGTERM, "
+        "at the end of --duration, or when the --pid process exits.",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="the recording to write (e.g. run.gputop)")
+    add_live_options(p)
+    p.add_argument("-d", "--duration", type=parse_duration, metavar="TIME",
+                   help="stop after this long: 90s, 30m, 8h, 1h30m (default: until stopped)")
+    p.add_argument("--stuck-after", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="report the job as stuck after this long without progress (default 30)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it is an old recording")
+    mode.add_argument("-a", "--append", action="store_true", help="add to FILE if it is a recording")
+    p.add_argument("--max-size", type=parse_size, metavar="SIZE",
+                   help="stop recording when the file reaches this size (e.g. 2G); monitoring stops too")
+    p.add_argument("--no-advisor", action="store_true", help="do not run the advisor (no findings in the file)")
+    p.add_argument("-l", "--list", nargs="?", const=".", metavar="DIR",
+                   help="list the recordings in DIR (default: the current directory) and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list is not None:
+        return list_recordings(Path(args.list))
+    if not args.output:
+        raise UserError("record needs an output file: gputop record -o run.gputop")
+    from ..live import build_session
+    from ..record.writer import Recorder
+
+    path = Path(args.output)
+    _check_output(path, args.force, args.append)
+    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after)
+    try:
+        recorder = Recorder.attach(session, path, force=args.force, append=args.append, interval=args.interval,
+                                   max_bytes=args.max_size)
+    except UserError:
+        session.pipeline.stop()
+        raise
+    if not args.no_advisor:
+        try:
+            from ..advisor.engine import add_advisor
+
+            add_advisor(session)
+        except ImportError:  # an advisor-less build still records
+            pass
+    stop = threading.Event()
+    why: list[str] = []
+    restore = _install_signals(stop, why)
+    status = _Status(path, recorder, args.duration)
+    started = time.monotonic()
+    exited_at: float | None = None
+    session.pipeline.start()
+    status.start_line(args.pid)
+    try:
+        while not stop.wait(STATUS_EVERY_S):
+            elapsed = time.monotonic() - started
+            if recorder.error:
+                break
+            if args.duration is not None and elapsed >= args.duration:
+                why.append("duration reached")
+                break
+            if args.pid is not None and exited_at is None and not _alive(args.pid):
+                exited_at = time.monotonic()
+            if exited_at is not None and time.monotonic() - exited_at >= AFTER_EXIT_S:
+                why.append(f"process {args.pid} exited")
+                break
+            status.update(elapsed, session.store)
+    finally:
+        session.pipeline.stop()
+        recorder.close()
+        restore()
+    status.end_line(time.monotonic() - started, why)
+    if recorder.error:
+        raise UserError(recorder.error, exit_code=1)
+    return 0
+
+
+def _check_output(path: Path, force: bool, append: bool) -> None:
+    """Refuse a bad path before any source starts (the writer checks again when it creates)."""
+    if path.is_dir():
+        raise UserError(f"{path} is a directory: give a file name, e.g. {path / 'run.gputop'}")
+    if not path.parent.exists() and str(path.parent) not in ("", "."):
+        raise UserError(f"cannot create {path}: directory {path.parent} does not exist")
+    if (path.exists() or path.is_symlink()) and not (force or append):
+        raise UserError(f"{path} already exists: use --force to overwrite it or --append to add to it")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def _install_signals(stop: threading.Event, why: list[str]):
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    names = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+    if hasattr(signal, "SIGHUP"):
+        names[signal.SIGHUP] = "hung up"
+    old = {}
+
+    def handler(signum, _frame):
+        why.append(names.get(signum, f"signal {signum}"))
+        stop.set()
+
+    for sig in names:
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):
+            pass
+
+    def restore() -> None:
+        for sig, h in old.items():
+            try:
+                signal.signal(sig, h)
+            except (ValueError, OSError):
+                pass
+
+    return restore
+
+
+class _Status:
+    """The one status line: rewritten in place on a terminal, start and end lines otherwise."""
+
+    def __init__(self, path: Path, recorder, duration: float | None) -> None:
+        self.path = path
+        self.recorder = recorder
+        self.duration = duration
+        self.tty = sys.stderr.isatty()
+
+    def start_line(self, pid: int | None) -> None:
+        until = f" for {_fmt_elapsed(self.duration)}" if self.duration else ""
+        target = f", attached to PID {pid}" if pid else ""
+        how = "Ctrl-C" if self.tty else "SIGINT/SIGTERM"
+        if not self.tty:
+            print(f"gputop: recording to {self.path}{until}{target} (pid {os.getpid()}); stop with {how}",
+                  file=sys.stderr, flush=True)
+
+    def line(self, elapsed: float, store=None) -> str:
+        gpus = len(store.gpu_indices()) if store is not None else len(self.recorder.writer.gpus)
+        size = _fmt_size(self.recorder.bytes_on_disk())
+        left = f" of {_fmt_elapsed(self.duration)}" if self.duration else ""
+        dropped = f", {self.recorder.dropped:,} dropped" if self.recorder.dropped else ""
+        return (f"● recording {self.path}  {_fmt_elapsed(elapsed)}{left}  {gpus} GPU{'s' if gpus != 1 else ''}  "
+                f"{self.recorder.samples:,} samples  {size}{dropped}")
+
+    def update(self, elapsed: float, store) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K" + self.line(elapsed, store) + "  (Ctrl-C stops)")
+            sys.stderr.flush()
+
+    def end_line(self, elapsed: float, why: list[str]) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        reason = f" ({why[0]})" if why else ""
+        if self.recorder.error:
+            return
+        print(f"gputop: recorded {_fmt_elapsed(elapsed)} to {self.path}{reason}: "
+              f"{self.recorder.samples:,} samples, {_fmt_size(self.recorder.bytes_on_disk())}",
+              file=sys.stderr, flush=True)
+
+
+def _fmt_elapsed(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _fmt_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------- --list
+
+
+def list_recordings(folder: Path) -> int:
+    from ..record.reader import Reader, fmt_time
+    from ..record.writer import looks_like_recording
+
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a directory")
+    rows = []
+    for p in sorted(folder.iterdir()):
+        if not p.is_file() or p.name.endswith(("-wal", "-shm")) or looks_like_recording(p) is not True:
+            continue
+        try:
+            with Reader(p) as r:
+                d = r.describe(counts=False)
+            gpus = ", ".join(sorted({g["name"] for g in d["gpus"]})) or "-"
+            rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
+                         _fmt_elapsed(d["duration_s"]), _fmt_size(d["size_bytes"]),
+                         (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "")))
+        except UserError as exc:
+            rows.append((p.name, "?", "?", "?", "?", _fmt_size(p.stat().st_size), f"unreadable: {exc}"[:60]))
+    if not rows:
+        print(f"no gputop recordings in {folder}")
+        return 0
+    head = ("FILE", "HOST", "GPUS", "START", "LENGTH", "SIZE", "TARGET")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0

@@ -1,0 +1,796 @@
+"""Reading a recording: time-window queries for replay and report, and what the file holds.
+
+Opening checks, in order, and refuses with one line each: the file exists, is SQLite, is a
+gputop recording (``application_id``), and its schema is not newer than this version reads.
+A damaged file (truncated copy, bad sectors) is read as far as it can be: every query returns
+the rows it could read before SQLite gave up, and ``damage`` says where the readable part ends.
+Nothing in the file is executed; every value is type-checked on the way in (see ``codec``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..errors import UserError
+from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
+from . import codec
+from .overview import OverviewBuilder, OverviewRow
+from .blocks import unpack_rows
+from .schema import (
+    APPLICATION_ID,
+    FLAG_ACTIVE,
+    FLAG_GIL,
+    GPU_FIELDS,
+    GPU_PROC_FIELDS,
+    MAX_BLOCK_SPAN_S,
+    PROC_FIELDS,
+    SCHEMA_VERSION,
+    SERIES,
+    SERIES_TABLES,
+    SQLITE_MAGIC,
+    unpack_ids,
+)
+
+# An overview bucket counts as an idle period on the timeline when at least this share of its
+# covered time was below analysis.idle.IDLE_UTIL_PCT: a mostly idle stretch, not the sub-second
+# gaps of a busy loop (those show in the utilisation shading instead).
+IDLE_BUCKET_FRACTION = 0.5
+# A jump to "the next idle period" lands where the GPU went idle for at least this long, not
+# on one of the sub-second data stalls a busy loop is full of.
+MIN_IDLE_RUN_S = 2.0
+# Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
+# second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
+BLOCK_CACHE = 128
+
+
+def fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@dataclass(frozen=True)
+class IdlePeriod:
+    start: float
+    end: float
+    gpus: tuple[int, ...]
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class FindingMark:
+    ts: float
+    last_seen: float
+    finding_id: str
+    severity: str
+    title: str
+    gpu: int | None
+
+
+class Reader:
+    """One open recording. Thread-safe (one lock around the connection)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._lock = threading.RLock()
+        self.damage: str | None = None
+        self.bad_rows = 0
+        self.conn = self._open()
+        self._threads: dict[int, tuple[int, int, str, bool, int | None]] = {}
+        self._stacks: dict[int, tuple] = {}
+        self._frames: dict[int, Any] = {}
+        self._procs: dict[int, dict[str, Any]] = {}
+        self._overview: list[OverviewRow] | None = None
+        self._strings: dict[int, str] | None = None
+        self._cache: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        try:
+            self.meta = dict(self._rows("SELECT key, value FROM meta"))
+            self.sessions = [
+                dict(zip(("id", "started", "ended", "host", "gputop_version", "mode", "argv", "target_pid",
+                          "target_cmdline", "interval"), r))
+                for r in self._rows("SELECT id, started, ended, host, gputop_version, mode, argv, target_pid,"
+                                    " target_cmdline, interval FROM sessions ORDER BY id")
+            ]
+            for s in self.sessions:
+                for k in ("host", "gputop_version", "mode", "argv", "target_cmdline"):
+                    s[k] = codec.opt_text(s[k])
+                for k in ("started", "ended", "interval"):
+                    s[k] = codec.fnum(s[k])
+                s["target_pid"] = codec.inum(s["target_pid"])
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise UserError(f"{self.path} is damaged and cannot be read: {exc}") from None
+        self.start_ts, self.end_ts = self._span()
+
+    # ----------------------------------------------------------------- opening
+
+    def _open(self) -> sqlite3.Connection:
+        p = self.path
+        if not p.exists():
+            raise UserError(f"{p}: no such file")
+        if p.is_dir():
+            raise UserError(f"{p} is a directory, not a gputop recording")
+        try:
+            with open(p, "rb") as f:
+                head = f.read(100)
+        except OSError as exc:
+            raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
+        wal = Path(f"{p}-wal")
+        if not head and not wal.exists():
+            raise UserError(f"{p} is empty: not a gputop recording")
+        if head and not head.startswith(SQLITE_MAGIC):
+            raise UserError(f"{p} is not a gputop recording")
+        try:
+            conn, app_id, version = _connect_ro(p)
+        except sqlite3.DatabaseError as exc:
+            # SQLite refuses a file shorter than its header says (a copy cut short, a full
+            # disk): read a private copy whose header lets it use what is there.
+            try:
+                conn, app_id, version = self._open_truncated(p, head)
+            except (sqlite3.DatabaseError, OSError):
+                raise UserError(f"{p} is not a gputop recording or is damaged beyond reading ({exc})") from None
+        if app_id != APPLICATION_ID:
+            conn.close()
+            raise UserError(f"{p} is not a gputop recording")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise UserError(
+                f"{p} was written by a newer gputop (schema {version}; this version reads up to "
+                f"{SCHEMA_VERSION}): upgrade gputop to read it"
+            )
+        if version < 1:
+            conn.close()
+            raise UserError(f"{p} is not a gputop recording (no schema version)")
+        self.schema_version = version
+        return conn
+
+    def _open_truncated(self, p: Path, head: bytes) -> tuple[sqlite3.Connection, int, int]:
+        if len(head) < 100 or int.from_bytes(head[68:72], "big") != APPLICATION_ID:
+            raise sqlite3.DatabaseError("not a recording")
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        declared = int.from_bytes(head[28:32], "big") * page
+        actual = p.stat().st_size
+        self._tmp = tempfile.TemporaryDirectory(prefix="gputop-")
+        copy = Path(self._tmp.name) / "recovered.gputop"
+        fd = os.open(copy, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with open(p, "rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            # "version-valid-for" (offset 92) unequal to the change counter (offset 24) makes
+            # SQLite size the database from the file instead of trusting the header.
+            dst.seek(92)
+            dst.write((int.from_bytes(head[24:28], "big") + 1 & 0xFFFFFFFF).to_bytes(4, "big"))
+        wal = Path(f"{p}-wal")
+        if wal.exists():
+            shutil.copyfile(wal, Path(f"{copy}-wal"))
+        conn, app_id, version = _connect_ro(copy)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        cut = f" ({actual:,} of {declared:,} bytes)" if declared > actual else ""
+        self.damage = f"{p} is truncated or damaged{cut}"
+        return conn, app_id, version
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- low level
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """All rows SQLite can read; on damage, the rows before it, and a note in ``damage``."""
+        out: list[tuple] = []
+        with self._lock:
+            try:
+                for row in self.conn.execute(sql, params):
+                    out.append(row)
+            except sqlite3.DatabaseError as exc:
+                self._note_damage(exc, params)
+        return out
+
+    def _note_damage(self, exc: BaseException, params: tuple = ()) -> None:
+        if self.damage is None:
+            near = next((p for p in reversed(params) if isinstance(p, float) and abs(p) != float("inf")), None)
+            where = f" near {fmt_time(near)}" if near is not None else ""
+            self.damage = f"{self.path} is damaged ({exc}){where}: showing what could be read"
+
+    def _decode(self, rows: Iterable[tuple], fn: Callable) -> list:
+        items, bad = codec.iter_valid(rows, fn)
+        self.bad_rows += bad
+        return items
+
+    # ----------------------------------------------------------------- blocks
+
+    def _block_rows(self, series: str, t0: float, t1: float) -> list[tuple]:
+        """Rows of ``series`` with t0 < ts <= t1, in time order."""
+        spec = SERIES[series]
+        out: list[tuple] = []
+        lo = _ms(t0 - MAX_BLOCK_SPAN_S)
+        hi = _ms(t1)
+        blocks = self._rows(
+            f"SELECT ts_ms, n FROM {spec.table} WHERE ts_ms > ? AND ts_ms <= ? AND t1 > ? ORDER BY ts_ms",
+            (lo, hi, t0),
+        )
+        for key, n in blocks:
+            rows = self._block(spec.table, spec.layout, key, n)
+            if not rows:
+                continue
+            if t0 < rows[0][0] and rows[-1][0] <= t1:
+                out += rows
+            else:
+                ts = [r[0] for r in rows]
+                out += rows[bisect.bisect_right(ts, t0) : bisect.bisect_right(ts, t1)]
+        if len(blocks) > 1:
+            out.sort(key=lambda r: r[0])
+        return out
+
+    def _block(self, table: str, layout: str, key: float, n: int) -> list[tuple]:
+        ck = (table, key, n)
+        rows = self._cache.get(ck)
+        if rows is not None:
+            self._cache.move_to_end(ck)
+            return rows
+        data = self._rows(f"SELECT data FROM {table} WHERE ts_ms = ?", (key,))
+        try:
+            if not data or codec.inum(n) is None:
+                raise ValueError("missing block")
+            rows = unpack_rows(data[0][0], layout, n)
+            rows.sort(key=lambda r: r[0])
+        except ValueError:
+            self.bad_rows += 1
+            rows = []
+        self._cache[ck] = rows
+        if len(self._cache) > BLOCK_CACHE:
+            self._cache.popitem(last=False)
+        return rows
+
+    def _series_span(self, series: str) -> tuple[float | None, float | None, bool]:
+        """(first, last) timestamp of a series, and whether its blocks' index could be read."""
+        spec = SERIES[series]
+        with self._lock:
+            try:
+                first = self.conn.execute(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms LIMIT 1").fetchone()
+                tail = self.conn.execute(f"SELECT t1 FROM {spec.table} ORDER BY ts_ms DESC LIMIT 16").fetchall()
+                ok = True
+            except sqlite3.DatabaseError:
+                first, tail, ok = None, [], False
+        start = end = None
+        if first is not None:
+            rows = self._block(spec.table, spec.layout, first[0], first[1])
+            start = rows[0][0] if rows else None
+        ends = [codec.fnum(t) for (t,) in tail if codec.fnum(t) is not None]
+        if ends:
+            end = max(ends)  # type: ignore[type-var]
+        if not ok or self.damage is not None:
+            # Damaged: the last block the index lists may sit behind an unreadable page; the
+            # data ends where a forward read stops.
+            end = self._scan_end(spec.table)
+        return start, end, ok
+
+    def _scan_end(self, table: str) -> float | None:
+        """Newest readable block end when the table's tail pages are gone: scan forward."""
+        last = None
+        with self._lock:
+            try:
+                for (t1, _data) in self.conn.execute(f"SELECT t1, length(data) FROM {table} ORDER BY ts_ms"):
+                    if codec.fnum(t1) is not None:
+                        last = t1 if last is None else max(last, t1)
+            except sqlite3.DatabaseError:
+                pass
+        return last
+
+    def _span(self) -> tuple[float, float]:
+        starts, ends = [], []
+        unreadable = []
+        lead_end = None  # where the GPU (else host) series ends: what a damaged replay follows
+        for name in SERIES:
+            first, last, ok = self._series_span(name)
+            if not ok:
+                unreadable.append(name)
+            if first is not None:
+                starts.append(first)
+            if last is not None:
+                ends.append(last)
+                if lead_end is None and name in ("gpu", "host"):
+                    lead_end = last
+        for (v,) in self._rows("SELECT min(ts) FROM events"):
+            if codec.fnum(v) is not None:
+                starts.append(v)
+        for (v,) in self._rows("SELECT max(ts) FROM events"):
+            if codec.fnum(v) is not None:
+                ends.append(v)
+        start = min(starts) if starts else (self.sessions[0]["started"] if self.sessions else 0.0) or 0.0
+        end = max(ends) if ends else start
+        if (self.damage or unreadable) and lead_end is not None:
+            end = lead_end
+        recorded_end = max((s["ended"] or 0.0 for s in self.sessions), default=0.0)
+        # The writer stores the session's end with the samples (at most SESSION_END_EVERY_S
+        # behind them), so readable data ending well before it means pages are missing.
+        if self.damage or unreadable or (recorded_end and recorded_end - end > 2.0):
+            lost = f", {recorded_end - end:.0f} s before the recorded end" if recorded_end > end else ""
+            what = self.damage or f"{self.path} is damaged"
+            self.damage = f"{what}: readable data ends at {fmt_time(end)}{lost}"
+        return float(start), float(max(start, end))
+
+    def first_poll_ts(self) -> float:
+        """When the first GPU (else host) poll was taken: where a replay starts."""
+        for name in ("gpu", "host"):
+            first, _last, _ok = self._series_span(name)
+            if first is not None:
+                return first
+        return self.start_ts
+
+    def check_blocks(self) -> int:
+        """Decode every block (``info --check``): how many could not be read."""
+        bad = 0
+        for name, spec in SERIES.items():
+            keys = self._rows(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms")
+            for key, n in keys:
+                before = self.bad_rows
+                if not self._block(spec.table, spec.layout, key, n) or self.bad_rows != before:
+                    bad += 1
+            self._cache.clear()
+        return bad
+
+    # ----------------------------------------------------------------- what it holds
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end_ts - self.start_ts)
+
+    def gpu_indices(self) -> list[int]:
+        found = {g for (g,) in self._rows("SELECT DISTINCT gpu FROM gpu_info") if isinstance(g, int)}
+        found |= {r[1] for r in self._block_rows("gpu", self.start_ts - 1, self.start_ts + 60) if r[1] is not None}
+        return sorted(found)
+
+    def size_bytes(self) -> int:
+        total = 0
+        for p in (self.path, Path(f"{self.path}-wal")):
+            try:
+                total += p.stat().st_size
+            except OSError:
+                pass
+        return total
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for t in SERIES_TABLES:
+            rows = self._rows(f"SELECT sum(n) FROM {t}")
+            out[t] = (rows[0][0] or 0) if rows else 0
+        for t in ("events", "findings", "frames", "stacks", "threads", "processes"):
+            rows = self._rows(f"SELECT count(*) FROM {t}")
+            out[t] = rows[0][0] if rows else 0
+        return out
+
+    # ----------------------------------------------------------------- static info
+
+    def system_info(self, at: float | None = None) -> SystemInfo | None:
+        at = self.end_ts if at is None else at
+        rows = self._rows("SELECT ts, data FROM system_info WHERE ts <= ? ORDER BY ts DESC LIMIT 1", (at,))
+        if not rows:
+            rows = self._rows("SELECT ts, data FROM system_info ORDER BY ts LIMIT 1")
+        items = self._decode(rows, codec.system_info_from_row)
+        return items[0] if items else None
+
+    def gpu_infos(self, at: float | None = None) -> list[GpuInfo]:
+        """The latest GpuInfo per GPU at ``at`` (or the first one, for a GPU not yet seen)."""
+        at = self.end_ts if at is None else at
+        best: dict[int, tuple] = {}
+        for r in self._rows("SELECT ts, gpu, data FROM gpu_info ORDER BY ts"):
+            g = r[1]
+            if isinstance(g, int) and isinstance(r[0], float) and (g not in best or r[0] <= at):
+                best[g] = r
+        return self._decode([best[g] for g in sorted(best)], codec.gpu_info_from_row)
+
+    def _static_between(self, t0: float, t1: float) -> list[object]:
+        out: list[object] = self._decode(
+            self._rows("SELECT ts, data FROM system_info WHERE ts > ? AND ts <= ? ORDER BY ts", (t0, t1)),
+            codec.system_info_from_row,
+        )
+        out += self._decode(
+            self._rows("SELECT ts, gpu, data FROM gpu_info WHERE ts > ? AND ts <= ? ORDER BY ts", (t0, t1)),
+            codec.gpu_info_from_row,
+        )
+        return out
+
+    # ----------------------------------------------------------------- series
+
+    def strings(self) -> dict[int, str]:
+        if self._strings is None:
+            self._strings = {
+                i: codec.clean_text(t, 256) for i, t in self._rows("SELECT id, text FROM strings") if isinstance(i, int)
+            }
+        return self._strings
+
+    def _refresh_strings(self, rows: list[tuple], cols: Iterable[int]) -> dict[int, str]:
+        # A file still being written gains strings; reload once when an id is unknown.
+        strings = self.strings()
+        for r in rows:
+            for c in cols:
+                if r[c] is not None and r[c] not in strings:
+                    self._strings = None
+                    return self.strings()
+        return strings
+
+    def gpu_samples(self, t0: float, t1: float, gpu: int | None = None) -> list[GpuSample]:
+        rows = self._block_rows("gpu", t0, t1)
+        if gpu is not None:
+            rows = [r for r in rows if r[1] == gpu]
+        strings = self._refresh_strings(rows, (len(GPU_FIELDS) + 1,))
+        return self._decode(rows, lambda r: codec.gpu_from_row(r, strings))
+
+    def util_points(self, t0: float, t1: float, gpu: int | None = None) -> list[UtilPoint]:
+        rows = self._block_rows("util", t0, t1)
+        if gpu is not None:
+            rows = [r for r in rows if r[1] == gpu]
+        return self._decode(rows, codec.util_from_row)
+
+    def gpu_processes(self, t0: float, t1: float) -> list[GpuProcess]:
+        rows = self._block_rows("gpu_procs", t0, t1)
+        strings = self._refresh_strings(rows, (len(GPU_PROC_FIELDS),))
+        return self._decode(rows, lambda r: codec.gpu_proc_from_row(r, strings))
+
+    def host_samples(self, t0: float, t1: float) -> list[HostSample]:
+        rows = self._block_rows("host", t0, t1)
+        return self._decode(rows, lambda r: codec.host_from_row(r, {}))
+
+    def proc_samples(self, t0: float, t1: float) -> list[ProcSample]:
+        rows = self._block_rows("procs", t0, t1)
+        self._load_procs({r[1] for r in rows if r[1] not in self._procs})
+        strings = self._refresh_strings(rows, (2 + [f.name for f in PROC_FIELDS].index("status"),))
+        return self._decode(rows, lambda r: codec.proc_from_row(r, self._procs, strings))
+
+    def _load_procs(self, ids: set) -> None:
+        idl = sorted(i for i in ids if isinstance(i, int))
+        for k in range(0, len(idl), 500):
+            part = idl[k : k + 500]
+            for row in self._rows(
+                "SELECT id, pid, ppid, name, user, cmdline, create_time, role, env FROM processes"
+                f" WHERE id IN ({','.join('?' * len(part))})",
+                tuple(part),
+            ):
+                try:
+                    self._procs[row[0]] = codec.proc_identity_from_row(row)
+                except (ValueError, TypeError):
+                    self.bad_rows += 1
+
+    def threads(self) -> dict[int, tuple[int, int, str, bool, int | None]]:
+        """Thread id in the file -> (pid, thread_id, thread_name, is_main, os_thread_id)."""
+        if not self._threads:
+            for tid, pid, thread_id, name, is_main, os_tid in self._rows(
+                "SELECT id, pid, thread_id, thread_name, is_main, os_thread_id FROM threads"
+            ):
+                if isinstance(tid, int) and isinstance(pid, int) and isinstance(thread_id, int):
+                    self._threads[tid] = (pid, thread_id, codec.clean_text(name, 256), bool(is_main), codec.inum(os_tid))
+        return self._threads
+
+    def stack_rows(self, t0: float, t1: float) -> list[tuple]:
+        """(ts, file thread id, file stack id, flags) in (t0, t1]: what the report needs, cheaply."""
+        return self._block_rows("stacks", t0, t1)
+
+    def stack_samples(self, t0: float, t1: float, main_only: bool = False, pid: int | None = None) -> list[StackSample]:
+        rows = self._block_rows("stacks", t0, t1)
+        threads = self.threads()
+        if any(r[1] not in threads for r in rows):
+            self._threads = {}
+            threads = self.threads()
+        self._load_stacks({r[2] for r in rows if r[2] not in self._stacks})
+        out: list[StackSample] = []
+        flags = _FLAGS
+        stacks = self._stacks
+        for ts, th, st, fl in rows:
+            t = threads.get(th)  # type: ignore[arg-type]
+            frames = stacks.get(st)  # type: ignore[arg-type]
+            f = flags.get(fl)  # type: ignore[arg-type]
+            if t is None or frames is None or f is None:
+                self.bad_rows += 1
+                continue
+            if (main_only and not t[3]) or (pid is not None and t[0] != pid):
+                continue
+            # Positional, in StackSample's field order (a test pins it): a seek builds thousands.
+            out.append(StackSample(ts, t[0], t[1], t[2], frames, f[0], f[1], t[3], f[2], t[4]))
+        return out
+
+    def frames_of(self, stack_id: int) -> tuple:
+        self._load_stacks({stack_id} - set(self._stacks))
+        return self._stacks.get(stack_id, ())
+
+    def _load_stacks(self, ids: set) -> None:
+        ids = {i for i in ids if isinstance(i, int)}
+        if not ids:
+            return
+        rows = []
+        idl = sorted(ids)
+        for i in range(0, len(idl), 500):
+            part = idl[i : i + 500]
+            rows += self._rows(f"SELECT id, frames FROM stacks WHERE id IN ({','.join('?' * len(part))})", tuple(part))
+        parsed: dict[int, tuple[int, ...]] = {}
+        need: set[int] = set()
+        for sid, blob in rows:
+            try:
+                fids = unpack_ids(blob)
+            except ValueError:
+                self.bad_rows += 1
+                continue
+            parsed[sid] = fids
+            need.update(f for f in fids if f not in self._frames)
+        fl = sorted(need)
+        for i in range(0, len(fl), 500):
+            part = fl[i : i + 500]
+            for row in self._rows(
+                f"SELECT id, name, filename, line, module, code FROM frames WHERE id IN ({','.join('?' * len(part))})",
+                tuple(part),
+            ):
+                try:
+                    self._frames[row[0]] = codec.frame_from_row(row)
+                except (ValueError, TypeError):
+                    self.bad_rows += 1
+        for sid, fids in parsed.items():
+            self._stacks[sid] = tuple(self._frames[f] for f in fids if f in self._frames)
+
+    def events(self, t0: float, t1: float, last: int | None = None) -> list[Event]:
+        if last:
+            rows = self._rows(
+                "SELECT ts, source, level, message FROM events WHERE ts > ? AND ts <= ? ORDER BY ts DESC LIMIT ?",
+                (t0, t1, last),
+            )
+            rows.reverse()
+        else:
+            rows = self._rows("SELECT ts, source, level, message FROM events WHERE ts > ? AND ts <= ? ORDER BY ts",
+                              (t0, t1))
+        return self._decode(rows, codec.event_from_row)
+
+    _FINDING_COLS = ("ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action, expected_gain,"
+                     " cost_s, first_seen")
+
+    def findings(self, t0: float = float("-inf"), t1: float = float("inf"), last: int | None = None) -> list[Finding]:
+        if last:
+            rows = self._rows(
+                f"SELECT {self._FINDING_COLS} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts DESC LIMIT ?",
+                (t0, t1, last),
+            )
+            rows.reverse()
+        else:
+            rows = self._rows(f"SELECT {self._FINDING_COLS} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts",
+                              (t0, t1))
+        return self._decode(rows, codec.finding_from_row)
+
+    def finding_rows(self) -> list[tuple[Finding, float]]:
+        """Every recorded finding with the last time it was still reported."""
+        rows = self._rows(f"SELECT {self._FINDING_COLS} FROM findings ORDER BY ts")
+        out = []
+        for r in rows:
+            try:
+                out.append((codec.finding_from_row(r), codec.fnum(r[1]) or codec.req_float(r[0])))
+            except (ValueError, TypeError):
+                self.bad_rows += 1
+        return out
+
+    # ----------------------------------------------------------------- composite
+
+    def samples(self, t0: float, t1: float) -> list[object]:
+        """Everything recorded in (t0, t1]: what a replay emits as time moves on."""
+        out: list[object] = self._static_between(t0, t1)
+        out += self.gpu_samples(t0, t1)
+        out += self.util_points(t0, t1)
+        out += self.gpu_processes(t0, t1)
+        out += self.host_samples(t0, t1)
+        out += self.proc_samples(t0, t1)
+        out += self.stack_samples(t0, t1)
+        out += self.events(t0, t1)
+        out += self.findings(t0, t1)
+        return out
+
+    def history(self, ts: float, windows) -> list[object]:
+        """The state at ``ts``: static info as of then, and the last stretch of every series
+        (how far back each: ``windows``, see ``sources.replay.HistoryWindows``)."""
+        out: list[object] = []
+        sysinfo = self.system_info(ts)
+        if sysinfo is not None:
+            out.append(sysinfo)
+        out += self.gpu_infos(ts)
+        out += self.gpu_samples(ts - windows.gpu, ts)
+        out += self.util_points(ts - windows.util, ts)
+        out += self.gpu_processes(ts - windows.gpu_processes, ts)
+        out += self.host_samples(ts - windows.host, ts)
+        out += self.proc_samples(ts - windows.procs, ts)
+        out += self.stack_samples(ts - windows.stacks, ts)
+        out += self.events(float("-inf"), ts, last=windows.events)
+        out += self.findings(float("-inf"), ts, last=windows.findings)
+        return out
+
+    # ----------------------------------------------------------------- overview
+
+    def overview(self) -> list[OverviewRow]:
+        """Per-GPU busy/idle sums per bucket over the whole recording (cached).
+
+        Buckets the writer did not get to write (a killed recorder) are rebuilt from the raw
+        samples after the last stored one.
+        """
+        if self._overview is not None:
+            return self._overview
+        rows: list[OverviewRow] = []
+        for r in self._rows(
+            "SELECT ts, gpu, span, covered_s, busy_s, low_s, util_max, mem_used_max, power_avg, polls"
+            " FROM overview ORDER BY ts, gpu"
+        ):
+            try:
+                ts, gpu, span = codec.req_float(r[0]), codec.inum(r[1]), codec.fnum(r[2])
+                if gpu is None or not span or span <= 0:
+                    raise ValueError
+            except ValueError:
+                self.bad_rows += 1
+                continue
+            polls = codec.inum(r[9]) or 0
+            pavg = codec.fnum(r[8])
+            rows.append(
+                OverviewRow(
+                    ts=ts,
+                    gpu=gpu,
+                    span=span,
+                    covered_s=codec.fnum(r[3]) or 0.0,
+                    busy_s=codec.fnum(r[4]) or 0.0,
+                    low_s=codec.fnum(r[5]) or 0.0,
+                    util_max=codec.fnum(r[6]),
+                    mem_used_max=codec.inum(r[7]),
+                    power_sum=(pavg or 0.0) * polls,
+                    polls=polls,
+                )
+            )
+        covered_to = max((r.ts + r.span for r in rows), default=None)
+        tail_from = self.start_ts - 1.0 if covered_to is None else covered_to
+        if tail_from < self.end_ts:
+            rows += self._rebuild_overview(tail_from, self.end_ts)
+        rows.sort(key=lambda r: (r.ts, r.gpu))
+        self._overview = rows
+        return rows
+
+    def _rebuild_overview(self, t0: float, t1: float, step: float = 3600.0) -> list[OverviewRow]:
+        b = OverviewBuilder()
+        t = t0
+        while t < t1:
+            e = min(t1, t + step)
+            for s in self.gpu_samples(t, e):
+                b.add_gpu(s)
+            for p in self.util_points(t, e):
+                b.add_util(p)
+            t = e
+        return [r for r in b.take_all() if r.ts + r.span > t0]
+
+    def idle_periods(self, min_fraction: float = IDLE_BUCKET_FRACTION) -> list[IdlePeriod]:
+        """Stretches where some GPU was mostly idle, at overview resolution, merged."""
+        spans: dict[float, tuple[float, set[int]]] = {}
+        for r in self.overview():
+            f = r.low_fraction
+            if f is not None and f >= min_fraction:
+                end, gpus = spans.get(r.ts, (r.ts + r.span, set()))
+                gpus.add(r.gpu)
+                spans[r.ts] = (end, gpus)
+        out: list[IdlePeriod] = []
+        for start in sorted(spans):
+            end, gpus = spans[start]
+            if out and start <= out[-1].end + 1e-6:
+                last = out[-1]
+                out[-1] = IdlePeriod(last.start, max(last.end, end), tuple(sorted(set(last.gpus) | gpus)))
+            else:
+                out.append(IdlePeriod(start, end, tuple(sorted(gpus))))
+        return out
+
+    def finding_marks(self) -> list[FindingMark]:
+        out = []
+        for r in self._rows("SELECT ts, last_seen, finding_id, severity, title, gpu FROM findings ORDER BY ts"):
+            ts = codec.fnum(r[0])
+            if ts is None:
+                continue
+            out.append(
+                FindingMark(
+                    ts=ts,
+                    last_seen=codec.fnum(r[1]) or ts,
+                    finding_id=codec.clean_text(r[2], 128),
+                    severity=codec.clean_text(r[3], 16),
+                    title=codec.clean_text(r[4], 256),
+                    gpu=codec.inum(r[5]),
+                )
+            )
+        return out
+
+    def exact_idle_start(self, t0: float, t1: float, min_duration: float = MIN_IDLE_RUN_S) -> float | None:
+        """Where the first idle run of at least ``min_duration`` in [t0, t1] starts (any GPU)."""
+        from ..analysis.idle import idle_intervals, poll_slices, util_slices
+
+        best = None
+        by_gpu: dict[int, list[UtilPoint]] = {}
+        for p in self.util_points(t0 - 2.0, t1):
+            by_gpu.setdefault(p.index, []).append(p)
+        slices_by_gpu = {g: util_slices(ps, t0, t1) for g, ps in by_gpu.items()}
+        if not slices_by_gpu:
+            polls: dict[int, list[GpuSample]] = {}
+            for s in self.gpu_samples(t0 - 5.0, t1):
+                polls.setdefault(s.index, []).append(s)
+            slices_by_gpu = {g: poll_slices(ss, t0, t1) for g, ss in polls.items()}
+        for slices in slices_by_gpu.values():
+            runs = idle_intervals(slices, min_duration=min_duration)
+            if runs:
+                best = runs[0].start if best is None else min(best, runs[0].start)
+        return best
+
+    # ----------------------------------------------------------------- summary for `info`
+
+    def describe(self, counts: bool = True) -> dict[str, Any]:
+        sysinfo = self.system_info()
+        gpus = self.gpu_infos()
+        indices = sorted({g.index for g in gpus} | set(self.gpu_indices()))
+        last = self.sessions[-1] if self.sessions else {}
+        hours = self.duration / 3600.0
+        size = self.size_bytes()
+        return {
+            "path": str(self.path),
+            "size_bytes": size,
+            "schema_version": self.schema_version,
+            "created_by": codec.clean_text(self.meta.get("created_by", "")),
+            "host": (sysinfo.hostname if sysinfo and sysinfo.hostname else None) or last.get("host"),
+            "driver": sysinfo.driver_version if sysinfo else None,
+            "cuda": sysinfo.cuda_driver_version if sysinfo else None,
+            "source": sysinfo.source if sysinfo else last.get("mode"),
+            "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "memory_total": g.memory_total} for g in gpus],
+            "gpu_indices": indices,
+            "bytes_per_gpu_hour": round(size / (hours * len(indices))) if hours > 0 and indices else None,
+            "start": self.start_ts,
+            "end": self.end_ts,
+            "duration_s": self.duration,
+            "sessions": len(self.sessions),
+            "target_pid": last.get("target_pid"),
+            "target_cmdline": last.get("target_cmdline"),
+            "argv": last.get("argv"),
+            "gputop_version": last.get("gputop_version"),
+            "counts": self.counts() if counts else None,
+            "damage": self.damage,
+        }
+
+
+# Every flags byte: (active, owns_gil, category), decoded once.
+_FLAGS = {fl: (bool(fl & FLAG_ACTIVE), bool(fl & FLAG_GIL), codec.category_of(fl)) for fl in range(256)}
+
+
+def _connect_ro(p: Path) -> tuple[sqlite3.Connection, int, int]:
+    conn = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError:
+        conn.close()
+        raise
+    return conn, app_id, version
+
+
+def _ms(t: float) -> int:
+    if t != t:
+        return 0
+    return math.floor(max(-9e15, min(9e15, t * 1000.0)))
+
+
+def open_reader(path: str | os.PathLike) -> Reader:
+    return Reader(path)
+

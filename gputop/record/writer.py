@@ -1,0 +1,811 @@
+"""Writing a recording: ``RecordWriter`` (SQLite, one thread) and ``Recorder`` (the subscriber).
+
+The pipeline calls ``Recorder.on_batch`` on its source threads; that only queues the batch. A
+writer thread drains the queue and commits every ``FLUSH_INTERVAL_S``, so neither a source nor
+the UI ever waits on the disk, and a killed recorder loses at most the last flush.
+
+Wiring it to a running session (the UI's ``--record FILE`` and its record key)::
+
+    rec = Recorder.attach(session, path, force=False, interval=args.interval)  # UserError if bad
+    ...
+    rec.close()  # unsubscribes, writes what is queued, closes the file
+
+or by hand: ``Recorder.open(path, store=..., notify=pipeline.publish)`` then
+``pipeline.subscribe(rec.on_batch)``.
+
+``notify`` receives a one-element batch with an ``Event`` when recording stops on its own (disk
+full, I/O error): monitoring goes on, the file keeps what was committed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import socket
+import sqlite3
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .. import __version__
+from ..errors import UserError
+from ..model import (
+    Event,
+    Finding,
+    Frame,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    ProcSample,
+    StackSample,
+    SystemInfo,
+    UtilPoint,
+)
+from ..redact import redact_argv, redact_cmdline
+from . import codec
+from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
+from .overview import OverviewBuilder, OverviewRow
+from .schema import (
+    APPLICATION_ID,
+    DDL,
+    FORMAT_NAME,
+    BLOCK_S,
+    FLUSH_BLOCK_MAX_S,
+    MAX_BLOCK_SPAN_S,
+    SCHEMA_VERSION,
+    SERIES,
+    SQLITE_MAGIC,
+    pack_ids,
+)
+
+# Commit cadence. The issue's crash-safety budget is ~1 s lost on SIGKILL; half a second leaves
+# room for a slow commit. Each commit is one WAL append (fsync-free at synchronous=NORMAL).
+FLUSH_INTERVAL_S = 0.5
+# Batches waiting for the writer before new ones are dropped (and counted): at default rates a
+# session produces ~7 batches a second, so this is about five minutes of a stalled disk.
+MAX_PENDING_BATCHES = 2000
+# A minute is merged once no sample for it can still arrive: NVML's buffer is read once per
+# poll, so its entries can lag the newest sample by a poll interval and a slow poll.
+COMPACT_SETTLE_S = 5.0
+# SQLite's default page. Every commit appends the pages it touched (a leaf per series, ~6) to
+# the WAL: 8 KiB pages made files ~10 % smaller in the benchmark but doubled those writes
+# (~100 KB/s at two commits a second), a poor trade for a monitor that runs for days.
+PAGE_SIZE = 4096
+# The session row's end time is rewritten this often (not every flush: one page less per
+# commit); readers compare it with the data to tell a truncated file.
+SESSION_END_EVERY_S = 5.0
+# Merging is spread out: after a long stall, at most this many minutes per table per flush.
+MAX_COMPACT_PER_FLUSH = 4
+
+_STOP = object()
+
+Notify = Callable[[Sequence[object]], None]
+
+
+class OutputExists(UserError):
+    """The output file exists and neither overwriting nor appending was asked for."""
+
+
+@dataclass(frozen=True)
+class SessionMeta:
+    """What a session row says about how the recording was made. Redacted when written."""
+
+    mode: str = "live"  # live | fake | replay
+    argv: tuple[str, ...] = ()
+    target_pid: int | None = None
+    target_cmdline: str = ""
+    interval: float | None = None
+    host: str = field(default_factory=socket.gethostname)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def sidecars(path: Path) -> tuple[Path, Path]:
+    return Path(f"{path}-wal"), Path(f"{path}-shm")
+
+
+def looks_like_recording(path: Path) -> bool | None:
+    """True: a gputop recording; False: something else; None: empty (nothing written yet)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return False
+    if not head:
+        return None
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return False
+    return int.from_bytes(head[68:72], "big") == APPLICATION_ID
+
+
+def _create_exclusive(path: Path) -> None:
+    """Create the file 0600 before SQLite sees it; fail if anything is already there."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise OutputExists(f"{path} already exists: use --force to overwrite it or --append to add to it") from None
+    except FileNotFoundError:
+        raise UserError(f"cannot create {path}: directory {path.parent} does not exist") from None
+    except PermissionError:
+        raise UserError(f"cannot create {path}: permission denied") from None
+    except OSError as exc:
+        raise UserError(f"cannot create {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+
+
+def _remove_existing(path: Path) -> None:
+    """``--force``: replace an old recording, never an unrelated file."""
+    if path.is_symlink() or not path.exists():
+        if path.is_symlink():
+            raise UserError(f"{path} is a symbolic link: not overwriting it")
+        return
+    if not path.is_file():
+        raise UserError(f"{path} exists and is not a regular file")
+    kind = looks_like_recording(path)
+    if kind is False:
+        raise UserError(f"{path} exists and is not a gputop recording: not overwriting it")
+    for p in (path, *sidecars(path)):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise UserError(f"cannot remove {p}: {exc.strerror or exc}") from None
+
+
+def _chmod_private(path: Path) -> None:
+    # SQLite gives -wal/-shm the database's mode; this makes sure of it.
+    for p in sidecars(path):
+        try:
+            os.chmod(p, 0o600)
+        except OSError:
+            pass
+
+
+def describe_sqlite_error(exc: BaseException) -> str:
+    code = getattr(exc, "sqlite_errorcode", None)
+    msg = str(exc)
+    if code == 13 or "full" in msg:  # SQLITE_FULL
+        return "disk full (or the --max-size limit reached)"
+    if code is not None and code & 0xFF == 10 or "I/O" in msg:  # SQLITE_IOERR
+        return f"disk I/O error ({msg})"
+    return msg
+
+
+def target_cmdline(pid: int | None) -> str:
+    """The target's command line, redacted (empty when it cannot be read)."""
+    if pid is None:
+        return ""
+    try:
+        import psutil
+
+        return redact_cmdline(psutil.Process(pid).cmdline())
+    except Exception:
+        return ""
+
+
+# --------------------------------------------------------------------------- writer
+
+
+class RecordWriter:
+    """Synchronous writer: one connection, used from one thread at a time."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self.session_id: int | None = None
+        self._frames: dict[Frame, int] = {}
+        self._stacks_by_frames: dict[tuple[Frame, ...], int] = {}
+        self._stacks_by_ids: dict[bytes, int] = {}
+        self._threads: dict[tuple, int] = {}
+        self._procs: dict[tuple, int] = {}
+        self._strings: dict[str, int] = {}
+        self._findings: dict[tuple, tuple[int, tuple]] = {}
+        self._last_info: dict[object, str] = {}
+        self._overview = OverviewBuilder()
+        self._compacted_to: dict[str, float] = {}
+        self._ended_written = float("-inf")
+        self.samples = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.gpus: set[int] = set()
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike, force: bool = False, append: bool = False, max_bytes: int | None = None
+    ) -> "RecordWriter":
+        path = Path(path)
+        if append and path.exists():
+            return cls._open_append(path, max_bytes)
+        if force:
+            _remove_existing(path)
+        elif path.exists() or path.is_symlink():
+            raise OutputExists(f"{path} already exists: use --force to overwrite it or --append to add to it")
+        for p in sidecars(path):
+            # A -wal left by a deleted recording would be replayed into the new file.
+            if p.exists() and not path.exists():
+                try:
+                    p.unlink()
+                except OSError as exc:
+                    raise UserError(f"cannot remove stale {p}: {exc.strerror or exc}") from None
+        _create_exclusive(path)
+        try:
+            conn = _connect(path)
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("BEGIN")
+            for stmt in DDL.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?)",
+                [
+                    ("format", FORMAT_NAME),
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("created_at", repr(time.time())),
+                    ("created_by", f"gputop {__version__}"),
+                ],
+            )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            for p in (path, *sidecars(path)):  # not a half-made recording left behind
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+            raise UserError(f"cannot create {path}: {describe_sqlite_error(exc)}") from None
+        _chmod_private(path)
+        w = cls(conn, path)
+        w._set_max_bytes(max_bytes)
+        return w
+
+    @classmethod
+    def _open_append(cls, path: Path, max_bytes: int | None) -> "RecordWriter":
+        if looks_like_recording(path) is not True:
+            raise UserError(f"cannot append to {path}: not a gputop recording")
+        try:
+            conn = _connect(path)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                conn.close()
+                raise UserError(
+                    f"cannot append to {path}: it has schema version {version}, this gputop writes {SCHEMA_VERSION}"
+                )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc)}") from None
+        w = cls(conn, path)
+        try:
+            w._load_caches()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc)}") from None
+        _chmod_private(path)
+        w._set_max_bytes(max_bytes)
+        return w
+
+    def _set_max_bytes(self, max_bytes: int | None) -> None:
+        if max_bytes:
+            page = self.conn.execute("PRAGMA page_size").fetchone()[0]
+            self.conn.execute(f"PRAGMA max_page_count={max(1, int(max_bytes) // page)}")
+
+    def _load_caches(self) -> None:
+        c = self.conn
+        for fid, name, filename, line, module, code in c.execute(
+            "SELECT id, name, filename, line, module, code FROM frames"
+        ):
+            self._frames[Frame(name, filename, line, module, code)] = fid
+        for sid, blob in c.execute("SELECT id, frames FROM stacks"):
+            self._stacks_by_ids[bytes(blob)] = sid
+        for tid, pid, thread_id, name, is_main, os_tid in c.execute(
+            "SELECT id, pid, thread_id, thread_name, is_main, os_thread_id FROM threads"
+        ):
+            self._threads[(pid, thread_id, name, bool(is_main), os_tid)] = tid
+        for row in c.execute("SELECT id, pid, ppid, name, user, cmdline, create_time, role, env FROM processes"):
+            self._procs[tuple(row[1:])] = row[0]
+        for sid, text in c.execute("SELECT id, text FROM strings"):
+            self._strings[text] = sid
+
+    def start_session(self, meta: SessionMeta) -> int:
+        argv = " ".join(redact_argv(list(meta.argv))) if meta.argv else None
+        cmd = redact_cmdline(meta.target_cmdline.split(" ")) if meta.target_cmdline else None
+        cur = self.conn.execute(
+            "INSERT INTO sessions(started, ended, host, gputop_version, mode, argv, target_pid, target_cmdline,"
+            " interval) VALUES (?, NULL, ?, ?, ?, ?, ?, ?, ?)",
+            (time.time(), meta.host, __version__, meta.mode, argv, meta.target_pid, cmd, meta.interval),
+        )
+        self.session_id = cur.lastrowid
+        return self.session_id  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- writing
+
+    def flush(self, samples: Iterable[object]) -> None:
+        """Write one group of samples in one transaction."""
+        c = self.conn
+        c.execute("BEGIN")
+        try:
+            self._write(samples)
+            c.execute("COMMIT")
+        except BaseException:
+            try:
+                c.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+
+    def _write(self, samples: Iterable[object]) -> None:
+        by: dict[type, list] = {}
+        for s in samples:
+            by.setdefault(type(s), []).append(s)
+        n = sum(len(items) for items in by.values())
+        if not n:
+            return
+        c = self.conn
+        newest = max(max(s.ts for s in items) for items in by.values())
+        oldest = min(min(s.ts for s in items) for items in by.values())
+        if self.last_ts is not None:
+            newest = max(newest, self.last_ts)
+        if self.first_ts is not None:
+            oldest = min(oldest, self.first_ts)
+
+        for cls in (SystemInfo, GpuInfo):
+            for s in by.get(cls, ()):
+                data = codec.info_json(s)
+                key = (cls, getattr(s, "index", None))
+                if self._last_info.get(key) != data:
+                    self._last_info[key] = data
+                    if cls is SystemInfo:
+                        c.execute("INSERT INTO system_info(ts, data) VALUES (?, ?)", (s.ts, data))
+                    else:
+                        c.execute("INSERT INTO gpu_info(ts, gpu, data) VALUES (?, ?, ?)", (s.ts, s.index, data))
+
+        sid = self._string_id
+        pts = by.get(UtilPoint)
+        if pts:
+            pts.sort(key=lambda p: p.ts)
+            for p in pts:
+                self._overview.add_util(p)
+            self._write_block("util", [codec.util_row(p) for p in pts])
+        # After the utilisation points: the overview uses a poll's utilisation only for a GPU
+        # that has no sample buffer, which it knows once that GPU's points went through.
+        gpu = by.get(GpuSample)
+        if gpu:
+            for s in gpu:
+                self.gpus.add(s.index)
+                self._overview.add_gpu(s)
+            self._write_block("gpu", [codec.gpu_row(s, sid) for s in gpu])
+        gp = by.get(GpuProcess)
+        if gp:
+            self._write_block("gpu_procs", [codec.gpu_proc_row(p, sid) for p in gp])
+        host = by.get(HostSample)
+        if host:
+            self._write_block("host", [codec.host_row(h, sid) for h in host])
+        procs = by.get(ProcSample)
+        if procs:
+            rows = []
+            for s in procs:
+                s = codec.redact_proc(s)
+                rows.append(codec.proc_row(self._proc_id(s), s, sid))
+            self._write_block("procs", rows)
+        stacks = by.get(StackSample)
+        if stacks:
+            self._write_block(
+                "stacks", [(s.ts, self._thread_id(s), self._stack_id(s.frames), codec.stack_flags(s)) for s in stacks]
+            )
+        events = by.get(Event)
+        if events:
+            c.executemany(
+                "INSERT INTO events(ts, source, level, message) VALUES (?, ?, ?, ?)", [codec.event_row(e) for e in events]
+            )
+        for f in by.get(Finding, ()):
+            self._write_finding(f)
+
+        self.samples += n
+        self.first_ts, self.last_ts = oldest, newest
+        self._write_overview(self._overview.take_settled())
+        self._compact(newest - COMPACT_SETTLE_S)
+        if self.session_id is not None and newest - self._ended_written >= SESSION_END_EVERY_S:
+            self._write_ended()
+
+    def _write_ended(self) -> None:
+        if self.session_id is not None and self.last_ts is not None:
+            self.conn.execute("UPDATE sessions SET ended = ? WHERE id = ?", (self.last_ts, self.session_id))
+            self._ended_written = self.last_ts
+
+    # ----------------------------------------------------------------- blocks
+
+    def _write_block(
+        self, series: str, rows: list[tuple], max_span: float = FLUSH_BLOCK_MAX_S, final: bool = False
+    ) -> None:
+        """``final``: a merged block, packed for good; otherwise the cheap flush-time form."""
+        spec = SERIES[series]
+        rows.sort(key=lambda r: r[0])
+        if series not in self._compacted_to:
+            self._compacted_to[series] = math.floor(rows[0][0] / BLOCK_S) * BLOCK_S
+        pack = pack_rows if final else pack_rows_json
+        for chunk in _chunks(rows, max_span):
+            blob = pack(chunk, spec.layout)
+            key = math.floor(chunk[0][0] * 1000.0)
+            # A block starting in the same millisecond as another (two flushes a moment apart)
+            # is keyed a millisecond earlier rather than lost; rows keep their own exact times,
+            # and readers look a whole block span back anyway.
+            for _ in range(1000):
+                try:
+                    self.conn.execute(
+                        f"INSERT INTO {spec.table}(ts_ms, t1, n, data) VALUES (?, ?, ?, ?)",
+                        (key, chunk[-1][0], len(chunk), blob),
+                    )
+                    break
+                except sqlite3.IntegrityError:
+                    key -= 1
+
+    def _compact(self, upto: float, limit: int = 0) -> None:
+        """Merge the small per-flush blocks of each finished minute into one block."""
+        limit = limit or MAX_COMPACT_PER_FLUSH
+        for series, wm in list(self._compacted_to.items()):
+            done = 0
+            while wm + BLOCK_S <= upto and done < limit:
+                self._compact_range(series, wm, wm + BLOCK_S)
+                wm += BLOCK_S
+                done += 1
+            self._compacted_to[series] = wm
+
+    def _compact_range(self, series: str, t0: float, t1: float) -> None:
+        spec = SERIES[series]
+        blocks = self.conn.execute(
+            f"SELECT ts_ms, n, data FROM {spec.table} WHERE ts_ms >= ? AND ts_ms < ?",
+            (math.floor(t0 * 1000.0), math.floor(t1 * 1000.0)),
+        ).fetchall()
+        if not blocks or (len(blocks) == 1 and blocks[0][2][:1] != bytes([CODEC_JSON])):
+            return
+        rows: list[tuple] = []
+        for _key, n, data in blocks:
+            rows += unpack_rows(data, spec.layout, n)
+        self.conn.executemany(f"DELETE FROM {spec.table} WHERE ts_ms = ?", [(b[0],) for b in blocks])
+        self._write_block(series, rows, max_span=MAX_BLOCK_SPAN_S - FLUSH_BLOCK_MAX_S, final=True)
+
+    def _string_id(self, text: str) -> int:
+        sid = self._strings.get(text)
+        if sid is None:
+            cur = self.conn.execute("INSERT INTO strings(text) VALUES (?)", (text,))
+            sid = self._strings[text] = cur.lastrowid  # type: ignore[assignment]
+        return sid  # type: ignore[return-value]
+
+    def _proc_id(self, s: ProcSample) -> int:
+        key = codec.proc_identity(s)
+        pid = self._procs.get(key)
+        if pid is None:
+            cur = self.conn.execute(
+                "INSERT INTO processes(pid, ppid, name, user, cmdline, create_time, role, env)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                key,
+            )
+            pid = self._procs[key] = cur.lastrowid  # type: ignore[assignment]
+        return pid  # type: ignore[return-value]
+
+    def _frame_id(self, f: Frame) -> int:
+        fid = self._frames.get(f)
+        if fid is None:
+            cur = self.conn.execute(
+                "INSERT INTO frames(name, filename, line, module, code) VALUES (?, ?, ?, ?, ?)",
+                (f.name, f.filename, f.line, f.module, f.code),
+            )
+            fid = self._frames[f] = cur.lastrowid  # type: ignore[assignment]
+        return fid  # type: ignore[return-value]
+
+    def _stack_id(self, frames: tuple[Frame, ...]) -> int:
+        sid = self._stacks_by_frames.get(frames)
+        if sid is None:
+            blob = pack_ids([self._frame_id(f) for f in frames])
+            sid = self._stacks_by_ids.get(blob)
+            if sid is None:
+                cur = self.conn.execute("INSERT INTO stacks(frames) VALUES (?)", (blob,))
+                sid = self._stacks_by_ids[blob] = cur.lastrowid  # type: ignore[assignment]
+            self._stacks_by_frames[frames] = sid  # type: ignore[assignment]
+        return sid  # type: ignore[return-value]
+
+    def _thread_id(self, s: StackSample) -> int:
+        key = (s.pid, s.thread_id, s.thread_name, bool(s.is_main), s.os_thread_id)
+        tid = self._threads.get(key)
+        if tid is None:
+            cur = self.conn.execute(
+                "INSERT INTO threads(pid, thread_id, thread_name, is_main, os_thread_id) VALUES (?, ?, ?, ?, ?)",
+                (s.pid, s.thread_id, s.thread_name, int(bool(s.is_main)), s.os_thread_id),
+            )
+            tid = self._threads[key] = cur.lastrowid  # type: ignore[assignment]
+        return tid  # type: ignore[return-value]
+
+    def _write_finding(self, f: Finding) -> None:
+        key = (f.id, f.gpu_index)
+        sig = codec.finding_signature(f)
+        prev = self._findings.get(key)
+        if prev is not None and prev[1] == sig:
+            self.conn.execute(
+                "UPDATE findings SET last_seen = max(last_seen, ?), confidence = ?, cost_s = ? WHERE id = ?",
+                (f.ts, f.confidence, f.cost_s, prev[0]),
+            )
+            return
+        cur = self.conn.execute(
+            "INSERT INTO findings(ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
+            " expected_gain, cost_s, first_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            codec.finding_row(f),
+        )
+        self._findings[key] = (cur.lastrowid, sig)  # type: ignore[assignment]
+
+    def _write_overview(self, rows: list[OverviewRow]) -> None:
+        if rows:
+            self.conn.executemany(
+                _UPSERT_OVERVIEW,
+                [
+                    (r.ts, r.gpu, r.span, r.covered_s, r.busy_s, r.low_s, r.util_max, r.mem_used_max, r.power_avg, r.polls)
+                    for r in rows
+                ],
+            )
+
+    # ----------------------------------------------------------------- closing
+
+    def finish(self) -> None:
+        """Write what is still pending in the overview and close (checkpoints the WAL)."""
+        try:
+            self.conn.execute("BEGIN")
+            self._write_overview(self._overview.take_all())
+            self._write_ended()
+            if self.last_ts is not None:
+                # Everything is final now: merge up to and including the last minute.
+                self._compact(self.last_ts + BLOCK_S, limit=1_000_000)
+            self.conn.execute("COMMIT")
+            # A finished recording is one self-contained file: fold the WAL back in, so copying
+            # the file copies everything and readers leave no -wal/-shm beside it.
+            self.conn.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            self.conn.close()
+
+    def abort(self) -> None:
+        try:
+            self.conn.close()
+        except sqlite3.Error:
+            pass
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
+    return conn
+
+
+def _chunks(rows: list[tuple], max_span: float) -> Iterable[list[tuple]]:
+    """Split time-sorted rows so that no chunk spans more than ``max_span``."""
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][0] - rows[start][0] >= max_span:
+            yield rows[start:i]
+            start = i
+
+
+_UPSERT_OVERVIEW = """
+INSERT INTO overview(ts, gpu, span, covered_s, busy_s, low_s, util_max, mem_used_max, power_avg, polls)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(ts, gpu) DO UPDATE SET
+    covered_s = covered_s + excluded.covered_s,
+    busy_s = busy_s + excluded.busy_s,
+    low_s = low_s + excluded.low_s,
+    util_max = max(coalesce(util_max, excluded.util_max), coalesce(excluded.util_max, util_max)),
+    mem_used_max = max(coalesce(mem_used_max, excluded.mem_used_max), coalesce(excluded.mem_used_max, mem_used_max)),
+    power_avg = CASE WHEN polls + excluded.polls > 0 THEN
+        (coalesce(power_avg, 0) * polls + coalesce(excluded.power_avg, 0) * excluded.polls) / (polls + excluded.polls)
+        END,
+    polls = polls + excluded.polls
+"""
+
+
+# --------------------------------------------------------------------------- the subscriber
+
+
+class Recorder:
+    """A pipeline subscriber that records every batch to a file, off the caller's thread."""
+
+    def __init__(
+        self,
+        writer: RecordWriter,
+        notify: Notify | None = None,
+        flush_interval: float = FLUSH_INTERVAL_S,
+        max_pending: int = MAX_PENDING_BATCHES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.writer = writer
+        self.path = writer.path
+        self.notify = notify
+        self.flush_interval = flush_interval
+        self.clock = clock
+        self.error: str | None = None
+        self.dropped = 0  # samples dropped because the writer fell behind
+        self.started = time.monotonic()
+        self._q: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._active = True
+        self._closed = False
+        self._unsubscribe: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="gputop-recorder", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        force: bool = False,
+        append: bool = False,
+        *,
+        store=None,
+        notify: Notify | None = None,
+        meta: SessionMeta | None = None,
+        max_bytes: int | None = None,
+        flush_interval: float = FLUSH_INTERVAL_S,
+    ) -> "Recorder":
+        """Create (or append to) ``path`` and start the writer thread. Raises UserError.
+
+        ``store``: a running session's store; its static info (SystemInfo, GpuInfo), which
+        sources send only once, is written first so a recording started mid-session is complete.
+        """
+        writer = RecordWriter.create(path, force=force, append=append, max_bytes=max_bytes)
+        try:
+            writer.start_session(meta or SessionMeta(argv=tuple(sys.argv)))
+        except sqlite3.Error as exc:
+            writer.abort()
+            raise UserError(f"cannot write {path}: {describe_sqlite_error(exc)}") from None
+        rec = cls(writer, notify=notify, flush_interval=flush_interval)
+        if store is not None:
+            seed: list[object] = []
+            if store.system is not None:
+                seed.append(store.system)
+            seed.extend(store.gpu_info.values())
+            if seed:
+                rec.on_batch(seed)
+        return rec
+
+    @classmethod
+    def attach(
+        cls,
+        session,
+        path: str | os.PathLike,
+        force: bool = False,
+        append: bool = False,
+        *,
+        interval: float | None = None,
+        max_bytes: int | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> "Recorder":
+        """Record a running (or about to run) session: the UI's --record and its record key.
+
+        Writes the session's static info first, subscribes to its pipeline, and reports a
+        failure (disk full) through it as an Event. ``close()`` unsubscribes and closes.
+        """
+        meta = SessionMeta(
+            mode=getattr(session, "mode", "live"),
+            argv=tuple(sys.argv if argv is None else argv),
+            target_pid=getattr(session, "target_pid", None),
+            target_cmdline=target_cmdline(getattr(session, "target_pid", None)),
+            interval=interval,
+        )
+        rec = cls.open(path, force=force, append=append, store=session.store, notify=session.pipeline.publish,
+                       meta=meta, max_bytes=max_bytes)
+        rec._unsubscribe = session.pipeline.subscribe(rec.on_batch)
+        return rec
+
+    # ----------------------------------------------------------------- subscriber side
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def on_batch(self, batch: Sequence[object]) -> None:
+        """Queue a batch; never blocks, never raises."""
+        if not self._active or not batch:
+            return
+        try:
+            self._q.put_nowait(list(batch))
+        except queue.Full:
+            self.dropped += len(batch)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued, close the file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._thread.is_alive():
+            try:
+                self._q.put(_STOP, timeout=timeout)
+            except queue.Full:
+                pass
+            self._thread.join(timeout)
+        self._active = False
+
+    # ----------------------------------------------------------------- status
+
+    @property
+    def samples(self) -> int:
+        return self.writer.samples
+
+    def bytes_on_disk(self) -> int:
+        total = 0
+        for p in (self.path, *sidecars(self.path)):
+            try:
+                total += os.path.getsize(p)
+            except OSError:
+                pass
+        return total
+
+    # ----------------------------------------------------------------- writer thread
+
+    def _run(self) -> None:
+        pending: list[object] = []
+        next_flush = time.monotonic() + self.flush_interval
+        stop = False
+        while not stop:
+            try:
+                item = self._q.get(timeout=max(0.0, next_flush - time.monotonic()))
+            except queue.Empty:
+                item = None
+            while item is not None:
+                if item is _STOP:
+                    stop = True
+                    break
+                if self._active:
+                    pending.extend(item)
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    item = None
+            if stop or time.monotonic() >= next_flush:
+                if pending and self._active:
+                    self._flush(pending)
+                pending = []
+                next_flush = time.monotonic() + self.flush_interval
+        if self._active:
+            try:
+                self.writer.finish()
+            except sqlite3.Error as exc:
+                self._fail(exc)
+        else:
+            self.writer.abort()
+
+    def _flush(self, samples: list[object]) -> None:
+        try:
+            self.writer.flush(samples)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+        except Exception as exc:  # a sample we cannot encode must not kill the recorder silently
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._active or self.error is not None:
+            return
+        reason = describe_sqlite_error(exc) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
+        upto = self.writer.last_ts
+        when = time.strftime("%H:%M:%S", time.localtime(upto)) if upto else "the start"
+        self.error = f"recording to {self.path} stopped: {reason}; the file keeps data up to {when}"
+        self.writer.abort()
+        if self.notify is not None:
+            try:
+                self.notify([Event(self.clock(), "record", self.error + "; monitoring continues", "error")])
+            except Exception:
+                pass
+        # Last: whoever waits for `active` to drop sees the error and the event already out.
+        self._active = False
+
+
+__all__ = ["FLUSH_INTERVAL_S", "RecordWriter", "Recorder", "SessionMeta", "looks_like_recording", "sidecars"]

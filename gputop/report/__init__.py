@@ -1,0 +1,57 @@
+"""Reports over a recording: ``collect`` reads it into a ``Summary``; ``render_text`` and
+``render_html`` present it (the HTML is one self-contained page with inline SVG charts)."""
+
+from .collect import collect
+from .html import render_html
+from .summary import Summary
+from .text import render_text
+
+__all__ = ["Summary", "collect", "render_html", "render_text", "summary_dict"]
+
+
+def summary_dict(s: Summary) -> dict:
+    """The headline numbers as JSON-ready data (for scripts and dashboards)."""
+    from ..analysis.breakdown import BUCKET_LABELS
+
+    return {
+        "path": s.path,
+        "hostname": s.host,
+        "start": s.start,
+        "end": s.end,
+        "duration_s": s.duration,
+        "target_pid": s.target_pid,
+        "target_cmdline": s.target_cmdline,
+        "damage": s.damage,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "busy_fraction": round(g.busy_fraction, 4),
+                "measured_s": round(g.breakdown.total_s, 1),
+                "seconds": {BUCKET_LABELS[b]: round(v, 1) for b, v in g.breakdown.seconds.items()},
+                "idle_periods": [
+                    {"start": p.start, "duration_s": round(p.duration, 1), "cause": p.cause, "detail": p.detail}
+                    for p in g.idle_periods
+                ],
+                "memory_peak": g.mem_max,
+                "power_mean_w": g.power_mean,
+                "tensor_active_mean": g.tensor_mean,
+            }
+            for g in s.gpus
+        ],
+        "host": {"cpu_mean": s.host_cpu_mean, "cpu_max": s.host_cpu_max, "iowait_mean": s.host_iowait_mean},
+        "findings": [
+            {
+                "id": fs.finding.id,
+                "title": fs.finding.title,
+                "severity": fs.finding.severity.value,
+                "gpu": fs.finding.gpu_index,
+                "first_seen": fs.first_seen,
+                "last_seen": fs.last_seen,
+                "evidence": list(fs.finding.evidence),
+                "action": fs.finding.action,
+                "expected_gain": fs.finding.expected_gain,
+            }
+            for fs in s.findings
+        ],
+    }

@@ -1,0 +1,159 @@
+"""The report as one self-contained HTML page: inline CSS and SVG, no scripts, no links out.
+
+Everything from the recording is escaped; the page can be mailed or attached to a ticket and
+opens anywhere.
+"""
+
+from __future__ import annotations
+
+from .. import __version__
+from ..advisor.format import breakdown_rows
+from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..format import fmt_bytes
+from . import svg
+from .summary import MIN_IDLE_PERIOD_S, Summary
+from .text import clock, hms
+
+BUCKET_COLORS = {
+    Bucket.BUSY: "#2e7d32",
+    Bucket.DATA: "#d32f2f",
+    Bucket.CPU: "#ef6c00",
+    Bucket.SYNC: "#ad1457",
+    Bucket.H2D: "#6a1b9a",
+    Bucket.IO: "#5d4037",
+    Bucket.COLLECTIVE: "#f9a825",
+    Bucket.CHECKPOINT: "#1565c0",
+    Bucket.UNKNOWN: "#9e9e9e",
+}
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto;
+       max-width: 1040px; color: #222; padding: 0 16px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; } .warn { background: #fff3e0; border-left: 4px solid #ef6c00; padding: 6px 10px; }
+.big { display: flex; gap: 24px; flex-wrap: wrap; margin: 10px 0; }
+.big div { background: #f5f5f5; border-radius: 6px; padding: 8px 14px; }
+.big b { display: block; font-size: 22px; }
+table { border-collapse: collapse; margin: 6px 0; } td, th { padding: 3px 10px 3px 0; text-align: left; vertical-align: top; }
+th { color: #555; font-weight: 600; } .num { text-align: right; font-variant-numeric: tabular-nums; }
+.sw { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
+.finding { border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px 12px; margin: 10px 0; }
+.sev { font-weight: 700; text-transform: uppercase; font-size: 12px; padding: 1px 6px; border-radius: 3px; color: #fff; }
+.sev.critical { background: #b71c1c; } .sev.warning { background: #f9a825; color: #222; } .sev.info { background: #0277bd; }
+code { background: #f5f5f5; padding: 1px 4px; border-radius: 3px; }
+.small { color: #666; font-size: 12px; }
+"""
+
+
+def render_html(s: Summary) -> str:
+    e = svg.esc
+    gpus = ", ".join(sorted({g.name for g in s.gpus})) or "no GPU data"
+    out: list[str] = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        f"<title>gputop report: {e(s.host)} {e(clock(s.start))}</title><style>{CSS}</style></head><body>",
+        f"<h1>GPU run report: {e(s.host)}</h1>",
+        f"<div class=\"meta\">{len(s.gpus)}× {e(gpus)}"
+        + (f" · driver {e(s.system.driver_version)}" if s.system and s.system.driver_version else "")
+        + f" · {e(clock(s.start))} → {e(clock(s.end))} ({e(hms(s.duration))})"
+        + (" · <b>synthetic / fake data</b>" if s.source == "fake" else "")
+        + "</div>",
+    ]
+    if s.target_pid or s.target_cmdline:
+        out.append(f"<div class=\"meta\">target PID {e(s.target_pid or '?')}: <code>{e(s.target_cmdline or '')}</code></div>")
+    if s.damage:
+        out.append(f"<p class=\"warn\">{e(s.damage)}</p>")
+    marks = [(fs.first_seen, fs.finding.severity.value, fs.finding.title) for fs in s.findings]
+    for g in s.gpus:
+        bd = g.breakdown
+        out.append(f"<h2>GPU {g.index}: {e(g.name)}</h2>")
+        out.append("<div class=\"big\">")
+        out.append(f"<div><b>{100 * g.busy_fraction:.1f}%</b>busy</div>")
+        out.append(f"<div><b>{e(hms(bd.idle_s))}</b>idle ({100 * (1 - g.busy_fraction):.1f}%)</div>")
+        out.append(f"<div><b>{g.idle_period_count}</b>idle periods ≥ {MIN_IDLE_PERIOD_S:.0f} s</div>")
+        if g.tensor_mean is not None:
+            out.append(f"<div><b>{g.tensor_mean:.0f}%</b>tensor cores active</div>")
+        if g.mem_max is not None:
+            total = f" / {fmt_bytes(g.memory_total)}" if g.memory_total else ""
+            out.append(f"<div><b>{e(fmt_bytes(g.mem_max))}</b>memory peak{e(total)}</div>")
+        out.append("</div>")
+        t0, t1 = s.start, s.end
+        util = [(t, b.util) for t, b in g.chart]
+        umin = [(t, b.util_min) for t, b in g.chart]
+        idle = [(p.start, p.end, f"{p.cause} {hms(p.duration)}" + (f" — {p.detail}" if p.detail else ""))
+                for p in g.idle_periods]
+        gmarks = [m for m, fs in zip(marks, s.findings) if fs.finding.gpu_index in (None, g.index)]
+        out.append(svg.util_chart(t0, t1, util, umin, idle, gmarks, title=f"GPU {g.index} utilisation"))
+        out.append("<div class=\"small\">green: mean utilisation per interval; thin red line: its lowest "
+                   "200 ms sample; red bands: the longest idle periods (hover for the cause); triangles: findings.</div>")
+        if bd.total_s > 0:
+            rows = breakdown_rows(bd)
+            out.append("<h3>Where the time went</h3>")
+            out.append(svg.stacked_bar([(BUCKET_LABELS[b], sec / bd.total_s, BUCKET_COLORS[b]) for b, sec, _ in rows],
+                                       title="time breakdown"))
+            out.append("<table><tr><th>activity</th><th class=\"num\">share</th><th class=\"num\">time</th>"
+                       "<th>main thread was in</th></tr>")
+            for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
+                labels = ", ".join(f"{lab} ({100 * f:.0f}%)" for lab, f in bd.top_labels(b, 2) if f >= 0.01)
+                out.append(f"<tr><td><span class=\"sw\" style=\"background:{BUCKET_COLORS[b]}\"></span>"
+                           f"{e(BUCKET_LABELS[b])}</td><td class=\"num\">{100 * sec / bd.total_s:.1f}%</td>"
+                           f"<td class=\"num\">{e(hms(sec))}</td><td>{e(labels)}</td></tr>")
+            out.append("</table>")
+            if not bd.attributed:
+                out.append("<p class=\"small\">No stack samples were recorded (no --pid): idle time is not "
+                           "attributed to a cause.</p>")
+        if g.idle_periods:
+            out.append("<h3>Longest idle periods</h3><table><tr><th>start</th><th class=\"num\">length</th>"
+                       "<th>likely cause</th><th>main thread</th></tr>")
+            for p in g.idle_periods:
+                out.append(f"<tr><td>{e(clock(p.start))}</td><td class=\"num\">{e(hms(p.duration))}</td>"
+                           f"<td>{e(p.cause)}</td><td><code>{e(p.detail)}</code></td></tr>")
+            out.append("</table>")
+        series = [("memory used", [(t, b.mem_max) for t, b in g.chart], "line")]
+        out.append("<h3>Memory and power</h3>")
+        out.append(svg.line_chart(t0, t1, series, hi=g.memory_total or None, unit="B", title="GPU memory"))
+        power = [("power (W)", [(t, b.power) for t, b in g.chart], "line2")]
+        if any(v is not None for _, v in power[0][1]):
+            out.append(svg.line_chart(t0, t1, power, hi=g.power_limit_w or None, unit="W", title="GPU power"))
+    out.append("<h2>Host</h2>")
+    out.append(f"<p>CPU mean {_pct(s.host_cpu_mean)} (max {_pct(s.host_cpu_max)})"
+               + (f" of {s.host_cores} cores" if s.host_cores else "")
+               + f", iowait {_pct(s.host_iowait_mean, 1)}"
+               + (f", memory peak {e(fmt_bytes(s.host_mem_max))} / {e(fmt_bytes(s.host_mem_total))}"
+                  if s.host_mem_max else "") + "</p>")
+    out.append(svg.line_chart(
+        s.start, s.end,
+        [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
+         ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
+        hi=100.0, unit="%", title="host CPU"))
+    out.append(f"<h2>Findings ({len(s.findings)})</h2>")
+    if not s.findings:
+        out.append("<p>None recorded.</p>")
+    for fs in s.findings:
+        f = fs.finding
+        sev = f.severity.value
+        gpu = f" · GPU {f.gpu_index}" if f.gpu_index is not None else ""
+        out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
+                   f"<div class=\"small\">first {e(clock(fs.first_seen))}, last {e(clock(fs.last_seen))}{e(gpu)}"
+                   f" · confidence {100 * f.confidence:.0f}%"
+                   + (f" · up to {fs.max_cost_s:.0f} GPU-s per window" if fs.max_cost_s else "") + "</div>")
+        if f.evidence:
+            out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in f.evidence) + "</ul>")
+        if f.action:
+            out.append(f"<div>Change: <code>{e(f.action)}</code></div>")
+        if f.expected_gain:
+            out.append(f"<div class=\"small\">Expected: {e(f.expected_gain)}</div>")
+        out.append("</div>")
+    if s.events:
+        out.append(f"<h2>Warnings and errors ({len(s.events)})</h2><table>")
+        for ev in s.events:
+            out.append(f"<tr><td>{e(clock(ev.ts))}</td><td>{e(ev.level)}</td><td>{e(ev.source)}</td>"
+                       f"<td>{e(ev.message)}</td></tr>")
+        out.append("</table>")
+    out.append(f"<p class=\"small\">gputop {e(__version__)} · {e(s.path)} ({e(fmt_bytes(s.size_bytes))})</p>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _pct(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}%"

@@ -1,0 +1,382 @@
+"""What a report says about a run, as plain data. Pure: built from samples, no I/O.
+
+``RunAccumulator`` is fed the run chunk by chunk (an hour at a time, so a day-long recording
+never sits in memory at once) and produces a ``Summary``: per-GPU busy/idle time and where the
+idle time went (``analysis.breakdown``), the longest idle periods with their likely cause,
+memory/power/efficiency figures, host load, chart series, and the findings.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ..analysis.breakdown import BUCKET_LABELS, Breakdown, Bucket, attribute, bucket_of
+from ..analysis.idle import IDLE_UTIL_PCT, Slice, idle_intervals
+from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
+
+# An idle stretch shorter than this is part of the loop's rhythm (a data stall between steps),
+# not an "idle period" worth a line in the report; the breakdown still counts every second.
+MIN_IDLE_PERIOD_S = 5.0
+# Longest idle periods listed per GPU.
+TOP_IDLE_PERIODS = 10
+# Points per chart over the whole run: enough for a page-wide SVG, few enough to stay small.
+CHART_POINTS = 600
+
+
+@dataclass
+class ChartBucket:
+    covered_s: float = 0.0
+    busy_s: float = 0.0
+    low_s: float = 0.0
+    util_min: float | None = None
+    mem_max: int | None = None
+    power_sum: float = 0.0
+    power_n: int = 0
+    tensor_sum: float = 0.0
+    tensor_n: int = 0
+
+    @property
+    def util(self) -> float | None:
+        return 100.0 * self.busy_s / self.covered_s if self.covered_s > 0 else None
+
+    @property
+    def idle_fraction(self) -> float | None:
+        return self.low_s / self.covered_s if self.covered_s > 0 else None
+
+    @property
+    def power(self) -> float | None:
+        return self.power_sum / self.power_n if self.power_n else None
+
+    @property
+    def tensor(self) -> float | None:
+        return self.tensor_sum / self.tensor_n if self.tensor_n else None
+
+
+@dataclass
+class HostBucket:
+    cpu_sum: float = 0.0
+    iowait_sum: float = 0.0
+    n: int = 0
+
+    @property
+    def cpu(self) -> float | None:
+        return self.cpu_sum / self.n if self.n else None
+
+    @property
+    def iowait(self) -> float | None:
+        return self.iowait_sum / self.n if self.n else None
+
+
+@dataclass(frozen=True)
+class IdlePeriodSummary:
+    gpu: int
+    start: float
+    end: float
+    cause: str  # a BUCKET_LABELS value
+    detail: str = ""  # the commonest main-thread stack label during it
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class GpuSummary:
+    index: int
+    name: str
+    memory_total: int | None
+    power_limit_w: float | None
+    breakdown: Breakdown
+    idle_periods: list[IdlePeriodSummary]
+    idle_period_count: int
+    idle_period_s: float
+    mem_max: int | None
+    mem_mean: float | None
+    power_mean: float | None
+    temp_max: float | None
+    tensor_mean: float | None
+    sm_active_mean: float | None
+    throttled_fraction: float | None  # polls with a slowdown reason other than idle
+    chart: list[tuple[float, ChartBucket]]
+
+    @property
+    def busy_fraction(self) -> float:
+        t = self.breakdown.total_s
+        return self.breakdown.busy_s / t if t > 0 else 0.0
+
+
+@dataclass
+class FindingSummary:
+    finding: Finding
+    first_seen: float
+    last_seen: float
+    reports: int
+    max_cost_s: float
+
+
+@dataclass
+class Summary:
+    path: str
+    host: str
+    system: SystemInfo | None
+    start: float
+    end: float
+    target_pid: int | None
+    target_cmdline: str | None
+    source: str
+    gpus: list[GpuSummary]
+    host_cpu_mean: float | None
+    host_cpu_max: float | None
+    host_iowait_mean: float | None
+    host_mem_max: int | None
+    host_mem_total: int | None
+    host_cores: int | None
+    host_chart: list[tuple[float, HostBucket]]
+    findings: list[FindingSummary]
+    events: list[Event]
+    damage: str | None
+    size_bytes: int
+    attributed: bool  # stack samples of the target's main thread were recorded
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+# --------------------------------------------------------------------------- accumulation
+
+
+def _merge(a: Breakdown | None, b: Breakdown) -> Breakdown:
+    if a is None:
+        return b
+    seconds: Counter[Bucket] = Counter(dict(a.seconds))
+    seconds.update(dict(b.seconds))
+    labels: Counter[tuple[Bucket, str]] = Counter(dict(a.idle_labels))
+    labels.update(dict(b.idle_labels))
+    return Breakdown(
+        gpu_index=a.gpu_index,
+        t0=min(a.t0, b.t0) if a.total_s else b.t0,
+        t1=max(a.t1, b.t1),
+        seconds=dict(seconds),
+        attributed=a.attributed or b.attributed,
+        idle_samples=a.idle_samples + b.idle_samples,
+        idle_labels=dict(labels),
+    )
+
+
+def cause_of(stacks: Sequence[StackSample]) -> tuple[str, str]:
+    """The commonest idle bucket among main-thread samples, and its commonest stack label."""
+    from ..analysis.breakdown import stack_label
+
+    if not stacks:
+        return BUCKET_LABELS[Bucket.UNKNOWN], ""
+    counts = Counter(bucket_of(s) for s in stacks)
+    top = max(counts, key=lambda b: (counts[b], -list(Bucket).index(b)))
+    labels = Counter(stack_label(s) for s in stacks if bucket_of(s) is top)
+    return BUCKET_LABELS[top], (labels.most_common(1)[0][0] if labels else "")
+
+
+@dataclass
+class _GpuAcc:
+    breakdown: Breakdown | None = None
+    idle: list[IdlePeriodSummary] = field(default_factory=list)
+    mem_sum: float = 0.0
+    mem_n: int = 0
+    mem_max: int | None = None
+    power_sum: float = 0.0
+    power_n: int = 0
+    temp_max: float | None = None
+    tensor_sum: float = 0.0
+    tensor_n: int = 0
+    sm_sum: float = 0.0
+    sm_n: int = 0
+    throttled: int = 0
+    polls: int = 0
+
+
+# NVML clocks-event bits that mean "slowed down" rather than "nothing to do" (0x1 is GPU idle,
+# 0x2 application clocks setting; see nvmlClocksEventReasons).
+_IDLE_REASON = 0x1
+_APP_CLOCKS = 0x2
+
+
+class RunAccumulator:
+    """Feed chunks of a run in time order; ``summary()`` at the end."""
+
+    def __init__(self, start: float, end: float, chart_points: int = CHART_POINTS) -> None:
+        self.start = start
+        self.end = end
+        self.step = max(1.0, (end - start) / max(1, chart_points))
+        self.n_buckets = max(1, math.ceil((end - start) / self.step))
+        self.gpus: dict[int, _GpuAcc] = {}
+        self.charts: dict[int, list[ChartBucket]] = {}
+        self.host_chart = [HostBucket() for _ in range(self.n_buckets)]
+        self.cpu_sum = 0.0
+        self.cpu_n = 0
+        self.cpu_max: float | None = None
+        self.iowait_sum = 0.0
+        self.host_mem_max: int | None = None
+        self.host_mem_total: int | None = None
+        self.cores: int | None = None
+        self.attributed = False
+
+    def _bucket(self, t: float) -> int:
+        return min(self.n_buckets - 1, max(0, int((t - self.start) / self.step)))
+
+    def _chart(self, gpu: int) -> list[ChartBucket]:
+        c = self.charts.get(gpu)
+        if c is None:
+            c = self.charts[gpu] = [ChartBucket() for _ in range(self.n_buckets)]
+        return c
+
+    def add_chunk(
+        self,
+        gpu_slices: Mapping[int, Sequence[Slice]],
+        gpu_samples: Mapping[int, Sequence[GpuSample]],
+        main_stacks: Sequence[StackSample],
+        host: Sequence[HostSample],
+        procs: Sequence[ProcSample] = (),
+    ) -> None:
+        if main_stacks:
+            self.attributed = True
+        for h in host:
+            self.cpu_sum += h.cpu_percent
+            self.iowait_sum += h.iowait_percent
+            self.cpu_n += 1
+            self.cpu_max = h.cpu_percent if self.cpu_max is None else max(self.cpu_max, h.cpu_percent)
+            if h.mem_used:
+                self.host_mem_max = h.mem_used if self.host_mem_max is None else max(self.host_mem_max, h.mem_used)
+            self.host_mem_total = h.mem_total or self.host_mem_total
+            if h.cores:
+                self.cores = len(h.cores)
+            b = self.host_chart[self._bucket(h.ts)]
+            b.cpu_sum += h.cpu_percent
+            b.iowait_sum += h.iowait_percent
+            b.n += 1
+        for gpu in sorted(set(gpu_slices) | set(gpu_samples)):
+            acc = self.gpus.setdefault(gpu, _GpuAcc())
+            slices = list(gpu_slices.get(gpu, ()))
+            samples = list(gpu_samples.get(gpu, ()))
+            chart = self._chart(gpu)
+            if slices:
+                bd = attribute(gpu, slices, main_stacks, host, samples, procs, self.cores)
+                acc.breakdown = _merge(acc.breakdown, bd)
+                for s in slices:
+                    cb = chart[self._bucket(s.mid)]
+                    cb.covered_s += s.duration
+                    cb.busy_s += s.busy_s
+                    if s.util < IDLE_UTIL_PCT:
+                        cb.low_s += s.duration
+                    cb.util_min = s.util if cb.util_min is None else min(cb.util_min, s.util)
+                stack_ts = [x.ts for x in main_stacks]
+                for iv in idle_intervals(slices):
+                    self._add_idle(gpu, acc, iv.start, iv.end, main_stacks, stack_ts)
+            for s in samples:
+                acc.polls += 1
+                cb = chart[self._bucket(s.ts)]
+                if s.mem_used is not None:
+                    acc.mem_sum += s.mem_used
+                    acc.mem_n += 1
+                    acc.mem_max = s.mem_used if acc.mem_max is None else max(acc.mem_max, s.mem_used)
+                    cb.mem_max = s.mem_used if cb.mem_max is None else max(cb.mem_max, s.mem_used)
+                if s.power_w is not None:
+                    acc.power_sum += s.power_w
+                    acc.power_n += 1
+                    cb.power_sum += s.power_w
+                    cb.power_n += 1
+                if s.temperature_c is not None:
+                    acc.temp_max = s.temperature_c if acc.temp_max is None else max(acc.temp_max, s.temperature_c)
+                if s.tensor_active is not None:
+                    acc.tensor_sum += s.tensor_active
+                    acc.tensor_n += 1
+                    cb.tensor_sum += s.tensor_active
+                    cb.tensor_n += 1
+                if s.sm_active is not None:
+                    acc.sm_sum += s.sm_active
+                    acc.sm_n += 1
+                if s.throttle_reasons is not None and s.throttle_reasons & ~(_IDLE_REASON | _APP_CLOCKS):
+                    acc.throttled += 1
+
+    def _add_idle(
+        self, gpu: int, acc: _GpuAcc, start: float, end: float, stacks: Sequence[StackSample], ts: list[float]
+    ) -> None:
+        # Chunks split idle runs at their edges: join a run that starts where the last ended.
+        if acc.idle and abs(acc.idle[-1].end - start) < 1e-6:
+            prev = acc.idle.pop()
+            start = prev.start
+        if end - start < MIN_IDLE_PERIOD_S:
+            # Short stalls are only counted (the breakdown has their causes); naming each
+            # one's cause would cost a stack scan per stall.
+            acc.idle.append(IdlePeriodSummary(gpu, start, end, "", ""))
+            return
+        inside = stacks[bisect.bisect_left(ts, start) : bisect.bisect_right(ts, end)]
+        cause, detail = cause_of(inside)
+        acc.idle.append(IdlePeriodSummary(gpu, start, end, cause, detail))
+
+    def summary(self, **meta) -> Summary:
+        infos: Mapping[int, GpuInfo] = meta.pop("gpu_infos", {})
+        gpus = []
+        for idx in sorted(self.gpus):
+            acc = self.gpus[idx]
+            info = infos.get(idx)
+            periods = [p for p in acc.idle if p.duration >= MIN_IDLE_PERIOD_S]
+            bd = acc.breakdown or Breakdown(idx, self.start, self.end, {}, False)
+            chart = [(self.start + (i + 0.5) * self.step, b) for i, b in enumerate(self._chart(idx))]
+            gpus.append(
+                GpuSummary(
+                    index=idx,
+                    name=info.name if info else f"GPU {idx}",
+                    memory_total=info.memory_total if info else None,
+                    power_limit_w=info.power_limit_w if info else None,
+                    breakdown=bd,
+                    idle_periods=sorted(periods, key=lambda p: -p.duration)[:TOP_IDLE_PERIODS],
+                    idle_period_count=len(periods),
+                    idle_period_s=sum(p.duration for p in periods),
+                    mem_max=acc.mem_max,
+                    mem_mean=acc.mem_sum / acc.mem_n if acc.mem_n else None,
+                    power_mean=acc.power_sum / acc.power_n if acc.power_n else None,
+                    temp_max=acc.temp_max,
+                    tensor_mean=acc.tensor_sum / acc.tensor_n if acc.tensor_n else None,
+                    sm_active_mean=acc.sm_sum / acc.sm_n if acc.sm_n else None,
+                    throttled_fraction=acc.throttled / acc.polls if acc.polls else None,
+                    chart=chart,
+                )
+            )
+        host_chart = [(self.start + (i + 0.5) * self.step, b) for i, b in enumerate(self.host_chart)]
+        return Summary(
+            gpus=gpus,
+            host_cpu_mean=self.cpu_sum / self.cpu_n if self.cpu_n else None,
+            host_cpu_max=self.cpu_max,
+            host_iowait_mean=self.iowait_sum / self.cpu_n if self.cpu_n else None,
+            host_mem_max=self.host_mem_max,
+            host_mem_total=self.host_mem_total,
+            host_cores=self.cores,
+            host_chart=host_chart,
+            attributed=self.attributed,
+            start=self.start,
+            end=self.end,
+            **meta,
+        )
+
+
+def summarise_findings(rows: Iterable[tuple[Finding, float]]) -> list[FindingSummary]:
+    """Recorded finding rows (finding, last seen) grouped by (id, GPU), worst first."""
+    groups: dict[tuple[str, int | None], FindingSummary] = {}
+    for f, last in rows:
+        key = (f.id, f.gpu_index)
+        g = groups.get(key)
+        first = f.first_seen or f.ts
+        if g is None:
+            groups[key] = FindingSummary(f, first, max(last, f.ts), 1, f.cost_s)
+        else:
+            g.finding = f  # the latest wording
+            g.first_seen = min(g.first_seen, first)
+            g.last_seen = max(g.last_seen, last, f.ts)
+            g.reports += 1
+            g.max_cost_s = max(g.max_cost_s, f.cost_s)
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    return sorted(groups.values(), key=lambda g: (rank.get(g.finding.severity.value, 3), -g.max_cost_s, g.first_seen))

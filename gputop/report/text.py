@@ -1,0 +1,126 @@
+"""The report as plain text for a terminal: headline numbers, bars and sparklines first."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+from ..advisor.format import BUCKET_CHAR, breakdown_rows
+from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..format import fmt_bytes, sparkline
+from .summary import MIN_IDLE_PERIOD_S, Summary
+
+SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
+
+
+def clock(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def hms(s: float) -> str:
+    s = max(0, int(round(s)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}"
+
+
+def pct(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}%"
+
+
+def _resample(values: list[float | None], width: int) -> list[float | None]:
+    if len(values) <= width:
+        return values
+    out: list[float | None] = []
+    for i in range(width):
+        chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def render_text(s: Summary, width: int = 100) -> str:
+    width = max(60, width)
+    out: list[str] = []
+    gpus = ", ".join(sorted({g.name for g in s.gpus})) or "no GPU data"
+    out.append(f"gputop report: {s.path}")
+    fake = "  [synthetic/fake data]" if s.source == "fake" else ""
+    drv = f"  driver {s.system.driver_version}" if s.system and s.system.driver_version else ""
+    out.append(f"host {s.host}  {len(s.gpus)}× {gpus}{drv}{fake}")
+    out.append(f"{clock(s.start)} → {clock(s.end)}  ({hms(s.duration)})  file {fmt_bytes(s.size_bytes)}")
+    if s.target_pid or s.target_cmdline:
+        out.append(f"target PID {s.target_pid or '?'}  {s.target_cmdline or ''}".rstrip())
+    if s.damage:
+        out.append(f"WARNING: {s.damage}")
+    spark_w = width - 14
+    for g in s.gpus:
+        bd = g.breakdown
+        out.append("")
+        out.append(f"GPU {g.index}  {g.name}")
+        utils = _resample([b.util for _, b in g.chart], spark_w)
+        out.append(f"  utilisation  {sparkline(utils)}")
+        if bd.total_s > 0:
+            out.append(f"  busy {100 * g.busy_fraction:.1f}%   idle {100 * (1 - g.busy_fraction):.1f}% "
+                       f"({hms(bd.idle_s)} of {hms(bd.total_s)} measured)")
+            rows = [(b, sec, p) for b, sec, p in breakdown_rows(bd) if b is not Bucket.BUSY]
+            if rows:
+                out.append("  where the idle time went" + ("" if bd.attributed else " (no stack samples: unattributed)") + ":")
+                idle = max(1e-9, bd.idle_s)
+                for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
+                    share = sec / bd.total_s
+                    bar = BUCKET_CHAR[b] * max(1, round(40 * sec / idle))
+                    out.append(f"    {BUCKET_LABELS[b]:<30} {100 * share:5.1f}%  {hms(sec):>9}  {bar}")
+                    for label, frac in bd.top_labels(b, 2):
+                        if frac < 0.01:
+                            continue
+                        out.append(f"      {label}  ({100 * frac:.0f}% of idle samples)")
+        if g.idle_periods:
+            out.append(f"  idle periods of {MIN_IDLE_PERIOD_S:.0f} s or more: {g.idle_period_count}, {hms(g.idle_period_s)} in total; longest:")
+            for p in g.idle_periods[:5]:
+                detail = f" — {p.detail}" if p.detail else ""
+                out.append(f"    {clock(p.start)}  {hms(p.duration):>8}  {p.cause}{detail}")
+        facts = []
+        if g.mem_max is not None:
+            total = f" / {fmt_bytes(g.memory_total)}" if g.memory_total else ""
+            facts.append(f"memory peak {fmt_bytes(g.mem_max)}{total}")
+        if g.power_mean is not None:
+            lim = f" / {g.power_limit_w:.0f} W" if g.power_limit_w else ""
+            facts.append(f"power mean {g.power_mean:.0f} W{lim}")
+        if g.temp_max is not None:
+            facts.append(f"max {g.temp_max:.0f}°C")
+        if g.tensor_mean is not None:
+            facts.append(f"tensor cores active {g.tensor_mean:.0f}%")
+        if g.throttled_fraction:
+            facts.append(f"clocks held back {100 * g.throttled_fraction:.0f}% of the time")
+        if facts:
+            out.append("  " + ", ".join(facts))
+    out.append("")
+    cpu = [b.cpu for _, b in s.host_chart]
+    out.append(f"host   CPU mean {pct(s.host_cpu_mean)} (max {pct(s.host_cpu_max)})"
+               f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {pct(s.host_iowait_mean, 1)}"
+               + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
+    out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
+    out.append("")
+    if s.findings:
+        out.append(f"findings ({len(s.findings)})")
+        wrap = textwrap.TextWrapper(width=width, initial_indent="      ", subsequent_indent="      ")
+        for fs in s.findings:
+            f = fs.finding
+            gpu = f" GPU {f.gpu_index}" if f.gpu_index is not None else ""
+            out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
+            out.append(f"      first {clock(fs.first_seen)}, last {clock(fs.last_seen)}"
+                       + (f", up to {fs.max_cost_s:.0f} GPU-s per window" if fs.max_cost_s else "")
+                       + f", confidence {100 * f.confidence:.0f}%")
+            for e in f.evidence:
+                out.extend(wrap.wrap(f"· {e}"))
+            if f.action:
+                out.extend(wrap.wrap(f"→ {f.action}"))
+            if f.expected_gain:
+                out.extend(wrap.wrap(f"  expected: {f.expected_gain}"))
+    else:
+        out.append("findings: none recorded")
+    if s.events:
+        out.append("")
+        out.append(f"warnings and errors ({len(s.events)})")
+        for e in s.events[-15:]:
+            out.append(f"  {clock(e.ts)}  {e.level:<7} {e.source}: {e.message}"[:width])
+    return "\n".join(out) + "\n"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Real screenshots on a GPU machine: the live UI attached to workloads of the suite.
+#   bash scripts/gpu_screenshots.sh OUTDIR
+set -u
+out=${1:-screenshots}
+mkdir -p "$out"
+shot() {  # scenario name keys seconds
+    python3 -m gputop.workloads "$1" --device cuda --duration 90 --exit-with-parent > "$out/$2.workload.log" 2>&1 &
+    local wl=$!
+    for _ in $(seq 60); do grep -q "ready" "$out/$2.workload.log" && break; sleep 1; done
+    python3 scripts/screenshot.py --out "$out" --name "$2" --size 160x48 --seconds "$4" --pid "$wl" --keys "$3"
+    kill "$wl" 2>/dev/null; wait "$wl" 2>/dev/null
+}
+shot dataloader-starved live-attached-starved "" 8
+shot dataloader-starved advisor-starved 2 14
+shot dataloader-starved stacks-starved 3 8
+shot fp32-no-tensor-cores advisor-fp32 2 12

@@ -1,0 +1,163 @@
+"""The replay in the UI: the timeline's rendering, its controls, and the live app on a replay."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from textual.app import App, ComposeResult
+
+from gputop.commands.replay import build_replay_session
+from gputop.record.synthetic import SyntheticSession
+from gputop.record.writer import RecordWriter, SessionMeta
+from gputop.ui.timeline import (
+    REPLAY_BINDINGS,
+    ReplayControls,
+    ReplayTimeline,
+    render_bar,
+    replay_action,
+    status_text,
+    step_for,
+    timeline_cells,
+)
+
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    p = tmp_path_factory.mktemp("ui") / "ui.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake"))
+    for b in SyntheticSession(t0=T0, checkpoint_every_s=300, checkpoint_len_s=60).seconds(600):
+        w.flush(b)
+    w.finish()
+    return p
+
+
+# --------------------------------------------------------------------------- pure rendering
+
+
+def row(ts, span, covered, busy):
+    return SimpleNamespace(ts=ts, span=span, covered_s=covered, busy_s=busy)
+
+
+def test_cells_shade_by_utilisation_and_mark_idle_and_findings():
+    overview = [row(T0 + 10 * i, 10, 10, 9 if i < 5 else 0.5) for i in range(10)]
+    idle = [SimpleNamespace(start=T0 + 50, end=T0 + 100)]
+    marks = [SimpleNamespace(ts=T0 + 12, severity="warning"), SimpleNamespace(ts=T0 + 14, severity="critical")]
+    cells = timeline_cells(overview, idle, marks, T0, T0 + 100, 10)
+    assert [round(c.util) for c in cells] == [90] * 5 + [5] * 5
+    assert [c.idle for c in cells] == [False] * 5 + [True] * 5
+    assert cells[1].finding == "critical" and cells[0].finding is None
+    top, bar = render_bar(cells, position=0.55)
+    assert len(top.plain) == len(bar.plain) == 10
+    assert top.plain[5] == "▼" and top.plain[1] == "◆"
+
+
+def test_cells_without_data_are_marked_as_such():
+    cells = timeline_cells([row(T0, 10, 10, 10)], [], [], T0, T0 + 100, 10)
+    assert cells[0].util == 100 and all(c.util is None for c in cells[1:])
+    assert render_bar(cells)[1].plain[1:] == "·" * 9
+
+
+def test_status_line_says_state_speed_and_time():
+    st = {"position": T0 + 3725, "start": T0, "end": T0 + 86400, "speed": 60.0, "playing": True, "at_end": False,
+          "damage": None}
+    text = status_text(st, 200).plain
+    assert text.startswith("▶ 60×") and "1:02:05 / 24:00:00" in text and "space" in text
+    assert status_text(dict(st, playing=False), 40).plain.startswith("❚❚")
+    assert "damaged" in status_text(dict(st, damage="cut"), 200).plain
+
+
+def test_step_grows_with_speed():
+    assert step_for(1) == 10 and step_for(60) == 60 and step_for(600) == 600
+
+
+def test_replay_actions_drive_the_source(recording):
+    session = build_replay_session(recording, speed=1.0, paused=True, advisor=False)
+    src = session.sources["replay"]
+    try:
+        assert replay_action(src, "next_idle").startswith("at ")
+        assert T0 + 238 <= src.position <= T0 + 242
+        replay_action(src, "faster")
+        assert src.speed > 1
+        replay_action(src, "end")
+        assert src.position == src.end_ts
+        assert replay_action(src, "next_finding") == "no finding after this point"
+        assert replay_action(None, "toggle") == "not a replay"
+    finally:
+        src.close()
+
+
+# --------------------------------------------------------------------------- widgets
+
+
+class TimelineApp(ReplayControls, App):
+    BINDINGS = REPLAY_BINDINGS
+
+    def __init__(self, session) -> None:
+        super().__init__()
+        self.session = session
+
+    def compose(self) -> ComposeResult:
+        yield ReplayTimeline(self.session.sources["replay"], id="timeline")
+
+
+async def test_timeline_widget_keys_and_goto(recording):
+    session = build_replay_session(recording, speed=1.0, paused=True, advisor=False)
+    src = session.sources["replay"]
+    app = TimelineApp(session)
+    try:
+        async with app.run_test(size=(100, 10)) as pilot:
+            widget = app.query_one(ReplayTimeline)
+            text = widget.render().plain
+            assert "❚❚ 1×" in text and "▼" in text
+            await pilot.press("space")
+            assert src.playing
+            await pilot.press("space")
+            assert not src.playing
+            await pilot.press("x")
+            assert T0 + 238 <= src.position <= T0 + 242
+            await pilot.press("g")
+            await pilot.press(*"50%")
+            await pilot.press("enter")
+            await pilot.pause()
+            mid = src.start_ts + 0.5 * (src.end_ts - src.start_ts)
+            assert src.position == pytest.approx(mid, abs=1)
+            await pilot.click(ReplayTimeline, offset=(1 + 10, 2))  # the bar row, a tenth in
+            assert src.position < mid
+    finally:
+        src.close()
+
+
+async def test_the_live_app_shows_a_replay_with_the_same_panels(recording):
+    from gputop.ui.app import GputopApp
+
+    session = build_replay_session(recording, speed=10.0, advisor=False)
+    app = GputopApp(session, interval=1.0)
+    session.pipeline.start()
+    try:
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause(0.5)
+            app.tick(force=True)
+            header = str(app.screen.query_one("#header").render())
+            assert "REPLAY" in header and "synthetic-host" in header
+            panels = [str(w.render()) for w in app.screen.query(".gpu-panel")]
+            assert panels and "H100" in panels[0] and "UTIL" in panels[0]
+            assert "CPU" in str(app.screen.query_one("#host").render())
+    finally:
+        session.pipeline.stop()
+
+
+def test_replay_command_bad_inputs_are_one_line_errors(recording, tmp_path, capsys):
+    from gputop.cli import main
+
+    assert main(["replay", str(tmp_path / "missing.gputop")]) == 2
+    assert capsys.readouterr().err.strip() == f"gputop: error: {tmp_path / 'missing.gputop'}: no such file"
+    assert main(["replay", str(recording), "--start", "next tuesday"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gputop: error: --start: not a time") and "\n" not in err
+    with pytest.raises(SystemExit):
+        main(["replay", str(recording), "--speed", "0"])
+    assert "speed out of range" in capsys.readouterr().err

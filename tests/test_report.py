@@ -1,0 +1,153 @@
+"""Reports: the numbers from a recording, and the text/HTML/JSON that present them."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gputop.cli import main
+from gputop.model import Finding, GpuSample, Severity, SystemInfo
+from gputop.record.reader import Reader
+from gputop.record.synthetic import SyntheticSession
+from gputop.record.writer import RecordWriter, SessionMeta
+from gputop.report import collect, render_html, render_text, summary_dict
+
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    p = tmp_path_factory.mktemp("rep") / "run.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake", target_pid=4_194_300, target_cmdline="python train.py --bs 256"))
+    ss = SyntheticSession(t0=T0, checkpoint_every_s=300, checkpoint_len_s=60)
+    for b in ss.seconds(600):
+        w.flush(b)
+    w.flush([Finding(id="evil", title="<script>alert(1)</script> & co", severity=Severity.INFO, confidence=0.1,
+                     evidence=("<img src=x onerror=alert(1)>",), action="rm -rf </code>", ts=T0 + 601)])
+    w.finish()
+    return p
+
+
+@pytest.fixture(scope="module")
+def summary(recording):
+    with Reader(recording) as r:
+        return collect(r)
+
+
+def test_summary_accounts_for_every_second_and_finds_the_checkpoints(summary):
+    assert len(summary.gpus) == 1
+    g = summary.gpus[0]
+    bd = g.breakdown
+    assert bd.total_s == pytest.approx(600, abs=3)  # all measured time lands in some bucket
+    assert sum(bd.seconds.values()) == pytest.approx(bd.total_s)
+    # Two 60 s checkpoints (20 % of the run) plus short data stalls.
+    assert 0.65 < g.busy_fraction < 0.85
+    assert g.idle_period_count == 2
+    for p in g.idle_periods:
+        assert 55 <= p.duration <= 65
+        assert p.cause == "checkpoint save"
+        assert "save" in p.detail
+    assert summary.attributed
+    from gputop.analysis.breakdown import Bucket
+
+    assert bd.get(Bucket.CHECKPOINT) == pytest.approx(120, abs=10)
+    assert g.mem_max is not None and g.tensor_mean is not None
+    assert summary.host_cpu_mean is not None and summary.host_cores == 16
+
+
+def test_findings_are_grouped_with_first_and_last_seen(summary):
+    ids = [fs.finding.id for fs in summary.findings]
+    assert sorted(ids) == ["checkpoint-stall", "data-stall", "evil"]
+    data = next(fs for fs in summary.findings if fs.finding.id == "data-stall")
+    assert data.reports >= 1
+    assert data.first_seen < data.last_seen
+    assert data.last_seen >= T0 + 590
+
+
+def test_text_report_has_the_headline_sections(summary):
+    text = render_text(summary, 100)
+    assert "busy" in text and "where the idle time went" in text
+    assert "checkpoint save" in text
+    assert "findings (3)" in text
+    assert "python train.py --bs 256" in text
+    assert all(len(line) <= 140 for line in text.splitlines())
+
+
+def test_html_report_is_self_contained_and_escaped(summary):
+    page = render_html(summary)
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page.lower()
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; co" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert len(svgs) >= 4
+    for s in svgs:
+        ET.fromstring(s)  # well-formed XML
+
+
+def test_summary_json_is_serialisable(summary):
+    d = json.loads(json.dumps(summary_dict(summary)))
+    assert d["gpus"][0]["busy_fraction"] == pytest.approx(summary.gpus[0].busy_fraction, abs=1e-3)
+    assert d["hostname"] == "synthetic-host"
+
+
+def test_report_of_a_recording_without_gpu_data(tmp_path):
+    p = tmp_path / "nogpu.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    w.flush([SystemInfo(ts=T0, hostname="cpu-box", nvml_error="no driver")])
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    assert s.gpus == []
+    assert "cpu-box" in render_text(s)
+    assert "<svg" in render_html(s)
+
+
+def test_report_on_a_single_gpu_poll_only(tmp_path):
+    p = tmp_path / "one.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    w.flush([GpuSample(ts=T0 + 1, index=0, util_gpu=50.0), GpuSample(ts=T0 + 2, index=0, util_gpu=0.0)])
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    assert s.gpus[0].breakdown.total_s == pytest.approx(1.0)
+    render_html(s)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_report_command_writes_html_and_refuses_to_overwrite(recording, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(recording), "-o", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", str(recording), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "Traceback" not in err
+    assert main(["report", str(recording), "-o", str(out), "--force"]) == 0
+
+
+def test_report_command_text_and_json(recording, capsys):
+    assert main(["report", str(recording)]) == 0
+    assert "where the idle time went" in capsys.readouterr().out
+    assert main(["report", str(recording), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"][0]["index"] == 0
+
+
+@pytest.mark.parametrize("make", ["missing", "text", "dir"])
+def test_report_command_bad_inputs(tmp_path, capsys, make):
+    p = tmp_path / "x.gputop"
+    if make == "text":
+        p.write_text("not a recording")
+    elif make == "dir":
+        p.mkdir()
+    assert main(["report", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gputop: error:") and len(err.splitlines()) == 1
