@@ -22,8 +22,13 @@ from gputop.ui.app import GputopApp  # noqa: E402
 
 async def shoot(args: argparse.Namespace) -> Path:
     w, h = (int(x) for x in args.size.split("x"))
-    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid)
-    session.sources["advisor"] = add_advisor(session)
+    if args.replay:
+        from gputop.commands.replay import build_replay_session
+
+        session = build_replay_session(args.replay, speed=args.speed, start=args.start)
+    else:
+        session = build_session(interval=args.interval, fake=args.fake, pid=args.pid)
+        session.sources["advisor"] = add_advisor(session)
     app = GputopApp(session, interval=args.interval)
     session.pipeline.start()
     try:
@@ -53,6 +58,9 @@ def main() -> None:
     p.add_argument("--fake", type=int)
     p.add_argument("--pid", type=int)
     p.add_argument("--keys", default="", help="comma-separated keys to press before the shot")
+    p.add_argument("--replay", help="a recording to replay instead of the live machine")
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--start", help="replay start position, e.g. 50%% or +30s")
     args = p.parse_args()
     print(asyncio.run(shoot(args)))
 
