@@ -229,15 +229,22 @@ def _util_spark(h: History, width: int) -> Text:
     if not pts:
         pts = [(x.ts, x.util_gpu) for x in h.samples if x.util_gpu is not None]
     cells = bucket(pts, h.t0, h.t1, width)
+    # One span per run of equal style, not one per cell: fewer segments to render every tick.
     t = Text()
+    run, run_style = [], None
     for mean, low in cells:
-        ch = sparkline([mean]) if mean is not None else " "
         if mean is None:
-            t.append(" ")
-        elif low is not None and low < IDLE_UTIL_PCT:
-            t.append(ch, style="red")
+            ch, style = " ", None
         else:
-            t.append(ch, style="green")
+            ch = sparkline([mean])
+            style = "red" if low is not None and low < IDLE_UTIL_PCT else "green"
+        if style != run_style and run:
+            t.append("".join(run), style=run_style)
+            run = []
+        run.append(ch)
+        run_style = style
+    if run:
+        t.append("".join(run), style=run_style)
     return t
 
 

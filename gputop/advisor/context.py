@@ -212,6 +212,7 @@ def context_from_samples(
             gpu=_gpu_state([v for v in views if v.index != CPU_DEVICE], now),
             history_start=now - stuck_after_s - LOOKBACK_EXTRA_S,
             exited=bool(target_window) and target_window[-1].status in ("exited", "zombie"),
+            procs=procs,
         )
     return AnalysisContext(
         now=now,

@@ -19,6 +19,7 @@ from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
 from ..analysis.idle import periodicity
 from ..format import fmt_bytes, fmt_rate
 from ..model import Category, Finding, Severity
+from ..progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from ..throttle import POWER_MASK, THERMAL_MASK
 from .context import AnalysisContext, GpuView
 
@@ -331,6 +332,11 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         ev.append(", ".join(f"{g.name} at {_recent_util(g):.0f} %" for g in gpus) + " over the last 5 s")
     if ctx.workers.count:
         ev.append(_workers_cpu_line(ctx))
+    if v.tree_cores is not None:
+        # The progress check's own number: why an unchanged stack is a hang, not a slow step.
+        idle = v.tree_cores < TREE_BUSY_CORES  # else a collective, spinning without progress
+        ev.append(f"the job's processes at {v.tree_cores * 100:.0f} % CPU over the last "
+                  f"{min(CPU_WINDOW_S, v.held_s):.0f} s{': nothing is computing' if idle else ' (spinning)'}")
     if v.category in (Category.DATA_WAIT, Category.DATA_FETCH):
         action = (
             f"see where the workers wait: py-spy dump --pid {ctx.target_pid} --subprocesses; "

@@ -6,18 +6,25 @@ context we can see, e.g. from inside another PID namespace). A training loop tha
 moves its main thread's line many times a second, so an identical stack for tens of seconds is
 a hang, a deadlock or a wait that never ends.
 
+An unchanged stack is not proof of no progress, though: a slow loop that spends every step in
+one long call looks the same sample after sample. A job whose process tree burns CPU is working;
+gputop.progress says when (``working``), and the stacks source's "looks stuck" Event asks it too.
+
 One exception to "the GPU has stopped": a main thread inside a collective. A hung NCCL
-collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs.
+collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs (and its
+CPU proves nothing either: see gputop.progress).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..classify import project_frame, stack_key, where
-from ..model import Category, Frame, StackSample
+from ..model import Category, Frame, ProcSample, StackSample
+from ..progress import CPU_WINDOW_S, activity, working
 from ..store import Store
+from .efficiency import is_worker
 
 # NVML utilisation at or below this counts as "no GPU work": an idle GPU reads 0, and a few %
 # absorbs a monitoring tool's own blips.
@@ -45,6 +52,7 @@ class StuckVerdict:
     category: Category | None = None
     gpu: str = "unknown"  # busy | idle | unknown
     others: tuple[StackSample, ...] = ()  # the latest stack of every other thread and worker
+    tree_cores: float | None = None  # cores the target + workers used recently (None: unknown)
 
 
 def gpu_state(store: Store, pid: int, now: float) -> str:
@@ -97,8 +105,11 @@ def judge(
     others: Sequence[StackSample] = (),
     history_start: float | None = None,
     exited: bool = False,
+    procs: Mapping[int, Sequence[ProcSample]] | None = None,
 ) -> StuckVerdict:
-    """The verdict from the main thread's samples (time order) and the GPU state."""
+    """The verdict from the main thread's samples (time order), the GPU state and, when given,
+    the OS's view of the processes (``procs``: pid -> samples, time order; the target's and its
+    workers' CPU readings are used)."""
     others = tuple(others)
     if exited:
         return StuckVerdict(False, "the target has exited", gpu=gpu, others=others)
@@ -121,15 +132,20 @@ def judge(
     held = now - first.ts
     # The run reaching back to the first sample looked at means "at least this long".
     exact = history_start is None or first is not main[0] or first.ts - history_start > 1.0
-    base.update(held_s=held, held_exact=exact)
+    tree = {p: ss for p, ss in (procs or {}).items() if ss and (p == last.pid or is_worker(ss[-1], last.pid))}
+    act = activity([s for s in main if s.ts >= first.ts], now, tree)
+    cores = act.cores
+    base.update(held_s=held, held_exact=exact, tree_cores=cores)
     if held < threshold:
         return StuckVerdict(False, f"main thread moved {held:.0f} s ago", **base)
-    if gpu == "busy" and last.category is not Category.COLLECTIVE:
-        return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but the GPU is busy", **base)
+    why = working(last.category, gpu, act)
+    if why is not None:
+        return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but {why}", **base)
     gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu, "GPU activity unknown")
+    cpu_note = "" if cores is None else f", processes at {cores * 100:.0f} % CPU"
     return StuckVerdict(
         True,
-        f"main thread unchanged for {'' if exact else '≥ '}{held:.0f} s ({last.category.value}, {gpu_note})",
+        f"main thread unchanged for {'' if exact else '≥ '}{held:.0f} s ({last.category.value}, {gpu_note}{cpu_note})",
         **base,
     )
 
@@ -152,6 +168,8 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
     samples = store.stack_window(t0, now)
     main = [s for s in samples if s.pid == pid and s.is_main]
     proc = store.latest_proc(pid)
+    tc0 = now - CPU_WINDOW_S
+    procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
     return judge(
         main,
         now,
@@ -160,4 +178,5 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         others=latest_others(samples, pid),
         history_start=t0,
         exited=proc is not None and proc.status in ("exited", "zombie"),
+        procs=procs,
     )

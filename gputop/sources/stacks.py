@@ -26,7 +26,8 @@ from typing import Callable
 
 from ..classify import classify, is_library, stack_key, where
 from ..errors import UserError
-from ..model import Category, Event, Frame, ProcSample, StackSample
+from ..model import Event, Frame, ProcSample, StackSample
+from ..progress import CPU_WINDOW_S, activity, working
 from ..redact import perf_env, redact_cmdline
 
 # The default sampling: 5 stacks/s, blocking dumps (py-spy pauses the target ~1 ms while it
@@ -319,7 +320,9 @@ class PySpySource:
     The target's own process details come from the host source in a live session (it also has
     the IO rates); ``target_details=True`` adds them here too, for use without one.
     ``gpu_busy``, when given, says whether the target's GPU work is running (None: unknown); it
-    keeps the one-off "looks stuck" Event quiet while the GPU is busy.
+    keeps the one-off "looks stuck" Event quiet while the GPU is busy. The CPU the target and
+    its workers use (read here whether or not it is published) keeps it quiet while they work:
+    gputop.progress decides, as it does for the stuck verdict.
 
     Never raises from ``poll`` for routine faults: py-spy failing, the target exiting or being
     unreadable become Events (each once); once the target is gone sampling stops and what was
@@ -372,6 +375,10 @@ class PySpySource:
         self._stacks_off: str | None = None  # a permanent reason not to try again
         self._main_key: tuple | None = None
         self._main_since = 0.0
+        # The main thread's unchanged run (its first sample, then the recent ones) and the
+        # tree's recent CPU readings: what gputop.progress needs for the "looks stuck" Event.
+        self._main_run: list[StackSample] = []
+        self._cpu_seen: dict[int, list[ProcSample]] = {}
         self._stuck_reported = False
         self.exited: float | None = None  # when the target was found gone
         self.exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
@@ -491,9 +498,10 @@ class PySpySource:
         return [Event(now, self.name, str(exc), "error" if self._stacks_off else "warning")]
 
     def _watch_main(self, samples: list[StackSample], ts: float) -> list[object]:
-        """One Event when the main thread's stack has not moved for ``stuck_after`` and the
-        GPU is not known to be busy, and one when it moves again. The pane's verdict comes
-        from gputop.analysis.stuck over the store; this is for the event log and recordings."""
+        """One Event when the main thread's stack has not moved for ``stuck_after`` and nothing
+        says the job is still working (GPU busy, its processes on CPU), and one when it moves
+        again. The pane's verdict comes from gputop.analysis.stuck over the store; this is for
+        the event log and recordings."""
         main = next((s for s in samples if s.is_main and s.pid == self.pid), None)
         if main is None:
             return []
@@ -501,23 +509,29 @@ class PySpySource:
         if key != self._main_key:
             moved = self._stuck_reported
             self._main_key, self._main_since, self._stuck_reported = key, ts, False
+            self._main_run = [main]
             if moved:
                 return [Event(ts, STUCK_EVENT_SOURCE, f"main thread of PID {self.pid} is moving again", "info")]
             return []
+        # Bounded: the run's first sample (its start) and the last CPU_WINDOW_S of it.
+        self._main_run = [self._main_run[0]] + [s for s in self._main_run[1:] if s.ts >= ts - CPU_WINDOW_S] + [main]
         held = ts - self._main_since
         if self._stuck_reported or held < self.stuck_after:
             return []
         busy = self._gpu_busy() if self._gpu_busy is not None else None
-        if busy and main.category is not Category.COLLECTIVE:
+        gpu_state = {True: "busy", False: "idle"}.get(busy, "unknown")  # type: ignore[arg-type]
+        act = activity(self._main_run, ts, self._cpu_seen)
+        if working(main.category, gpu_state, act) is not None:
             return []
         self._stuck_reported = True
         out: list[object] = []
         for w in list(self._workers):  # fresh worker stacks for the report, once
             out.extend(self._sample_worker(w))
-        gpu = {False: "GPU idle", True: "GPU spinning in a collective"}.get(busy, "GPU activity unknown")  # type: ignore[arg-type]
+        gpu = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu_state, "GPU activity unknown")
+        cpu = "" if act.cores is None else f", processes at {act.cores * 100:.0f} % CPU"
         out.append(Event(ts, STUCK_EVENT_SOURCE,
                          f"PID {self.pid} looks stuck: main thread unchanged for {held:.0f} s at "
-                         f"{where(main.frames)} ({main.category.value}, {gpu})", "warning"))
+                         f"{where(main.frames)} ({main.category.value}, {gpu}{cpu})", "warning"))
         return out
 
     # ----------------------------------------------------------------- process details
@@ -536,6 +550,11 @@ class PySpySource:
         by_pid[self.pid] = self._proc
         for gone in set(self._procs) - set(by_pid):
             del self._procs[gone]
+        # Readings stay while the CPU check can look at them (a worker gone in the window counts).
+        for p in list(self._cpu_seen):
+            self._cpu_seen[p] = [r for r in self._cpu_seen[p] if r.ts >= now - CPU_WINDOW_S - 1.0]
+            if not self._cpu_seen[p]:
+                del self._cpu_seen[p]
         self._no_stacks &= set(by_pid)
         for pid, proc in by_pid.items():
             first = pid not in self._procs
@@ -544,6 +563,7 @@ class PySpySource:
             s = self._proc_sample(self._procs[pid], "target" if pid == self.pid else "worker", now, first)
             if s is not None:
                 out.append(s)
+                self._cpu_seen.setdefault(pid, []).append(s)
                 if pid == self.pid:
                     self._target_last = s
         return out

@@ -116,7 +116,8 @@ class GputopApp(ReplayControls, App[int]):
         self.session = session
         self.store = session.store
         self.interval = interval
-        self.refresh_every = refresh if refresh is not None else min(1.0, interval)
+        # Redraw as often as new samples arrive: a faster redraw would only repaint the same data.
+        self.refresh_every = refresh if refresh is not None else interval
         self.paused = False
         self.sort_key = "gpu_mem"
         self.sort_reverse = False
@@ -346,7 +347,7 @@ class GputopApp(ReplayControls, App[int]):
         events = self.store.events(1)
         status = self.query_one("#status", Static)
         if not events:
-            status.update(Text("ready · press ? for keys", style="dim"))
+            set_text(status, Text("ready · press ? for keys", style="dim"))
             return
         ev = events[-1]
         if ev is not self._last_event:
@@ -354,7 +355,7 @@ class GputopApp(ReplayControls, App[int]):
             if ev.level in ("warning", "error"):
                 self.notify(ev.message, severity="error" if ev.level == "error" else "warning", timeout=6)
         when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
-        status.update(Text(f"{when} {ev.source}: {ev.message}"))
+        set_text(status, Text(f"{when} {ev.source}: {ev.message}"))
         status.set_class(ev.level == "warning", "-warning")
         status.set_class(ev.level == "error", "-error")
 
