@@ -454,10 +454,44 @@ def test_small_shm_matters_with_workers():
 # --------------------------------------------------------------------------- hangs and blind spots
 
 
-def stuck_job(util=lambda t: 0.0):
+class TargetCpu:
+    """A Job whose target's own CPU readings follow ``cpu(t)`` (synth's Job writes 100 %)."""
+
+    def __init__(self, job: Job, cpu):
+        self.job, self.cpu = job, cpu
+
+    def store(self):
+        from dataclasses import replace
+        from itertools import groupby
+
+        from gputop.store import Store
+        from synth import T0
+
+        st = self.job.store()
+        items = [st.system, *st.gpu_info.values(), *st.gpu_processes()]
+        for i in st.gpu_indices():
+            items += st.util_window(i, 0) + st.gpu_window(i, 0)
+        items += st.host_window(0) + st.stack_window(0)
+        for pid in st.procs_latest():
+            items += [replace(p, cpu_percent=self.cpu(p.ts - T0)) if p.role == "target" else p
+                      for p in st.proc_window(pid, 0)]
+        items.sort(key=lambda s: s.ts)
+        out = Store()
+        for _, batch in groupby(items, key=lambda s: s.ts):  # one batch per time, as sources give them
+            out.add(list(batch))
+        return out
+
+
+def hangs_at_5(t):
+    # the target computes, then blocks: a deadlock reads ~0 % CPU (measured on the H100 box)
+    return 100.0 if t < 5 else 0.5
+
+
+def stuck_job(util=lambda t: 0.0, target_cpu=hangs_at_5, worker_cpu=0.0):
     # trains for 5 s, then the main thread waits on the loader forever
-    return Job(seconds=30, util=lambda t: 100.0 if t < 5 else util(t),
-               main=lambda t: C.FORWARD if t < 5 else C.DATA_WAIT, workers=2, worker_cpu=0.0, gpu=HEALTHY_GPM)
+    return TargetCpu(Job(seconds=30, util=lambda t: 100.0 if t < 5 else util(t),
+                         main=lambda t: C.FORWARD if t < 5 else C.DATA_WAIT, workers=2, worker_cpu=worker_cpu,
+                         gpu=HEALTHY_GPM), target_cpu)
 
 
 def test_stuck():
@@ -468,11 +502,30 @@ def test_stuck():
     assert any("train.py:40" in e for e in f.evidence)
     assert "timeout=" in f.action
     assert ctx.stuck is not None and ctx.stuck.stuck
+    assert "the job's processes at 0 % CPU over the last 10 s: nothing is computing" in f.evidence
 
 
 def test_not_stuck_before_the_threshold_or_while_the_gpu_works():
     assert "stuck" not in run_rules(stuck_job(), stuck_after_s=60.0)[0]
     assert "stuck" not in run_rules(stuck_job(util=lambda t: 100.0), stuck_after_s=10.0)[0]
+
+
+def test_slow_jobs_with_an_unchanged_stack_are_not_stuck():
+    # Measured false alarms: the main stack the same in every sample and the GPU idle, yet the
+    # job works: the main thread computes in __getitem__ (num_workers=0, target ~100 % CPU) ...
+    starved = Job(seconds=30, util=lambda t: 0.0, main=lambda t: C.DATA_FETCH, gpu=HEALTHY_GPM)
+    found, ctx = run_rules(starved, stuck_after_s=10.0)
+    assert "stuck" not in found
+    assert ctx.stuck.held_s >= 25 and not ctx.stuck.stuck and "100 % CPU" in ctx.stuck.reason
+    # ... or it waits on the loader's queue while the workers run flat out.
+    saturated = TargetCpu(Job(seconds=30, util=lambda t: 0.0, main=lambda t: C.DATA_WAIT, workers=4,
+                              worker_cpu=100.0, gpu=HEALTHY_GPM), lambda t: 1.0)
+    found, ctx = run_rules(saturated, stuck_after_s=10.0)
+    assert "stuck" not in found
+    assert not ctx.stuck.stuck and "401 % CPU" in ctx.stuck.reason
+    # The same wait with idle workers is the hang.
+    found, ctx = run_rules(stuck_job(worker_cpu=0.5), stuck_after_s=10.0)
+    assert "stuck" in found and ctx.stuck.tree_cores < 0.2
 
 
 def test_idle_without_stacks_asks_to_attach():
@@ -488,8 +541,8 @@ def test_a_lowered_power_limit_is_a_note_not_a_warning():
 
 
 def test_a_long_save_that_is_still_writing_is_not_a_hang():
-    job = Job(seconds=30, util=lambda t: 100.0 if t < 5 else 0.0,
-              main=lambda t: C.FORWARD if t < 5 else C.CHECKPOINT_IO, gpu=HEALTHY_GPM)
+    job = TargetCpu(Job(seconds=30, util=lambda t: 100.0 if t < 5 else 0.0,
+                        main=lambda t: C.FORWARD if t < 5 else C.CHECKPOINT_IO, gpu=HEALTHY_GPM), hangs_at_5)
     found, ctx = run_rules(job, stuck_after_s=10.0)
     assert ctx.stuck.stuck and "stuck" in found  # no disk writes in this timeline
     store = job.store()

@@ -200,6 +200,29 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
     assert "metrics-writer" in text and "press n for a native" in text
 
 
+def test_busy_job_with_an_unchanged_stack_is_not_stuck(targets):
+    # One line that computes for ever (C code under one Python line): the stack never moves,
+    # as in a slow __getitem__ with num_workers=0, but the process burns a core.
+    spin = Target("-c", "print('ready', flush=True)\nwhile True: x = sum(range(100000))")
+    try:
+        spin.wait_ready()
+        store = Store()
+        src = PySpySource(spin.pid, stuck_after=STUCK_AFTER, gpu_busy=lambda: False, target_details=True)
+        pipe = Pipeline(store, [src])
+        pipe.start()
+        try:
+            time.sleep(STUCK_AFTER + 4.0)
+        finally:
+            pipe.stop()
+        verdict = stuck_verdict(store, spin.pid, STUCK_AFTER, now=store.now)
+    finally:
+        spin.kill()
+    assert verdict.held_s >= STUCK_AFTER, verdict.reason  # the stack did not move...
+    assert not verdict.stuck and "% CPU" in verdict.reason, verdict.reason  # ...yet it works
+    assert verdict.tree_cores is not None and verdict.tree_cores >= 0.2
+    assert [e.message for e in store.events() if e.source == "stuck"] == []
+
+
 async def test_pane_native_dump_runs_off_the_event_loop(targets):
     from textual.app import App
     from textual.containers import VerticalScroll

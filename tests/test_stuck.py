@@ -2,6 +2,9 @@
 
 import json
 import os
+from dataclasses import replace
+
+import pytest
 
 from gputop.analysis.stuck import gpu_state, judge, stuck_verdict, target_gpu_busy
 from gputop.model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
@@ -133,3 +136,134 @@ def test_real_deadlock_capture_is_judged_stuck_at_the_lock_line():
     assert v.where.startswith("project/stack_targets.py:") and v.where.endswith("in mode_deadlock")
     assert "# DEADLOCK" in (v.frame.code or "")
     assert [s.thread_name for s in v.others] == ["metrics-writer"]
+
+
+# --------------------------------------------------------------------------- slow is not stuck
+# The measured false alarms (bench/advisor_bench.py on an H100): slow jobs whose main stack looks
+# the same sample after sample while the GPU idles, but whose processes burn CPU.
+
+GETITEM = (Frame("SyntheticImages.__getitem__", "/home/user/project/data.py", 52, code="x = torch.tanh(x @ w)"),
+           Frame("main", PROJ, 90))
+QUEUE_WAIT = (Frame("wait", "/usr/lib/python3.11/threading.py", 331),
+              Frame("_MultiProcessingDataLoaderIter._try_get_data",
+                    "/usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 1133),
+              Frame("main", PROJ, 90))
+COLL = (Frame("all_reduce", "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2500),) + LOCK
+
+
+def timeline(store, seconds, frames, cat, active, target_cpu, workers=(), gpu_util=0.0):
+    """Main stacks at 5 Hz, the target's and each worker's CPU every second (as the host and
+    stacks sources write them), an idle (or busy) GPU."""
+    for i in range(int(seconds * 5) + 1):
+        ts = T0 + i / 5
+        batch = [StackSample(ts=ts, pid=PID, thread_id=1, thread_name="MainThread", frames=frames, active=active,
+                             is_main=True, category=cat, os_thread_id=PID)]
+        if i % 5 == 0 and i:
+            batch.append(ProcSample(ts=ts, pid=PID, ppid=1, cpu_percent=target_cpu, role="target"))
+            batch += [ProcSample(ts=ts, pid=PID + 1 + k, ppid=PID, cpu_percent=c, role="worker")
+                      for k, c in enumerate(workers)]
+        store.add(batch)
+    gpu(store, store.now, util=gpu_util)
+
+
+def test_busy_main_thread_with_an_unchanged_stack_is_not_stuck():
+    # dataloader-starved: num_workers=0, the main thread computes in __getitem__ (~1600 % with
+    # torch's intra-op threads); the GPU waits.
+    store = Store()
+    timeline(store, 40.0, GETITEM, Category.DATA_FETCH, active=True, target_cpu=1597.0)
+    v = stuck_verdict(store, PID, threshold=5.0)
+    assert not v.stuck
+    assert v.held_s >= 39.0 and v.gpu == "idle"
+    assert "1597 % CPU" in v.reason and v.tree_cores == pytest.approx(15.97)
+    # The OS wins over py-spy's flag: the same stack at ~100 % CPU but read as blocked.
+    store2 = Store()
+    timeline(store2, 40.0, GETITEM, Category.DATA_FETCH, active=False, target_cpu=100.0)
+    assert not stuck_verdict(store2, PID, threshold=5.0).stuck
+
+
+def test_blocked_main_thread_with_busy_workers_is_not_stuck():
+    # workers-saturated / oversubscribed: the main thread waits on the loader's queue (blocked,
+    # ~0 %) while every worker runs flat out.
+    store = Store()
+    timeline(store, 40.0, QUEUE_WAIT, Category.DATA_WAIT, active=False, target_cpu=0.5, workers=(99.0, 100.0, 98.0))
+    v = stuck_verdict(store, PID, threshold=5.0)
+    assert not v.stuck and "are at 298 % CPU" in v.reason
+    # Workers that are not the target's (another job's processes) do not count.
+    store2 = Store()
+    timeline(store2, 40.0, QUEUE_WAIT, Category.DATA_WAIT, active=False, target_cpu=0.5)
+    store2.add([ProcSample(ts=store2.now, pid=999, ppid=1, cpu_percent=100.0, role="gpu")])
+    assert stuck_verdict(store2, PID, threshold=5.0).stuck
+
+
+def test_everything_blocked_at_no_cpu_is_stuck_at_the_lock_line():
+    store = Store()
+    timeline(store, 12.0, LOCK, Category.IDLE, active=False, target_cpu=0.3, workers=(0.0, 0.2))
+    v = stuck_verdict(store, PID, threshold=10.0)
+    assert v.stuck and v.where == "project/train.py:42 in train_step"
+    assert v.frame.code == "with lock_b:"
+    assert "GPU idle" in v.reason and "processes at 0 % CPU" in v.reason
+    assert v.tree_cores == pytest.approx(0.005)
+
+
+def test_a_job_that_worked_then_hung_is_stuck_soon_after():
+    # The stack stopped moving at T0 + 20; the CPU readings before that do not count.
+    store = Store()
+    timeline(store, 20.0, MOVING[0], Category.FORWARD, active=True, target_cpu=100.0, workers=(100.0,))
+    for i in range(1, 8 * 5 + 1):
+        ts = T0 + 20 + i / 5
+        batch = [main_sample(ts)]
+        if i % 5 == 0:
+            batch += [ProcSample(ts=ts, pid=PID, ppid=1, cpu_percent=0.0, role="target"),
+                      ProcSample(ts=ts, pid=PID + 1, ppid=PID, cpu_percent=0.0, role="worker")]
+        store.add(batch)
+    v = stuck_verdict(store, PID, threshold=5.0)
+    assert v.stuck and abs(v.held_s - 8.0) < 0.3 and v.tree_cores == 0.0
+
+
+def test_a_hung_collective_is_stuck_even_while_gpu_and_cpu_spin():
+    # NCCL's kernel spins (GPU 100 %), the main thread spin-waits and the proxy threads poll:
+    # neither says the job progresses, only the stack does.
+    store = Store()
+    timeline(store, 40.0, COLL, Category.COLLECTIVE, active=True, target_cpu=200.0, gpu_util=100.0)
+    v = stuck_verdict(store, PID, threshold=30.0)
+    assert v.stuck and "collective" in v.reason and v.gpu == "busy"
+
+
+def test_without_cpu_readings_the_main_threads_own_flag_decides():
+    # Stacks only (no host source): a main thread on CPU in an unchanged stack is computing...
+    main = [main_sample(T0 + i / 5, frames=GETITEM, cat=Category.DATA_FETCH) for i in range(100)]
+    busy = [replace(s, active=True) for s in main]
+    assert not judge(busy, T0 + 99 / 5, 10.0).stuck
+    # ... and a blocked one with no other word on progress is stuck, as before.
+    v = judge(main, T0 + 99 / 5, 10.0)
+    assert v.stuck and v.tree_cores is None and "CPU" not in v.reason
+
+
+# --------------------------------------------------------------------------- the source's Event
+
+
+def test_stacks_source_event_uses_the_same_decision():
+    from gputop.sources.stacks import PySpySource
+
+    now = [T0]
+    src = PySpySource(os.getpid(), clock=lambda: now[0], stuck_after=5.0, gpu_busy=lambda: False)
+
+    def feed(seconds, frames, cat, active, cpu):
+        events = []
+        for i in range(int(seconds * 5)):
+            now[0] += 0.2
+            if round((now[0] - T0) * 5) % 5 == 0:
+                src._cpu_seen.setdefault(PID, []).append(ProcSample(ts=now[0], pid=PID, cpu_percent=cpu, role="target"))
+            s = StackSample(ts=now[0], pid=os.getpid(), thread_id=1, frames=frames, active=active,
+                            is_main=True, category=cat)
+            events += [e for e in src._watch_main([s], now[0]) if getattr(e, "source", "") == "stuck"]
+        return events
+
+    # slow, not stuck: 20 s in one __getitem__ line at 100 % CPU, GPU idle
+    assert feed(20.0, GETITEM, Category.DATA_FETCH, True, 100.0) == []
+    # then the main thread blocks at ~0 % CPU: one event, at the lock line
+    src._cpu_seen.clear()
+    events = feed(8.0, LOCK, Category.IDLE, False, 0.0)
+    assert len(events) == 1
+    assert "looks stuck" in events[0].message and "project/train.py:42 in train_step" in events[0].message
+    assert "GPU idle, processes at 0 % CPU" in events[0].message

@@ -143,10 +143,9 @@ def judge(
         return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but {why}", **base)
     gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu, "GPU activity unknown")
     cpu_note = "" if cores is None else f", processes at {cores * 100:.0f} % CPU"
+    held_text = f"{'' if exact else '≥ '}{held:.0f} s"
     return StuckVerdict(
-        True,
-        f"main thread unchanged for {'' if exact else '≥ '}{held:.0f} s ({last.category.value}, {gpu_note}{cpu_note})",
-        **base,
+        True, f"main thread unchanged for {held_text} ({last.category.value}, {gpu_note}{cpu_note})", **base
     )
 
 
