@@ -173,6 +173,12 @@ def changed(old: Finding | None, new: Finding) -> bool:
 RECORD_REFRESH_S = 10.0
 
 
+# In the live UI with no job attached only the slow system checks (throttling, memory, PCIe, ECC)
+# can fire, and they need no second-by-second answer: the UI evaluates every 10 s then, which
+# keeps an idle monitor cheap (the evaluation is ~5-10 ms of CPU).
+UNATTACHED_EVERY_S = 10.0
+
+
 class AdvisorSource:
     """The advisor as a pipeline source: once a second, findings from the store.
 
@@ -191,8 +197,10 @@ class AdvisorSource:
         stuck_after_s: float = 30.0,
         target_pid: int | Callable[[], int | None] | None = None,
         advisor: Advisor | None = None,
+        unattached_every: float = 0.0,
     ) -> None:
         self.store = store
+        self.unattached_every = unattached_every  # seconds between evaluations with no target
         self.interval = interval
         # A callable follows the session when the user attaches to another process.
         self._target = target_pid if callable(target_pid) else (lambda: target_pid)
@@ -201,6 +209,7 @@ class AdvisorSource:
         self._reported_errors: set[str] = set()
         self.history: dict[str, tuple[float, float]] = {}  # id -> (first shown, last shown)
         self.evaluations = 0
+        self._last_eval: float | None = None
 
     def poll(self) -> list[object]:
         if self.store.now <= 0:
@@ -209,6 +218,14 @@ class AdvisorSource:
         if target != self.advisor.target_pid:
             self.advisor.target_pid = target
             self.advisor.reset()  # another job: its findings start over
+            self._last_eval = None
+        if (
+            target is None
+            and self._last_eval is not None
+            and 0 <= self.store.now - self._last_eval < self.unattached_every
+        ):
+            return []
+        self._last_eval = self.store.now
         findings = self.advisor.evaluate(self.store)
         self.evaluations += 1
         now = self.store.now
@@ -243,7 +260,9 @@ class AdvisorSource:
         pass
 
 
-def add_advisor(session, window_s: float = DEFAULT_WINDOW_S, interval: float = 1.0) -> AdvisorSource:
+def add_advisor(
+    session, window_s: float = DEFAULT_WINDOW_S, interval: float = 1.0, unattached_every: float = 0.0
+) -> AdvisorSource:
     """Put an advisor on a live or replayed session's pipeline (anything with ``store``,
     ``pipeline``, ``target_pid`` and ``stuck_after``): the UI and ``gputop advise`` both use it."""
     src = AdvisorSource(
@@ -252,6 +271,7 @@ def add_advisor(session, window_s: float = DEFAULT_WINDOW_S, interval: float = 1
         window_s=window_s,
         stuck_after_s=float(getattr(session, "stuck_after", 30.0) or 30.0),
         target_pid=lambda: getattr(session, "target_pid", None),
+        unattached_every=unattached_every,
     )
     session.pipeline.add_source(src)
     return src

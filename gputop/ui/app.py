@@ -557,9 +557,11 @@ def run_session(session: Session, args: argparse.Namespace) -> int:
     """Run the UI over an assembled session (live, fake or replay) until the user quits."""
     interval = getattr(args, "interval", 1.0)
     if "advisor" not in session.sources:
-        from ..advisor.engine import add_advisor
+        from ..advisor.engine import UNATTACHED_EVERY_S, add_advisor
 
-        session.sources["advisor"] = add_advisor(session, interval=max(1.0, interval))
+        session.sources["advisor"] = add_advisor(
+            session, interval=max(1.0, interval), unattached_every=UNATTACHED_EVERY_S
+        )
     app = GputopApp(session, interval=interval)
     session.pipeline.start()
     try:
