@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
+
+from .styled_lines import lines_to_text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -50,13 +52,7 @@ STYLES = {
 
 
 def to_text(lines: list[Line]) -> Text:
-    text = Text(no_wrap=True, overflow="ellipsis")
-    for i, ln in enumerate(lines):
-        if i:
-            text.append("\n")
-        for seg, style in ln:
-            text.append(seg, STYLES.get(style, ""))
-    return text
+    return lines_to_text(lines, STYLES)
 
 
 class StacksPane(Widget):
