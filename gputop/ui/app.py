@@ -118,6 +118,8 @@ class GputopApp(ReplayControls, App[int]):
         self.interval = interval
         # Redraw as often as new samples arrive: a faster redraw would only repaint the same data.
         self.refresh_every = refresh if refresh is not None else interval
+        if refresh is None and session.mode == "replay":
+            self.refresh_every = min(interval, 0.5)  # jumps and fast playback show at once
         self.paused = False
         self.sort_key = "gpu_mem"
         self.sort_reverse = False
@@ -555,7 +557,12 @@ class GputopApp(ReplayControls, App[int]):
 
 def run_session(session: Session, args: argparse.Namespace) -> int:
     """Run the UI over an assembled session (live, fake or replay) until the user quits."""
-    interval = getattr(args, "interval", 1.0)
+    interval = getattr(args, "interval", None)
+    if interval is None:
+        # A replay shows the interval the session was recorded at.
+        reader = getattr(session.sources.get("replay"), "reader", None)
+        recorded = reader.sessions[-1].get("interval") if reader is not None and reader.sessions else None
+        interval = recorded or 1.0
     if "advisor" not in session.sources:
         from ..advisor.engine import UNATTACHED_EVERY_S, add_advisor
 
