@@ -572,7 +572,9 @@ def test_harness_end_to_end_on_cpu(harness, tmp_path, monkeypatch):
     # No gputop attached here (the attach modes are exercised on the GPU machine): this checks
     # the windows, the numbers, a crash being recorded, and the files.
     monkeypatch.setattr(harness, "detect_attach_mode", lambda: ("none", False))
-    monkeypatch.setattr(harness, "WARMUP_S", 1.0)
+    # The first window must start after the job's first once-a-second rate line, which comes
+    # late on a loaded 2-core machine: the window is measured between two such lines.
+    monkeypatch.setattr(harness, "WARMUP_S", 3.0)
     # Windows of 4 s: each half must hold at least one of the job's once-a-second rate lines,
     # even on a loaded 2-core machine.
     assert harness.main(["--out", str(tmp_path), "--device", "cpu", "--window", "4",
