@@ -64,6 +64,7 @@ STOP_GRACE_S = 10.0
 ATTACH_GRACE_S = 25.0  # advise's start-up and final evaluation beyond its --duration
 GPU_POLL_S = 1.0
 RATE_LINE_WAIT_S = 1.2  # workloads print a rate line every second
+RATE_LINE_MAX_WAIT_S = 5.0  # ...but a busy machine can delay one
 LOW_UTIL_PCT = 10.0  # a 200 ms utilisation sample below this counts as idle
 PYSPY_HZ = 5.0
 # The advisor calls a job stuck after this long without progress (its default, 30 s, is longer
@@ -696,7 +697,11 @@ def run_scenario(sc: registry.Scenario, args, gpu: GpuSampler, attacher: Attache
         span2, snaps2 = plain_window()
         if not w.alive():
             raise RuntimeError(f"exited during the last window: {w.stderr_tail()}")
-        time.sleep(RATE_LINE_WAIT_S)  # one more rate line, to interpolate the window's end
+        # One more rate line, to interpolate the window's end (late on a loaded machine).
+        deadline = time.time() + RATE_LINE_MAX_WAIT_S
+        time.sleep(RATE_LINE_WAIT_S)
+        while time.time() < deadline and not any(t >= span2[1] for t, _ in w.rates()):
+            time.sleep(0.1)
     except Exception as exc:
         res["status"] = f"crashed: {exc}"
         if w is not None:
