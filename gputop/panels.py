@@ -87,13 +87,13 @@ def _metric(t: Text, label: str, value: str, style: str = "") -> None:
     t.append(value, style=style)
 
 
-def gpu_panel(
+def gpu_panel_lines(
     info: GpuInfo | None,
     s: GpuSample | None,
     history: History | None,
     width: int,
     mode: str = FULL,
-) -> Text:
+) -> list[Text]:
     """One GPU: a line (compact), three (medium) or six (full) lines of ``width`` columns."""
     width = max(20, width)
     idx = s.index if s is not None else (info.index if info else 0)
@@ -102,11 +102,11 @@ def gpu_panel(
     t = lines[0]
     if s is None:
         t.append(f"[{idx}] {short_gpu_name(name)}  waiting for first sample…", style="dim")
-        return t
+        return [t]
     if s.error:
         t.append(f"[{idx}] {short_gpu_name(name)}  ", style="bold")
         t.append(f"⚠ {s.error}", style="bold red")
-        return t
+        return [t]
 
     mem_frac = s.mem_fraction
     power_frac = (s.power_w / s.power_limit_w) if s.power_w is not None and s.power_limit_w else None
@@ -143,7 +143,7 @@ def gpu_panel(
             if room >= 8:
                 t.append("  ")
                 t.append_text(_util_spark(history, room))
-        return _finish(lines, width)
+        return _fit(lines, width)
 
     # Line 2: clocks, throttle, PCIe, ECC.
     t = _newline(lines)
@@ -190,7 +190,7 @@ def gpu_panel(
         _metric(t, "  fp16 ", fmt_pct(s.fp16_active))
 
     if mode == MEDIUM or history is None:
-        return _finish(lines, width)
+        return _fit(lines, width)
 
     # Lines 4-6: history charts.
     chart_w = max(10, width - 12)
@@ -210,7 +210,18 @@ def gpu_panel(
         _sample_spark(history, chart_w - chart_w // 2 - 4, lambda x: 100 * x.power_w / lim if x.power_w is not None else None),
         style="yellow",
     )
-    return _finish(lines, width)
+    return _fit(lines, width)
+
+
+def gpu_panel(
+    info: GpuInfo | None,
+    s: GpuSample | None,
+    history: History | None,
+    width: int,
+    mode: str = FULL,
+) -> Text:
+    """`gpu_panel_lines` as one text."""
+    return _join(gpu_panel_lines(info, s, history, width, mode))
 
 
 def _pcie_link(s: GpuSample) -> tuple[str, str]:
@@ -261,18 +272,22 @@ def _newline(lines: list[Text]) -> Text:
     return lines[-1]
 
 
-def _finish(lines: list[Text], width: int) -> Text:
+def _fit(lines: list[Text], width: int) -> list[Text]:
     for line in lines:
         line.truncate(width, overflow="ellipsis")
+    return lines
+
+
+def _join(lines: list[Text]) -> Text:
     return Text("\n", no_wrap=True).join(lines)
 
 
-def host_panel(h: HostSample | None, width: int, rows: int = 3) -> Text:
+def host_panel_lines(h: HostSample | None, width: int, rows: int = 3) -> list[Text]:
     lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]
     t = lines[0]
     if h is None:
         t.append("host: waiting for first sample…", style="dim")
-        return t
+        return [t]
     n = len(h.cores)
     bar_w = max(10, min(30, width // 4))
     user = sum(c.user for c in h.cores) / n if n else h.cpu_percent
@@ -313,7 +328,12 @@ def host_panel(h: HostSample | None, width: int, rows: int = 3) -> Text:
     if rows >= 3 and n:
         t = _newline(lines)
         t.append_text(core_strip(h, width))
-    return _finish(lines, width)
+    return _fit(lines, width)
+
+
+def host_panel(h: HostSample | None, width: int, rows: int = 3) -> Text:
+    """`host_panel_lines` as one text."""
+    return _join(host_panel_lines(h, width, rows))
 
 
 def core_strip(h: HostSample, width: int) -> Text:

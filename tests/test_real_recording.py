@@ -6,7 +6,7 @@ CUDA; paths inside it were replaced with neutral ones.
 
 from pathlib import Path
 
-from textual.widgets import Static
+from gputop.ui.lines_view import LinesView
 
 from gputop.analysis.breakdown import Bucket
 from gputop.commands.replay import build_replay_session
@@ -56,7 +56,7 @@ async def test_the_ui_shows_the_real_session():
         session.pipeline.poll_once()
         app.tick(force=True)
         await pilot.pause()
-        assert "REPLAY" in str(app.query_one("#header", Static).render())
-        panel = str(app.query_one("#gpu-0", Static).render())
+        assert "REPLAY" in app.query_one("#header", LinesView).plain
+        panel = app.query_one("#gpu-0", LinesView).plain
         assert "H100 80GB HBM3" in panel and "79.6G" in panel
     session.pipeline.stop()

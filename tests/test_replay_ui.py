@@ -141,11 +141,11 @@ async def test_the_live_app_shows_a_replay_with_the_same_panels(recording):
         async with app.run_test(size=(140, 45)) as pilot:
             await pilot.pause(0.5)
             app.tick(force=True)
-            header = str(app.screen.query_one("#header").render())
+            header = app.screen.query_one("#header").plain
             assert "REPLAY" in header and "synthetic-host" in header
-            panels = [str(w.render()) for w in app.screen.query(".gpu-panel")]
+            panels = [w.plain for w in app.screen.query(".gpu-panel")]
             assert panels and "H100" in panels[0] and "UTIL" in panels[0]
-            assert "CPU" in str(app.screen.query_one("#host").render())
+            assert "CPU" in app.screen.query_one("#host").plain
     finally:
         session.pipeline.stop()
 

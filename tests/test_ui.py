@@ -1,7 +1,7 @@
 """The Textual app driven by the fake source through the real pipeline (no GPU, no threads)."""
 
 import pytest
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input
 
 from gputop.live import Session
 from gputop.model import Event, GpuSample, SystemInfo
@@ -9,6 +9,8 @@ from gputop.pipeline import Pipeline
 from gputop.sources.fake import FakeGpuSource
 from gputop.store import Store
 from gputop.ui.app import GputopApp, HelpScreen
+from gputop.ui.lines_view import LinesView
+from gputop.ui.proc_list import ProcList
 
 
 def make_session(clock, gpus=2, mode="fake"):
@@ -25,8 +27,7 @@ def feed(session, clock, polls=3):
 
 
 def plain(app, selector):
-    w = app.query_one(selector, Static)
-    return str(w.render())
+    return app.query_one(selector, LinesView).plain
 
 
 async def test_shows_every_gpu_and_header(clock):
@@ -43,7 +44,7 @@ async def test_shows_every_gpu_and_header(clock):
         # GPU 1 is the scripted fp32 job: power-capped, tensor cores idle.
         assert "power cap" in gpu1 and "tensor 0%" in gpu1
         assert app.panel_mode == "full"
-        table = app.query_one("#procs", DataTable)
+        table = app.query_one("#procs", ProcList)
         assert table.row_count == 2
 
 
@@ -110,7 +111,7 @@ async def test_filter_and_sort_process_table(clock):
     feed(s, clock)
     app = GputopApp(s, refresh=60)
     async with app.run_test(size=(140, 45)) as pilot:
-        table = app.query_one("#procs", DataTable)
+        table = app.query_one("#procs", ProcList)
         assert table.row_count == 3  # GPU 2 is idle in the script
         # Default sort: GPU memory, largest first.
         assert [r.gpu for r in app._rows] == [3, 0, 1]
@@ -135,13 +136,13 @@ async def test_vim_keys_move_selection(clock):
     feed(s, clock)
     app = GputopApp(s, refresh=60)
     async with app.run_test(size=(140, 45)) as pilot:
-        table = app.query_one("#procs", DataTable)
+        table = app.query_one("#procs", ProcList)
         table.focus()
-        assert table.cursor_row == 0
+        assert table.cursor == 0
         await pilot.press("j")
-        assert table.cursor_row == 1
+        assert table.cursor == 1
         await pilot.press("k")
-        assert table.cursor_row == 0
+        assert table.cursor == 0
 
 
 async def test_no_nvml_says_why_and_keeps_host_and_processes(clock, monkeypatch):
@@ -163,7 +164,7 @@ async def test_no_nvml_says_why_and_keeps_host_and_processes(clock, monkeypatch)
         await pilot.pause()
         header = plain(app, "#header")
         assert "NVML unavailable: NVIDIA driver not loaded" in header
-        assert "Host and process monitoring continue" in str(app.query_one("#gpus").children[0].render())
+        assert "Host and process monitoring continue" in app.query_one("#gpus").children[0].plain
         assert "CPU" in plain(app, "#host") and "MEM" in plain(app, "#host")
         assert "NVML unavailable" in plain(app, "#status")
 

@@ -17,14 +17,16 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from .. import __version__
 from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..live import Session, build_session
 from ..errors import UserError
 from ..model import Event
-from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel, header_text, host_panel
+from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
+from .lines_view import LinesView
+from .proc_list import ProcList
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
 
@@ -57,20 +59,6 @@ HELP = """\
 Collection never runs on the display thread: pausing the display keeps
 recording and analysis going. Colours follow the terminal; NO_COLOR is honoured.
 """
-
-
-def set_text(widget: Static, text: Text) -> None:
-    """Update a Static only when its text changed, and lay out again only when its height did.
-
-    A layout pass re-renders the whole screen; on a 1 s tick it was most of gputop's CPU.
-    """
-    old = getattr(widget, "_gputop_text", None)
-    if old is not None and old.plain == text.plain and old.spans == text.spans:
-        return
-    lines = text.plain.count("\n")
-    relayout = old is None or old.plain.count("\n") != lines
-    widget._gputop_text = text  # type: ignore[attr-defined]
-    widget.update(text, layout=relayout)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -127,9 +115,10 @@ class GputopApp(ReplayControls, App[int]):
         self.chart_window = DEFAULT_CHART_WINDOW
         self.panel_mode = FULL
         self._seen_version = -1
-        self._gpu_widgets: dict[int, Static] = {}
+        self._gpu_widgets: dict[int, LinesView] = {}
         self._rows: list[ProcRow] = []
-        self._row_cells: list[tuple] = []
+        self._rows_shown = False  # set_rows has run at least once (an empty list is a state too)
+        self._shown_target: int | None = None
         self._last_event: Event | None = None
         self._attach_lock = threading.Lock()
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
@@ -137,21 +126,20 @@ class GputopApp(ReplayControls, App[int]):
     # ----------------------------------------------------------------- layout
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
+        yield LinesView(id="header")
         if self.session.mode == "replay":
             yield ReplayTimeline(self.session.sources["replay"], id="timeline")
         yield VerticalScroll(id="gpus")
-        yield Static(id="host")
+        yield LinesView(id="host")
         with TabbedContent(id="bottom", initial="processes"):
             with TabPane("Processes", id="processes"):
-                table = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
-                yield table
+                yield ProcList(COLUMNS, id="procs")
                 yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
             with TabPane("Advisor", id="advisor"):
                 yield self._advisor_pane()
             with TabPane("Stacks", id="stacks"):
                 yield self._stacks_pane()
-        yield Static(id="status")
+        yield LinesView(id="status")
         yield Footer()
 
     def _advisor_pane(self):
@@ -169,9 +157,7 @@ class GputopApp(ReplayControls, App[int]):
         return StacksPane(id="stacks-pane")
 
     def on_mount(self) -> None:
-        table = self.query_one("#procs", DataTable)
-        for key, title, width in COLUMNS:
-            table.add_column(title, key=key, width=width or None)
+        table = self.query_one("#procs", ProcList)
         self._update_sort_labels()
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
@@ -226,9 +212,8 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_header(self) -> None:
         width = self.size.width or 80
-        set_text(
-            self.query_one("#header", Static),
-            header_text(self.store.system, __version__, self.interval, self.state, width),
+        self.query_one("#header", LinesView).set_text(
+            header_text(self.store.system, __version__, self.interval, self.state, width)
         )
 
     def _choose_mode(self, n_gpus: int) -> str:
@@ -248,7 +233,7 @@ class GputopApp(ReplayControls, App[int]):
             if "none" not in self._gpu_widgets:
                 for w in self._gpu_widgets.values():
                     w.remove()
-                self._gpu_widgets = {"none": Static(classes="gpu-panel")}  # type: ignore[dict-item]
+                self._gpu_widgets = {"none": LinesView(classes="gpu-panel")}  # type: ignore[dict-item]
                 container.mount(self._gpu_widgets["none"])  # type: ignore[index]
             msg = Text()
             if system is not None and system.nvml_error:
@@ -257,12 +242,12 @@ class GputopApp(ReplayControls, App[int]):
                 msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
             else:
                 msg.append("Waiting for GPU data…", style="dim")
-            set_text(self._gpu_widgets["none"], msg)  # type: ignore[index]
+            self._gpu_widgets["none"].set_text(msg)  # type: ignore[index]
             return
         if set(self._gpu_widgets) != set(indices):
             for w in self._gpu_widgets.values():
                 w.remove()
-            self._gpu_widgets = {i: Static(classes="gpu-panel", id=f"gpu-{i}") for i in indices}
+            self._gpu_widgets = {i: LinesView(classes="gpu-panel", id=f"gpu-{i}") for i in indices}
             container.mount(*self._gpu_widgets.values())
         mode = self._choose_mode(len(indices))
         self.panel_mode = mode
@@ -279,15 +264,14 @@ class GputopApp(ReplayControls, App[int]):
                     util=self.store.util_window(i, t0),
                     samples=self.store.gpu_window(i, t0) if mode == FULL else (),
                 )
-            set_text(widget, gpu_panel(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
+            widget.set_lines(gpu_panel_lines(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
 
     def _update_host(self) -> None:
         width = max(20, (self.size.width or 80) - 2)
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
-        set_text(self.query_one("#host", Static), host_panel(self.store.latest_host(), width, lines))
+        self.query_one("#host", LinesView).set_lines(host_panel_lines(self.store.latest_host(), width, lines))
 
     def _update_processes(self) -> None:
-        table = self.query_one("#procs", DataTable)
         rows = build_rows(
             self.store.gpu_processes(),
             self.store.procs_latest(),
@@ -296,35 +280,20 @@ class GputopApp(ReplayControls, App[int]):
             self.sort_reverse,
             self.filter_text,
         )
-        if rows == self._rows and table.row_count == len(rows):
-            return
         target = self.session.target_pid
-        cells = [self._cells(r, target) for r in rows]
-        same_rows = [r.key for r in rows] == [r.key for r in self._rows] and table.row_count == len(rows)
-        if same_rows:
-            # Same processes in the same order: touch only the cells that changed.
-            for r, old, new in zip(rows, self._row_cells, cells):
-                for (key, _, _), a, b in zip(COLUMNS, old, new):
-                    if a != b:
-                        table.update_cell(r.key, key, b)
-            self._rows, self._row_cells = rows, cells
+        if rows == self._rows and self._rows_shown and target == self._shown_target:
             return
-        selected = self._selected_row()
-        self._rows, self._row_cells = rows, cells
-        table.clear()
-        for r, row_cells in zip(rows, cells):
-            table.add_row(*row_cells, key=r.key)
-        if selected is not None:
-            for n, r in enumerate(rows):
-                if r.key == selected.key:
-                    table.move_cursor(row=n)
-                    break
+        self._rows, self._rows_shown, self._shown_target = rows, True, target
+        self.query_one("#procs", ProcList).set_rows(
+            [r.key for r in rows],
+            [self._cells(r) for r in rows],
+            highlight={r.key for r in rows if r.pid == target},
+        )
 
     @staticmethod
-    def _cells(r: ProcRow, target: int | None) -> tuple:
-        style = "bold cyan" if r.pid == target else ""
+    def _cells(r: ProcRow) -> tuple[str, ...]:
         return (
-            Text(str(r.pid), style=style),
+            str(r.pid),
             truncate(r.user or "?", 10),
             "-" if r.gpu is None else str(r.gpu),
             fmt_bytes(r.gpu_mem),
@@ -332,7 +301,7 @@ class GputopApp(ReplayControls, App[int]):
             "n/a" if r.cpu is None else f"{r.cpu:.0f}",
             fmt_bytes(r.rss),
             fmt_duration(r.elapsed),
-            Text(r.command, style=style),
+            r.command,
         )
 
     def _update_panes(self, tab: str) -> None:
@@ -347,9 +316,9 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_status(self) -> None:
         events = self.store.events(1)
-        status = self.query_one("#status", Static)
+        status = self.query_one("#status", LinesView)
         if not events:
-            set_text(status, Text("ready · press ? for keys", style="dim"))
+            status.set_text(Text("ready · press ? for keys", style="dim"))
             return
         ev = events[-1]
         if ev is not self._last_event:
@@ -357,20 +326,20 @@ class GputopApp(ReplayControls, App[int]):
             if ev.level in ("warning", "error"):
                 self.notify(ev.message, severity="error" if ev.level == "error" else "warning", timeout=6)
         when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
-        set_text(status, Text(f"{when} {ev.source}: {ev.message}"))
+        status.set_text(Text(f"{when} {ev.source}: {ev.message}"))
         status.set_class(ev.level == "warning", "-warning")
         status.set_class(ev.level == "error", "-error")
 
     # ----------------------------------------------------------------- process selection
 
     def _selected_row(self) -> ProcRow | None:
-        table = self.query_one("#procs", DataTable)
-        if not self._rows or table.cursor_row is None or not 0 <= table.cursor_row < len(self._rows):
+        table = self.query_one("#procs", ProcList)
+        if not self._rows or not 0 <= table.cursor < len(self._rows):
             return None
-        return self._rows[table.cursor_row]
+        return self._rows[table.cursor]
 
-    @on(DataTable.RowSelected, "#procs")
-    def _on_row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(ProcList.Selected, "#procs")
+    def _on_row_selected(self, event: ProcList.Selected) -> None:
         row = self._selected_row()
         if row is not None:
             self.attach(row.pid)
@@ -464,7 +433,7 @@ class GputopApp(ReplayControls, App[int]):
     @on(Input.Changed, "#filter")
     def _on_filter_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value.strip()
-        self._rows = []
+        self._rows_shown = False
         self._update_processes()
 
     @on(Input.Submitted, "#filter")
@@ -472,16 +441,16 @@ class GputopApp(ReplayControls, App[int]):
         box = self.query_one("#filter", Input)
         if not box.value:
             box.remove_class("-visible")
-        self.query_one("#procs", DataTable).focus()
+        self.query_one("#procs", ProcList).focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("-visible")
         self.filter_text = ""
-        self._rows = []
+        self._rows_shown = False
         self._update_processes()
-        self.query_one("#procs", DataTable).focus()
+        self.query_one("#procs", ProcList).focus()
 
     def action_sort_step(self, step: int) -> None:
         i = SORT_KEYS.index(self.sort_key)
@@ -500,26 +469,18 @@ class GputopApp(ReplayControls, App[int]):
 
     def _after_sort_change(self) -> None:
         self._update_sort_labels()
-        self._rows = []
+        self._rows_shown = False
         self._update_processes()
 
     def _update_sort_labels(self) -> None:
-        table = self.query_one("#procs", DataTable)
+        titles = {}
         for key, title, _ in COLUMNS:
-            col = table.columns.get(key)  # type: ignore[call-overload]
-            if col is None:
-                continue
             descending = (key in DESCENDING_BY_DEFAULT) != self.sort_reverse
-            mark = (" ▼" if descending else " ▲") if key == self.sort_key else ""
-            col.label = Text(title + mark, style="bold" if mark else "")
-        table.refresh()
+            titles[key] = title + ((" ▼" if descending else " ▲") if key == self.sort_key else "")
+        self.query_one("#procs", ProcList).set_titles(titles)
 
     def action_cursor(self, step: int) -> None:
-        table = self.query_one("#procs", DataTable)
-        if step > 0:
-            table.action_cursor_down()
-        else:
-            table.action_cursor_up()
+        self.query_one("#procs", ProcList).action_move(step)
 
     def action_zoom(self, step: int) -> None:
         i = min(range(len(CHART_WINDOWS)), key=lambda k: abs(CHART_WINDOWS[k] - self.chart_window))
@@ -534,7 +495,7 @@ class GputopApp(ReplayControls, App[int]):
         self.set_focus(None)
         self.query_one("#bottom", TabbedContent).active = tab
         if tab == "processes":
-            self.query_one("#procs", DataTable).focus()
+            self.query_one("#procs", ProcList).focus()
         self.tick(force=True)
 
     @on(TabbedContent.TabActivated, "#bottom")
