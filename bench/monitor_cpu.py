@@ -258,6 +258,7 @@ class Result:
     output_bytes_per_s: float | None = None
     notes: str = ""
     polls: dict = field(default_factory=dict)  # headless: per-source poll wall times
+    calls: dict = field(default_factory=dict)  # headless nvml: per-metric NVML wall and CPU time
 
 
 def _env() -> dict[str, str]:
@@ -377,6 +378,8 @@ def headless_child(mode: str, duration: float, interval: float, fake: int | None
                 src, notes = open_gpu_source(interval, fake)
                 if src is None:
                     raise RuntimeError(notes[-1].message if notes else "NVML unavailable")
+                if hasattr(src, "_get"):
+                    src._get = _per_call_costs(src._get, report.setdefault("calls", {}))  # type: ignore[attr-defined]
             else:
                 from gputop.sources.host import HostSource
 
@@ -391,6 +394,10 @@ def headless_child(mode: str, duration: float, interval: float, fake: int | None
             src.close()
     except Exception as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
+    for key, c in report.get("calls", {}).items():
+        n = max(1, len(times.get("nvml", ())))
+        c["cpu_ms_per_poll"] = round(c.pop("cpu_s") * 1000 / n, 3)
+        c["wall_ms_per_poll"] = round(c.pop("wall_s") * 1000 / n, 3)
     report["polls"] = {
         name: {
             "n": len(v),
@@ -403,6 +410,22 @@ def headless_child(mode: str, duration: float, interval: float, fake: int | None
     }
     Path(out).write_text(json.dumps(report))
     return 0
+
+
+def _per_call_costs(get, calls: dict):
+    """Wrap NvmlSource._get: wall and CPU (this thread) time per metric key, summed."""
+
+    def wrapper(g, key, fn, *args, **kwargs):
+        w, c = time.perf_counter(), time.thread_time()
+        try:
+            return get(g, key, fn, *args, **kwargs)
+        finally:
+            entry = calls.setdefault(key, {"n": 0, "cpu_s": 0.0, "wall_s": 0.0})
+            entry["n"] += 1
+            entry["cpu_s"] += time.thread_time() - c
+            entry["wall_s"] += time.perf_counter() - w
+
+    return wrapper
 
 
 def run_headless(mode: str, args: argparse.Namespace, gpu_util) -> Result:
@@ -454,6 +477,7 @@ def run_headless(mode: str, args: argparse.Namespace, gpu_util) -> Result:
         if os.path.exists(out):
             report = json.loads(Path(out).read_text())
     res.polls = report.get("polls", {})
+    res.calls = report.get("calls", {})
     if report.get("error") or proc.returncode or w.cpu_pct is None:
         res.status = "failed"
         res.notes = report.get("error") or (err.decode(errors="replace").strip().splitlines() or ["no result"])[-1]
@@ -631,6 +655,21 @@ def write_report(out_dir: Path, data: dict) -> None:
         lines += ["", "| tool | rounds | mean CPU % | min | max |", "|---|---|---|---|---|"]
         for tool, v in per_tool.items():
             lines.append(f"| {tool} | {len(v)} | {statistics.fmean(v):.2f} | {min(v):.2f} | {max(v):.2f} |")
+    for r in data["results"]:
+        calls = r.get("calls") or {}
+        if not calls:
+            continue
+        lines += [
+            "",
+            f"NVML calls in `{r['tool']}` ({r['interval']}), per poll, heaviest first: CPU is this thread's "
+            "time (user + system), wall includes waiting on the driver.",
+            "",
+            "| metric | calls per poll | CPU ms | wall ms |",
+            "|---|---|---|---|",
+        ]
+        polls = max(1, (r.get("polls") or {}).get("nvml", {}).get("n", 1))
+        for key, c in sorted(calls.items(), key=lambda kv: -kv[1]["cpu_ms_per_poll"]):
+            lines.append(f"| {key} | {c['n'] / polls:.1f} | {c['cpu_ms_per_poll']:.3f} | {c['wall_ms_per_poll']:.3f} |")
     cmds = dict.fromkeys(f"{r['tool']}: `{r['cmd']}`" for r in data["results"] if r["cmd"])
     lines += ["", "Command lines: " + "; ".join(cmds)]
     (out_dir / "monitor_cpu.md").write_text("\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from .format import NA, bar, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+from .format import NA, SPARK, bar, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from .model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
 from .throttle import decode_throttle, is_performance_limiting, throttle_label
 
@@ -242,12 +242,14 @@ def _util_spark(h: History, width: int) -> Text:
     cells = bucket(pts, h.t0, h.t1, width)
     # One span per run of equal style, not one per cell: fewer segments to render every tick.
     t = Text()
-    run, run_style = [], None
+    run: list[str] = []
+    run_style = None
+    top = len(SPARK) - 1
     for mean, low in cells:
         if mean is None:
             ch, style = " ", None
         else:
-            ch = sparkline([mean])
+            ch = SPARK[min(top, max(0, int(mean / 100.0 * len(SPARK))))]
             style = "red" if low is not None and low < IDLE_UTIL_PCT else "green"
         if style != run_style and run:
             t.append("".join(run), style=run_style)

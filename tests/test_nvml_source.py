@@ -495,7 +495,8 @@ def test_processes_merged_by_kind_with_utilisation():
     assert all(p.gpu_index == 0 and p.ts == clock() for p in procs.values())
 
 
-def test_process_utilisation_uses_last_seen_and_not_found_means_no_util():
+def test_process_utilisation_uses_last_seen_and_not_found_means_no_util(monkeypatch):
+    monkeypatch.setattr(nvml_mod, "PROC_UTIL_EVERY_S", 0.0)  # a read on every poll
     gpu = FakeGpu(processes=[FakeProcess(100, sm_util=70)])
     src, fake, clock = make([gpu])
     b1 = src.poll()
@@ -510,6 +511,24 @@ def test_process_utilisation_uses_last_seen_and_not_found_means_no_util():
     clock.advance(1)
     gpu.processes[0].sm_util = 33
     assert of(src.poll(), GpuProcess)[0].sm_util == 33.0
+
+
+def test_process_utilisation_is_read_every_few_seconds_and_at_once_for_a_new_process():
+    gpu = FakeGpu(processes=[FakeProcess(100, sm_util=70)])
+    src, fake, clock = make([gpu])  # interval 1 s
+    assert of(src.poll(), GpuProcess)[0].sm_util == 70.0
+    gpu.processes[0].sm_util = 20
+    for _ in range(3):
+        clock.advance(1)
+        assert of(src.poll(), GpuProcess)[0].sm_util == 70.0  # the last reading, not a new call
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 1
+    clock.advance(1)
+    assert of(src.poll(), GpuProcess)[0].sm_util == 20.0  # PROC_UTIL_EVERY_S later
+    assert fake.calls["nvmlDeviceGetProcessUtilization"] == 2
+    gpu.processes.append(FakeProcess(200, sm_util=55))
+    clock.advance(1)
+    procs = {p.pid: p for p in of(src.poll(), GpuProcess)}
+    assert procs[200].sm_util == 55.0 and fake.calls["nvmlDeviceGetProcessUtilization"] == 3
 
 
 def test_process_utilisation_not_asked_when_no_process():

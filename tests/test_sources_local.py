@@ -73,3 +73,29 @@ def test_fake_util_points_have_history_no_duplicates_and_idle_gaps():
     assert spacing == {SAMPLE_PERIOD}
     utils = [p.util for p in pts]
     assert min(utils) == 0.0 and max(utils) > 90  # the data-stall script has sub-second gaps
+
+
+def test_process_identity_is_reused_until_its_ttl_or_a_new_start_time(monkeypatch):
+    import psutil
+
+    import gputop.sources.host as host_mod
+
+    reads = []
+    real_cmdline = psutil.Process.cmdline
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: reads.append(self.pid) or real_cmdline(self))
+    src = HostSource(pids=lambda: [os.getpid()])
+    first = [s for s in src.poll() if isinstance(s, ProcSample)][0]
+    second = [s for s in src.poll() if isinstance(s, ProcSample)][0]
+    assert reads == [os.getpid()]  # read once, reused by the second poll
+    assert second.cmdline == first.cmdline and second.user == first.user and second.name == first.name
+    # A different start time under the same PID (the PID was reused) reads the identity again.
+    expiry, created, ident = src._identity_cache[os.getpid()]
+    src._identity_cache[os.getpid()] = (expiry, created - 100.0, ("old", "nobody", "old command"))
+    third = [s for s in src.poll() if isinstance(s, ProcSample)][0]
+    assert third.cmdline == first.cmdline and len(reads) == 2
+    # And so does the end of the TTL.
+    monkeypatch.setattr(host_mod, "IDENTITY_TTL_S", 0.0)
+    src._identity_cache.clear()
+    src.poll()
+    src.poll()
+    assert len(reads) == 4

@@ -17,6 +17,9 @@ from ..redact import perf_env, redact_cmdline
 
 PidsProvider = Callable[[], Iterable[int]]
 
+# How long a process's name, user and command line are reused before being read again.
+IDENTITY_TTL_S = 10.0
+
 
 class HostSource:
     name = "host"
@@ -42,6 +45,7 @@ class HostSource:
         self._procs: dict[int, psutil.Process] = {}
         self._prev_io: dict[int, tuple[float, int, int]] = {}
         self._gone: set[int] = set()
+        self._identity_cache: dict[int, tuple[float, float, tuple[str, str | None, str]]] = {}
 
     def poll(self) -> list[object]:
         ts = self._clock()
@@ -122,6 +126,7 @@ class HostSource:
             if pid not in wanted:
                 self._procs.pop(pid, None)
                 self._prev_io.pop(pid, None)
+                self._identity_cache.pop(pid, None)
         for pid in sorted(wanted):
             s = self._proc_sample(ts, pid)
             if s is not None:
@@ -134,6 +139,7 @@ class HostSource:
 
     def _proc_sample(self, ts: float, pid: int) -> ProcSample | None:
         proc = self._procs.get(pid)
+        now_mono = time.monotonic()
         try:
             if proc is None:
                 proc = psutil.Process(pid)
@@ -142,16 +148,15 @@ class HostSource:
             with proc.oneshot():
                 cpu = proc.cpu_percent(None)
                 mem = proc.memory_info()
-                name = proc.name()
                 ppid = proc.ppid()
                 status = proc.status()
                 threads = proc.num_threads()
-                created = proc.create_time()
-                user = _try(proc.username)
-                cmd = _try(proc.cmdline) or []
                 io = _try(proc.io_counters)
+                created = proc.create_time()
+                name, user, cmdline = self._identity(pid, proc, created, now_mono)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._procs.pop(pid, None)
+            self._identity_cache.pop(pid, None)
             return None
         except psutil.AccessDenied:
             return ProcSample(ts=ts, pid=pid, name="?", status="access denied", role=self._role(pid))
@@ -159,7 +164,7 @@ class HostSource:
         r_bps = w_bps = None
         if io is not None:
             prev = self._prev_io.get(pid)
-            now = time.monotonic()
+            now = now_mono
             if prev is not None:
                 dt = max(1e-3, now - prev[0])
                 r_bps = max(0, io.read_bytes - prev[1]) / dt
@@ -176,7 +181,7 @@ class HostSource:
             ppid=ppid,
             name=name,
             user=user,
-            cmdline=redact_cmdline(cmd) if cmd else name,
+            cmdline=cmdline,
             cpu_percent=cpu,
             rss=mem.rss,
             num_threads=threads,
@@ -187,6 +192,23 @@ class HostSource:
             role=self._role(pid),
             env=env,
         )
+
+    def _identity(self, pid: int, proc: psutil.Process, created: float, now: float) -> tuple[str, str | None, str]:
+        """Name, user and redacted command line, read again only every IDENTITY_TTL_S.
+
+        They rarely change in a process's life, and reading them (three /proc files, a passwd
+        lookup, the redaction) was most of a poll's cost per process. The start time is read on
+        every poll, so a reused PID never inherits the old process's identity.
+        """
+        cached = self._identity_cache.get(pid)
+        if cached is not None and now < cached[0] and cached[1] == created:
+            return cached[2]
+        name = proc.name()
+        user = _try(proc.username)
+        cmd = _try(proc.cmdline) or []
+        ident = (name, user, redact_cmdline(cmd) if cmd else name)
+        self._identity_cache[pid] = (now + IDENTITY_TTL_S, created, ident)
+        return ident
 
     def _role(self, pid: int) -> str:
         if pid == self.target_pid:

@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static
 
 from .. import __version__
 from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
@@ -27,9 +27,12 @@ from ..model import Event
 from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
 from .lines_view import LinesView
 from .proc_list import ProcList
+from .tab_bar import TabBar
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
 
+TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks"))
+PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 DEFAULT_CHART_WINDOW = 120.0
 # Rows the process table keeps for itself before GPU panels shrink to fit.
@@ -121,6 +124,8 @@ class GputopApp(ReplayControls, App[int]):
         self._shown_target: int | None = None
         self._last_event: Event | None = None
         self._attach_lock = threading.Lock()
+        self.active_tab = "processes"
+        self._filter_visible = False
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
 
     # ----------------------------------------------------------------- layout
@@ -131,14 +136,12 @@ class GputopApp(ReplayControls, App[int]):
             yield ReplayTimeline(self.session.sources["replay"], id="timeline")
         yield VerticalScroll(id="gpus")
         yield LinesView(id="host")
-        with TabbedContent(id="bottom", initial="processes"):
-            with TabPane("Processes", id="processes"):
-                yield ProcList(COLUMNS, id="procs")
-                yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
-            with TabPane("Advisor", id="advisor"):
-                yield self._advisor_pane()
-            with TabPane("Stacks", id="stacks"):
-                yield self._stacks_pane()
+        # The panes are siblings shown one at a time: no container repaints around the process list.
+        yield TabBar(TABS, "processes", id="tabs")
+        yield ProcList(COLUMNS, id="procs", classes="pane")
+        yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
+        yield self._advisor_pane()
+        yield self._stacks_pane()
         yield LinesView(id="status")
         yield Footer()
 
@@ -146,18 +149,19 @@ class GputopApp(ReplayControls, App[int]):
         try:
             from .advisor_pane import AdvisorPane
         except ImportError:
-            return Static("The advisor is not available in this build.", classes="placeholder")
-        return AdvisorPane(id="advisor-pane")
+            return Static("The advisor is not available in this build.", id="advisor-pane", classes="pane placeholder")
+        return AdvisorPane(id="advisor-pane", classes="pane")
 
     def _stacks_pane(self):
         try:
             from .stacks_pane import StacksPane
         except ImportError:
-            return Static("Stack sampling is not available in this build.", classes="placeholder")
-        return StacksPane(id="stacks-pane")
+            return Static("Stack sampling is not available in this build.", id="stacks-pane", classes="pane placeholder")
+        return StacksPane(id="stacks-pane", classes="pane")
 
     def on_mount(self) -> None:
         table = self.query_one("#procs", ProcList)
+        self._show_panes()
         self._update_sort_labels()
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
@@ -203,7 +207,7 @@ class GputopApp(ReplayControls, App[int]):
         self._seen_version = version
         self._update_gpus()
         self._update_host()
-        tab = self.query_one("#bottom", TabbedContent).active
+        tab = self.active_tab
         if tab == "processes":
             self._update_processes()
         else:
@@ -427,7 +431,8 @@ class GputopApp(ReplayControls, App[int]):
     def action_filter(self) -> None:
         self.action_tab("processes")
         box = self.query_one("#filter", Input)
-        box.add_class("-visible")
+        self._filter_visible = True
+        self._show_panes()
         box.focus()
 
     @on(Input.Changed, "#filter")
@@ -440,13 +445,15 @@ class GputopApp(ReplayControls, App[int]):
     def _on_filter_submitted(self, event: Input.Submitted) -> None:
         box = self.query_one("#filter", Input)
         if not box.value:
-            box.remove_class("-visible")
+            self._filter_visible = False
+            self._show_panes()
         self.query_one("#procs", ProcList).focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
-        box.remove_class("-visible")
+        self._filter_visible = False
+        self._show_panes()
         self.filter_text = ""
         self._rows_shown = False
         self._update_processes()
@@ -493,14 +500,21 @@ class GputopApp(ReplayControls, App[int]):
     def action_tab(self, tab: str) -> None:
         # Without this, focus falls back to the filter box and the tabs follow it back.
         self.set_focus(None)
-        self.query_one("#bottom", TabbedContent).active = tab
+        self.active_tab = tab
+        self.query_one("#tabs", TabBar).active = tab
+        self._show_panes()
         if tab == "processes":
             self.query_one("#procs", ProcList).focus()
         self.tick(force=True)
 
-    @on(TabbedContent.TabActivated, "#bottom")
-    def _on_tab_activated(self) -> None:
-        self.tick(force=True)
+    def _show_panes(self) -> None:
+        for name, selector in PANES.items():
+            self.query_one(selector).display = name == self.active_tab
+        self.query_one("#filter", Input).display = self.active_tab == "processes" and self._filter_visible
+
+    @on(TabBar.Changed, "#tabs")
+    def _on_tab_clicked(self, event: TabBar.Changed) -> None:
+        self.action_tab(event.tab)
 
     def action_native_dump(self) -> None:
         try:

@@ -39,6 +39,7 @@ class ProcList(LinesView, can_focus=True):
     DEFAULT_CSS = """
     ProcList {
         height: auto;
+        max-height: 100%;
         background: $surface;
         & > .proc-list--header {
             text-style: bold;
