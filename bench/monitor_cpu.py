@@ -310,7 +310,8 @@ def run_tool(tool: str, args: argparse.Namespace, gpu_util) -> Result:
     if argv is None:
         res.status, res.notes = "not installed", note
         return res
-    shown = ["python" if a == sys.executable else a for a in argv]
+    # Program names without the directory they were found in: the report is about the tools.
+    shown = ["python" if a == sys.executable else (os.path.basename(a) if n == 0 else a) for n, a in enumerate(argv)]
     res.cmd = " ".join(shlex.quote(a) for a in shown)
     try:
         run = PtyRun(argv, _env())

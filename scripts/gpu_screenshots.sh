@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Real screenshots on a GPU machine: the live UI attached to workloads of the suite.
+# Real screenshots on a GPU machine: the live UI beside a GPU load and attached to workloads of
+# the suite, and the replay of the recorded H100 session.
 #   bash scripts/gpu_screenshots.sh OUTDIR
 set -u
 out=${1:-screenshots}
 mkdir -p "$out"
+python3 scripts/gpu_load.py bf16 40 > "$out/load.log" 2>&1 &
+load=$!
+for _ in $(seq 60); do grep -q "ready" "$out/load.log" && break; sleep 1; done
+sleep 4  # a few steps in the utilisation buffer
+python3 scripts/screenshot.py --out "$out" --name live-h100 --size 160x48 --seconds 8
+python3 scripts/screenshot.py --out "$out" --name live-h100-80x24 --size 80x24 --seconds 6
+kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
 shot() {  # scenario name keys seconds
     python3 -m gputop.workloads "$1" --device cuda --duration 90 --exit-with-parent > "$out/$2.workload.log" 2>&1 &
     local wl=$!
@@ -15,3 +23,5 @@ shot dataloader-starved live-attached-starved "" 8
 shot dataloader-starved advisor-starved 2 14
 shot dataloader-starved stacks-starved 3 8
 shot fp32-no-tensor-cores advisor-fp32 2 12
+python3 scripts/screenshot.py --out "$out" --name replay-checkpoint-stall --size 160x48 --seconds 3 \
+    --replay tests/fixtures/recordings/h100-checkpoint-stall.gputop --start 40%

@@ -54,7 +54,7 @@ def main() -> None:
     p.add_argument("--name", default="gputop")
     p.add_argument("--size", default="160x48")
     p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--fake", type=int)
     p.add_argument("--pid", type=int)
     p.add_argument("--keys", default="", help="comma-separated keys to press before the shot")
