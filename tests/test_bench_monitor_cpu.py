@@ -90,3 +90,36 @@ def test_bad_arguments(bench):
         bench.parse_args(["--tools", "htop"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--duration", "2", "--warmup", "3"])
+
+
+def test_nvml_per_call_costs_are_summed_per_metric_and_reported(bench, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from fake_pynvml import FakeGpu, FakeNvml, FakeProcess
+    finally:
+        sys.path.pop(0)
+    from gputop.sources.nvml import NvmlSource
+
+    src = NvmlSource.open(interval=1.0, nvml=FakeNvml([FakeGpu(processes=[FakeProcess(5, sm_util=50)])]))
+    calls: dict = {}
+    src._get = bench._per_call_costs(src._get, calls)
+    for _ in range(3):
+        src.poll()
+    assert calls["utilization"]["n"] == 3 and calls["memory"]["n"] == 3
+    assert calls["process utilization"]["n"] == 1  # paced: one read within a few seconds
+    assert all(c["cpu_s"] >= 0 and c["wall_s"] >= 0 for c in calls.values())
+    # The report turns sums into per-poll costs, heaviest first.
+    for c in calls.values():
+        c["cpu_ms_per_poll"], c["wall_ms_per_poll"] = c.pop("cpu_s") * 1000 / 3, c.pop("wall_s") * 1000 / 3
+    calls["utilization samples"]["cpu_ms_per_poll"] = 99.0
+    result = bench.Result(tool="headless nvml", interval="1 s", cpu_pct=0.1, polls={"nvml": {"n": 3}}, calls=calls)
+    data = {
+        "machine": {"gpu": "none", "cores": 2, "cpu": "x", "python": "3"},
+        "load": "none",
+        "params": {"duration": 20.0, "warmup": 3.0},
+        "results": [bench.asdict(result)],
+    }
+    bench.write_report(tmp_path, data)
+    md = (tmp_path / "monitor_cpu.md").read_text()
+    table = md[md.index("| metric | calls per poll"):].splitlines()
+    assert table[2].startswith("| utilization samples | 1.0 | 99.000 |")
