@@ -95,6 +95,29 @@ async def test_pause_freezes_display_but_not_collection(clock):
         assert not app.paused and app._seen_version == s.store.version
 
 
+async def test_a_paused_view_stays_at_its_moment_through_zoom_resize_and_sort(clock):
+    s = make_session(clock, gpus=1)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("p")
+        at_pause = s.store.latest_gpu(0)
+        first_line = plain(app, "#gpu-0").splitlines()[0]
+        feed(s, clock, 5)
+        # The live store moved on: a new sample with a new timestamp.
+        assert s.store.latest_gpu(0).ts > at_pause.ts
+        await pilot.press("right_square_bracket")  # zoom out: a forced redraw
+        await pilot.resize_terminal(130, 42)
+        await pilot.press("N")  # re-sort: the table is rebuilt
+        await pilot.pause()
+        assert plain(app, "#gpu-0").splitlines()[0] == first_line
+        assert app.view.now == at_pause.ts and app.view.latest_gpu(0) is at_pause
+        assert all(p.ts <= at_pause.ts for p in app.view.util_window(0, 0))
+        await pilot.press("p")
+        await pilot.pause()
+        assert app.view is s.store and app.view.latest_gpu(0).ts > at_pause.ts
+
+
 async def test_help_opens_and_closes(clock):
     s = make_session(clock)
     feed(s, clock)

@@ -24,6 +24,8 @@ from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..live import Session, build_session
 from ..errors import UserError
 from ..model import Event
+from ..snapshot import StoreSnapshot
+from ..store import Store
 from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
 from .lines_view import LinesView
 from .proc_list import ProcList
@@ -125,6 +127,7 @@ class GputopApp(ReplayControls, App[int]):
         self._last_event: Event | None = None
         self._attach_lock = threading.Lock()
         self.active_tab = "processes"
+        self._frozen: StoreSnapshot | None = None
         self._filter_visible = False
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
 
@@ -193,6 +196,11 @@ class GputopApp(ReplayControls, App[int]):
             base = f"recording · {base}"
         return base
 
+    @property
+    def view(self) -> Store | StoreSnapshot:
+        """What the panels draw: the live store, or the moment the display was paused at."""
+        return self._frozen if self._frozen is not None else self.store
+
     # ----------------------------------------------------------------- refresh
 
     def tick(self, force: bool = False) -> None:
@@ -231,8 +239,9 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_gpus(self) -> None:
         container = self.query_one("#gpus", VerticalScroll)
-        indices = self.store.gpu_indices()
-        system = self.store.system
+        view = self.view
+        indices = view.gpu_indices()
+        system = view.system
         if not indices:
             if "none" not in self._gpu_widgets:
                 for w in self._gpu_widgets.values():
@@ -256,7 +265,7 @@ class GputopApp(ReplayControls, App[int]):
         mode = self._choose_mode(len(indices))
         self.panel_mode = mode
         width = max(20, (container.size.width or self.size.width or 80) - 2)
-        now = self.store.now
+        now = view.now
         t0 = now - self.chart_window
         for i, widget in self._gpu_widgets.items():
             widget.set_class(mode == FULL, "-full")
@@ -265,21 +274,21 @@ class GputopApp(ReplayControls, App[int]):
                 history = History(
                     t0=t0,
                     t1=now + 1e-6,
-                    util=self.store.util_window(i, t0),
-                    samples=self.store.gpu_window(i, t0) if mode == FULL else (),
+                    util=view.util_window(i, t0),
+                    samples=view.gpu_window(i, t0) if mode == FULL else (),
                 )
-            widget.set_lines(gpu_panel_lines(self.store.gpu_info.get(i), self.store.latest_gpu(i), history, width, mode))
+            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode))
 
     def _update_host(self) -> None:
         width = max(20, (self.size.width or 80) - 2)
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
-        self.query_one("#host", LinesView).set_lines(host_panel_lines(self.store.latest_host(), width, lines))
+        self.query_one("#host", LinesView).set_lines(host_panel_lines(self.view.latest_host(), width, lines))
 
     def _update_processes(self) -> None:
         rows = build_rows(
-            self.store.gpu_processes(),
-            self.store.procs_latest(),
-            self.store.now,
+            self.view.gpu_processes(),
+            self.view.procs_latest(),
+            self.view.now,
             self.sort_key,
             self.sort_reverse,
             self.filter_text,
@@ -425,7 +434,9 @@ class GputopApp(ReplayControls, App[int]):
         self.paused = not self.paused
         replay = self.session.sources.get("replay")
         if replay is not None and hasattr(replay, "toggle_pause"):
-            replay.toggle_pause()
+            replay.toggle_pause()  # a paused replay stops feeding the store, and jumps must show
+        else:
+            self._frozen = StoreSnapshot(self.store) if self.paused else None
         self.tick(force=not self.paused)
 
     def action_filter(self) -> None:
