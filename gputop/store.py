@@ -108,6 +108,11 @@ class Store:
     def __init__(self, retention: Retention | None = None) -> None:
         self.retention = retention or Retention()
         self._lock = threading.RLock()
+        self.version = 0  # bumped on every change, so readers can skip unchanged redraws
+        self.analysis_version = 0  # bumped when findings or published analysis change
+        self._clear()
+
+    def _clear(self) -> None:
         self.system: SystemInfo | None = None
         self.gpu_info: dict[int, GpuInfo] = {}
         self._gpu: dict[int, Ring[GpuSample]] = {}
@@ -121,7 +126,6 @@ class Store:
         self._analysis: dict[str, object] = {}  # derived results shared with the panes (breakdowns)
         self._findings_seen: Ring[Finding] = Ring(self.retention.events)  # as recorded
         self.now = 0.0  # newest timestamp seen: the store's clock (live or replayed)
-        self.version = 0  # bumped on every change, so readers can skip unchanged redraws
 
     # ----------------------------------------------------------------- writing
 
@@ -168,6 +172,7 @@ class Store:
         with self._lock:
             self._findings = list(findings)
             self.version += 1
+            self.analysis_version += 1
 
     def set_analysis(self, name: str, value: object) -> None:
         """Publish a derived result (e.g. the advisor's per-GPU time breakdowns) for the panes,
@@ -175,16 +180,22 @@ class Store:
         with self._lock:
             self._analysis[name] = value
             self.version += 1
+            self.analysis_version += 1
 
     def analysis(self, name: str, default: object = None) -> object:
         with self._lock:
             return self._analysis.get(name, default)
 
     def reset(self) -> None:
-        """Forget all samples (replay seeking backwards starts from a clean store)."""
+        """Forget all samples (replay seeking backwards starts from a clean store).
+
+        The versions keep counting up: a reader that saw version N before the reset must not
+        take a later, different N for the same content.
+        """
         with self._lock:
-            keep = self.retention
-            self.__init__(keep)  # type: ignore[misc]
+            self._clear()
+            self.version += 1
+            self.analysis_version += 1
 
     @staticmethod
     def _ring(d: dict[int, Ring[T]], key: int, cap: int) -> Ring[T]:

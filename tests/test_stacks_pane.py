@@ -47,7 +47,7 @@ async def test_stuck_job_shown_with_threshold_from_the_pane():
     async with Host(pane).run_test(size=(120, 40)):
         pane.update_view(store, pid)
         text = plain(pane.last_lines)
-        rendered = str(pane.query_one("#stacks-body").render())
+        rendered = pane.query_one("#stacks-body").plain
     assert "STUCK: PID" in text and "in mode_deadlock" in text
     assert "STUCK: PID" in rendered
     # Same store, default threshold (30 s): not stuck yet.

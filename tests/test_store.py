@@ -117,3 +117,21 @@ def test_long_session_memory_is_flat():
     assert sizes_full["stacks"] == 1000 and sizes_full["events"] == 100
     # Five times the samples, yet memory within 15 % (allocator noise), not five times more.
     assert mem_later < mem_full * 1.15, (mem_full, mem_later)
+
+
+def test_reset_forgets_samples_but_versions_keep_counting():
+    store = Store()
+    store.add([GpuSample(ts=10.0, index=0, util_gpu=50.0)])
+    store.set_analysis("breakdowns", ("x",))
+    v, av = store.version, store.analysis_version
+    store.reset()
+    assert store.gpu_indices() == [] and store.now == 0.0 and store.analysis("breakdowns") is None
+    assert store.version > v and store.analysis_version > av
+    store.add([GpuSample(ts=5.0, index=0, util_gpu=1.0)])
+    assert store.latest_gpu(0).ts == 5.0  # an earlier time is fine after a reset
+    # New samples alone leave the analysis version where it is.
+    av = store.analysis_version
+    store.add([GpuSample(ts=6.0, index=0, util_gpu=1.0)])
+    assert store.analysis_version == av
+    store.set_findings([])
+    assert store.analysis_version == av + 1

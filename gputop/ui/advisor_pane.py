@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from .styled_lines import lines_to_text
+from .lines_view import LinesView
+from .styled_lines import lines_to_text, lines_to_texts
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Static
 
 from ..advisor.format import Line, pane_lines
 
@@ -58,16 +58,18 @@ class AdvisorPane(Widget):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="advisor-body")
+            yield LinesView(id="advisor-body")
 
     def update_view(self, store) -> None:
-        key = (store.version, self.size.width)
+        session = getattr(self.app, "session", None)
+        attached = getattr(session, "target_pid", None) is not None
+        # The pane shows only what the advisor published: new samples alone change nothing here.
+        key = (getattr(store, "analysis_version", store.version), self.size.width, attached)
         if key == self._last:
             return
         self._last = key
         breakdowns = store.analysis("breakdowns", ()) or ()
-        session = getattr(self.app, "session", None)
-        attached = getattr(session, "target_pid", None) is not None
         lines = pane_lines(store.findings(), breakdowns, max(40, self.size.width - 2), attached)
         self.last_lines = lines
-        self.query_one("#advisor-body", Static).update(to_text(lines))
+        # Only the lines that changed are repainted: most ticks change a few numbers.
+        self.query_one("#advisor-body", LinesView).set_lines(lines_to_texts(lines, STYLES, max(1, self.size.width - 2)))

@@ -10,12 +10,12 @@ import time
 
 from rich.text import Text
 
-from .styled_lines import lines_to_text
+from .lines_view import LinesView
+from .styled_lines import lines_to_text, lines_to_texts
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Static
 
 from ..analysis.stacks_summary import stacks_view
 from ..stacks_format import Line, clock_time, pane_lines
@@ -77,7 +77,7 @@ class StacksPane(Widget):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="stacks-body")
+            yield LinesView(id="stacks-body")
 
     @property
     def stuck_after(self) -> float:
@@ -110,7 +110,8 @@ class StacksPane(Widget):
                 native = ["running py-spy dump --native …"]
             lines = pane_lines(view, max(40, self.size.width - 2), native)
         self.last_lines = lines
-        self.query_one("#stacks-body", Static).update(to_text(lines))
+        # Only the lines that changed are repainted: most ticks change a few numbers.
+        self.query_one("#stacks-body", LinesView).set_lines(lines_to_texts(lines, STYLES, max(1, self.size.width - 2)))
 
     # ----------------------------------------------------------------- native dump
 

@@ -12,11 +12,18 @@ from rich.text import Text
 Line = Sequence[tuple[str, str]]
 
 
-def lines_to_text(lines: Sequence[Line], styles: Mapping[str, str]) -> Text:
-    text = Text(no_wrap=True, overflow="ellipsis")
-    for i, ln in enumerate(lines):
-        if i:
-            text.append("\n")
+def lines_to_texts(lines: Sequence[Line], styles: Mapping[str, str], width: int | None = None) -> list[Text]:
+    """One Rich text per line; with ``width``, longer lines end in an ellipsis."""
+    out = []
+    for ln in lines:
+        text = Text(no_wrap=True, overflow="ellipsis")
         for seg, style in ln:
             text.append(seg, styles.get(style, ""))
-    return text
+        if width is not None:
+            text.truncate(width, overflow="ellipsis")
+        out.append(text)
+    return out
+
+
+def lines_to_text(lines: Sequence[Line], styles: Mapping[str, str]) -> Text:
+    return Text("\n", no_wrap=True, overflow="ellipsis").join(lines_to_texts(lines, styles))
