@@ -8,6 +8,7 @@ keeping the GPU busy in a separate process (not measured):
   gputop   ``python -m gputop`` (the real UI) in a 120x40 pseudo-terminal, default interval
   nvitop   in a 120x40 pseudo-terminal at its default interval (if installed)
   dmon     ``nvidia-smi dmon -d 1`` in a pseudo-terminal
+  gputop-advisor (on request) gputop with its Advisor tab open (``2`` typed after a second)
 
 ``--headless-only`` instead measures gputop's collection without the UI, for the breakdown:
 NvmlSource alone, HostSource alone, and the full pipeline (sources + store) as the UI runs it,
@@ -56,6 +57,9 @@ STOP_GRACE_S = 3.0
 LOAD_READY_TIMEOUT_S = 120.0
 
 ALL_TOOLS = ("gputop", "nvitop", "dmon")
+# Extra tool names: gputop with keys typed a second after it starts (the Advisor tab open).
+EXTRA_TOOLS = {"gputop-advisor": ("gputop", b"2")}
+KEYS_AFTER_S = 1.0
 HEADLESS_MODES = ("nvml", "host", "pipeline")
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78cM]")
@@ -213,6 +217,12 @@ class PtyRun:
             self.bytes += len(data)
             self._tail = (self._tail + data)[-8192:]
 
+    def send(self, data: bytes) -> None:
+        try:
+            os.write(self._master, data)
+        except OSError:
+            pass
+
     def tail_text(self, n: int = 400) -> str:
         text = _ANSI.sub("", self._tail.decode("utf-8", "replace"))
         text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", " ", text)
@@ -305,7 +315,8 @@ def _interval_in(args: str) -> str | None:
 
 
 def run_tool(tool: str, args: argparse.Namespace, gpu_util) -> Result:
-    argv, label, note = tool_command(tool, args.gputop_args)
+    base, keys = EXTRA_TOOLS.get(tool, (tool, b""))
+    argv, label, note = tool_command(base, args.gputop_args)
     res = Result(tool=tool, interval=label)
     if argv is None:
         res.status, res.notes = "not installed", note
@@ -319,6 +330,9 @@ def run_tool(tool: str, args: argparse.Namespace, gpu_util) -> Result:
         res.status, res.notes = "failed", f"could not start: {exc}"
         return res
     started = time.monotonic()
+    if keys:
+        threading.Timer(KEYS_AFTER_S, run.send, args=(keys,)).start()
+        res.notes = f"keys typed after {KEYS_AFTER_S:g} s: {keys.decode()!r}"
     try:
         root = psutil.Process(run.proc.pid)
         b0 = run.bytes
@@ -684,7 +698,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-results", help="directory for monitor_cpu.json / .md")
     p.add_argument("--duration", type=float, default=20.0, help="seconds each tool runs (default 20)")
     p.add_argument("--warmup", type=float, default=3.0, help="first seconds left out (default 3)")
-    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma list of: " + ", ".join(ALL_TOOLS))
+    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma list of: " + ", ".join((*ALL_TOOLS, *EXTRA_TOOLS)))
     p.add_argument("--rounds", type=int, default=1, help="run the tool list this many times, interleaved")
     p.add_argument("--gputop-args", default="", help='extra arguments for gputop, e.g. "--fake 2"')
     p.add_argument("--headless-only", action="store_true", help="measure the collection pipeline without a UI")
@@ -698,9 +712,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.duration <= args.warmup + 1:
         p.error("--duration must be more than --warmup + 1 s")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    bad = [t for t in tools if t not in ALL_TOOLS]
+    bad = [t for t in tools if t not in ALL_TOOLS and t not in EXTRA_TOOLS]
     if bad:
-        p.error(f"unknown tool(s): {', '.join(bad)} (choose from {', '.join(ALL_TOOLS)})")
+        p.error(f"unknown tool(s): {', '.join(bad)} (choose from {', '.join((*ALL_TOOLS, *EXTRA_TOOLS))})")
     args.tool_list = tools
     return args
 
