@@ -5,6 +5,7 @@ import random
 from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
+from textual import events
 from textual.app import App, ComposeResult
 
 from gputop.ui.lines_view import LinesView, text_segments
@@ -109,6 +110,12 @@ async def test_proc_list_keys_scrolling_selection_and_a_stable_cursor():
         assert plist.cursor == 2
         await pilot.click(ProcList, offset=(2, 3))
         assert app.selected[-1] == "102:0"
+        plist.post_message(events.MouseScrollUp(plist, 2, 2, 0, -1, 0, False, False, False))
+        await pilot.pause()
+        assert plist.cursor == 1  # the wheel moves the selection
+        plist.post_message(events.MouseScrollDown(plist, 2, 2, 0, 1, 0, False, False, False))
+        await pilot.pause()
+        assert plist.cursor == 2
         plist.set_rows([], [])
         await pilot.pause()
         assert "(no processes)" in plist.plain

@@ -48,8 +48,8 @@ HELP = """\
   [b]?[/b]            this help
   [b]p[/b]            pause / resume the display
   [b]/[/b]            filter processes (Esc clears)
-  [b]↑ ↓ j k[/b]      move in the process list
-  [b]Enter[/b]        attach to the selected process
+  [b]↑ ↓ j k[/b]      move in the process list ([b]PgUp PgDn Home End[/b], the wheel)
+  [b]Enter[/b]        attach to the selected process (or click it twice)
   [b]< >[/b] [b]i[/b]        sort column left / right, invert
   [b]M P T N[/b]      sort by GPU memory, CPU, time, PID
   [b][ ][/b]          chart window shorter / longer

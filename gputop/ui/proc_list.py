@@ -146,6 +146,14 @@ class ProcList(LinesView, can_focus=True):
         else:
             self.move_cursor(row)
 
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.stop()
+        self.action_move(1)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.stop()
+        self.action_move(-1)
+
     def on_focus(self) -> None:
         self._redraw()
 
