@@ -2,6 +2,7 @@
 
 import random
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
@@ -130,6 +131,11 @@ async def test_proc_list_cuts_long_cells_and_keeps_columns_aligned():
         line = plist.plain.splitlines()[1]
         assert len(line) == 30 and "averyl…" not in line and "avery…" in line
         assert line.startswith("     1 ")  # numbers right-aligned in their column
+        # Wide characters count as two cells: the line still fills exactly the width.
+        plist.set_rows(["2:0"], [("2", "用户", "python 训练/train.py " + "数" * 40)])
+        await pilot.pause()
+        line = plist.plain.splitlines()[1]
+        assert cell_len(line) == 30 and line.endswith("…") and "用户" in line
 
 
 class TabsApp(App):

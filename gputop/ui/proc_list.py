@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -189,13 +190,17 @@ class ProcList(LinesView, can_focus=True):
         return [w or rest for _, _, w in self.columns]
 
     def _line(self, cells: Sequence[str], widths: list[int], width: int) -> str:
+        # Widths in terminal cells, not characters: a CJK path or an emoji takes two.
         parts = []
         for (key, _, _), cell, w in zip(self.columns, cells, widths):
             cell = str(cell)
-            if len(cell) > w:
-                cell = cell[: max(0, w - 1)] + "…" if w > 1 else cell[:w]
-            parts.append(cell.rjust(w) if key in RIGHT_ALIGNED else cell.ljust(w))
-        return " ".join(parts)[:width].ljust(width)
+            n = cell_len(cell)
+            if n > w:
+                cell = set_cell_size(cell, w - 1) + "…" if w > 1 else set_cell_size(cell, w)
+                n = w
+            pad = " " * (w - n)
+            parts.append(pad + cell if key in RIGHT_ALIGNED else cell + pad)
+        return set_cell_size(" ".join(parts), width)
 
     def _redraw(self) -> None:
         if not self.is_mounted:
