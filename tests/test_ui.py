@@ -4,7 +4,7 @@ import pytest
 from textual.widgets import Input
 
 from gputop.live import Session
-from gputop.model import Event, GpuSample, SystemInfo
+from gputop.model import Event, GpuSample
 from gputop.pipeline import Pipeline
 from gputop.sources.fake import FakeGpuSource
 from gputop.store import Store
