@@ -84,6 +84,7 @@ class Job:
     disk_read: float = 0.0
     workers: int = 0
     worker_cpu: float = 50.0
+    target_cpu: float = 100.0  # % of one core
     worker_threads: int = 1
     env: tuple[tuple[str, str], ...] = ()
     gpu: dict = field(default_factory=dict)  # extra GpuSample fields (GPM, memory, clocks ...)
@@ -136,7 +137,7 @@ class Job:
                 iowait_percent=self.iowait(t), load1=cpu / 100 * self.cores, disk_read_bps=self.disk_read,
                 shm_total=self.shm_total, shm_used=self.shm_used if self.shm_total else None,
             )))
-            events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=100.0,
+            events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
                                           num_threads=20, status="sleeping", role="target", env=self.env)))
             for w in range(self.workers):
                 events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="python",

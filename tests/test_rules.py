@@ -65,6 +65,16 @@ def test_data_starved_without_workers():
     assert "2.5x" in f.expected_gain
 
 
+def test_data_starved_explains_a_busy_host_made_by_the_training_process_itself():
+    quiet, _ = run_rules(starved_job())
+    assert not any("intra-op" in e for e in quiet["data-starved"].evidence)  # one core: nothing to say
+    found, _ = run_rules(starved_job(target_cpu=1540.0, host_cpu=lambda t: 97.0))
+    ev = found["data-starved"].evidence
+    line = next(e for e in ev if "intra-op" in e)
+    assert "uses 15.4 cores" in line and "one thread each" in line
+    assert ev.index(line) < next(i for i, e in enumerate(ev) if "16-core host at 97 % CPU" in e)
+
+
 def test_data_starved_sizes_workers_from_the_cores():
     found, _ = run_rules(starved_job(cores=4))
     assert "num_workers=2," in found["data-starved"].action

@@ -257,6 +257,10 @@ def _job_gpus(ctx: AnalysisContext) -> int:
     return max(1, sum(1 for g in ctx.gpus if g.index != CPU_DEVICE))
 
 
+# A training process above this (% of one core) runs more than its Python thread: torch's threads.
+MULTI_CORE_PCT = 150.0
+
+
 def cores_per_gpu(ctx: AnalysisContext) -> int | None:
     return ctx.cores // _job_gpus(ctx) if ctx.cores else None
 
@@ -283,6 +287,18 @@ def _host_line(ctx: AnalysisContext) -> str | None:
     if h is None or h.cpu_mean is None:
         return None
     return f"{h.cores}-core host at {h.cpu_mean:.0f} % CPU (~{h.spare_cores:.0f} cores spare)"
+
+
+def _loader_threads_line(ctx: AnalysisContext) -> str | None:
+    """With num_workers=0 and a busy host, say why workers still help: the host's CPU is the
+    training process's own intra-op threads, and each worker runs torch on one thread."""
+    t = ctx.target
+    if t is None or t.cpu_mean is None or t.cpu_mean < MULTI_CORE_PCT:
+        return None
+    return (
+        f"the training process itself uses {t.cpu_mean / 100:.1f} cores: torch's intra-op threads run the "
+        "loading code; DataLoader workers run torch on one thread each, so the work moves to them"
+    )
 
 
 def _workers_cpu_line(ctx: AnalysisContext) -> str:
@@ -386,6 +402,9 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     if line:
         ev.append(line)
     ev.append("no DataLoader worker processes: the training process loads every batch itself (num_workers=0)")
+    threads = _loader_threads_line(ctx)
+    if threads:
+        ev.append(threads)
     host = _host_line(ctx)
     if host:
         ev.append(host)
