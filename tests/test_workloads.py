@@ -206,9 +206,10 @@ def run_cpu(name: str, duration: float = SMOKE_S, probe_after_rates: int = 1) ->
 
 _CACHE: dict[str, Future] = {}
 # Two scenario runs at a time: most of a run is starting torch and the loader workers, and two
-# overlap well even on a 2-core machine. Runs whose speeds a test compares run alone.
+# overlap well even on a 2-core machine. Runs whose tests depend on their own speed run alone:
+# the healthy/starved comparison, steps before the stall, a save within the smoke duration.
 _PARALLEL_RUNS = 2
-_RUN_ALONE = {"healthy", "dataloader-starved"}
+_RUN_ALONE = {"healthy", "dataloader-starved", "stuck", "checkpoint-stall"}
 _slots = threading.Semaphore(_PARALLEL_RUNS)
 _alone = threading.Lock()
 
