@@ -7,15 +7,8 @@ it computes nothing itself.
 
 from __future__ import annotations
 
-from rich.text import Text
-
-from .lines_view import LinesView
-from .styled_lines import lines_to_text, lines_to_texts
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widget import Widget
-
-from ..advisor.format import Line, pane_lines
+from ..advisor.format import pane_lines
+from .lines_pane import LinesPane
 
 # Semantic styles of gputop.advisor.format -> Rich styles (terminal colours, so the user's
 # theme and NO_COLOR apply).
@@ -39,26 +32,11 @@ STYLES = {
 }
 
 
-def to_text(lines: list[Line]) -> Text:
-    return lines_to_text(lines, STYLES)
+class AdvisorPane(LinesPane):
+    """Call ``update_view(store)`` on each UI tick; it redraws only when the advisor published."""
 
-
-class AdvisorPane(Widget):
-    """Call ``update_view(store)`` on each UI tick; it redraws only when the store changed."""
-
-    DEFAULT_CSS = """
-    AdvisorPane { height: 1fr; }
-    AdvisorPane > VerticalScroll { height: 1fr; padding: 0 1; }
-    """
-
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes)
-        self._last: tuple | None = None
-        self.last_lines: list[Line] = []  # what is shown, for tests and screenshots
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield LinesView(id="advisor-body")
+    STYLES = STYLES
+    BODY_ID = "advisor-body"
 
     def update_view(self, store) -> None:
         session = getattr(self.app, "session", None)
@@ -69,7 +47,4 @@ class AdvisorPane(Widget):
             return
         self._last = key
         breakdowns = store.analysis("breakdowns", ()) or ()
-        lines = pane_lines(store.findings(), breakdowns, max(40, self.size.width - 2), attached)
-        self.last_lines = lines
-        # Only the lines that changed are repainted: most ticks change a few numbers.
-        self.query_one("#advisor-body", LinesView).set_lines(lines_to_texts(lines, STYLES, max(1, self.size.width - 2)))
+        self.show(pane_lines(store.findings(), breakdowns, self.text_width, attached))

@@ -10,12 +10,10 @@ import time
 
 from rich.text import Text
 
-from .lines_view import LinesView
-from .styled_lines import lines_to_text, lines_to_texts
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widget import Widget
+
+from .lines_pane import LinesPane
+from .styled_lines import lines_to_text
 
 from ..analysis.stacks_summary import stacks_view
 from ..stacks_format import Line, clock_time, pane_lines
@@ -55,13 +53,11 @@ def to_text(lines: list[Line]) -> Text:
     return lines_to_text(lines, STYLES)
 
 
-class StacksPane(Widget):
+class StacksPane(LinesPane):
     """Call ``update_view(store, target_pid)`` on each UI tick."""
 
-    DEFAULT_CSS = """
-    StacksPane { height: 1fr; }
-    StacksPane > VerticalScroll { height: 1fr; padding: 0 1; }
-    """
+    STYLES = STYLES
+    BODY_ID = "stacks-body"
 
     BINDINGS = [Binding("n", "native_dump", "Native dump")]
 
@@ -71,13 +67,7 @@ class StacksPane(Widget):
         self._pid: int | None = None
         self._native: list[str] = []
         self._native_busy = False
-        self._last: tuple | None = None
         self._store = None
-        self.last_lines: list[Line] = []  # what is shown, for tests and screenshots
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield LinesView(id="stacks-body")
 
     @property
     def stuck_after(self) -> float:
@@ -108,10 +98,8 @@ class StacksPane(Widget):
             native = list(self._native)
             if self._native_busy:
                 native = ["running py-spy dump --native …"]
-            lines = pane_lines(view, max(40, self.size.width - 2), native)
-        self.last_lines = lines
-        # Only the lines that changed are repainted: most ticks change a few numbers.
-        self.query_one("#stacks-body", LinesView).set_lines(lines_to_texts(lines, STYLES, max(1, self.size.width - 2)))
+            lines = pane_lines(view, self.text_width, native)
+        self.show(lines)
 
     # ----------------------------------------------------------------- native dump
 
