@@ -180,3 +180,23 @@ def test_add_advisor_puts_it_on_a_session_pipeline():
     src = add_advisor(Session, window_s=30.0)
     assert src in Session.pipeline.sources
     assert src.advisor.window_s == 30.0 and src.advisor.stuck_after_s == 7.0 and src.advisor.target_pid == 1234
+
+
+@pytest.mark.parametrize("dt", [0.5, 1.0, 2.0, 60.0])
+def test_the_verdict_does_not_depend_on_how_often_the_advisor_runs(dt):
+    # The live UI evaluates every 2 s, `advise` every 1 s, a 60x replay every 60 s of data: a
+    # finding that holds must appear in all of them, once it has held APPEAR_AFTER_S of data time.
+    adv = Advisor()
+    steps = int(10 / dt) + 2
+    shown = feed(adv, [[F("data-starved")]] * steps, dt=dt)
+    first = next(i for i, s in enumerate(shown) if s)
+    # held for APPEAR_AFTER_S, or for one step when a step is longer than that
+    assert first * dt == pytest.approx(max(APPEAR_AFTER_S, dt))
+    assert all(s == ["data-starved"] for s in shown[first:])
+
+
+def test_a_seek_back_in_time_starts_the_findings_over():
+    adv = Advisor()
+    feed(adv, [[F("io-bound")]] * 4)  # shown from t=2
+    assert adv.update([F("io-bound")], 1.0) == []  # back to t=1: it has not held since then
+    assert [f.id for f in adv.update([F("io-bound")], 3.0)] == ["io-bound"]

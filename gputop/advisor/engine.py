@@ -52,6 +52,7 @@ class Advisor:
     _order: list[str] = field(default_factory=list)  # ids as last ranked
     errors: dict[str, str] = field(default_factory=dict)  # rule id -> last exception text
     last_context: object | None = None
+    _last_update: float | None = None
 
     # ----------------------------------------------------------------- driving
 
@@ -77,12 +78,17 @@ class Advisor:
     def update(self, candidates: Iterable[Finding], now: float) -> list[Finding]:
         """Fold one evaluation's raw findings in; return the findings to show, ranked."""
         fresh = {f.id: f for f in candidates}
+        if self._last_update is not None and now < self._last_update:
+            self.reset()  # time went back (a replay seek): what was held no longer holds
+        self._last_update = now
         for fid, f in fresh.items():
+            # "Held" means fired at every evaluation since pending_since: a track that misses one
+            # evaluation is dropped below before it is shown. Nothing here depends on how often
+            # evaluations come (every 1 s in `advise`, every 2 s in the UI, every 60 s of data
+            # in a 60x replay), so every mode reaches the same verdict on the same data.
             tr = self._tracks.get(fid)
             if tr is None:
                 self._tracks[fid] = tr = _Track(pending_since=now, last_seen=now, finding=f)
-            elif tr.shown_since is None and now - tr.last_seen > self._gap_allowed():
-                tr.pending_since = now  # it lapsed before it was ever shown: start over
             tr.last_seen = now
             if tr.shown_since is None and now - tr.pending_since >= self._appear_after(fid):
                 tr.shown_since = now
@@ -97,10 +103,6 @@ class Advisor:
         shown = [tr.finding for tr in self._tracks.values() if tr.shown_since is not None]
         shown = self._drop_superseded(shown)
         return self._rank(shown)
-
-    def _gap_allowed(self) -> float:
-        # Evaluations come about once a second; a missing one in between is not a lapse.
-        return 1.5
 
     def _rule(self, fid: str) -> Rule | None:
         return next((r for r in self.rules if r.id == fid), None)
@@ -151,6 +153,7 @@ class Advisor:
     def reset(self) -> None:
         self._tracks.clear()
         self._order.clear()
+        self._last_update = None
 
 
 def _close(a: Finding, b: Finding) -> bool:
