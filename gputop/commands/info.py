@@ -100,6 +100,11 @@ def format_info(d: dict) -> str:
     lines.append(f"findings    {d.get('findings', 0)}   idle periods {d.get('idle_periods', 0)}")
     if "bad_blocks" in d:
         lines.append(f"check       {d['bad_blocks']} unreadable block(s), {d.get('bad_rows', 0)} bad row(s)")
+    if d.get("state") == "not closed cleanly":
+        lines.append("state       not closed cleanly (the recorder was killed or the disk filled); "
+                     "everything it committed is here")
+    elif d.get("state") == "recording":
+        lines.append("state       being recorded now")
     if d.get("damage"):
         lines.append(f"DAMAGED     {d['damage']}")
     return "\n".join(lines)

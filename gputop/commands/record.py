@@ -264,9 +264,10 @@ def list_recordings(folder: Path) -> int:
             with Reader(p) as r:
                 d = r.describe(counts=False)
             gpus = ", ".join(sorted({g["name"] for g in d["gpus"]})) or "-"
+            state = "" if d["state"] == "closed" else f" [{d['state']}]"
             rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
                          _fmt_elapsed(d["duration_s"]), _fmt_size(d["size_bytes"]),
-                         (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "")))
+                         (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except UserError as exc:
             rows.append((p.name, "?", "?", "?", "?", _fmt_size(p.stat().st_size), f"unreadable: {exc}"[:60]))
     if not rows:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UserError
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
 from . import codec
+from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
 from .blocks import unpack_rows
 from .schema import (
@@ -34,6 +35,7 @@ from .schema import (
     GPU_FIELDS,
     GPU_PROC_FIELDS,
     MAX_BLOCK_SPAN_S,
+    OPEN_SESSION_PREFIX,
     PROC_FIELDS,
     SCHEMA_VERSION,
     SERIES,
@@ -115,6 +117,13 @@ class Reader:
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             raise UserError(f"{self.path} is damaged and cannot be read: {exc}") from None
+        # Sessions whose writer never closed them (killed, disk full, power cut): their mark is
+        # still in `meta` (see schema.OPEN_SESSION_PREFIX).
+        self.unclosed_sessions = sorted(
+            n for k in self.meta
+            if isinstance(k, str) and k.startswith(OPEN_SESSION_PREFIX)
+            for n in [codec.inum(_int_or_none(k[len(OPEN_SESSION_PREFIX):]))] if n is not None
+        )
         self.start_ts, self.end_ts = self._span()
 
     # ----------------------------------------------------------------- opening
@@ -135,6 +144,7 @@ class Reader:
             raise UserError(f"{p} is empty: not a gputop recording")
         if head and not head.startswith(SQLITE_MAGIC):
             raise UserError(f"{p} is not a gputop recording")
+        self.wal_state = fold_wal(p)
         try:
             conn, app_id, version = _connect_ro(p)
         except sqlite3.DatabaseError as exc:
@@ -767,11 +777,79 @@ class Reader:
             "gputop_version": last.get("gputop_version"),
             "counts": self.counts() if counts else None,
             "damage": self.damage,
+            "state": self.state,
         }
+
+    @property
+    def state(self) -> str:
+        """``recording`` (a writer has it open now), ``not closed cleanly`` (its recorder was
+        killed or the disk filled: what was committed is there), or ``closed``."""
+        if self.wal_state == "live":
+            return "recording"
+        return "not closed cleanly" if self.unclosed_sessions else "closed"
 
 
 # Every flags byte: (active, owns_gil, category), decoded once.
 _FLAGS = {fl: (bool(fl & FLAG_ACTIVE), bool(fl & FLAG_GIL), codec.category_of(fl)) for fl in range(256)}
+
+
+def _int_or_none(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def fold_wal(p: Path) -> str:
+    """Fold a ``-wal`` left beside a recording back into it, when no writer has it open.
+
+    Returns ``"none"`` (no WAL), ``"folded"`` (the file is one self-contained file again),
+    ``"live"`` (a writer has it open: it is being recorded now), or ``"read-only"`` (the WAL is
+    read through but cannot be folded here). Nothing but a gputop recording is ever written to.
+    """
+    wal = Path(f"{p}-wal")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return "read-only"
+    # Header bytes 18-19 are 2 in WAL mode. A writer that closes switches its file back to
+    # rollback mode, so a WAL-mode file with no -wal is the main file of an unclosed recording
+    # (copied alone, or its -wal lost): folding it stops readers leaving -wal/-shm beside it.
+    wal_mode = len(head) >= 20 and 2 in (head[18], head[19])
+    if not wal.exists() and not wal_mode:
+        return "none"
+    if not (os.access(p, os.W_OK) and os.access(p.parent, os.W_OK) and (not wal.exists() or os.access(wal, os.W_OK))):
+        return "read-only"
+    page1 = head if int.from_bytes(head[68:72], "big") == APPLICATION_ID else wal_page1_head(wal)
+    if page1 is None or not head.startswith(SQLITE_MAGIC) or int.from_bytes(page1[68:72], "big") != APPLICATION_ID:
+        return "none"
+    try:
+        conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False, timeout=0.2)
+    except sqlite3.Error:
+        return "read-only"
+    try:
+        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            return "none"
+        # Leaving WAL mode needs the only connection to the file: it fails while a recorder
+        # writes it, which is how a live recording is told from an abandoned one.
+        mode = conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+        if str(mode).lower() != "delete":
+            return "live"
+        # A recorder of a version that did not mark its sessions: its last session is the one
+        # the WAL was left behind by.
+        marked = conn.execute("SELECT count(*) FROM meta WHERE key LIKE ?", (OPEN_SESSION_PREFIX + "%",)).fetchone()[0]
+        last = conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
+        if not marked and isinstance(last, int):
+            conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                         (f"{OPEN_SESSION_PREFIX}{last}", repr(time.time())))
+        return "folded"
+    except sqlite3.OperationalError:
+        return "live"
+    except sqlite3.DatabaseError:
+        return "read-only"
+    finally:
+        conn.close()
 
 
 def _connect_ro(p: Path) -> tuple[sqlite3.Connection, int, int]:

@@ -230,6 +230,15 @@ DDL = "\n".join(
     ]
 )
 
+# A meta key present from a session's start until its writer closes it: still there when the
+# recorder was killed (or the disk filled) and the file was "not closed cleanly".
+OPEN_SESSION_PREFIX = "open_session:"
+
+
+def open_session_key(session_id: int) -> str:
+    return f"{OPEN_SESSION_PREFIX}{session_id}"
+
+
 # Tables with a time column, for `info` and the damage probe.
 TIME_TABLES = SERIES_TABLES + ("events", "findings")
 

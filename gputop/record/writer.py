@@ -49,9 +49,11 @@ from ..model import (
 from ..redact import redact_argv, redact_cmdline
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
+from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
 from .schema import (
     APPLICATION_ID,
+    open_session_key,
     DDL,
     FORMAT_NAME,
     BLOCK_S,
@@ -79,6 +81,9 @@ PAGE_SIZE = 4096
 # The session row's end time is rewritten this often (not every flush: one page less per
 # commit); readers compare it with the data to tell a truncated file.
 SESSION_END_EVERY_S = 5.0
+# The WAL is folded into the main file this often (a passive checkpoint after a commit), so the
+# main file alone, copied or left behind by a killed recorder, is never more than this behind.
+CHECKPOINT_EVERY_S = 5.0
 # Merging is spread out: after a long stall, at most this many minutes per table per flush.
 MAX_COMPACT_PER_FLUSH = 4
 
@@ -111,7 +116,11 @@ def sidecars(path: Path) -> tuple[Path, Path]:
 
 
 def looks_like_recording(path: Path) -> bool | None:
-    """True: a gputop recording; False: something else; None: empty (nothing written yet)."""
+    """True: a gputop recording; False: something else; None: empty (nothing written yet).
+
+    A recording killed before its first checkpoint by an older gputop has its marks only in the
+    ``-wal`` beside it: that counts too.
+    """
     try:
         with open(path, "rb") as f:
             head = f.read(100)
@@ -121,7 +130,10 @@ def looks_like_recording(path: Path) -> bool | None:
         return None
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         return False
-    return int.from_bytes(head[68:72], "big") == APPLICATION_ID
+    if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
+        return True
+    page1 = wal_page1_head(sidecars(path)[0])
+    return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
 
 
 def _create_exclusive(path: Path) -> None:
@@ -169,14 +181,26 @@ def _chmod_private(path: Path) -> None:
             pass
 
 
-def describe_sqlite_error(exc: BaseException) -> str:
+def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None) -> str:
+    """One line for a failed write. ``max_bytes``: the --max-size cap, when one was given (SQLite
+    reports a full disk and a reached page cap alike, so the cap is named only when there is one)."""
     code = getattr(exc, "sqlite_errorcode", None)
     msg = str(exc)
     if code == 13 or "full" in msg:  # SQLITE_FULL
-        return "disk full (or the --max-size limit reached)"
+        if max_bytes:
+            return f"disk full (or the --max-size limit of {_fmt_bytes(max_bytes)} reached)"
+        return "disk full"
     if code is not None and code & 0xFF == 10 or "I/O" in msg:  # SQLITE_IOERR
         return f"disk I/O error ({msg})"
     return msg
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
 
 
 def target_cmdline(pid: int | None) -> str:
@@ -216,6 +240,9 @@ class RecordWriter:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.gpus: set[int] = set()
+        self.max_bytes: int | None = None
+        self.checkpoint_every_s = CHECKPOINT_EVERY_S
+        self._checkpointed = time.monotonic()
 
     # ----------------------------------------------------------------- opening
 
@@ -241,11 +268,14 @@ class RecordWriter:
         try:
             conn = _connect(path)
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # The schema, the marks and the metadata are committed with a rollback journal,
+            # straight into the main file, before WAL is switched on: from its first page the
+            # file says what it is, even if the recorder is killed before its first checkpoint
+            # or only the main file is copied.
+            conn.execute("PRAGMA journal_mode=DELETE")
+            conn.execute("BEGIN")
             conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            conn.execute("BEGIN")
             for stmt in DDL.split(";"):
                 if stmt.strip():
                     conn.execute(stmt)
@@ -259,13 +289,15 @@ class RecordWriter:
                 ],
             )
             conn.execute("COMMIT")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
-            for p in (path, *sidecars(path)):  # not a half-made recording left behind
+            for p in (path, Path(f"{path}-journal"), *sidecars(path)):  # not a half-made recording left behind
                 try:
                     p.unlink()
                 except OSError:
                     pass
-            raise UserError(f"cannot create {path}: {describe_sqlite_error(exc)}") from None
+            raise UserError(f"cannot create {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         _chmod_private(path)
         w = cls(conn, path)
         w._set_max_bytes(max_bytes)
@@ -286,18 +318,19 @@ class RecordWriter:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
-            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc)}") from None
+            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         w = cls(conn, path)
         try:
             w._load_caches()
         except sqlite3.Error as exc:
             conn.close()
-            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc)}") from None
+            raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         _chmod_private(path)
         w._set_max_bytes(max_bytes)
         return w
 
     def _set_max_bytes(self, max_bytes: int | None) -> None:
+        self.max_bytes = max_bytes or None
         if max_bytes:
             page = self.conn.execute("PRAGMA page_size").fetchone()[0]
             self.conn.execute(f"PRAGMA max_page_count={max(1, int(max_bytes) // page)}")
@@ -328,6 +361,9 @@ class RecordWriter:
             (time.time(), meta.host, __version__, meta.mode, argv, meta.target_pid, cmd, meta.interval),
         )
         self.session_id = cur.lastrowid
+        # Removed by finish(): a session whose mark is still there was not closed cleanly.
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                          (open_session_key(self.session_id), repr(time.time())))
         return self.session_id  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- writing
@@ -345,6 +381,13 @@ class RecordWriter:
             except sqlite3.Error:
                 pass
             raise
+        if time.monotonic() - self._checkpointed >= self.checkpoint_every_s:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the main file, without waiting on readers (PASSIVE)."""
+        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._checkpointed = time.monotonic()
 
     def _write(self, samples: Iterable[object]) -> None:
         by: dict[type, list] = {}
@@ -563,6 +606,8 @@ class RecordWriter:
             self.conn.execute("BEGIN")
             self._write_overview(self._overview.take_all())
             self._write_ended()
+            if self.session_id is not None:
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (open_session_key(self.session_id),))
             if self.last_ts is not None:
                 # Everything is final now: merge up to and including the last minute.
                 self._compact(self.last_ts + BLOCK_S, limit=1_000_000)
@@ -663,7 +708,7 @@ class Recorder:
             writer.start_session(meta or SessionMeta(argv=tuple(sys.argv)))
         except sqlite3.Error as exc:
             writer.abort()
-            raise UserError(f"cannot write {path}: {describe_sqlite_error(exc)}") from None
+            raise UserError(f"cannot write {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         rec = cls(writer, notify=notify, flush_interval=flush_interval)
         if store is not None:
             seed: list[object] = []
@@ -794,7 +839,7 @@ class Recorder:
     def _fail(self, exc: BaseException) -> None:
         if not self._active or self.error is not None:
             return
-        reason = describe_sqlite_error(exc) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
+        reason = describe_sqlite_error(exc, self.writer.max_bytes) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
         upto = self.writer.last_ts
         when = time.strftime("%H:%M:%S", time.localtime(upto)) if upto else "the start"
         self.error = f"recording to {self.path} stopped: {reason}; the file keeps data up to {when}"
