@@ -151,3 +151,42 @@ def test_report_command_bad_inputs(tmp_path, capsys, make):
     assert main(["report", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gputop: error:") and len(err.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- charts with a 2 s poll
+
+
+def _chart_paths(page: str, title: str) -> list[str]:
+    """The ``d`` of every line in the SVG titled ``title``."""
+    m = re.search(rf'<svg[^>]*aria-label="{re.escape(title)}".*?</svg>', page, re.S)
+    assert m, title
+    return re.findall(r'<path d="([^"]*)"', m.group(0))
+
+
+def test_report_charts_of_a_short_recording_draw_lines():
+    """The bundled 45 s recording polled every 2 s: charts bucket by 1 s, so every other bucket
+    is empty; the lines must still be drawn, not left as lone moves."""
+    from pathlib import Path
+
+    rec = Path(__file__).parent / "fixtures" / "recordings" / "h100-checkpoint-stall.gputop"
+    with Reader(rec) as r:
+        page = render_html(collect(r))
+    for title in ("GPU memory", "GPU power", "host CPU"):
+        for d in _chart_paths(page, title):
+            moves, lines = d.count("M"), d.count("L")
+            assert lines >= 10 and moves <= 2, (title, d[:200])
+
+
+def test_chart_lines_bridge_poll_gaps_but_show_real_gaps():
+    from gputop.report.svg import line_chart
+
+    # Polls every 2 s in 1 s buckets, then 30 s with nothing, then polls again.
+    pts = [(float(t), (10.0 if t % 2 == 0 else None)) for t in range(0, 20)]
+    pts += [(float(t), None) for t in range(20, 50)]
+    pts += [(float(t), (20.0 if t % 2 == 0 else None)) for t in range(50, 70)]
+    svg = line_chart(0, 70, [("x", pts, "line")], max_gap=4.0)
+    (d,) = re.findall(r'<path d="([^"]*)"', svg)
+    assert d.count("M") == 2  # one break: the 30 s silence
+    assert d.count("L") == 18  # 9 joins on each side
+    lone = line_chart(0, 70, [("x", [(5.0, 1.0)], "line")], max_gap=4.0)
+    assert "h1.5" in re.findall(r'<path d="([^"]*)"', lone)[0]  # a single sample still shows

@@ -83,7 +83,8 @@ def render_html(s: Summary) -> str:
         idle = [(p.start, p.end, f"{p.cause} {hms(p.duration)}" + (f" — {p.detail}" if p.detail else ""))
                 for p in g.idle_periods]
         gmarks = [m for m, fs in zip(marks, s.findings) if fs.finding.gpu_index in (None, g.index)]
-        out.append(svg.util_chart(t0, t1, util, umin, idle, gmarks, title=f"GPU {g.index} utilisation"))
+        gap = s.chart_max_gap
+        out.append(svg.util_chart(t0, t1, util, umin, idle, gmarks, title=f"GPU {g.index} utilisation", max_gap=gap))
         out.append("<div class=\"small\">green: mean utilisation per interval; thin red line: its lowest "
                    "200 ms sample; red bands: the longest idle periods (hover for the cause); triangles: findings.</div>")
         if bd.total_s > 0:
@@ -111,10 +112,12 @@ def render_html(s: Summary) -> str:
             out.append("</table>")
         series = [("memory used", [(t, b.mem_max) for t, b in g.chart], "line")]
         out.append("<h3>Memory and power</h3>")
-        out.append(svg.line_chart(t0, t1, series, hi=g.memory_total or None, unit="B", title="GPU memory"))
+        out.append(svg.line_chart(t0, t1, series, hi=g.memory_total or None, unit="B", title="GPU memory",
+                                  max_gap=gap))
         power = [("power (W)", [(t, b.power) for t, b in g.chart], "line2")]
         if any(v is not None for _, v in power[0][1]):
-            out.append(svg.line_chart(t0, t1, power, hi=g.power_limit_w or None, unit="W", title="GPU power"))
+            out.append(svg.line_chart(t0, t1, power, hi=g.power_limit_w or None, unit="W", title="GPU power",
+                                      max_gap=gap))
     out.append("<h2>Host</h2>")
     out.append(f"<p>CPU mean {_pct(s.host_cpu_mean)} (max {_pct(s.host_cpu_max)})"
                + (f" of {s.host_cores} cores" if s.host_cores else "")
@@ -125,7 +128,7 @@ def render_html(s: Summary) -> str:
         s.start, s.end,
         [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
-        hi=100.0, unit="%", title="host CPU"))
+        hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
     out.append(f"<h2>Findings ({len(s.findings)})</h2>")
     if not s.findings:
         out.append("<p>None recorded.</p>")

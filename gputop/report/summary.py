@@ -141,10 +141,19 @@ class Summary:
     damage: str | None
     size_bytes: int
     attributed: bool  # stack samples of the target's main thread were recorded
+    chart_step: float = 1.0  # seconds per chart bucket
+    sample_interval: float | None = None  # the recorder's poll interval, when recorded
 
     @property
     def duration(self) -> float:
         return max(0.0, self.end - self.start)
+
+    @property
+    def chart_max_gap(self) -> float:
+        """Chart points at most this far apart are joined by a line: a poll interval longer than
+        a bucket leaves empty buckets between samples that are not missing data. A missed poll
+        is bridged too; a longer silence is drawn as a gap."""
+        return 2.0 * max(self.chart_step, self.sample_interval or 0.0)
 
 
 # --------------------------------------------------------------------------- accumulation
@@ -357,6 +366,7 @@ class RunAccumulator:
             host_cores=self.cores,
             host_chart=host_chart,
             attributed=self.attributed,
+            chart_step=self.step,
             start=self.start,
             end=self.end,
             **meta,

@@ -78,16 +78,30 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}"
 
 
-def _path(points: Sequence[tuple[float, float | None]], t0: float, t1: float, lo: float, hi: float, h: int) -> str:
-    """A polyline path; gaps (None) break it."""
+def _path(
+    points: Sequence[tuple[float, float | None]], t0: float, t1: float, lo: float, hi: float, h: int,
+    max_gap: float | None = None,
+) -> str:
+    """A polyline path. ``max_gap``: points at most this many seconds apart are joined even
+    across empty (None) buckets between them; further apart is a real gap and breaks the line.
+    Without it every None breaks the line. A point with no neighbour gets a short tick, so a
+    lone sample still shows."""
     d = []
-    pen = False
+    prev: float | None = None  # time of the last point drawn; None after a break
+    run = 0
     for t, v in points:
         if v is None:
-            pen = False
+            if max_gap is None:
+                prev = None
             continue
-        d.append(f"{'L' if pen else 'M'}{_x(t, t0, t1):.1f},{_y(v, lo, hi, h):.1f}")
-        pen = True
+        join = prev is not None and (max_gap is None or t - prev <= max_gap)
+        if not join and run == 1:
+            d.append("h1.5")
+        d.append(f"{'L' if join else 'M'}{_x(t, t0, t1):.1f},{_y(v, lo, hi, h):.1f}")
+        run = run + 1 if join else 1
+        prev = t
+    if run == 1:
+        d.append("h1.5")
     return " ".join(d)
 
 
@@ -105,6 +119,7 @@ def util_chart(
     marks: Sequence[tuple[float, str, str]] = (),
     h: int = 170,
     title: str = "GPU utilisation",
+    max_gap: float | None = None,
 ) -> str:
     """Mean utilisation (filled), its minimum (thin), idle periods as red bands with their
     cause on hover, findings as triangles on top with their title on hover."""
@@ -115,14 +130,14 @@ def util_chart(
         x0, x1 = _x(a, t0, t1), _x(b, t0, t1)
         parts.append(f'<rect x="{x0:.1f}" y="{PAD_T}" width="{max(1.0, x1 - x0):.1f}" height="{h - PAD_T - PAD_B}" '
                      f'fill="{COLORS["idle"]}" fill-opacity="0.18"><title>{esc(cause)}</title></rect>')
-    line = _path(util, t0, t1, 0, 100, h)
+    line = _path(util, t0, t1, 0, 100, h, max_gap)
     if line:
         base = h - PAD_B
         first = next((t for t, v in util if v is not None), t0)
         last = next((t for t, v in reversed(util) if v is not None), t1)
         parts.append(f'<path d="{line} L{_x(last, t0, t1):.1f},{base} L{_x(first, t0, t1):.1f},{base} Z" '
                      f'fill="{COLORS["busy"]}" fill-opacity="0.35" stroke="{COLORS["busy"]}" stroke-width="1"/>')
-    low = _path(util_min, t0, t1, 0, 100, h)
+    low = _path(util_min, t0, t1, 0, 100, h, max_gap)
     if low:
         parts.append(f'<path d="{low}" fill="none" stroke="{COLORS["idle"]}" stroke-width="0.7" stroke-opacity="0.6"/>')
     for t, sev, label in marks:
@@ -143,8 +158,9 @@ def line_chart(
     unit: str = "",
     h: int = 120,
     title: str = "",
+    max_gap: float | None = None,
 ) -> str:
-    """One or more lines: (label, points, colour key)."""
+    """One or more lines: (label, points, colour key); ``max_gap`` as for ``_path``."""
     vals = [v for _, pts, _ in series for _, v in pts if v is not None]
     if hi is None:
         hi = max(vals) * 1.1 if vals else 1.0
@@ -153,7 +169,7 @@ def line_chart(
     parts += _y_axis(lo, hi, h, unit)
     parts += _time_axis(t0, t1, h)
     for i, (label, pts, color) in enumerate(series):
-        d = _path(pts, t0, t1, lo, hi, h)
+        d = _path(pts, t0, t1, lo, hi, h, max_gap)
         if d:
             parts.append(f'<path d="{d}" fill="none" stroke="{COLORS.get(color, color)}" stroke-width="1.2">'
                          f'<title>{esc(label)}</title></path>')
