@@ -57,9 +57,9 @@ def format_info(d: dict) -> str:
             n /= 1024
         return "?"
 
-    dur = d["duration_s"] or 0.0
-    h, rem = divmod(int(dur), 3600)
-    m, s = divmod(rem, 60)
+    from ..record.span import backfill_note, fmt_length
+
+    note = backfill_note(d.get("backfill_s") or 0.0)
     lines = [
         f"file        {d['path']}",
         f"format      gputop recording, schema {d['schema_version']}, written by {d['created_by'] or '?'}",
@@ -73,7 +73,7 @@ def format_info(d: dict) -> str:
     else:
         lines.append(f"gpus        {len(d['gpu_indices'])} (no device details recorded)")
     lines += [
-        f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({h}:{m:02d}:{s:02d})",
+        f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({fmt_length(d['duration_s'] or 0.0)}{'; ' + note if note else ''})",
         f"size        {size(d['size_bytes'])}"
         + (f"  ({size(d['bytes_per_gpu_hour'])} per GPU-hour)" if d.get("bytes_per_gpu_hour") else ""),
     ]

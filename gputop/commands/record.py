@@ -252,6 +252,7 @@ def _fmt_size(n: int) -> str:
 
 def list_recordings(folder: Path) -> int:
     from ..record.reader import Reader, fmt_time
+    from ..record.span import fmt_length
     from ..record.writer import looks_like_recording
 
     if not folder.is_dir():
@@ -266,7 +267,7 @@ def list_recordings(folder: Path) -> int:
             gpus = ", ".join(sorted({g["name"] for g in d["gpus"]})) or "-"
             state = "" if d["state"] == "closed" else f" [{d['state']}]"
             rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
-                         _fmt_elapsed(d["duration_s"]), _fmt_size(d["size_bytes"]),
+                         fmt_length(d["duration_s"]), _fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except UserError as exc:
             rows.append((p.name, "?", "?", "?", "?", _fmt_size(p.stat().st_size), f"unreadable: {exc}"[:60]))

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..analysis.idle import NOMINAL_PERIOD_S, idle_intervals
 from ..errors import UserError
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
 from . import codec
 from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
+from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
     APPLICATION_ID,
@@ -44,10 +46,8 @@ from .schema import (
     unpack_ids,
 )
 
-# An overview bucket counts as an idle period on the timeline when at least this share of its
-# covered time was below analysis.idle.IDLE_UTIL_PCT: a mostly idle stretch, not the sub-second
-# gaps of a busy loop (those show in the utilisation shading instead).
-IDLE_BUCKET_FRACTION = 0.5
+# Idle periods are found an hour of samples at a time (a day-long file never sits in memory).
+IDLE_SCAN_CHUNK_S = 3600.0
 # A jump to "the next idle period" lands where the GPU went idle for at least this long, not
 # on one of the sub-second data stalls a busy loop is full of.
 MIN_IDLE_RUN_S = 2.0
@@ -100,6 +100,7 @@ class Reader:
         self._overview: list[OverviewRow] | None = None
         self._strings: dict[int, str] | None = None
         self._cache: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        self._idle_cache: dict[float, list[IdlePeriod]] = {}
         try:
             self.meta = dict(self._rows("SELECT key, value FROM meta"))
             self.sessions = [
@@ -312,29 +313,35 @@ class Reader:
         return last
 
     def _span(self) -> tuple[float, float]:
-        starts, ends = [], []
+        firsts, ends = [], []
         unreadable = []
+        backfill_first = None
         lead_end = None  # where the GPU (else host) series ends: what a damaged replay follows
         for name in SERIES:
             first, last, ok = self._series_span(name)
             if not ok:
                 unreadable.append(name)
             if first is not None:
-                starts.append(first)
+                # The utilisation buffer reaches back before the recorder started (see span.py).
+                if name == "util":
+                    backfill_first = first
+                else:
+                    firsts.append(first)
             if last is not None:
                 ends.append(last)
                 if lead_end is None and name in ("gpu", "host"):
                     lead_end = last
         for (v,) in self._rows("SELECT min(ts) FROM events"):
             if codec.fnum(v) is not None:
-                starts.append(v)
+                firsts.append(v)
         for (v,) in self._rows("SELECT max(ts) FROM events"):
             if codec.fnum(v) is not None:
                 ends.append(v)
-        start = min(starts) if starts else (self.sessions[0]["started"] if self.sessions else 0.0) or 0.0
-        end = max(ends) if ends else start
         if (self.damage or unreadable) and lead_end is not None:
-            end = lead_end
+            ends = [lead_end]
+        fallback = (self.sessions[0]["started"] if self.sessions else 0.0) or 0.0
+        self.span = recording_span(firsts, ends, backfill_first, fallback)
+        start, end = self.span.start, self.span.end
         recorded_end = max((s["ended"] or 0.0 for s in self.sessions), default=0.0)
         # The writer stores the session's end with the samples (at most SESSION_END_EVERY_S
         # behind them), so readable data ending well before it means pages are missing.
@@ -342,7 +349,7 @@ class Reader:
             lost = f", {recorded_end - end:.0f} s before the recorded end" if recorded_end > end else ""
             what = self.damage or f"{self.path} is damaged"
             self.damage = f"{what}: readable data ends at {fmt_time(end)}{lost}"
-        return float(start), float(max(start, end))
+        return start, end
 
     def first_poll_ts(self) -> float:
         """When the first GPU (else host) poll was taken: where a replay starts."""
@@ -689,24 +696,59 @@ class Reader:
             t = e
         return [r for r in b.take_all() if r.ts + r.span > t0]
 
-    def idle_periods(self, min_fraction: float = IDLE_BUCKET_FRACTION) -> list[IdlePeriod]:
-        """Stretches where some GPU was mostly idle, at overview resolution, merged."""
-        spans: dict[float, tuple[float, set[int]]] = {}
-        for r in self.overview():
-            f = r.low_fraction
-            if f is not None and f >= min_fraction:
-                end, gpus = spans.get(r.ts, (r.ts + r.span, set()))
-                gpus.add(r.gpu)
-                spans[r.ts] = (end, gpus)
-        out: list[IdlePeriod] = []
-        for start in sorted(spans):
-            end, gpus = spans[start]
-            if out and start <= out[-1].end + 1e-6:
-                last = out[-1]
-                out[-1] = IdlePeriod(last.start, max(last.end, end), tuple(sorted(set(last.gpus) | gpus)))
-            else:
-                out.append(IdlePeriod(start, end, tuple(sorted(gpus))))
+    def idle_periods(self, min_duration: float = MIN_IDLE_RUN_S) -> list[IdlePeriod]:
+        """Where some GPU went idle for at least ``min_duration``, within the span (cached).
+
+        The same runs the analysis finds (``analysis.idle.idle_intervals`` over the recorded
+        slices), so a jump lands on every stall the charts show; several GPUs idle at once make
+        one period. Only the stretches the overview says hold that much idle time are read.
+        """
+        cache = self._idle_cache.get(min_duration)
+        if cache is not None:
+            return cache
+        runs: list[tuple[float, float, int]] = []
+        for w0, w1 in self._idle_windows(min_duration):
+            t = w0
+            while t < w1:
+                e = min(w1, t + IDLE_SCAN_CHUNK_S)
+                for g, slices in self._slices(t, e).items():
+                    runs += [(iv.start, iv.end, g) for iv in idle_intervals(slices)]
+                t = e
+        out = merge_idle_runs(runs, min_duration)
+        self._idle_cache[min_duration] = out
         return out
+
+    def _idle_windows(self, min_duration: float) -> list[tuple[float, float]]:
+        """Stretches that can hold an idle run of ``min_duration``: a run that long puts at
+        least half of it into one overview bucket, so buckets with that much idle time, one
+        bucket either side, cover every such run whole."""
+        out: list[tuple[float, float]] = []
+        for r in self.overview():
+            if r.low_s >= min_duration / 2.0 - 1e-6:
+                a = max(self.start_ts, r.ts - r.span)
+                b = min(self.end_ts, r.ts + 2 * r.span)
+                if b <= a:
+                    continue
+                if out and a <= out[-1][1]:
+                    out[-1] = (out[-1][0], max(out[-1][1], b))
+                else:
+                    out.append((a, b))
+        return out
+
+    def _slices(self, t0: float, t1: float) -> dict[int, list]:
+        """Per-GPU utilisation slices in [t0, t1]: the 200 ms buffer, else the polls."""
+        from ..analysis.idle import poll_slices, util_slices
+
+        by_gpu: dict[int, list[UtilPoint]] = {}
+        for p in self.util_points(t0 - 2.0, t1):
+            by_gpu.setdefault(p.index, []).append(p)
+        slices = {g: util_slices(ps, t0, t1) for g, ps in by_gpu.items()}
+        polls: dict[int, list[GpuSample]] = {}
+        for smp in self.gpu_samples(t0 - 5.0, t1):
+            if smp.index not in slices:
+                polls.setdefault(smp.index, []).append(smp)
+        slices.update({g: poll_slices(ss, t0, t1) for g, ss in polls.items()})
+        return slices
 
     def finding_marks(self) -> list[FindingMark]:
         out = []
@@ -728,19 +770,8 @@ class Reader:
 
     def exact_idle_start(self, t0: float, t1: float, min_duration: float = MIN_IDLE_RUN_S) -> float | None:
         """Where the first idle run of at least ``min_duration`` in [t0, t1] starts (any GPU)."""
-        from ..analysis.idle import idle_intervals, poll_slices, util_slices
-
         best = None
-        by_gpu: dict[int, list[UtilPoint]] = {}
-        for p in self.util_points(t0 - 2.0, t1):
-            by_gpu.setdefault(p.index, []).append(p)
-        slices_by_gpu = {g: util_slices(ps, t0, t1) for g, ps in by_gpu.items()}
-        if not slices_by_gpu:
-            polls: dict[int, list[GpuSample]] = {}
-            for s in self.gpu_samples(t0 - 5.0, t1):
-                polls.setdefault(s.index, []).append(s)
-            slices_by_gpu = {g: poll_slices(ss, t0, t1) for g, ss in polls.items()}
-        for slices in slices_by_gpu.values():
+        for slices in self._slices(t0, t1).values():
             runs = idle_intervals(slices, min_duration=min_duration)
             if runs:
                 best = runs[0].start if best is None else min(best, runs[0].start)
@@ -770,6 +801,7 @@ class Reader:
             "start": self.start_ts,
             "end": self.end_ts,
             "duration_s": self.duration,
+            "backfill_s": round(self.span.backfill_s, 1),
             "sessions": len(self.sessions),
             "target_pid": last.get("target_pid"),
             "target_cmdline": last.get("target_cmdline"),
@@ -791,6 +823,30 @@ class Reader:
 
 # Every flags byte: (active, owns_gil, category), decoded once.
 _FLAGS = {fl: (bool(fl & FLAG_ACTIVE), bool(fl & FLAG_GIL), codec.category_of(fl)) for fl in range(256)}
+
+
+def merge_idle_runs(runs: Iterable[tuple[float, float, int]], min_duration: float) -> list[IdlePeriod]:
+    """(start, end, gpu) idle runs -> periods: a GPU's runs that touch (split by a chunk edge)
+    are joined, runs shorter than ``min_duration`` dropped, overlapping runs of several GPUs
+    made one period."""
+    joined: dict[int, list[list[float]]] = {}
+    for a, b, g in sorted(runs):
+        cur = joined.setdefault(g, [])
+        if cur and a <= cur[-1][1] + 1e-6:
+            cur[-1][1] = max(cur[-1][1], b)
+        else:
+            cur.append([a, b])
+    # Half a 200 ms sample of slack: ten samples measure 1.999 s, and they are a 2 s stall.
+    slack = NOMINAL_PERIOD_S / 2.0
+    flat = sorted((a, b, g) for g, ivs in joined.items() for a, b in ivs if b - a >= min_duration - slack)
+    out: list[IdlePeriod] = []
+    for a, b, g in flat:
+        if out and a <= out[-1].end + 1e-6:
+            last = out[-1]
+            out[-1] = IdlePeriod(last.start, max(last.end, b), tuple(sorted(set(last.gpus) | {g})))
+        else:
+            out.append(IdlePeriod(a, b, (g,)))
+    return out
 
 
 def _int_or_none(text: str) -> int | None:

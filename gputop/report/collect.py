@@ -57,5 +57,6 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         damage=reader.damage,
         size_bytes=reader.size_bytes(),
         gpu_infos={g.index: g for g in reader.gpu_infos()},
+        backfill_s=reader.span.backfill_s,
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )

@@ -10,6 +10,7 @@ from .. import __version__
 from ..advisor.format import breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..format import fmt_bytes
+from ..record.span import backfill_note
 from . import svg
 from .summary import MIN_IDLE_PERIOD_S, Summary
 from .text import clock, hms
@@ -56,6 +57,7 @@ def render_html(s: Summary) -> str:
         f"<div class=\"meta\">{len(s.gpus)}× {e(gpus)}"
         + (f" · driver {e(s.system.driver_version)}" if s.system and s.system.driver_version else "")
         + f" · {e(clock(s.start))} → {e(clock(s.end))} ({e(hms(s.duration))})"
+        + (f" · {e(backfill_note(s.backfill_s))}" if backfill_note(s.backfill_s) else "")
         + (" · <b>synthetic / fake data</b>" if s.source == "fake" else "")
         + "</div>",
     ]

@@ -143,6 +143,7 @@ class Summary:
     attributed: bool  # stack samples of the target's main thread were recorded
     chart_step: float = 1.0  # seconds per chart bucket
     sample_interval: float | None = None  # the recorder's poll interval, when recorded
+    backfill_s: float = 0.0  # GPU history in the file from before recording started (not in the span)
 
     @property
     def duration(self) -> float:

@@ -8,6 +8,7 @@ import time
 from ..advisor.format import BUCKET_CHAR, breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..format import fmt_bytes, sparkline
+from ..record.span import backfill_note, fmt_length
 from .summary import MIN_IDLE_PERIOD_S, Summary
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -18,10 +19,8 @@ def clock(ts: float) -> str:
 
 
 def hms(s: float) -> str:
-    s = max(0, int(round(s)))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}"
+    # The one way a length is written (info, report, record --list agree to the second).
+    return fmt_length(s)
 
 
 def pct(v: float | None, digits: int = 0) -> str:
@@ -46,7 +45,10 @@ def render_text(s: Summary, width: int = 100) -> str:
     fake = "  [synthetic/fake data]" if s.source == "fake" else ""
     drv = f"  driver {s.system.driver_version}" if s.system and s.system.driver_version else ""
     out.append(f"host {s.host}  {len(s.gpus)}× {gpus}{drv}{fake}")
+    note = backfill_note(s.backfill_s)
     out.append(f"{clock(s.start)} → {clock(s.end)}  ({hms(s.duration)})  file {fmt_bytes(s.size_bytes)}")
+    if note:
+        out.append(f"({note})")
     if s.target_pid or s.target_cmdline:
         out.append(f"target PID {s.target_pid or '?'}  {s.target_cmdline or ''}".rstrip())
     if s.damage:

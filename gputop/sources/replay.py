@@ -239,27 +239,13 @@ class ReplaySource:
         return self._marks
 
     def next_idle(self, after: float | None = None) -> float | None:
+        """Start of the next idle period (the reader's periods are the analysis's own runs)."""
         after = self.position if after is None else after
-        for p in self.idle_periods():
-            if p.end <= after + 1.0:
-                continue
-            exact = self.reader.exact_idle_start(max(p.start - 10.0, after + 0.5), p.end)
-            if exact is not None and exact > after + 0.5:
-                return exact
-            if p.start > after + 0.5:
-                return p.start
-        return None
+        return next((p.start for p in self.idle_periods() if p.start > after + 0.5), None)
 
     def prev_idle(self, before: float | None = None) -> float | None:
         before = self.position if before is None else before
-        for p in reversed(self.idle_periods()):
-            if p.start >= before - 1.0:
-                continue
-            exact = self.reader.exact_idle_start(p.start - 10.0, p.end)
-            t = exact if exact is not None else p.start
-            if t < before - 1.0:
-                return t
-        return None
+        return next((p.start for p in reversed(self.idle_periods()) if p.start < before - 1.0), None)
 
     def next_finding(self, after: float | None = None) -> float | None:
         after = self.position if after is None else after
