@@ -24,6 +24,8 @@ class Session:
     mode: str = "live"  # live | fake | replay
     stuck_after: float = 30.0
     recording: object | None = None  # the Recorder while one is attached
+    interval: float = 2.0  # seconds between samples (a replay: the recorded interval)
+    window: float = 60.0  # the advisor's window: its findings speak of the last N seconds
 
 
 def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple[Source | None, list[object]]:
@@ -50,12 +52,13 @@ def stacks_source(store: Store, pid: int, stuck_after: float, clock=time.time) -
 
 
 def build_session(
-    interval: float = 1.0,
+    interval: float = 2.0,
     fake: int | None = None,
     pid: int | None = None,
     stuck_after: float = 30.0,
     store: Store | None = None,
     clock=time.time,
+    window: float = 60.0,
 ) -> Session:
     """Sources for a live machine (or the fake one). Raises UserError for a bad ``pid``."""
     from .sources.host import HostSource
@@ -97,5 +100,6 @@ def build_session(
     pipeline = Pipeline(store, list(sources.values()), clock=clock)
     mode = "fake" if fake is not None else "live"
     return Session(
-        store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode, stuck_after=stuck_after
+        store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode, stuck_after=stuck_after,
+        interval=interval, window=window,
     )

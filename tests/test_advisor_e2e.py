@@ -29,10 +29,10 @@ def watch(scenario: str, seconds: float, stuck_after: float = 30.0):
     try:
         work.wait_ready(120)
         try:
-            session = build_session(pid=work.pid, stuck_after=stuck_after)
+            session = build_session(pid=work.pid, stuck_after=stuck_after, window=60.0)
         except UserError as exc:  # no ptrace permission here
             pytest.skip(f"cannot attach py-spy: {exc}")
-        advisor = add_advisor(session, window_s=60.0)
+        advisor = add_advisor(session)
         session.pipeline.start()
         time.sleep(seconds)
         session.pipeline.stop()
@@ -68,6 +68,6 @@ def test_stuck_job_is_diagnosed():
 
 @pytest.mark.timeout(90)
 def test_healthy_job_raises_no_warning():
-    findings, advisor = watch("healthy", 5.0)
+    findings, advisor = watch("healthy", 9.0)  # 4+ evaluations at the 2 s cadence
     assert blocking(findings) == [], [(f.id, f.evidence) for f in findings]
     assert advisor.evaluations >= 4

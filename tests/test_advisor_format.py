@@ -129,7 +129,8 @@ async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
     src = FakeGpuSource(gpus=2, clock=clock)
     session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), sources={"fake": src}, mode="fake")
     add_advisor(session)
-    for _ in range(5):
+    # No job attached: the advisor runs its system checks every UNATTACHED_EVERY_S (10 s).
+    for _ in range(12):
         clock.advance(1.0)
         session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)

@@ -263,18 +263,23 @@ class AdvisorSource:
         pass
 
 
-def add_advisor(
-    session, window_s: float = DEFAULT_WINDOW_S, interval: float = 1.0, unattached_every: float = 0.0
-) -> AdvisorSource:
-    """Put an advisor on a live or replayed session's pipeline (anything with ``store``,
-    ``pipeline``, ``target_pid`` and ``stuck_after``): the UI and ``gputop advise`` both use it."""
+def advisor_every(interval: float) -> float:
+    """Seconds between evaluations for a session sampled every ``interval`` seconds: at least
+    once a second's worth of new data, never faster than the samples arrive."""
+    return max(1.0, interval)
+
+
+def add_advisor(session) -> AdvisorSource:
+    """Put the advisor on a live or replayed session's pipeline. The UI, ``advise``, ``record``
+    and ``replay`` all call this with nothing but the session, so they run one advisor with the
+    same window, stuck threshold and cadence, and reach one verdict on the same data."""
     src = AdvisorSource(
         session.store,
-        interval=interval,
-        window_s=window_s,
-        stuck_after_s=float(getattr(session, "stuck_after", 30.0) or 30.0),
-        target_pid=lambda: getattr(session, "target_pid", None),
-        unattached_every=unattached_every,
+        interval=advisor_every(session.interval),
+        window_s=session.window,
+        stuck_after_s=session.stuck_after,
+        target_pid=lambda: session.target_pid,
+        unattached_every=UNATTACHED_EVERY_S,
     )
     session.pipeline.add_source(src)
     return src

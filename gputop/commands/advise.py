@@ -46,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from ..advisor.format import breakdown_table, findings_text, report_dict
     from ..live import build_session
 
-    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after)
-    advisor = add_advisor(session, window_s=args.window)
+    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
+                            window=args.window)
+    advisor = add_advisor(session)
     start = time.time()
     interrupted = False
     ended = None

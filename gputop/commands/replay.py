@@ -64,7 +64,7 @@ def build_replay_session(path, speed: float = 1.0, start: str | None = None, pau
         source.attach(pipeline.publish)
         last = reader.sessions[-1] if reader.sessions else {}
         session = Session(store=store, pipeline=pipeline, sources={"replay": source},
-                          target_pid=last.get("target_pid"), mode="replay")
+                          target_pid=last.get("target_pid"), mode="replay", interval=last.get("interval") or 2.0)
     except BaseException:
         reader.close()
         raise

@@ -543,19 +543,11 @@ class GputopApp(ReplayControls, App[int]):
 
 def run_session(session: Session, args: argparse.Namespace) -> int:
     """Run the UI over an assembled session (live, fake or replay) until the user quits."""
-    interval = getattr(args, "interval", None)
-    if interval is None:
-        # A replay shows the interval the session was recorded at.
-        reader = getattr(session.sources.get("replay"), "reader", None)
-        recorded = reader.sessions[-1].get("interval") if reader is not None and reader.sessions else None
-        interval = recorded or 1.0
     if "advisor" not in session.sources:
-        from ..advisor.engine import UNATTACHED_EVERY_S, add_advisor
+        from ..advisor.engine import add_advisor
 
-        session.sources["advisor"] = add_advisor(
-            session, interval=max(1.0, interval), unattached_every=UNATTACHED_EVERY_S
-        )
-    app = GputopApp(session, interval=interval)
+        session.sources["advisor"] = add_advisor(session)
+    app = GputopApp(session, interval=session.interval)
     session.pipeline.start()
     try:
         app.run()
