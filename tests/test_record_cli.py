@@ -195,3 +195,22 @@ def test_parse_size():
     for bad in ("lots", "10K"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_size(bad)
+
+
+def test_record_status_names_the_target_and_calls_its_own_pid_the_recorder(tmp_path, capsys):
+    from gputop.commands.record import _Status
+
+    class Rec:
+        samples, dropped = 10, 0
+        writer = type("Writer", (), {"gpus": set()})()
+
+        def bytes_on_disk(self):
+            return 4096
+
+    st = _Status(tmp_path / "x.gputop", Rec(), 60.0, target=31337)
+    st.tty = False
+    assert "PID 31337" in st.line(5.0)
+    assert str(os.getpid()) not in st.line(5.0)
+    st.start_line()
+    err = capsys.readouterr().err
+    assert "attached to PID 31337" in err and f"recorder (PID {os.getpid()})" in err

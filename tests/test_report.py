@@ -190,3 +190,23 @@ def test_chart_lines_bridge_poll_gaps_but_show_real_gaps():
     assert d.count("L") == 18  # 9 joins on each side
     lone = line_chart(0, 70, [("x", [(5.0, 1.0)], "line")], max_gap=4.0)
     assert "h1.5" in re.findall(r'<path d="([^"]*)"', lone)[0]  # a single sample still shows
+
+
+def test_a_cpu_only_run_says_so_and_costs_the_job_time_not_gpu_seconds(tmp_path):
+    from gputop.model import HostSample
+
+    p = tmp_path / "cpu.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="live", host="vm"))
+    w.flush([HostSample(ts=T0 + k, cpu_percent=50.0) for k in range(10)])
+    w.flush([Finding(id="data-starved", title="The job waits for data", severity=Severity.WARNING,
+                     confidence=0.9, evidence=("97 % of samples wait in next()",), action="num_workers=8",
+                     gpu_index=None, cost_s=27.0, ts=T0 + 9)])
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    text, page = render_text(s), render_html(s)
+    for out in (text, page):
+        assert "0×" not in out and "no GPU data" not in out and "GPU-s" not in out
+        assert "no GPU (CPU only)" in out
+        assert "up to 27 s of the job" in out

@@ -112,11 +112,11 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     why: list[str] = []
     restore = _install_signals(stop, why)
-    status = _Status(path, recorder, args.duration)
+    status = _Status(path, recorder, args.duration, target=args.pid)
     started = time.monotonic()
     exited_at: float | None = None
     session.pipeline.start()
-    status.start_line(args.pid)
+    status.start_line()
     try:
         while not stop.wait(STATUS_EVERY_S):
             elapsed = time.monotonic() - started
@@ -192,26 +192,28 @@ def _install_signals(stop: threading.Event, why: list[str]):
 class _Status:
     """The one status line: rewritten in place on a terminal, start and end lines otherwise."""
 
-    def __init__(self, path: Path, recorder, duration: float | None) -> None:
+    def __init__(self, path: Path, recorder, duration: float | None, target: int | None = None) -> None:
         self.path = path
         self.recorder = recorder
         self.duration = duration
+        self.target = target
         self.tty = sys.stderr.isatty()
 
-    def start_line(self, pid: int | None) -> None:
+    def start_line(self) -> None:
         until = f" for {_fmt_elapsed(self.duration)}" if self.duration else ""
-        target = f", attached to PID {pid}" if pid else ""
-        how = "Ctrl-C" if self.tty else "SIGINT/SIGTERM"
+        target = f", attached to PID {self.target}" if self.target else ""
         if not self.tty:
-            print(f"gputop: recording to {self.path}{until}{target} (pid {os.getpid()}); stop with {how}",
-                  file=sys.stderr, flush=True)
+            # The recorder's own PID is said as such: it is the one to signal, the target is not.
+            print(f"gputop: recording to {self.path}{until}{target}; stop with SIGINT or SIGTERM to the "
+                  f"recorder (PID {os.getpid()})", file=sys.stderr, flush=True)
 
     def line(self, elapsed: float, store=None) -> str:
         gpus = len(store.gpu_indices()) if store is not None else len(self.recorder.writer.gpus)
         size = _fmt_size(self.recorder.bytes_on_disk())
         left = f" of {_fmt_elapsed(self.duration)}" if self.duration else ""
         dropped = f", {self.recorder.dropped:,} dropped" if self.recorder.dropped else ""
-        return (f"● recording {self.path}  {_fmt_elapsed(elapsed)}{left}  {gpus} GPU{'s' if gpus != 1 else ''}  "
+        target = f"  target PID {self.target}" if self.target else ""
+        return (f"● recording {self.path}{target}  {_fmt_elapsed(elapsed)}{left}  {gpus} GPU{'s' if gpus != 1 else ''}  "
                 f"{self.recorder.samples:,} samples  {size}{dropped}")
 
     def update(self, elapsed: float, store) -> None:

@@ -12,7 +12,7 @@ from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..format import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
-from .summary import MIN_IDLE_PERIOD_S, Summary
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
 from .text import clock, hms
 
 BUCKET_COLORS = {
@@ -48,13 +48,12 @@ code { background: #f5f5f5; padding: 1px 4px; border-radius: 3px; }
 
 def render_html(s: Summary) -> str:
     e = svg.esc
-    gpus = ", ".join(sorted({g.name for g in s.gpus})) or "no GPU data"
     out: list[str] = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>gputop report: {e(s.host)} {e(clock(s.start))}</title><style>{CSS}</style></head><body>",
         f"<h1>GPU run report: {e(s.host)}</h1>",
-        f"<div class=\"meta\">{len(s.gpus)}× {e(gpus)}"
+        f"<div class=\"meta\">{e(gpus_text(s))}"
         + (f" · driver {e(s.system.driver_version)}" if s.system and s.system.driver_version else "")
         + f" · {e(clock(s.start))} → {e(clock(s.end))} ({e(hms(s.duration))})"
         + (f" · {e(backfill_note(s.backfill_s))}" if backfill_note(s.backfill_s) else "")
@@ -141,7 +140,7 @@ def render_html(s: Summary) -> str:
         out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
                    f"<div class=\"small\">first {e(clock(fs.first_seen))}, last {e(clock(fs.last_seen))}{e(gpu)}"
                    f" · confidence {100 * f.confidence:.0f}%"
-                   + (f" · up to {fs.max_cost_s:.0f} GPU-s per window" if fs.max_cost_s else "") + "</div>")
+                   + (f" · {e(cost_text(fs, s))}" if fs.max_cost_s else "") + "</div>")
         if f.evidence:
             out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in f.evidence) + "</ul>")
         if f.action:

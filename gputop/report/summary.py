@@ -374,6 +374,23 @@ class RunAccumulator:
         )
 
 
+def gpus_text(s: Summary) -> str:
+    """'2× NVIDIA H100' or, for a run without GPUs, what the job ran on."""
+    if not s.gpus:
+        return "no GPU (CPU only)"
+    return f"{len(s.gpus)}× " + ", ".join(sorted({g.name for g in s.gpus}))
+
+
+def cost_text(fs: FindingSummary, s: Summary) -> str:
+    """A finding's cost: GPU-seconds when it is about a GPU; on a CPU-only run, seconds of the
+    job's own time (there are no GPU-seconds to lose)."""
+    if not fs.max_cost_s:
+        return ""
+    if fs.finding.gpu_index is not None and s.gpus:
+        return f"up to {fs.max_cost_s:.0f} GPU-s per window"
+    return f"up to {fs.max_cost_s:.0f} s of the job's time per window"
+
+
 def summarise_findings(rows: Iterable[tuple[Finding, float]]) -> list[FindingSummary]:
     """Recorded finding rows (finding, last seen) grouped by (id, GPU), worst first."""
     groups: dict[tuple[str, int | None], FindingSummary] = {}

@@ -9,7 +9,7 @@ from ..advisor.format import BUCKET_CHAR, breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..format import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
-from .summary import MIN_IDLE_PERIOD_S, Summary
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -40,11 +40,10 @@ def _resample(values: list[float | None], width: int) -> list[float | None]:
 def render_text(s: Summary, width: int = 100) -> str:
     width = max(60, width)
     out: list[str] = []
-    gpus = ", ".join(sorted({g.name for g in s.gpus})) or "no GPU data"
     out.append(f"gputop report: {s.path}")
     fake = "  [synthetic/fake data]" if s.source == "fake" else ""
     drv = f"  driver {s.system.driver_version}" if s.system and s.system.driver_version else ""
-    out.append(f"host {s.host}  {len(s.gpus)}× {gpus}{drv}{fake}")
+    out.append(f"host {s.host}  {gpus_text(s)}{drv}{fake}")
     note = backfill_note(s.backfill_s)
     out.append(f"{clock(s.start)} → {clock(s.end)}  ({hms(s.duration)})  file {fmt_bytes(s.size_bytes)}")
     if note:
@@ -110,7 +109,7 @@ def render_text(s: Summary, width: int = 100) -> str:
             gpu = f" GPU {f.gpu_index}" if f.gpu_index is not None else ""
             out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
             out.append(f"      first {clock(fs.first_seen)}, last {clock(fs.last_seen)}"
-                       + (f", up to {fs.max_cost_s:.0f} GPU-s per window" if fs.max_cost_s else "")
+                       + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
                        + f", confidence {100 * f.confidence:.0f}%")
             for e in f.evidence:
                 out.extend(wrap.wrap(f"· {e}"))
