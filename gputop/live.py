@@ -10,6 +10,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from .errors import UserError
 from .model import Event, SystemInfo
 from .pipeline import Pipeline, Source
 from .store import Store
@@ -26,6 +27,14 @@ class Session:
     recording: object | None = None  # the Recorder while one is attached
     interval: float = 2.0  # seconds between samples (a replay: the recorded interval)
     window: float = 60.0  # the advisor's window: its findings speak of the last N seconds
+    attach_error: str | None = None  # why the target's stacks cannot be sampled
+
+    def require_stacks(self) -> None:
+        """For headless commands whose one question is the target's stacks: raise UserError
+        with the reason when they cannot be had (the live UI goes on without them)."""
+        if self.attach_error is not None:
+            self.pipeline.stop()
+            raise UserError(f"{self.attach_error}; without --pid gputop watches the GPUs and the host only")
 
 
 def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple[Source | None, list[object]]:
@@ -76,7 +85,7 @@ def build_session(
             # (not Python, no permission, py-spy broken) GPU and host monitoring still work.
             if exc.kind == "gone":
                 raise
-            attach_note = Event(clock(), "stacks", f"cannot sample stacks of {pid}: {exc}", "error")
+            attach_note = Event(clock(), "stacks", f"cannot sample stacks of PID {pid}: {exc}", "error")
     gpu, notes = open_gpu_source(interval, fake, clock)
     if gpu is not None:
         sources[gpu.name] = gpu
@@ -101,5 +110,5 @@ def build_session(
     mode = "fake" if fake is not None else "live"
     return Session(
         store=store, pipeline=pipeline, sources=sources, target_pid=pid, mode=mode, stuck_after=stuck_after,
-        interval=interval, window=window,
+        interval=interval, window=window, attach_error=attach_note.message if attach_note is not None else None,
     )

@@ -213,6 +213,11 @@ def pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -
     if view.verdict.stuck:
         out.append(())
         out.extend(stuck_lines(view.verdict, view.pid))
+    if view.fault is not None and view.fault.level == "error" and not view.samples and not view.threads:
+        # Nothing was ever sampled and the reason is above: the empty sections would only read
+        # as "still waiting".
+        out.append(line(("No stacks: the reason is on the line above. GPU and host monitoring go on.", "dim")))
+        return out
     out.append(())
     out.append(line((f"Main thread, last {fmt_duration(view.span_s)} ", "head"), (f"({view.samples} samples)", "dim")))
     out.extend(category_bar(view.shares, width - 2))

@@ -74,6 +74,22 @@ class Ring(Generic[T]):
             self._buf[self._start] = item
             self._start = (self._start + 1) % self._cap
 
+    def insert(self, item: T) -> None:
+        """Add ``item`` at its place in time. For series that several sources feed (events): their
+        threads race, so an item a few ms older than the newest is late, not wrong, and dropping it
+        would lose a message the user must see (why an attach failed)."""
+        if not self._len or item.ts >= self[-1].ts:  # type: ignore[attr-defined]
+            self.append(item)
+            return
+        pos = bisect.bisect_right(self, item.ts, key=lambda s: s.ts)  # type: ignore[arg-type]
+        if pos == 0 and self._len == self._cap:
+            return  # older than everything a full ring keeps
+        items = list(self)
+        items.insert(pos, item)
+        items = items[-self._cap:]
+        self._buf = items + [None] * (self._cap - len(items))
+        self._start, self._len = 0, len(items)
+
     def latest(self) -> T | None:
         return self[-1] if self._len else None
 
@@ -157,7 +173,7 @@ class Store:
                 elif isinstance(s, StackSample):
                     self._stacks.append(s)
                 elif isinstance(s, Event):
-                    self._events.append(s)
+                    self._events.insert(s)
                 elif isinstance(s, GpuInfo):
                     self.gpu_info[s.index] = s
                 elif isinstance(s, SystemInfo):

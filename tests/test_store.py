@@ -135,3 +135,27 @@ def test_reset_forgets_samples_but_versions_keep_counting():
     assert store.analysis_version == av
     store.set_findings([])
     assert store.analysis_version == av + 1
+
+
+def test_a_late_event_is_kept_in_time_order():
+    # Events come from every source's thread: one stamped a few ms before the newest (an attach
+    # failure noted while NVML was being opened) must not be dropped.
+    store = Store()
+    store.add([Event(10.0, "nvml", "NVML unavailable", "warning")])
+    store.add([Event(9.99, "stacks", "cannot sample stacks of 42: not Python", "error")])
+    store.add([Event(11.0, "host", "later", "info")])
+    assert [e.source for e in store.events()] == ["stacks", "nvml", "host"]
+
+
+def test_ring_insert_keeps_order_and_capacity():
+    from gputop.store import Ring
+
+    r = Ring(3)
+    for ts in (1.0, 3.0, 5.0):
+        r.insert(Event(ts, "s", str(ts)))
+    r.insert(Event(4.0, "s", "late"))  # full: the oldest goes
+    assert [e.ts for e in r] == [3.0, 4.0, 5.0]
+    r.insert(Event(0.5, "s", "too old"))  # older than all a full ring keeps
+    assert [e.ts for e in r] == [3.0, 4.0, 5.0]
+    r.append(Event(6.0, "s", "in order"))
+    assert [e.ts for e in r] == [4.0, 5.0, 6.0] and r.latest().ts == 6.0

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
                             window=args.window)
+    session.require_stacks()
     advisor = add_advisor(session)
     start = time.time()
     interrupted = False

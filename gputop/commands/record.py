@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.output)
     _check_output(path, args.force, args.append)
     session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after)
+    session.require_stacks()
     try:
         recorder = Recorder.attach(session, path, force=args.force, append=args.append, interval=args.interval,
                                    max_bytes=args.max_size)

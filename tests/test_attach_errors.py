@@ -1,0 +1,78 @@
+"""Why an attach failed is never hidden: the UI shows it where the stacks would be, and the
+headless commands whose one question is the target's stacks say it and exit non-zero."""
+
+import subprocess
+import sys
+
+import pytest
+
+from gputop.live import build_session
+
+PY = sys.executable
+
+
+@pytest.fixture
+def sleeper():
+    """A process that is not Python: py-spy cannot read its stacks."""
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def gputop(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "gputop", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_advise_on_a_process_it_cannot_sample_says_why_and_fails(sleeper):
+    # No --fake: on a machine without a GPU the NVML note is stored just after the attach note.
+    proc = gputop("advise", "--pid", str(sleeper.pid), "--duration", "3", "--json")
+    one_line_error(proc, str(sleeper.pid), "not a Python process")
+    assert proc.stdout == ""  # no report that reads as "No findings"
+
+
+def test_record_of_a_process_it_cannot_sample_says_why_and_writes_nothing(sleeper, tmp_path):
+    out = tmp_path / "run.gputop"
+    proc = gputop("record", "--pid", str(sleeper.pid), "-o", str(out), "--duration", "3s")
+    one_line_error(proc, str(sleeper.pid), "not a Python process")
+    assert "attached" not in proc.stdout
+    assert not out.exists()
+
+
+def test_the_session_keeps_the_reason_and_the_event(sleeper):
+    session = build_session(pid=sleeper.pid)
+    try:
+        assert session.attach_error and "not a Python process" in session.attach_error
+        stacks_events = [e for e in session.store.events() if e.source == "stacks"]
+        assert stacks_events and stacks_events[-1].level == "error"
+    finally:
+        session.pipeline.stop()
+
+
+async def test_the_stacks_tab_shows_why_there_are_no_stacks(sleeper):
+    from gputop.ui.app import GputopApp
+
+    session = build_session(pid=sleeper.pid)
+    session.pipeline.poll_once()
+    app = GputopApp(session, refresh=60)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("3")
+            await pilot.pause()
+            pane = app.query_one("#stacks-pane")
+            pane.update_view(session.store, session.target_pid)
+            text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
+            assert f"PID {sleeper.pid} is not a Python process" in " ".join(text.split())
+            assert "no samples yet" not in text
+    finally:
+        session.pipeline.stop()
