@@ -91,6 +91,7 @@ class Reader:
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._lock = threading.RLock()
         self.damage: str | None = None
+        self.lost_tables: list[str] = []  # tables a cut copy lost whole
         self.bad_rows = 0
         self.conn = self._open()
         self._threads: dict[int, tuple[int, int, str, bool, int | None]] = {}
@@ -189,10 +190,13 @@ class Reader:
         wal = Path(f"{p}-wal")
         if wal.exists():
             shutil.copyfile(wal, Path(f"{copy}-wal"))
+        lost = _salvage(copy, page, declared, actual)
         conn, app_id, version = _connect_ro(copy)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         cut = f" ({actual:,} of {declared:,} bytes)" if declared > actual else ""
-        self.damage = f"{p} is truncated or damaged{cut}"
+        gone = f"; lost with the cut: {', '.join(lost)}" if lost else ""
+        self.damage = f"{p} is truncated or damaged{cut}{gone}"
+        self.lost_tables = lost
         return conn, app_id, version
 
     def close(self) -> None:
@@ -823,6 +827,49 @@ class Reader:
 
 # Every flags byte: (active, owns_gil, category), decoded once.
 _FLAGS = {fl: (bool(fl & FLAG_ACTIVE), bool(fl & FLAG_GIL), codec.category_of(fl)) for fl in range(256)}
+
+
+def _salvage(copy: Path, page: int, declared: int, actual: int) -> list[str]:
+    """Make a private copy of a cut file readable table by table; returns the tables lost.
+
+    SQLite refuses a whole schema that names a page past the end of the file. The copy is padded
+    back to its declared size; every table or index whose first (root) page was cut off gets an
+    empty page of its kind there, so it reads as empty instead of failing the file, while pages
+    that survived read as before (a cut inside a table stops that table's reads at the cut,
+    which ``_rows`` handles). Indexes only speed queries up and may have lost pages their table
+    kept: they are dropped, so queries scan the rows that are really there.
+    """
+    present = actual // page  # pages 1..present are whole
+    with open(copy, "r+b") as f:
+        f.truncate(max(declared, actual))
+    c = sqlite3.connect(str(copy), isolation_level=None)
+    try:
+        objects = c.execute("SELECT type, name, rootpage, sql FROM sqlite_master WHERE rootpage > 0").fetchall()
+    finally:
+        c.close()
+    lost = []
+    with open(copy, "r+b") as f:
+        for kind, name, root, _sql in objects:
+            if not isinstance(root, int) or root <= present:
+                continue
+            empty = bytearray(page)
+            empty[0] = 0x0D if kind == "table" else 0x0A  # leaf page of a table / of an index
+            empty[5:7] = (page % 65536).to_bytes(2, "big")  # cell content starts at the end: none
+            f.seek((root - 1) * page)
+            f.write(empty)
+            if kind == "table":
+                lost.append(str(name))
+    c = sqlite3.connect(str(copy), isolation_level=None)
+    try:
+        for kind, name, _root, sql in objects:
+            if kind == "index" and sql:
+                try:
+                    c.execute(f'DROP INDEX IF EXISTS "{name}"')
+                except sqlite3.DatabaseError:
+                    pass
+    finally:
+        c.close()
+    return lost
 
 
 def merge_idle_runs(runs: Iterable[tuple[float, float, int]], min_duration: float) -> list[IdlePeriod]:
