@@ -28,6 +28,9 @@ class Session:
     interval: float = 2.0  # seconds between samples (a replay: the recorded interval)
     window: float = 60.0  # the advisor's window: its findings speak of the last N seconds
     attach_error: str | None = None  # why the target's stacks cannot be sampled
+    # With no job attached only the slow system checks can fire: the interactive UI then runs the
+    # advisor this often (seconds) to stay cheap; headless commands, there for the verdict, at once.
+    advisor_idle_every: float = 0.0
 
     def require_stacks(self) -> None:
         """For headless commands whose one question is the target's stacks: raise UserError

@@ -178,6 +178,7 @@ def test_add_advisor_puts_it_on_a_session_pipeline():
         stuck_after = 7.0
         window = 30.0
         interval = 2.0
+        advisor_idle_every = 0.0
 
     src = add_advisor(Session)
     assert src in Session.pipeline.sources

@@ -272,14 +272,15 @@ def advisor_every(interval: float) -> float:
 def add_advisor(session) -> AdvisorSource:
     """Put the advisor on a live or replayed session's pipeline. The UI, ``advise``, ``record``
     and ``replay`` all call this with nothing but the session, so they run one advisor with the
-    same window, stuck threshold and cadence, and reach one verdict on the same data."""
+    same window, stuck threshold and cadence, and reach one verdict on the same data (the
+    hysteresis counts evaluations, so how often it runs changes how soon, never what)."""
     src = AdvisorSource(
         session.store,
         interval=advisor_every(session.interval),
         window_s=session.window,
         stuck_after_s=session.stuck_after,
         target_pid=lambda: session.target_pid,
-        unattached_every=UNATTACHED_EVERY_S,
+        unattached_every=session.advisor_idle_every,
     )
     session.pipeline.add_source(src)
     return src

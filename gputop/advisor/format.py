@@ -74,22 +74,32 @@ def breakdown_table(bds: Sequence[Breakdown]) -> str:
     return "\n".join(lines)
 
 
+def cost_text(f: Finding) -> str:
+    """What the cause cost: GPU-seconds when it is about a GPU; for a job with no GPU (the
+    training thread stands in for the device) seconds of the job's own time."""
+    if f.gpu_index is not None and f.gpu_index >= 0:
+        return f"cost {f.cost_s:.1f} GPU-s"
+    return f"cost {f.cost_s:.1f} s of the job's time"
+
+
 def finding_lines(f: Finding, rank: int | None = None, width: int = 100, since: float | None = None) -> list[str]:
     """A finding as text: title line, then evidence, action and expected gain, wrapped."""
     head = f"{rank}. " if rank is not None else ""
     meta = f"[{f.severity.value}, confidence {f.confidence:.0%}"
     if f.cost_s > 0:
-        meta += f", cost {f.cost_s:.1f} GPU-s"
+        meta += f", {cost_text(f)}"
     if since is not None and f.first_seen:
         meta += f", since +{f.first_seen - since:.0f} s"
     meta += "]"
     out = [f"{SEVERITY_MARK.get(f.severity, '  ')}{head}{f.title}  {meta}"]
     ind = " " * (len(head) + 4)
     for e in f.evidence:
-        out.extend(textwrap.wrap(e, width, initial_indent=ind + "- ", subsequent_indent=ind + "  "))
-    out.extend(textwrap.wrap(f.action, width, initial_indent=ind + "do: ", subsequent_indent=ind + "    "))
+        out.extend(textwrap.wrap(e, width, initial_indent=ind + "- ", subsequent_indent=ind + "  ", break_on_hyphens=False))
+    out.extend(textwrap.wrap(f.action, width, initial_indent=ind + "do: ", subsequent_indent=ind + "    ",
+                             break_on_hyphens=False))
     if f.expected_gain:
-        out.extend(textwrap.wrap(f.expected_gain, width, initial_indent=ind + "gain: ", subsequent_indent=ind + "      "))
+        out.extend(textwrap.wrap(f.expected_gain, width, initial_indent=ind + "gain: ", subsequent_indent=ind + "      ",
+                                 break_on_hyphens=False))
     return out
 
 
@@ -170,13 +180,39 @@ def breakdown_lines(bd: Breakdown, width: int) -> list[Line]:
         ("" if bd.attributed else "  idle not attributed (no stacks)", "dim"),
     )
     bar: Line = tuple((BUCKET_CHAR[b] * n, f"bucket.{b.value}") for b, n in bar_segments(bd, bar_w))
-    legend: list[Segment] = []
+    # The legend flows onto as many lines as the width needs, one bucket never split.
+    legends: list[list[Segment]] = [[]]
+    used = 0
     for b, _, p in breakdown_rows(bd):
-        legend.append((f"{BUCKET_CHAR[b]} ", f"bucket.{b.value}"))
-        legend.append((f"{BUCKET_LABELS[b]} ", ""))
-        legend.append((f"{p} %", "num"))
-        legend.append(("   ", ""))
-    return [head, bar, tuple(legend)]
+        item = [(f"{BUCKET_CHAR[b]} ", f"bucket.{b.value}"), (f"{BUCKET_LABELS[b]} ", ""), (f"{p} %", "num")]
+        n = sum(len(t) for t, _ in item)
+        if legends[-1] and used + 3 + n > width:
+            legends.append([])
+            used = 0
+        if legends[-1]:
+            legends[-1].append(("   ", ""))
+            used += 3
+        legends[-1].extend(item)
+        used += n
+    return [head, bar, *(tuple(seg) for seg in legends)]
+
+
+def _wrapped(text: str, width: int, label: str, label_style: str, style: str) -> list[Line]:
+    """``text`` under ``label``, every line (label or indent included) at most ``width`` cells.
+    Lines break at spaces only, never inside a token such as ``k,`` or ``--shm-size``, so code
+    reads as it must be typed; a single token wider than the pane is the one thing split."""
+    indent = " " * len(label)
+    chunks = textwrap.wrap(text, max(10, width - len(label)), break_on_hyphens=False) or [""]
+    return [((label, label_style) if j == 0 else (indent, ""), (chunk, style)) for j, chunk in enumerate(chunks)]
+
+
+def _plain(ln: Line) -> str:
+    return "".join(t for t, _ in ln)
+
+
+def finding_starts(lines: Sequence[Line]) -> list[int]:
+    """Row of each finding's title line in ``pane_lines``' output, in rank order."""
+    return [i for i, ln in enumerate(lines) if ln and ln[0][1].startswith("sev.")]
 
 
 def pane_lines(
@@ -196,19 +232,21 @@ def pane_lines(
             msg += " Attach to the training process (--pid) to see why a GPU waits."
         out.append(((msg, "dim"),))
         return out
-    wrap = max(30, width - 8)
     for i, f in enumerate(findings, 1):
-        meta = f"  {f.severity.value} · confidence {f.confidence:.0%}"
+        meta = f"{f.severity.value} · confidence {f.confidence:.0%}"
         if f.cost_s > 0:
-            meta += f" · cost {f.cost_s:.1f} GPU-s"
-        out.append(((f"{SEVERITY_MARK.get(f.severity, '  ')}{i}. ", f"sev.{f.severity.value}"), (f.title, "title"), (meta, "dim")))
+            meta += f" · {cost_text(f)}"
+        head = f"{SEVERITY_MARK.get(f.severity, '  ')}{i}. "
+        title = _wrapped(f.title, width, head, f"sev.{f.severity.value}", "title")
+        if len(_plain(title[-1])) + 2 + len(meta) <= width:
+            title[-1] = (*title[-1], ("  " + meta, "dim"))
+        else:  # the numbers go under the title rather than off the edge
+            title += _wrapped(meta, width, " " * len(head), "", "dim")
+        out.extend(title)
         for e in f.evidence:
-            for j, chunk in enumerate(textwrap.wrap(e, wrap)):
-                out.append((("     - " if j == 0 else "       ", "dim"), (chunk, "")))
-        for j, chunk in enumerate(textwrap.wrap(f.action, wrap)):
-            out.append((("     do: " if j == 0 else "         ", "num"), (chunk, "action")))
+            out.extend(_wrapped(e, width, "     - ", "dim", ""))
+        out.extend(_wrapped(f.action, width, "     do: ", "num", "action"))
         if f.expected_gain:
-            for j, chunk in enumerate(textwrap.wrap(f.expected_gain, wrap)):
-                out.append((("     gain: " if j == 0 else "           ", "dim"), (chunk, "")))
+            out.extend(_wrapped(f.expected_gain, width, "     gain: ", "dim", ""))
         out.append(())
     return out

@@ -7,8 +7,12 @@ it computes nothing itself.
 
 from __future__ import annotations
 
-from ..advisor.format import pane_lines
+from textual import events
+from textual.containers import VerticalScroll
+
+from ..advisor.format import finding_starts, pane_lines
 from .lines_pane import LinesPane
+from .lines_view import LinesView
 
 # Semantic styles of gputop.advisor.format -> Rich styles (terminal colours, so the user's
 # theme and NO_COLOR apply).
@@ -38,6 +42,11 @@ class AdvisorPane(LinesPane):
     STYLES = STYLES
     BODY_ID = "advisor-body"
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._findings: list = []
+        self._starts: list[int] = []  # row of each finding's title line
+
     def update_view(self, store) -> None:
         session = getattr(self.app, "session", None)
         attached = getattr(session, "target_pid", None) is not None
@@ -47,4 +56,33 @@ class AdvisorPane(LinesPane):
             return
         self._last = key
         breakdowns = store.analysis("breakdowns", ()) or ()
-        self.show(pane_lines(store.findings(), breakdowns, self.text_width, attached))
+        self._findings = store.findings()
+        lines = pane_lines(self._findings, breakdowns, self.text_width, attached)
+        self._starts = finding_starts(lines)
+        self.show(lines)
+
+    # ----------------------------------------------------------------- copying an action
+
+    def finding_at(self, row: int):
+        """The finding whose block holds ``row`` (a line of the pane), if any."""
+        index = max((i for i, start in enumerate(self._starts) if start <= row), default=None)
+        return self._findings[index] if index is not None and index < len(self._findings) else None
+
+    def visible_finding(self):
+        """The first finding whose title is on screen (the top one if none is)."""
+        top = self.query_one(VerticalScroll).scroll_offset.y
+        on_screen = [f for f, start in zip(self._findings, self._starts) if start >= top]
+        return on_screen[0] if on_screen else (self.finding_at(top) or (self._findings[0] if self._findings else None))
+
+    def copy_action(self, finding) -> None:
+        if finding is None:
+            self.app.notify("no finding to copy", severity="warning", timeout=3)
+            return
+        # OSC 52: the terminal puts it on the clipboard, over SSH too, where the terminal allows it.
+        self.app.copy_to_clipboard(finding.action)
+        self.app.notify(f"copied: {finding.action[:70]}{'…' if len(finding.action) > 70 else ''}", timeout=4)
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self.query_one(LinesView))
+        if offset is not None:
+            self.copy_action(self.finding_at(offset.y))

@@ -55,6 +55,7 @@ HELP = """\
   [b][ ][/b]          chart window shorter / longer
   [b]1 2 3[/b]        processes / advisor / stacks tab
   [b]n[/b]            native stack dump of the attached job (~0.6 s)
+  [b]y[/b]            copy the advice on screen (or click a finding to copy its fix)
   [b]r[/b]            start / stop recording to gputop-DATE.gputop
 
 [b]replay[/b]  [b]space[/b] play/pause  [b]+ -[/b] speed  [b], .[/b] step
@@ -99,6 +100,7 @@ class GputopApp(ReplayControls, App[int]):
         Binding("2", "tab('advisor')", "Advisor"),
         Binding("3", "tab('stacks')", "Stacks"),
         Binding("n", "native_dump", "Native dump", show=False),
+        Binding("y", "copy_action", "Copy fix", show=False),
         Binding("escape", "clear_filter", "Clear", show=False),
         Binding("r", "toggle_record", "Record"),
         *REPLAY_BINDINGS,
@@ -527,6 +529,14 @@ class GputopApp(ReplayControls, App[int]):
     def _on_tab_clicked(self, event: TabBar.Changed) -> None:
         self.action_tab(event.tab)
 
+    def action_copy_action(self) -> None:
+        """Copy the exact change of the finding at the top of the Advisor tab."""
+        from .advisor_pane import AdvisorPane
+
+        self.action_tab("advisor")
+        for pane in self.query(AdvisorPane):
+            pane.copy_action(pane.visible_finding())
+
     def action_native_dump(self) -> None:
         try:
             pane = self.query_one("#stacks-pane")
@@ -544,8 +554,9 @@ class GputopApp(ReplayControls, App[int]):
 def run_session(session: Session, args: argparse.Namespace) -> int:
     """Run the UI over an assembled session (live, fake or replay) until the user quits."""
     if "advisor" not in session.sources:
-        from ..advisor.engine import add_advisor
+        from ..advisor.engine import UNATTACHED_EVERY_S, add_advisor
 
+        session.advisor_idle_every = UNATTACHED_EVERY_S
         session.sources["advisor"] = add_advisor(session)
     app = GputopApp(session, interval=session.interval)
     session.pipeline.start()

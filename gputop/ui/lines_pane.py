@@ -21,8 +21,11 @@ MIN_TEXT_WIDTH = 40  # the formatters' narrowest layout; a narrower pane crops
 class LinesPane(Widget):
     DEFAULT_CSS = """
     LinesPane { height: 1fr; }
-    LinesPane > VerticalScroll { height: 1fr; padding: 0 1; }
+    LinesPane > VerticalScroll { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
     """
+    # Padding (left and right) and the vertical scrollbar: lines are laid out for what remains,
+    # scrollbar or not, so a scrollbar appearing never cuts the last column of text.
+    CHROME = 2 + 1
 
     STYLES: Mapping[str, str] = {}  # style name -> Rich style, per pane
     BODY_ID = "pane-body"
@@ -39,8 +42,8 @@ class LinesPane(Widget):
     @property
     def text_width(self) -> int:
         """The width the formatters lay lines out for (the pane less its padding)."""
-        return max(MIN_TEXT_WIDTH, self.size.width - 2)
+        return max(MIN_TEXT_WIDTH, self.size.width - self.CHROME)
 
     def show(self, lines: Sequence[Line]) -> None:
         self.last_lines = lines
-        self.query_one(LinesView).set_lines(lines_to_texts(lines, self.STYLES, max(1, self.size.width - 2)))
+        self.query_one(LinesView).set_lines(lines_to_texts(lines, self.STYLES, max(1, self.size.width - self.CHROME)))
