@@ -175,8 +175,23 @@ class GputopApp(ReplayControls, App[int]):
             self.sort_key = "cpu"  # no GPU memory to sort by: the busiest processes first
             self._update_sort_labels()
         self._mounted_ok = True
+        self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
         self.tick(force=True)
+
+    def _exit_on_signals(self) -> None:
+        """SIGTERM (a job scheduler, `kill`) and SIGHUP (the SSH session dropped) end the app
+        like `q`: the caller then stops collection and closes the recording, so it is left as
+        one complete file, not a database with its write-ahead log beside it."""
+        import asyncio
+        import signal
+
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, lambda sig=sig: self.exit(return_code=128 + sig))
+        except (RuntimeError, NotImplementedError, ValueError):
+            pass  # not the main thread (tests drive the app elsewhere): nothing to install
 
     def on_resize(self) -> None:
         # The new size is applied to the widgets after this event: lay out again after that.
