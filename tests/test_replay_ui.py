@@ -161,3 +161,28 @@ def test_replay_command_bad_inputs_are_one_line_errors(recording, tmp_path, caps
     with pytest.raises(SystemExit):
         main(["replay", str(recording), "--speed", "0"])
     assert "speed out of range" in capsys.readouterr().err
+
+
+async def test_home_and_end_move_the_replay_from_the_processes_tab(recording):
+    # The process list has the focus on the Processes tab and knows Home/End too: in a replay the
+    # keys move in time, as the help and the timeline say.
+    from gputop.ui.app import GputopApp
+
+    session = build_replay_session(recording, speed=1.0, paused=True, start="50%", advisor=False)
+    src = session.sources["replay"]
+    app = GputopApp(session, interval=1.0, refresh=60)
+    try:
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause()
+            assert app.focused is app.query_one("#procs")
+            await pilot.press("end")
+            await pilot.pause()
+            assert src.position == pytest.approx(src.end_ts, abs=1)
+            await pilot.press("home")
+            await pilot.pause()
+            assert src.position == pytest.approx(src.start_ts, abs=1)
+            await pilot.press("slash", "a", "end")  # typing a filter: End is the input's
+            await pilot.pause()
+            assert src.position == pytest.approx(src.start_ts, abs=1)
+    finally:
+        src.close()

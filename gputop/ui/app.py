@@ -418,6 +418,8 @@ class GputopApp(ReplayControls, App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         replay = self.session.mode == "replay"
+        if action == "replay" and parameters in (("start",), ("end",)) and isinstance(self.focused, Input):
+            return False  # Home/End edit the filter being typed
         if action in ("replay", "replay_goto"):
             return replay
         if action in ("toggle_record", "attach", "native_dump"):

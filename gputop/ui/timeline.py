@@ -196,8 +196,10 @@ REPLAY_BINDINGS = [
     Binding("X", "replay('prev_idle')", "Prev idle", show=False),
     Binding("f", "replay('next_finding')", "Next finding"),
     Binding("F", "replay('prev_finding')", "Prev finding", show=False),
-    Binding("home", "replay('start')", "Start", show=False),
-    Binding("end", "replay('end')", "End", show=False),
+    # Before the process list's own Home/End (first/last row): in a replay they move in time, as
+    # the help and the timeline say. PgUp/PgDn still page the list.
+    Binding("home", "replay('start')", "Start", show=False, priority=True),
+    Binding("end", "replay('end')", "End", show=False, priority=True),
     Binding("g", "replay_goto", "Go to"),
 ]
 
