@@ -88,6 +88,35 @@ def bucket(
     return [(sums[k] / counts[k], mins[k]) if counts[k] else (None, None) for k in range(width)]
 
 
+def bridge_gaps(
+    cells: Sequence[tuple[float | None, float | None]], points: Sequence[tuple[float, float]], t0: float, t1: float
+) -> list[tuple[float | None, float | None]]:
+    """Fill the empty buckets between two samples that are at most a missed poll apart.
+
+    A metric read every 2 s drawn in 1 s buckets would otherwise alternate value and blank,
+    which reads as a dotted, idle-looking line. The previous value is held across the empty
+    buckets; a longer silence (lost GPU, a paused source) stays a gap."""
+    if len(points) < 2 or not cells:
+        return list(cells)
+    ts = sorted(p[0] for p in points)
+    steps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    if not steps:
+        return list(cells)
+    max_gap = 2.0 * steps[len(steps) // 2]  # one missed poll at the series' own rate
+    span = (t1 - t0) / len(cells)
+    max_cells = int(max_gap / span)
+    out = list(cells)
+    last = None  # index of the last non-empty cell
+    for k, c in enumerate(cells):
+        if c[0] is None:
+            continue
+        if last is not None and 0 < k - last - 1 <= max_cells:
+            for j in range(last + 1, k):
+                out[j] = cells[last]
+        last = k
+    return out
+
+
 def sparkline(values: Iterable[float | None], lo: float = 0.0, hi: float = 100.0, gap: str = " ") -> str:
     """One character per value; ``None`` (no data) is a gap, never a fake zero."""
     out = []

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from rich.text import Text
 
-from .format import NA, SPARK, bar, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+from .format import NA, SPARK, bar, bridge_gaps, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from .model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
 from .throttle import decode_throttle, is_performance_limiting, throttle_label
 
@@ -195,7 +195,8 @@ def gpu_panel_lines(
     # Lines 4-6: history charts.
     chart_w = max(10, width - 12)
     t = _newline(lines)
-    t.append("    util   ", style="dim")
+    # The window the charts span, so `[` and `]` show on the chart itself.
+    t.append(f"  util{_window_label(history.t1 - history.t0):>4} ", style="dim")
     t.append_text(_util_spark(history, chart_w))
     t = _newline(lines)
     t.append("    tensor ", style="dim")
@@ -239,7 +240,7 @@ def _util_spark(h: History, width: int) -> Text:
     pts = [(p.ts, p.util) for p in h.util]
     if not pts:
         pts = [(x.ts, x.util_gpu) for x in h.samples if x.util_gpu is not None]
-    cells = bucket(pts, h.t0, h.t1, width)
+    cells = bridge_gaps(bucket(pts, h.t0, h.t1, width), pts, h.t0, h.t1)
     # One span per run of equal style, not one per cell: fewer segments to render every tick.
     t = Text()
     run: list[str] = []
@@ -264,9 +265,14 @@ def _util_spark(h: History, width: int) -> Text:
 def _sample_spark(h: History, width: int, get) -> str:
     if width <= 0:
         return ""
-    pts = [(x.ts, get(x)) for x in h.samples]
-    cells = bucket([(ts, v) for ts, v in pts if v is not None], h.t0, h.t1, width)
+    pts = [(x.ts, v) for x in h.samples if (v := get(x)) is not None]
+    cells = bridge_gaps(bucket(pts, h.t0, h.t1, width), pts, h.t0, h.t1)
     return sparkline([m for m, _ in cells])
+
+
+def _window_label(seconds: float) -> str:
+    """'30s', '2m', '15m': the chart window in at most 4 characters."""
+    return f"{seconds / 60:.0f}m" if seconds >= 60 else f"{seconds:.0f}s"
 
 
 def _newline(lines: list[Text]) -> Text:

@@ -219,3 +219,11 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
         await pilot.press("y")
         await pilot.pause()
         assert app.clipboard == CKPT.action  # the first finding on screen
+
+
+def test_no_gpu_and_no_job_says_what_to_do_instead_of_collecting_forever():
+    text = " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=False, has_gpu=False))
+    assert "Collecting" not in text and "No GPU here and no job attached" in text and "--pid" in text
+    # with a GPU, or a job, the breakdown is on its way
+    assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=False, has_gpu=True))
+    assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False))

@@ -53,3 +53,18 @@ def test_truncate_and_names():
     assert truncate("abcdef", 4) == "abc…"
     assert truncate("abc", 4) == "abc"
     assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100 80GB HBM3"
+
+
+def test_bridge_gaps_joins_a_2s_series_in_1s_buckets_but_keeps_real_gaps():
+    from gputop.format import bridge_gaps
+
+    t0 = 1000.0
+    # a sample every 2 s for 20 s, then nothing for 20 s (the GPU was lost), then again
+    pts = [(t0 + t, 50.0) for t in range(0, 20, 2)] + [(t0 + t, 70.0) for t in range(40, 60, 2)]
+    cells = bucket(pts, t0, t0 + 60, 60)  # 1 s buckets: every other one empty
+    assert sum(m is None for m, _ in cells[:19]) == 9
+    joined = bridge_gaps(cells, pts, t0, t0 + 60)
+    assert all(m == 50.0 for m, _ in joined[:19])  # no dots between polls
+    assert all(m is None for m, _ in joined[20:40])  # a 20 s silence stays a gap
+    assert all(m == 70.0 for m, _ in joined[40:59])
+    assert bridge_gaps(cells[:1], pts[:1], t0, t0 + 1) == cells[:1]

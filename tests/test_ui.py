@@ -236,3 +236,44 @@ async def test_chart_zoom_keys(clock, size):
         assert app.chart_window > before
         await pilot.press("left_square_bracket", "left_square_bracket")
         assert app.chart_window < before
+
+
+async def test_zoom_shows_the_window_on_the_chart_and_says_so_at_the_ends(clock):
+    s = make_session(clock)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        assert "util  2m " in plain(app, "#gpu-0")
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert "util  5m " in plain(app, "#gpu-0")
+        await pilot.press(*["left_square_bracket"] * 5)
+        await pilot.pause()
+        assert "util 30s " in plain(app, "#gpu-0")
+        assert any("shortest window (30 s)" in str(n.message) for n in app._notifications)
+
+
+async def test_enter_on_a_fake_process_attaches_to_nothing(clock):
+    s = make_session(clock)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert s.target_pid is None and "stacks" not in s.sources
+        assert any("fake GPUs" in str(n.message) for n in app._notifications)
+
+
+async def test_help_says_how_to_close_it(clock):
+    s = make_session(clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert "closes this help" in str(app.screen.query_one("#help").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)

@@ -216,14 +216,21 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
 
 
 def pane_lines(
-    findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True
+    findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
+    has_gpu: bool = True,
 ) -> list[Line]:
     out: list[Line] = []
     shown = [b for b in breakdowns if b.total_s > 0]
     for bd in shown:
         out.extend(breakdown_lines(bd, width))
         out.append(())
-    if not shown:
+    if not shown and not attached and not has_gpu:
+        # Nothing will ever be broken down: say what would change that instead of "collecting".
+        out.extend(_wrapped("No GPU here and no job attached: there is no device time to break down. Attach to "
+                            "a training process (Enter on its row in Processes, or gputop --pid PID) to see "
+                            "where its time goes.", width, "", "", "dim"))
+        out.append(())
+    elif not shown:
         out.append((("Collecting: the time breakdown appears after the first seconds of samples.", "dim"),))
         out.append(())
     if not findings:

@@ -51,13 +51,14 @@ class AdvisorPane(LinesPane):
         session = getattr(self.app, "session", None)
         attached = getattr(session, "target_pid", None) is not None
         # The pane shows only what the advisor published: new samples alone change nothing here.
-        key = (getattr(store, "analysis_version", store.version), self.size.width, attached)
+        has_gpu = bool(store.gpu_indices())
+        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu)
         if key == self._last:
             return
         self._last = key
         breakdowns = store.analysis("breakdowns", ()) or ()
         self._findings = store.findings()
-        lines = pane_lines(self._findings, breakdowns, self.text_width, attached)
+        lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu)
         self._starts = finding_starts(lines)
         self.show(lines)
 

@@ -64,6 +64,8 @@ HELP = """\
 
 Collection never runs on the display thread: pausing the display keeps
 recording and analysis going. Colours follow the terminal; NO_COLOR is honoured.
+
+[dim]Esc, q or ? closes this help.[/dim]
 """
 
 
@@ -380,6 +382,11 @@ class GputopApp(ReplayControls, App[int]):
             self.attach(row.pid)
 
     def attach(self, pid: int) -> None:
+        if self.session.mode == "fake":
+            # The scripted GPUs' processes are made up: a real process may hold that PID.
+            self.notify("these are fake GPUs and processes: nothing to attach to "
+                        "(run gputop --pid PID beside a real job)", severity="warning", timeout=6)
+            return
         if self.session.target_pid == pid and "stacks" in self.session.sources:
             self.action_tab("stacks")
             return
@@ -521,10 +528,14 @@ class GputopApp(ReplayControls, App[int]):
 
     def action_zoom(self, step: int) -> None:
         i = min(range(len(CHART_WINDOWS)), key=lambda k: abs(CHART_WINDOWS[k] - self.chart_window))
-        self.chart_window = CHART_WINDOWS[max(0, min(len(CHART_WINDOWS) - 1, i + step))]
-        w = self.chart_window
+        j = max(0, min(len(CHART_WINDOWS) - 1, i + step))
+        self.chart_window = w = CHART_WINDOWS[j]
         label = f"{w / 60:g} min" if w >= 60 else f"{w:g} s"
-        self.notify(f"charts show the last {label}", timeout=2)
+        if j == i:
+            edge = "shortest" if step < 0 else "longest"
+            self.notify(f"charts already show the {edge} window ({label})", timeout=2)
+        else:
+            self.notify(f"charts show the last {label}", timeout=2)
         self.tick(force=True)
 
     def action_tab(self, tab: str) -> None:
