@@ -15,13 +15,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
-from ..analysis.idle import periodicity
-from ..format import fmt_bytes, fmt_rate
-from ..model import Category, Finding, Severity
-from ..progress import CPU_WINDOW_S, TREE_BUSY_CORES
-from ..throttle import POWER_MASK, THERMAL_MASK
-from .context import AnalysisContext, GpuView
+from ...analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
+from ...analysis.idle import periodicity
+from ...format import fmt_bytes, fmt_rate
+from ...model import Category, Finding, Severity
+from ...progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from ...throttle import POWER_MASK, THERMAL_MASK
+from ..context import AnalysisContext, GpuView
 
 # --------------------------------------------------------------------------- thresholds
 
