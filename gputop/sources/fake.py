@@ -42,12 +42,14 @@ class FakeGpuSource:
         clock: Callable[[], float] = time.time,
         seed: int = 0,
         name: str = "Fake H100 80GB HBM3 (scripted)",
+        hostname: str | None = None,
     ) -> None:
         self.interval = interval
         self.gpus = max(0, gpus)
         self._clock = clock
         self._rng = random.Random(seed)
         self._gpu_name = name
+        self._hostname = hostname  # None: this machine's name
         self._started = False
         self._last_point: dict[int, float] = {}
         self._t0 = clock()
@@ -72,7 +74,7 @@ class FakeGpuSource:
             out.append(
                 SystemInfo(
                     ts=ts,
-                    hostname=socket.gethostname(),
+                    hostname=self._hostname or socket.gethostname(),
                     driver_version="fake",
                     cuda_driver_version="fake",
                     nvml_version="fake",
