@@ -1,0 +1,162 @@
+"""Snapshot tests: what a user sees on the main screens, as SVG screenshots kept in
+tests/__snapshots__/test_snapshots/.
+
+Each screen is drawn from a session fed by hand on a fixed clock (no collection threads, no wall
+clock, the local time zone fixed), so a screenshot changes only when what the app draws changes.
+A change to the UI that is meant shows here as a failed test: look at the report pytest names
+(snapshot_report.html), then accept the new screens with ``pytest tests/test_snapshots.py
+--snapshot-update`` and review the changed SVG files in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gputop.analysis.breakdown import Breakdown, Bucket
+from gputop.commands.replay import build_replay_session
+from gputop.live import Session
+from gputop.model import CoreTimes, Finding, HostSample, Severity
+from gputop.pipeline import Pipeline
+from gputop.sources.fake import FakeGpuSource
+from gputop.sources.stacks import StackParser
+from gputop.store import Store
+from gputop.ui.app import GputopApp
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECORDING = FIXTURES / "recordings" / "h100-checkpoint-stall.gputop"
+HOSTNAME = "train-node-01"  # the fake source names the machine it runs on: here, always this one
+
+
+@pytest.fixture(autouse=True)
+def fixed_environment(monkeypatch):
+    """Times on screen (status line, replay timeline, stacks) are local times: make local UTC.
+    Colours are part of the screenshot: NO_COLOR in the caller's environment would drop them."""
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+GiB = 1024**3
+
+
+def host_sample(ts: float) -> HostSample:
+    """The machine's side, fixed (the host source reads the real machine)."""
+    cores = tuple(CoreTimes(user=60.0 if i < 4 else 3.0, system=8.0 if i < 4 else 1.0) for i in range(16))
+    return HostSample(
+        ts=ts, cpu_percent=19.5, cores=cores, iowait_percent=0.4, load1=4.1, load5=3.9, load15=3.2,
+        mem_total=256 * GiB, mem_used=41 * GiB, mem_available=210 * GiB, disk_read_bps=52e6,
+        disk_write_bps=1.5e6, net_rx_bps=2e5, net_tx_bps=1e5, shm_total=64 * GiB, shm_used=3 * GiB,
+    )
+
+
+async def open_tab(pilot, key: str) -> None:
+    """Press a tab's key, then draw what the app's next refresh draws: a pane that was hidden
+    is laid out for its width once it is shown."""
+    await pilot.press(key)
+    await pilot.pause()
+    pilot.app.tick(force=True)
+
+
+def fake_session(clock, gpus: int, polls: int = 5) -> Session:
+    """The scripted fake GPUs, polled by hand once a second of the fixed clock."""
+    store = Store()
+    src = FakeGpuSource(gpus=gpus, clock=clock, hostname=HOSTNAME)
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), sources={"fake": src}, mode="fake")
+    for _ in range(polls):
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+        store.add([host_sample(clock.t)])
+    return session
+
+
+def test_processes_tab_two_gpus_120x40(snap_compare, clock):
+    """Full GPU panels with their charts, the host line and the process table."""
+    app = GputopApp(fake_session(clock, gpus=2), interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=(120, 40))
+
+
+def test_processes_tab_eight_gpus_80x24_compact(snap_compare, clock):
+    """Eight GPUs on a small terminal: one line per GPU."""
+    app = GputopApp(fake_session(clock, gpus=8), interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=(80, 24))
+
+
+BREAKDOWN = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 35.4, Bucket.DATA: 23.6, Bucket.UNKNOWN: 1.0}, attributed=True)
+FINDINGS = [
+    Finding(
+        id="checkpoint-stall",
+        title="Checkpoint saves stall GPU 0 31 % of the time",
+        severity=Severity.WARNING,
+        confidence=0.9,
+        evidence=("GPU 0 idle 31 % of the last 60 s in torch.save (train.py:88), every 20 s",),
+        action=(
+            "save in the background: torch.distributed.checkpoint.async_save(state_dict, "
+            "checkpoint_id=path) (torch >= 2.3), or save less often"
+        ),
+        expected_gain="up to 1.4x steps/s if the saves no longer stopped the GPU (31 % of the time back)",
+        cost_s=18.6,
+        gpu_index=0,
+    ),
+    Finding(
+        id="workers-saturated",
+        title="GPU 0 waits for data 39 % of the time: loader workers saturated",
+        severity=Severity.WARNING,
+        confidence=0.87,
+        evidence=(
+            "GPU 0 idle 41 % of the last 60 s; 39 % waiting for data",
+            "during idle, main thread in __next__ (train.py:57) 93 % of samples",
+        ),
+        action="DataLoader(..., num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2)",
+        expected_gain="up to 1.7x steps/s",
+        cost_s=23.6,
+        gpu_index=0,
+    ),
+]
+
+
+def test_advisor_tab_with_findings(snap_compare, clock):
+    """The Advisor tab: where GPU 0's time went, then each finding with its evidence and fix."""
+    session = fake_session(clock, gpus=2)
+    session.store.set_analysis("breakdowns", (BREAKDOWN,))
+    session.store.set_findings(FINDINGS)
+    app = GputopApp(session, interval=1.0, refresh=60)
+    assert snap_compare(app, run_before=lambda pilot: open_tab(pilot, "2"), terminal_size=(120, 40))
+
+
+def test_stacks_tab_attached_to_a_data_starved_job(snap_compare, clock):
+    """The Stacks tab of an attached job: py-spy stacks recorded from a job waiting for data."""
+    doc = json.loads((FIXTURES / "stacks" / "data-wait.json").read_text())
+    session = fake_session(clock, gpus=2, polls=0)
+    parser = StackParser(lambda fn, ln: doc.get("source_lines", {}).get(f"{fn}:{ln}"))
+    for _ in range(10):  # 10 s: a poll of the GPUs and five stack samples a second
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+        session.store.add([host_sample(clock.t)])
+        for k in range(5):
+            session.store.add(parser.samples(doc["dump"], clock.t - 0.8 + 0.2 * k))
+    session.target_pid = doc["dump"][0]["pid"]
+    app = GputopApp(session, interval=1.0, refresh=60)
+    assert snap_compare(app, run_before=lambda pilot: open_tab(pilot, "3"), terminal_size=(120, 40))
+
+
+def test_help_screen(snap_compare, clock):
+    app = GputopApp(fake_session(clock, gpus=2), interval=1.0, refresh=60)
+    assert snap_compare(app, press=["question_mark"], terminal_size=(100, 36))
+
+
+def test_replay_of_a_recording_paused_at_60_percent(snap_compare):
+    """The bundled H100 recording replayed, paused: the timeline above the same panels."""
+    session = build_replay_session(RECORDING, speed=1.0, start="60%", paused=True)
+    session.pipeline.poll_once()
+    app = GputopApp(session, refresh=60)
+    try:
+        assert snap_compare(app, terminal_size=(120, 40))
+    finally:
+        session.pipeline.stop()
