@@ -11,56 +11,13 @@ import importlib
 import sys
 
 from . import __version__
+from .commands.options import DEFAULT_INTERVAL, add_live_options, add_stuck_after, require_terminal
 from .errors import UserError
+
+__all__ = ["COMMANDS", "DEFAULT_INTERVAL", "build_parser", "main"]
 
 # Order is the order in --help.
 COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", "demo", "doctor")
-
-# NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
-# no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
-DEFAULT_INTERVAL = 2.0
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
-    return v
-
-
-def pid_arg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
-    return v
-
-
-def add_live_options(p: argparse.ArgumentParser, with_pid: bool = True) -> None:
-    """Options shared by every command that samples a live machine."""
-    p.add_argument(
-        "-i",
-        "--interval",
-        type=positive_float,
-        default=DEFAULT_INTERVAL,
-        metavar="SECONDS",
-        help=f"sampling interval (default {DEFAULT_INTERVAL:g} s)",
-    )
-    p.add_argument(
-        "--fake",
-        nargs="?",
-        const=2,
-        type=int,
-        metavar="N",
-        help="use a scripted fake GPU source with N GPUs (default 2): try the UI without a GPU",
-    )
-    if with_pid:
-        p.add_argument("-p", "--pid", type=pid_arg, help="attach to this training process (py-spy)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,13 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_live_options(parser)
     parser.add_argument("--record", metavar="FILE", help="also record the session to FILE")
     parser.add_argument("--force", action="store_true", help="with --record: overwrite FILE if it is an old recording")
-    parser.add_argument(
-        "--stuck-after",
-        type=positive_float,
-        default=30.0,
-        metavar="SECONDS",
-        help="report an attached job as stuck after this long without progress (default 30)",
-    )
+    add_stuck_after(parser, "report an attached job as stuck after this long without progress")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -94,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_live(args: argparse.Namespace) -> int:
+    require_terminal()  # before the session starts: no sampling threads, no recording file
     from .ui.app import run_live
 
     return run_live(args)

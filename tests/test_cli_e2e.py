@@ -14,6 +14,7 @@ import ctypes
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,18 @@ def run_cli(*args: str, timeout: float = 60.0, cwd: Path | str = ROOT) -> subpro
         cwd=str(cwd),
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_cli_tty(*args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess:
+    """``run_cli`` on a terminal, for the commands that draw the full-screen UI (without one they
+    refuse before anything else). ``stdout`` holds every byte written, escape codes included;
+    ``stderr`` the same text without them: a pty has one stream."""
+    with PtyProcess([*GPUTOP, *args], cols=100, rows=30, env=env(), cwd=str(ROOT)) as p:
+        try:
+            code = p.wait(timeout)
+        except TimeoutError:
+            raise AssertionError(f"still running after {timeout} s: {p.text[-2000:]}") from None
+        return subprocess.CompletedProcess([*GPUTOP, *args], code, p.raw, p.text)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *must_contain: str) -> str:
@@ -195,6 +208,18 @@ def test_every_subcommand_help_exits_zero(name):
         (["--pid", "abc"], ["--pid", "'abc'"]),
         (["--pid", "0"], ["--pid", "'0'"]),
         (["--no-such-option"], ["--no-such-option"]),
+        # Numbers Python parses but nothing downstream can use: rejected as arguments, not
+        # met later as an OverflowError or a blank UI.
+        (["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+        (["--pid", str(2**31)], ["--pid", f"'{2**31}'"]),
+        (["--interval", "inf"], ["--interval", "'inf'"]),
+        (["--interval", "nan"], ["--interval", "'nan'"]),
+        (["--interval", "1e999"], ["--interval", "'1e999'"]),
+        (["--interval", "2h"], ["--interval", "'2h'"]),
+        (["--stuck-after", "nan"], ["--stuck-after", "'nan'"]),
+        (["--fake", "-3"], ["--fake", "'-3'"]),
+        (["--fake", "0"], ["--fake", "'0'"]),
+        (["--fake", "1000"], ["--fake", "'1000'"]),
     ],
 )
 def test_bad_arguments_exit_2_with_one_error_line(args, names):
@@ -317,7 +342,8 @@ def test_subcommand_pid_that_does_not_exist(name, tmp_path):
     out = tmp_path / "run.gputop"
     if name == "record":
         argv += ["-o", str(out), "--fake", "1", "--duration", "5s"]
-    proc = run_cli(*argv, timeout=60)
+    # attach draws the UI: on a terminal, or it refuses for want of one before looking at the PID.
+    proc = run_cli_tty(*argv) if name == "attach" else run_cli(*argv, timeout=60)
     assert_one_line_error(proc, str(pid))
     assert ALT_SCREEN not in proc.stdout
     assert not out.exists(), "a recording was started for a process that does not exist"
@@ -346,6 +372,18 @@ def test_advise_on_non_python_process(sleeper):
         ("advise", ["--duration", "abc"], ["--duration", "'abc'"]),
         ("advise", ["--window", "-1"], ["--window", "'-1'"]),
         ("advise", ["--pid", "abc"], ["--pid", "'abc'"]),
+        ("advise", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+        ("advise", ["--fake", "-3"], ["--fake", "'-3'"]),
+        ("advise", ["--fake", "0"], ["--fake", "'0'"]),
+        ("advise", ["--duration", "inf"], ["--duration", "'inf'"]),
+        ("advise", ["--window", "nan"], ["--window", "'nan'"]),
+        ("advise", ["--interval", "inf"], ["--interval", "'inf'"]),
+        ("attach", ["99999999999999999999"], ["'99999999999999999999'"]),
+        ("stacks", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+        ("record", ["-o", "x.gputop", "--interval", "nan"], ["--interval", "'nan'"]),
+        ("record", ["-o", "x.gputop", "--duration", "1e999"], ["--duration", "'1e999'"]),
+        ("record", ["-o", "x.gputop", "--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+        ("demo", ["--interval", "inf"], ["--interval", "'inf'"]),
         ("attach", [], ["pid"]),
         ("attach", ["abc"], ["'abc'"]),
         ("attach", ["1234", "--interval", "0"], ["--interval"]),
@@ -387,6 +425,122 @@ def test_stacks_without_pid_says_how():
     assert_one_line_error(proc, "--pid")
 
 
+def _option(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
+    (action,) = [a for a in parser._actions if a.dest == dest]
+    return action
+
+
+def test_one_duration_syntax_for_every_command():
+    """`advise --duration 30s` means what `record --duration 30s` means: one parser for every
+    time-like option, and the defaults written once."""
+    from gputop.commands import options
+
+    parser = build_parser()
+    args = parser.parse_args(["advise", "--duration", "30s", "--window", "2m", "--stuck-after", "1m30s", "-i", "5s"])
+    assert (args.duration, args.window, args.stuck_after, args.interval) == (30.0, 120.0, 90.0, 5.0)
+    assert parser.parse_args(["record", "-o", "x", "--duration", "30s"]).duration == 30.0
+    subs = SUBCOMMANDS
+    durations = [_option(subs["advise"], "duration"), _option(subs["advise"], "window"),
+                 _option(subs["record"], "duration")]
+    durations += [_option(p, "stuck_after") for p in (parser, subs["advise"], subs["record"], subs["attach"])]
+    assert {a.type for a in durations} == {options.parse_duration}
+    intervals = [_option(p, "interval") for p in (parser, *(subs[n] for n in ("advise", "record", "attach", "demo")))]
+    assert {a.type for a in intervals} == {options.interval_arg}
+    assert {a.default for a in intervals} == {options.DEFAULT_INTERVAL} == {2.0}
+    assert parser.parse_args([]).stuck_after == options.DEFAULT_STUCK_AFTER == 30.0
+    assert parser.parse_args(["advise"]).stuck_after == parser.parse_args(["record", "-o", "x"]).stuck_after == 30.0
+
+
+def test_commands_do_not_import_the_cli():
+    """cli.py imports the commands, never the reverse: no import loop between them."""
+    code = (
+        "import importlib, sys\n"
+        "from gputop.cli import COMMANDS\n"
+        "sys.modules.pop('gputop.cli')\n"
+        "for name in COMMANDS:\n"
+        "    importlib.import_module('gputop.commands.' + name)\n"
+        "print('gputop.cli' in sys.modules)\n"
+    )
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env(), cwd=str(ROOT), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False", "a command imports gputop.cli"
+
+
+def test_doctor_names_a_cpu_only_torch_build(monkeypatch):
+    """A CPU wheel of torch has torch.version.cuda = None: say "CPU-only", not "CUDA None"."""
+    import types
+
+    from gputop.commands.doctor import torch_checks
+
+    fake = types.ModuleType("torch")
+    fake.__version__ = "2.13.0+cpu"
+    fake.version = types.SimpleNamespace(cuda=None, hip=None)
+    fake.cuda = types.SimpleNamespace(is_available=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    checks = torch_checks()
+    text = " ".join(detail for _, _, detail in checks)
+    assert "None" not in text, checks
+    assert checks[0] == ("torch", True, "2.13.0+cpu, CPU-only build: no CUDA support compiled in")
+    assert checks[1][0] == "torch.cuda" and not checks[1][1] and "CPU-only build" in checks[1][2]
+    fake.version = types.SimpleNamespace(cuda="12.6", hip=None)
+    assert torch_checks()[0] == ("torch", True, "2.13.0+cpu, built for CUDA 12.6")
+
+
+# The commands that draw the full-screen UI, and what each needs to get that far.
+UI_COMMANDS = {
+    "live": ["--fake", "1"],
+    "live-record": ["--fake", "1", "--record", "{tmp}/run.gputop"],
+    "attach": ["attach", "{pid}", "--fake", "1"],
+    "replay": ["replay", "{recording}"],
+    "demo": ["demo", "healthy", "--device", "cpu"],
+}
+
+
+def _ui_argv(which: str, tmp_path: Path, recording: Path) -> list[str]:
+    if which == "demo" and __import__("importlib").util.find_spec("torch") is None:
+        pytest.skip("gputop demo needs torch before it looks for a terminal")
+    if which != "live" and which != "live-record":
+        need(which)
+    fill = {"tmp": str(tmp_path), "pid": str(os.getpid()), "recording": str(recording)}
+    return [a.format(**fill) for a in UI_COMMANDS[which]]
+
+
+def _assert_refused_for_want_of_a_terminal(proc: subprocess.CompletedProcess, raw: str) -> None:
+    assert_one_line_error(proc, "terminal", "gputop record -o FILE", "gputop advise")
+    assert "\x1b" not in raw, repr(raw[:300])  # not one escape code, anywhere
+
+
+@pytest.mark.parametrize("which", sorted(UI_COMMANDS))
+def test_ui_without_a_terminal_refuses_with_one_line(which, tmp_path, recorded):
+    """Run from a script or nohup (no terminal at all), the UI would write escape codes into a
+    log for as long as it ran. It says so at once and points to the headless commands."""
+    path, _ = recorded
+    argv = _ui_argv(which, tmp_path, path)
+    before = sorted(os.listdir(tmp_path))
+    try:
+        proc = run_cli(*argv, timeout=EXIT_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the UI ran without a terminal: {(exc.stdout or '')[:300]!r}") from None
+    _assert_refused_for_want_of_a_terminal(proc, proc.stdout + proc.stderr)
+    assert proc.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == before, "nothing is started or written for a UI that cannot run"
+
+
+def test_ui_with_stdout_redirected_refuses_with_one_line(tmp_path):
+    """`gputop > log` on a terminal: the UI would draw on the terminal and leave the log empty."""
+    log = tmp_path / "log"
+    cmd = " ".join([*(shlex.quote(a) for a in GPUTOP), "--fake", "1", ">", shlex.quote(str(log))])
+    with PtyProcess(["sh", "-c", cmd], cols=100, rows=30, env=env(), cwd=str(ROOT)) as p:
+        try:
+            code = p.wait(EXIT_TIMEOUT)
+        except TimeoutError:
+            raise AssertionError(f"the UI started with stdout in a file: {p.text[-300:]!r}") from None
+        proc = subprocess.CompletedProcess(cmd, code, "", p.text)
+        _assert_refused_for_want_of_a_terminal(proc, p.raw + log.read_text())
+    assert "standard output is not a terminal" in p.text
+    assert log.read_text() == ""
+
+
 # --------------------------------------------------------------------------- 5. bad files
 
 BAD_FILES = {
@@ -419,7 +573,7 @@ def make_bad_file(kind: str, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
-@pytest.mark.parametrize("name", ["replay", "report", "info", "advise"])
+@pytest.mark.parametrize("name", ["replay", "report", "info"])
 def test_file_commands_reject_bad_recordings(name, kind, tmp_path):
     argv = file_argv(name, tmp_path / "x")
     path = make_bad_file(kind, tmp_path)
@@ -789,7 +943,7 @@ def test_live_record_is_one_self_contained_file(live_recording):
 def test_record_over_existing_file_suggests_options_that_exist(tmp_path):
     path = tmp_path / "old.gputop"
     path.write_bytes(b"")
-    proc = run_cli("--fake", "1", "--record", str(path))
+    proc = run_cli_tty("--fake", "1", "--record", str(path))
     line = assert_one_line_error(proc, path.name)
     suggested = re.findall(r"(--[a-z][a-z-]+)", line)
     known = {s for a in build_parser()._actions for s in a.option_strings}

@@ -3,6 +3,7 @@
 import pytest
 
 import gputop.ui.app as app_mod
+from gputop.commands import options
 from gputop.cli import build_parser, main
 
 
@@ -15,6 +16,8 @@ def calls(monkeypatch):
         return 0
 
     monkeypatch.setattr(app_mod, "run_live", fake_run_live)
+    # The UI is a stand-in: it needs no terminal (the refusal without one is in test_cli_e2e.py).
+    monkeypatch.setattr(options, "terminal_problem", lambda: None)
     return seen
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from ..cli import add_live_options, pid_arg, positive_float
+from .options import add_live_options, add_stuck_after, parse_duration
 
 DEFAULT_DURATION_S = 30.0
 DEFAULT_WINDOW_S = 60.0
@@ -29,14 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with evidence and the exact change, and where each GPU's time went. Ctrl-C prints what "
         "it has so far.",
     )
-    add_live_options(p, with_pid=False)
-    p.add_argument("-p", "--pid", type=pid_arg, help="the training process to attach to (py-spy)")
-    p.add_argument("-d", "--duration", type=positive_float, default=DEFAULT_DURATION_S, metavar="SECONDS",
-                   help=f"how long to watch (default {DEFAULT_DURATION_S:g})")
-    p.add_argument("-w", "--window", type=positive_float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
-                   help=f"the window the findings speak of: the last N seconds (default {DEFAULT_WINDOW_S:g})")
-    p.add_argument("--stuck-after", type=positive_float, default=30.0, metavar="SECONDS",
-                   help="call the job stuck after this long without progress (default 30)")
+    add_live_options(p, pid_help="the training process to attach to (py-spy)")
+    p.add_argument("-d", "--duration", type=parse_duration, default=DEFAULT_DURATION_S, metavar="TIME",
+                   help=f"how long to watch: 30, 30s, 5m (default {DEFAULT_DURATION_S:g} s)")
+    p.add_argument("-w", "--window", type=parse_duration, default=DEFAULT_WINDOW_S, metavar="TIME",
+                   help=f"the window the findings speak of: the last 60s, 5m, ... (default {DEFAULT_WINDOW_S:g} s)")
+    add_stuck_after(p, "call the job stuck after this long without progress")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import add_live_options, pid_arg, positive_float
+from .options import add_live_options, add_stuck_after, pid_arg, require_terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,17 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_live_options(p, with_pid=False)
     # The top-level parser has these too; SUPPRESS keeps a value given there when not given here.
     p.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, help="also record the session to FILE")
-    p.add_argument(
-        "--stuck-after",
-        type=positive_float,
-        default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="report the job as stuck after this long without progress (default 30)",
-    )
+    add_stuck_after(p, "report the job as stuck after this long without progress", default=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    require_terminal()  # before attaching: nothing is started for a UI that cannot be shown
     from ..ui.app import run_live
 
     return run_live(args)

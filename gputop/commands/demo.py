@@ -14,9 +14,9 @@ import threading
 import time
 from typing import IO
 
-from ..cli import add_live_options
 from ..errors import UserError
 from ..workloads import protocol, registry
+from .options import add_live_options, require_terminal
 
 DEFAULT_SCENARIO = "dataloader-starved"
 # Importing torch, initialising CUDA and writing the io-bound scenario's files take a while on a
@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc.args[0])) from None
     if importlib.util.find_spec("torch") is None:
         raise UserError("the demo workloads need PyTorch: pip install 'gputop[torch]'")
+    require_terminal()  # before the workload starts: no training job for a UI that cannot be shown
 
     print(f"gputop demo: starting {scenario.name} ({scenario.bottleneck}) ...", file=sys.stderr)
     work = start_workload(scenario.name, args.device)

@@ -77,9 +77,20 @@ def torch_checks() -> list[Check]:
         import torch
     except ImportError:
         return [("torch", True, "not installed (optional)")]
-    out: list[Check] = [("torch", True, f"{torch.__version__}, built for CUDA {torch.version.cuda}")]
+    built_for = getattr(torch.version, "cuda", None)
+    if built_for is None:
+        # torch.version.cuda is None for the CPU-only wheels (and ROCm builds say so in .hip).
+        hip = getattr(torch.version, "hip", None)
+        build = f"ROCm {hip} build" if hip else "CPU-only build: no CUDA support compiled in"
+    else:
+        build = f"built for CUDA {built_for}"
+    out: list[Check] = [("torch", True, f"{torch.__version__}, {build}")]
     if not torch.cuda.is_available():
-        out.append(("torch.cuda", False, "CUDA not available to torch (CPU build, or driver/runtime mismatch)"))
+        if built_for is None and not getattr(torch.version, "hip", None):
+            why = "this torch is a CPU-only build: for the GPU, install a CUDA build (pytorch.org/get-started)"
+        else:
+            why = "CUDA not available to torch (no GPU visible, or a driver/runtime mismatch)"
+        out.append(("torch.cuda", False, why))
         return out
     out.append(("cudnn", True, str(torch.backends.cudnn.version())))
     for i in range(torch.cuda.device_count()):

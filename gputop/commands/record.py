@@ -11,53 +11,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-from ..cli import add_live_options, positive_float
 from ..errors import UserError
+from .options import add_live_options, add_stuck_after, parse_duration, parse_size
 
 # How often the status line is rewritten on a terminal.
 STATUS_EVERY_S = 1.0
 # After the target exits, keep recording this long: the last samples show how it ended.
 AFTER_EXIT_S = 5.0
-
-# An empty recording (schema, first blocks) takes ~150 KB; below a megabyte a cap would stop
-# recording almost at once.
-MIN_MAX_SIZE = 1024 * 1024
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_SIZES = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
-          "t": 1024**4, "tb": 1024**4}
-
-
-def parse_duration(text: str) -> float:
-    """'90s', '30m', '8h', '1h30m', '2d' or plain seconds."""
-    t = text.strip().lower()
-    try:
-        v = float(t)
-    except ValueError:
-        parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", t)
-        if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", t).strip():
-            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 8h or 1h30m)") from None
-        v = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"duration must be greater than 0: {text!r}")
-    return v
-
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)")
-    v = int(float(m.group(1)) * _SIZES[m.group(2)])
-    if v < MIN_MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"size too small for a recording: {text!r} (at least 1M)")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_live_options(p)
     p.add_argument("-d", "--duration", type=parse_duration, metavar="TIME",
                    help="stop after this long: 90s, 30m, 8h, 1h30m (default: until stopped)")
-    p.add_argument("--stuck-after", type=positive_float, default=30.0, metavar="SECONDS",
-                   help="report the job as stuck after this long without progress (default 30)")
+    add_stuck_after(p, "report the job as stuck after this long without progress")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it is an old recording")
     mode.add_argument("-a", "--append", action="store_true", help="add to FILE if it is a recording")

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ..errors import UserError
+from .options import require_terminal
 
 
 def speed_arg(text: str) -> float:
@@ -81,6 +82,11 @@ def build_replay_session(path, speed: float = 1.0, start: str | None = None, pau
 def run(args: argparse.Namespace) -> int:
     session = build_replay_session(args.file, args.speed, args.start, args.paused)
     source = session.sources["replay"]
+    try:
+        require_terminal()  # a bad file or --start is said first; nothing has started yet
+    except UserError:
+        source.reader.close()
+        raise
     if source.damage:
         print(f"gputop: warning: {source.damage}", file=sys.stderr)
     # The header's "every Ns" and the refresh rate follow the recording's own interval.

@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from ..cli import pid_arg
 from ..errors import UserError
+from .options import pid_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

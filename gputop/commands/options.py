@@ -1,0 +1,182 @@
+"""Argument types and option groups every command shares, with their defaults written once.
+
+A number the user types is checked here, at parse time: a process id the kernel could never
+hand out, an interval of ``inf`` or ``nan``, or ``--fake -3`` is a usage error with one line,
+not a traceback (or a silent zero) deep inside a source. Every time-like option takes the same
+syntax (``90s``, ``30m``, ``1h30m``, ``2d`` or plain seconds), so ``advise --duration 30s`` means
+what ``record --duration 30s`` means. This module imports nothing from ``gputop.cli``: the CLI
+imports the commands, never the reverse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+# NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
+# no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
+DEFAULT_INTERVAL = 2.0
+# Below 10 ms the host and NVML reads alone would keep a core busy; above an hour a live view
+# shows nothing live. Either end is a typo, not a wish.
+MIN_INTERVAL = 0.01
+MAX_INTERVAL = 3600.0
+# A job is called stuck after this long without progress: longer than a checkpoint save or an
+# evaluation pass on most jobs, short enough to be noticed while someone is watching.
+DEFAULT_STUCK_AFTER = 30.0
+# The longest span any duration option takes: a year. Larger values overflow timers and sleeps.
+MAX_DURATION = 366 * 86400.0
+# The scripted source draws one panel per GPU; a node has at most a few dozen.
+MAX_FAKE_GPUS = 64
+DEFAULT_FAKE_GPUS = 2
+# A process id is a C pid_t, a signed 32-bit integer: a larger number overflows kill(2) and
+# every library call that takes one. Smaller ids that name no process (above the kernel's pid_max
+# included) are left to the attach checks, which say "no such process" with the PID.
+PID_T_MAX = 2**31 - 1
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_PART = r"(\d+(?:\.\d+)?)\s*([smhd])"
+_SIZES = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
+          "t": 1024**4, "tb": 1024**4}
+# An empty recording (schema, first blocks) takes ~150 KB; below a megabyte a cap would stop
+# recording almost at once.
+MIN_MAX_SIZE = 1024 * 1024
+
+
+def _seconds(text: str) -> float:
+    """'90s', '30m', '8h', '1h30m', '2d' or plain seconds; ValueError for anything else."""
+    t = text.strip().lower()
+    try:
+        return float(t)
+    except ValueError:
+        parts = re.findall(_PART, t)
+        if not parts or re.sub(_PART, "", t).strip():
+            raise ValueError(text) from None
+        return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+def duration_between(low: float, high: float, low_inclusive: bool = True):
+    """An argparse type for a time span within [low, high] (or (low, high] when not inclusive).
+    nan and inf are rejected: they pass comparisons that look like bounds checks."""
+
+    def parse(text: str) -> float:
+        try:
+            v = _seconds(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 8h or 1h30m)") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"not a finite duration: {text!r}")
+        if low_inclusive and v < low or not low_inclusive and v <= low:
+            least = f"at least {_fmt(low)}" if low_inclusive and low > 0 else "greater than 0"
+            raise argparse.ArgumentTypeError(f"must be {least}: {text!r}")
+        if v > high:
+            raise argparse.ArgumentTypeError(f"must be at most {_fmt(high)}: {text!r}")
+        return v
+
+    return parse
+
+
+# Any time span a command takes: `--duration 8h`, `--window 2m`, `--stuck-after 45s`.
+parse_duration = duration_between(0.0, MAX_DURATION, low_inclusive=False)
+# The sampling interval: `--interval 0.5`, `--interval 5s`.
+interval_arg = duration_between(MIN_INTERVAL, MAX_INTERVAL)
+# Kept for callers that want "a positive number of seconds".
+positive_float = parse_duration
+
+
+def parse_size(text: str) -> int:
+    """'500M', '2G', '1.5GB' or plain bytes; at least a megabyte (a smaller cap stops at once)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)")
+    v = int(float(m.group(1)) * _SIZES[m.group(2)])
+    if v < MIN_MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size too small for a recording: {text!r} (at least 1M)")
+    return v
+
+
+def pid_arg(text: str) -> int:
+    """A process id: a positive integer that fits a pid_t."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if not 0 < v <= PID_T_MAX:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r} (1 to {PID_T_MAX})")
+    return v
+
+
+def fake_gpus(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GPUs: {text!r}") from None
+    if not 1 <= v <= MAX_FAKE_GPUS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_FAKE_GPUS} GPUs: {text!r}")
+    return v
+
+
+def add_live_options(p: argparse.ArgumentParser, with_pid: bool = True, pid_help: str | None = None) -> None:
+    """Options shared by every command that samples a live machine."""
+    p.add_argument(
+        "-i",
+        "--interval",
+        type=interval_arg,
+        default=DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"sampling interval, {MIN_INTERVAL:g} s to {MAX_INTERVAL / 3600:g} h (default {DEFAULT_INTERVAL:g} s)",
+    )
+    p.add_argument(
+        "--fake",
+        nargs="?",
+        const=DEFAULT_FAKE_GPUS,
+        type=fake_gpus,
+        metavar="N",
+        help=f"use a scripted fake GPU source with N GPUs, 1 to {MAX_FAKE_GPUS} (default {DEFAULT_FAKE_GPUS}): "
+        "try the UI without a GPU",
+    )
+    if with_pid:
+        p.add_argument("-p", "--pid", type=pid_arg, help=pid_help or "attach to this training process (py-spy)")
+
+
+def add_stuck_after(p: argparse.ArgumentParser, help: str, default: object = DEFAULT_STUCK_AFTER) -> None:
+    """``--stuck-after``; ``default=argparse.SUPPRESS`` keeps a value given to the parent parser."""
+    p.add_argument(
+        "--stuck-after",
+        type=parse_duration,
+        default=default,
+        metavar="TIME",
+        help=f"{help} (default {DEFAULT_STUCK_AFTER:g} s)",
+    )
+
+
+def terminal_problem() -> str | None:
+    """Why the full-screen UI cannot run here, or None. It reads keys from stdin and draws on
+    the terminal; with output redirected (``gputop > log``, nohup, a job script) it would write
+    escape codes into a file for as long as it ran."""
+    for name, stream in (("standard output", sys.stdout), ("standard input", sys.stdin),
+                         ("standard error", sys.stderr)):
+        try:
+            ok = stream is not None and stream.isatty()
+        except (AttributeError, ValueError):  # closed or replaced by an object without a fd
+            ok = False
+        if not ok:
+            return f"{name} is not a terminal"
+    return None
+
+
+def require_terminal() -> None:
+    """Raise a one-line UserError, before anything is started, when the UI has no terminal."""
+    from ..errors import UserError
+
+    problem = terminal_problem()
+    if problem is not None:
+        raise UserError(
+            f"the live UI needs a terminal ({problem}): to log a session to a file use "
+            "`gputop record -o FILE`, for findings as text `gputop advise`"
+        )
