@@ -1,0 +1,179 @@
+"""What every rule shares: ``Hit`` and ``Rule``, the bar a cause must clear to be reported, and
+the helpers that pick the worst GPU and word the evidence alike across themes.
+
+A number used by one theme lives beside its rule, not here; only thresholds that several themes
+apply the same way (the cost bar, how many stacks make a claim) are here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ...analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
+from ...model import Category, Finding, Severity
+from ..context import AnalysisContext, GpuView
+
+# A cause must cost at least this share of the covered time, and this many seconds, to be
+# reported. Judgement, with a measurement under it: the same job's step rate differs by about
+# ±5 % from one window to the next (bench/results/pyspy_overhead.md: the windows without
+# sampling spread -5.2 % … +5.6 %), so a cause must be about twice that before its fix is worth
+# a user's attention; a second or two is one or two stalls, not a pattern.
+MIN_COST_FRACTION = 0.10
+MIN_COST_S = 1.0
+# Stack-based claims need this many main-thread samples: 2 s at the sampler's default 5 Hz (the
+# rate bench/results/pyspy_overhead.md recommends: within the 1 % overhead budget, 10 Hz is not).
+# The two seconds are judgement.
+MIN_MAIN_SAMPLES = 10
+# Confidence reaches its full weight at this many samples (~5 s at 5 Hz). Judgement.
+FULL_CONFIDENCE_SAMPLES = 25
+# Busy polls (GPU utilisation at or above analysis.efficiency.BUSY_UTIL_PCT) a clock, link or
+# memory reading needs before it counts. Judgement: one or two polls can catch a ramp up or down.
+MIN_BUSY_POLLS = 3
+# GPM activity (SM, tensor cores, fp32 pipes) is read only for a GPU whose busy polls average at
+# least this utilisation (launch-bound, no-tensor-cores). Judgement: ten points above the busy
+# bar, so a GPU that only flickers across it is not judged by its GPM numbers.
+GPM_BUSY_UTIL_PCT = 60.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    evidence: tuple[str, ...]
+    action: str
+    expected_gain: str = ""
+    cost_s: float = 0.0
+    confidence: float = 0.8
+    gpu_index: int | None = None
+    severity: Severity | None = None  # overrides the rule's default
+    title: str | None = None  # overrides the rule's default
+
+
+Check = Callable[[AnalysisContext], "Hit | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    severity: Severity
+    check: Check
+    # Seconds a finding must hold before it is shown; None: the engine's default. Zero for
+    # conditions that are facts, not rates (an environment variable) or that already include
+    # their own duration (stuck).
+    appear_after_s: float | None = None
+    # Findings this one makes moot: a hung job is not a slow one.
+    supersedes: tuple[str, ...] = ()
+
+    def evaluate(self, ctx: AnalysisContext) -> Finding | None:
+        hit = self.check(ctx)
+        if hit is None:
+            return None
+        return Finding(
+            id=self.id,
+            title=hit.title or self.title,
+            severity=hit.severity or self.severity,
+            confidence=round(min(1.0, max(0.0, hit.confidence)), 2),
+            evidence=hit.evidence,
+            action=hit.action,
+            expected_gain=hit.expected_gain,
+            cost_s=round(max(0.0, hit.cost_s), 2),
+            gpu_index=hit.gpu_index,
+            ts=ctx.now,
+        )
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f} %"
+
+
+def secs(x: float) -> str:
+    return f"{x:.0f} s" if x >= 10 else f"{x:.1f} s"
+
+
+def device_name(g: GpuView) -> str:
+    return "the training loop (no GPU)" if g.index == CPU_DEVICE else g.name
+
+
+def gpu_index(g: GpuView) -> int | None:
+    """The finding's GPU, or None for a CPU-only job."""
+    return None if g.index == CPU_DEVICE else g.index
+
+
+def idle_line(g: GpuView, parts: Sequence[Bucket]) -> str:
+    bd = g.breakdown
+    share = sum(bd.get(b) for b in parts) / bd.total_s if bd.total_s else 0.0
+    what = " + ".join(BUCKET_LABELS[b] for b in parts if bd.get(b) > 0) or BUCKET_LABELS[parts[0]]
+    if g.index == CPU_DEVICE:
+        return (
+            f"{device_name(g)} not computing {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; "
+            f"{pct(share)} {what}"
+        )
+    return f"{g.name} idle {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; {pct(share)} {what}"
+
+
+def labels_line(g: GpuView, bucket: Bucket, what: str = "main thread in") -> str | None:
+    top = g.breakdown.top_labels(bucket, 2)
+    if not top:
+        return None
+    when = "while computing nothing" if g.index == CPU_DEVICE else "during idle"
+    return f"{when}, {what} " + ", ".join(f"{lab} {pct(sh)} of samples" for lab, sh in top)
+
+
+def workers_cpu_line(ctx: AnalysisContext) -> str:
+    w = ctx.workers
+    cpus = [c.cpu_mean for c in w.current if c.cpu_mean is not None]
+    if not cpus:
+        return f"{w.count} loader workers"
+    lo, hi = min(cpus), max(cpus)
+    span = f"{lo:.0f} %" if abs(hi - lo) < 5 else f"{lo:.0f}-{hi:.0f} %"
+    return f"{w.count} loader worker{'s' if w.count != 1 else ''} at {span} CPU each"
+
+
+def gain(fraction: float) -> str:
+    if fraction >= 0.95:
+        return f"the device waits {pct(fraction)} of the time: steps/s could rise 20x or more"
+    return f"up to {1 / (1 - fraction):.1f}x steps/s if this wait disappeared ({pct(fraction)} of the time back)"
+
+
+# --------------------------------------------------------------------------- weighing
+
+
+def confidence(dominance: float, samples: int) -> float:
+    """How sure: the evidence's dominance (0..1), scaled down while samples are few."""
+    weight = 0.5 + 0.5 * min(1.0, samples / FULL_CONFIDENCE_SAMPLES)
+    return (0.5 + 0.45 * min(1.0, max(0.0, dominance))) * weight
+
+
+def worst(ctx: AnalysisContext, cost: Callable[[GpuView], float], gpu_only: bool = False) -> tuple[GpuView, float] | None:
+    best: tuple[GpuView, float] | None = None
+    for g in ctx.gpus:
+        if gpu_only and g.index == CPU_DEVICE:
+            continue
+        if g.breakdown.total_s <= 0:
+            continue
+        c = cost(g)
+        if best is None or c > best[1]:
+            best = (g, c)
+    return best
+
+
+def significant(g: GpuView, cost_s: float, min_fraction: float = MIN_COST_FRACTION, min_s: float = MIN_COST_S) -> bool:
+    total = g.breakdown.total_s
+    return total > 0 and cost_s >= min_s and cost_s / total >= min_fraction
+
+
+def enough_stacks(ctx: AnalysisContext) -> bool:
+    return len(ctx.main_stacks) >= MIN_MAIN_SAMPLES
+
+
+def data_wait_s(g: GpuView) -> float:
+    """Idle time spent waiting for input, CPU-bound or on storage."""
+    return g.breakdown.get(Bucket.DATA) + g.breakdown.get(Bucket.IO)
+
+
+def main_share(ctx: AnalysisContext, *cats: Category) -> float:
+    shares = ctx.main_shares()
+    return sum(shares.get(c, 0.0) for c in cats)

@@ -1,0 +1,413 @@
+"""The input pipeline: the GPU waits for batches. No loader workers, workers flat out, workers
+fighting over the cores, storage too slow, a pool restarted every epoch, a small /dev/shm.
+
+Every rule here reads the same idle time (data + IO buckets of the breakdown) and tells the
+causes apart by the workers' CPU and stacks, the host's CPU and the disk.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...analysis.breakdown import CPU_DEVICE, Bucket
+from ...format import fmt_bytes, fmt_rate
+from ...model import Category, Severity
+from ..context import AnalysisContext, GpuView
+from .base import (
+    MIN_COST_S,
+    Hit,
+    confidence,
+    data_wait_s,
+    device_name,
+    enough_stacks,
+    gain,
+    gpu_index,
+    idle_line,
+    labels_line,
+    main_share,
+    pct,
+    secs,
+    significant,
+    workers_cpu_line,
+    worst,
+)
+
+# --------------------------------------------------------------------------- sizing the pool
+
+# Defaults for num_workers: half of the cores that fall to one GPU (the other half stays with
+# the main process' intra-op threads, the pin-memory thread and the system), and no more than 8
+# before memory (every worker holds the dataset object and prefetch_factor batches) bites. The
+# guides this advisor follows say to size num_workers from the cores and memory but give no
+# number: the half and the 8 are judgement.
+MAX_DEFAULT_WORKERS = 8
+# Cores per GPU assumed when the host's core count is unknown. Judgement.
+ASSUMED_CORES_PER_GPU = 8
+# Workers blocked on reads use no CPU: more of them than cores is fine. Judgement.
+MAX_IO_WORKERS = 32
+# Margin on the worker count computed from the idle share (the rate estimate is rough).
+# Judgement.
+WORKER_MARGIN = 1.25
+# Spare cores needed before more workers are the advice rather than cheaper samples: the new
+# workers need cores of their own. Judgement.
+MIN_SPARE_CORES = 2.0
+# A training process above this (% of one core) runs more than its Python thread: torch's
+# intra-op threads. Judgement: one Python thread reads at most 100 %; the data-starved workload's
+# process (num_workers=0) read 1,597 % (bench/results/harness.md, job CPU).
+MULTI_CORE_PCT = 150.0
+
+
+def _job_gpus(ctx: AnalysisContext) -> int:
+    return max(1, sum(1 for g in ctx.gpus if g.index != CPU_DEVICE))
+
+
+def cores_per_gpu(ctx: AnalysisContext) -> int | None:
+    return ctx.cores // _job_gpus(ctx) if ctx.cores else None
+
+
+def default_workers(ctx: AnalysisContext) -> int:
+    per_gpu = cores_per_gpu(ctx) or ASSUMED_CORES_PER_GPU
+    return max(2, min(MAX_DEFAULT_WORKERS, per_gpu // 2))
+
+
+def workers_for(current: int, wait_fraction: float, cap: int) -> int:
+    """Workers needed so the loader keeps up: today's pool delivers (1 - wait) of what the GPU
+    consumes, and throughput scales with the pool while CPU or IO have room."""
+    need = math.ceil(max(1, current) / max(0.05, 1.0 - wait_fraction) * WORKER_MARGIN)
+    return max(current + 1, min(need, cap))
+
+
+def loader_line(workers: int, prefetch: int = 2, pin: bool = True) -> str:
+    pin_arg = "pin_memory=True, " if pin else ""
+    return f"DataLoader(..., num_workers={workers}, {pin_arg}persistent_workers=True, prefetch_factor={prefetch})"
+
+
+def _host_line(ctx: AnalysisContext) -> str | None:
+    h = ctx.host
+    if h is None or h.cpu_mean is None:
+        return None
+    return f"{h.cores}-core host at {h.cpu_mean:.0f} % CPU (~{h.spare_cores:.0f} cores spare)"
+
+
+def _loader_threads_line(ctx: AnalysisContext) -> str | None:
+    """With num_workers=0 and a busy host, say why workers still help: the host's CPU is the
+    training process's own intra-op threads, and each worker runs torch on one thread."""
+    t = ctx.target
+    if t is None or t.cpu_mean is None or t.cpu_mean < MULTI_CORE_PCT:
+        return None
+    return (
+        f"the training process itself uses {t.cpu_mean / 100:.1f} cores: torch's intra-op threads run the "
+        "loading code; DataLoader workers run torch on one thread each, so the work moves to them"
+    )
+
+
+# --------------------------------------------------------------------------- no workers
+
+
+def check_data_starved(ctx: AnalysisContext) -> Hit | None:
+    """num_workers=0: the training thread loads every batch itself."""
+    if ctx.workers.count or not enough_stacks(ctx):
+        return None
+    if main_share(ctx, Category.DATA_FETCH) < main_share(ctx, Category.DATA_WAIT):
+        return None  # it waits on a queue: there are workers we cannot see
+    found = worst(ctx, data_wait_s)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    frac = cost / g.breakdown.total_s
+    n = default_workers(ctx)
+    ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
+    line = labels_line(g, Bucket.DATA)
+    if line:
+        ev.append(line)
+    ev.append("no DataLoader worker processes: the training process loads every batch itself (num_workers=0)")
+    threads = _loader_threads_line(ctx)
+    if threads:
+        ev.append(threads)
+    host = _host_line(ctx)
+    if host:
+        ev.append(host)
+    return Hit(
+        evidence=tuple(ev),
+        action=f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores"
+        + (" per GPU" if g.index != CPU_DEVICE else ""),
+        expected_gain=gain(frac),
+        cost_s=cost,
+        confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
+        gpu_index=gpu_index(g),
+        title=f"{device_name(g)} waits for data {pct(frac)} of the time: no DataLoader workers",
+    )
+
+
+# --------------------------------------------------------------------------- workers flat out
+
+# Loader workers: at least this share of them saturated (each above
+# analysis.efficiency.WORKER_SATURATED_PCT of a core) means the pool is flat out. Judgement: most
+# of the pool, so one busy worker among idle ones is not the pool's limit. The workers-saturated
+# workload's 2 workers read 100 % each (bench/results/advisor_bench.json).
+SATURATED_WORKER_SHARE = 0.75
+# Worker stacks come one worker per second (the stack sampler's worker interval): this many
+# before their running share counts. Judgement.
+MIN_WORKER_SAMPLES = 4
+# Oversubscription: runnable compute threads (workers x threads each) above this multiple of the
+# cores, with the CPUs at least this busy. The guides' rule is workers x threads <= cores; the
+# 1.5x margin and the 85 % are judgement. The oversubscribed workload ran 16 workers x ~18
+# threads on 16 cores at 100 % CPU, load 155-187 (bench/results/harness.md, advisor_bench.json).
+OVERSUB_RATIO = 1.5
+CPU_SATURATED_PCT = 85.0
+
+
+def workers_busy(ctx: AnalysisContext) -> bool:
+    """The loader is CPU-bound: most workers at a full core, or (on a host too busy to give
+    them one) their stacks, whenever they are working on a batch, running rather than blocked
+    (blocked in a fetch is IO or a lock; waiting for the next index is not work)."""
+    w = ctx.workers
+    if not w.count:
+        return False
+    if w.saturated >= max(1, SATURATED_WORKER_SHARE * w.count):
+        return True
+    fetching = [s for s in ctx.worker_stacks if s.category is Category.DATA_FETCH]
+    if len(fetching) < MIN_WORKER_SAMPLES:
+        return False
+    return sum(1 for s in fetching if s.active) / len(fetching) >= SATURATED_WORKER_SHARE
+
+
+def oversubscription(ctx: AnalysisContext) -> tuple[int, int] | None:
+    """(compute threads of the loader workers, cores) when they oversubscribe a busy host."""
+    h, w = ctx.host, ctx.workers
+    if h is None or h.cpu_mean is None or w.count == 0:
+        return None
+    threads = sum(max(1, c.threads or 1) for c in w.current)
+    if threads > OVERSUB_RATIO * h.cores and h.cpu_mean >= CPU_SATURATED_PCT:
+        return threads, h.cores
+    return None
+
+
+def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
+    w = ctx.workers
+    if not w.count or not enough_stacks(ctx) or oversubscription(ctx) or not workers_busy(ctx):
+        return None
+    found = worst(ctx, data_wait_s)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    frac = cost / g.breakdown.total_s
+    ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
+    line = labels_line(g, Bucket.DATA)
+    if line:
+        ev.append(line)
+    ev.append(f"{workers_cpu_line(ctx)}: the pool is flat out")
+    host = _host_line(ctx)
+    if host:
+        ev.append(host)
+    spare = ctx.host.spare_cores if ctx.host else None
+    if spare is not None and spare >= MIN_SPARE_CORES:
+        # room for the main process and its pin-memory thread
+        cap = max(w.count + 1, min(w.count + int(spare), (cores_per_gpu(ctx) or w.count + int(spare)) - 2))
+        n = workers_for(w.count, frac, cap)
+        action = f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # was {w.count}; {spare:.0f} cores are idle"
+        expected = gain(frac)
+    else:
+        action = (
+            "the CPUs are the limit: make each sample cheaper - decode/augment on the GPU "
+            "(torchvision.transforms.v2 on CUDA tensors, or NVIDIA DALI), cache decoded samples "
+            "(e.g. uint8 tensors in a memory-mapped file), or use a host with more cores per GPU"
+        )
+        expected = gain(frac) + " (bounded by how much cheaper each sample gets)"
+    return Hit(
+        evidence=tuple(ev),
+        action=action,
+        expected_gain=expected,
+        cost_s=cost,
+        confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
+        gpu_index=gpu_index(g),
+        title=f"{device_name(g)} waits for data {pct(frac)} of the time: loader workers saturated",
+    )
+
+
+def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
+    over = oversubscription(ctx)
+    if over is None or not enough_stacks(ctx):
+        return None
+    threads, cores = over
+    found = worst(ctx, lambda g: data_wait_s(g) + g.breakdown.get(Bucket.CPU))
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    frac = cost / g.breakdown.total_s
+    w = ctx.workers
+    per = max(1, round(threads / max(1, w.count)))
+    n = max(1, cores // (w.count + 1))
+    omp = ctx.env.get("OMP_NUM_THREADS")
+    ev = [
+        idle_line(g, [Bucket.DATA, Bucket.IO, Bucket.CPU]),
+        f"{w.count} loader workers x ~{per} threads = {threads} threads on {cores} cores "
+        f"(host CPU {ctx.host.cpu_mean:.0f} %)" if ctx.host and ctx.host.cpu_mean is not None else "",
+        f"OMP_NUM_THREADS={omp} in the target's environment" if omp else "OMP_NUM_THREADS is not set",
+    ]
+    if ctx.host and ctx.host.load1_max is not None:
+        ev.append(f"load average {ctx.host.load1_max:.0f} on {cores} cores")
+    return Hit(
+        evidence=tuple(e for e in ev if e),
+        action=(
+            f"OMP_NUM_THREADS={n} MKL_NUM_THREADS={n} in the job's environment, and in the loader "
+            f"DataLoader(..., worker_init_fn=lambda _: torch.set_num_threads({n}))  "
+            f"# {w.count + 1} processes x {n} thread{'s' if n != 1 else ''} for {cores} cores"
+        ),
+        expected_gain=gain(frac) + "; threads stop evicting each other from the cores",
+        cost_s=cost,
+        confidence=confidence(min(1.0, threads / (cores * 4)), len(ctx.main_stacks)),
+        gpu_index=gpu_index(g),
+        title=f"CPU oversubscribed: {threads} loader threads on {cores} cores",
+    )
+
+
+# --------------------------------------------------------------------------- storage
+
+# IO: any one of three signals, each judgement; the io-bound workload is far past all of them
+# (bench/results/harness.md and advisor_bench.json: 85 % of the window in the IO bucket, iowait
+# 1.4 cores and disk reads 1.8-2.0 GB/s, worker stacks blocked in a read in 100 % of samples).
+# - this share of the data wait fell into IO-wait slices;
+IO_SHARE = 0.30
+# - iowait of this many cores on average, together with this disk read rate (20 MB/s: far above a
+#   loader that reads from the page cache);
+IOWAIT_CORES = 0.5
+DISK_READ_BPS = 20e6
+# - loader-worker samples blocked in a read (not in a lock or queue) in at least this share.
+WORKER_READ_BLOCKED_SHARE = 0.5
+
+# A blocked worker whose innermost frame is in one of these waits on a lock or a queue, not a read.
+_WAIT_FILES = ("threading.py", "synchronize.py", "queues.py", "queue.py", "connection.py", "selectors.py")
+
+
+def _worker_read_blocked_share(ctx: AnalysisContext) -> tuple[float, int]:
+    """Share of loader-worker samples blocked inside the fetch outside any lock or queue:
+    waiting on a read."""
+    xs = ctx.worker_stacks
+    if not xs:
+        return 0.0, 0
+    blocked = sum(1 for s in xs if s.category is Category.DATA_FETCH and not s.active and not _in_wait(s))
+    return blocked / len(xs), len(xs)
+
+
+def _in_wait(s) -> bool:
+    f = s.frames[0] if s.frames else None
+    if f is None:
+        return False
+    name = f.filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return name in _WAIT_FILES or bool(f.code and ("sleep(" in f.code or ".wait(" in f.code))
+
+
+def check_io_bound(ctx: AnalysisContext) -> Hit | None:
+    if not enough_stacks(ctx):
+        return None
+    w = ctx.workers
+    if workers_busy(ctx):
+        return None  # CPU-bound workers: see workers-saturated
+    found = worst(ctx, data_wait_s)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    bd = g.breakdown
+    io_share = bd.get(Bucket.IO) / cost if cost else 0.0
+    h = ctx.host
+    iowait = h.iowait_cores if h else None
+    disk = h.disk_read_mean if h else None
+    blocked, nw = _worker_read_blocked_share(ctx)
+    signals = [
+        io_share >= IO_SHARE,
+        iowait is not None and iowait >= IOWAIT_CORES and (disk or 0) >= DISK_READ_BPS,
+        nw >= MIN_WORKER_SAMPLES and blocked >= WORKER_READ_BLOCKED_SHARE,
+    ]
+    if not any(signals):
+        return None
+    frac = cost / bd.total_s
+    ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
+    line = labels_line(g, Bucket.DATA)
+    if line:
+        ev.append(line)
+    if w.count:
+        ev.append(f"{workers_cpu_line(ctx)}: they wait, they do not compute")
+    if nw:
+        ev.append(f"worker stacks blocked in a read in {pct(blocked)} of {nw} samples")
+    if iowait is not None:
+        ev.append(f"iowait {iowait:.1f} cores on average, disk reads {fmt_rate(disk)}")
+    n = workers_for(w.count, frac, MAX_IO_WORKERS)
+    return Hit(
+        evidence=tuple(ev),
+        action=(
+            f"{loader_line(n, 4, pin=g.index != CPU_DEVICE)}  # reads overlap; blocked workers cost no CPU. "
+            "Then move the data closer: copy the dataset to local NVMe or RAM (/dev/shm if it fits), "
+            "and pack small files into large shards (WebDataset tar shards, one memory-mapped array)"
+        ),
+        expected_gain=gain(frac),
+        cost_s=cost,
+        confidence=confidence(max(io_share, blocked, 1.0 if signals[1] else 0.0), bd.idle_samples),
+        gpu_index=gpu_index(g),
+        title=f"{device_name(g)} waits for storage {pct(frac)} of the time: input is IO-bound",
+    )
+
+
+# --------------------------------------------------------------------------- the pool's life
+
+# Starting a pool of workers (fork, dataset copy, first batches) stalls the GPU for this long at
+# most; idle time later than that is not the restart's. Judgement.
+RESPAWN_STALL_S = 5.0
+# Docker's default /dev/shm is 64 MiB (Docker's `docker run --shm-size` reference); PyTorch's
+# README warns that loaders need more, and the guides this advisor follows ask for --shm-size of
+# 1g or more. Below 1 GiB is reported...
+SMALL_SHM_BYTES = 1 << 30
+# ...as a warning once it is at least this full in the window, else as a note. Judgement.
+SHM_FILLING = 0.5
+
+
+def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
+    """The whole worker pool was replaced in the window: a new epoch started new workers
+    (persistent_workers=False), and the GPU waited while they started."""
+    w = ctx.workers
+    if not w.count or w.respawned < w.count:
+        return None
+    born = min((c.create_time for c in w.current if c.create_time), default=None)
+    if born is None:
+        return None
+
+    def cost(g: GpuView) -> float:
+        return sum(
+            s.idle_s for s in g.slices if born <= s.mid <= born + RESPAWN_STALL_S
+        )
+
+    found = worst(ctx, cost)
+    if found is None or found[1] < MIN_COST_S:
+        return None
+    g, c = found
+    return Hit(
+        evidence=(
+            f"{w.respawned} loader workers exited and {w.count} new ones started in the window (a new epoch)",
+            f"{device_name(g)} idle {secs(c)} in the {RESPAWN_STALL_S:.0f} s after the new workers started",
+        ),
+        action=loader_line(w.count, pin=g.index != CPU_DEVICE) + "  # persistent_workers=True keeps the workers across epochs",
+        expected_gain=f"about {secs(c)} of GPU time back at every epoch start",
+        cost_s=c,
+        confidence=0.7,
+        gpu_index=gpu_index(g),
+        severity=Severity.INFO,
+        title="DataLoader workers restart every epoch",
+    )
+
+
+def check_small_shm(ctx: AnalysisContext) -> Hit | None:
+    h = ctx.host
+    if h is None or h.shm_total is None or h.shm_total >= SMALL_SHM_BYTES or not ctx.workers.count:
+        return None
+    used = (h.shm_used_max or 0) / h.shm_total if h.shm_total else 0.0
+    return Hit(
+        evidence=(
+            f"/dev/shm is {fmt_bytes(h.shm_total)} (used up to {pct(used)}) with {ctx.workers.count} loader workers",
+            "workers hand every batch to the trainer through /dev/shm; when it fills they die with 'Bus error'",
+        ),
+        action="docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm",
+        expected_gain="no loader crashes as batches or workers grow",
+        cost_s=0.0,
+        confidence=0.9,
+        severity=Severity.WARNING if used >= SHM_FILLING else Severity.INFO,
+    )
+

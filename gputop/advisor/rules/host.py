@@ -1,0 +1,250 @@
+"""The host side of the training step: syncs that drain the GPU's queue, copies from pageable
+memory, and a CPU that cannot launch kernels as fast as the GPU runs them.
+
+All three show as idle GPU time while the main thread is busy; the main thread's stacks (in a
+sync, in a copy, dispatching) and GPM's SM activity tell them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...analysis.breakdown import Bucket
+from ...format import fmt_rate
+from ...model import Category
+from ..context import AnalysisContext, GpuView
+from .base import (
+    GPM_BUSY_UTIL_PCT,
+    Hit,
+    confidence,
+    enough_stacks,
+    gain,
+    idle_line,
+    labels_line,
+    main_share,
+    pct,
+    significant,
+    worst,
+)
+from .memory import MEM_HEADROOM
+
+# --------------------------------------------------------------------------- host syncs
+
+# The main thread in .item()/.cpu()/synchronize in this share of its samples (all of them, not
+# only during idle: while it waits, the GPU is busy draining the queue it could not refill) is a
+# sync problem however the samples are spread. Judgement.
+HOST_SYNC_MIN_SHARE = 0.20
+# Below that, a sync in every step still is one when it is steady. Measured: the host-sync
+# workload (a ~4 ms step with .item()/.cpu()/synchronize each step) spent 19 % of its wall time
+# in the syncs by its own accounting, yet its breakdown read busy 41 %, sync 11 %, cpu 48 %: the
+# GPU also idles while the CPU dispatches the next step, since nothing was queued ahead; it was
+# taken for launch-bound (bench/results/harness.md). Its main thread sat in a sync in 13 % of the
+# samples, spread over the whole window (bench/results/advisor_bench.json); the launch-bound
+# workload (no syncs) had none of its samples there. Judgement: a healthy loop syncs once per
+# logging step (every 10-100 steps), well under 5 % of the samples.
+HOST_SYNC_STEADY_SHARE = 0.05
+# "Steady": the window (first to last main-thread sample) cut into stretches that should hold
+# about this many sync samples each if the syncs were spread evenly (then a stretch is empty by
+# chance ~5 % of the time: e^-3, Poisson)...
+SYNC_SAMPLES_PER_STRETCH = 3
+# ...but never fewer than 2 stretches (one says nothing of spread) nor more than 20 (judgement)...
+MIN_STRETCHES, MAX_STRETCHES = 2, 20
+# ...and syncs seen in at least this share of the stretches. A burst (an evaluation pass, one
+# save) fills a few adjacent stretches; a per-step sync fills nearly all of them (the host-sync
+# workload: 4 of 4, bench/results/advisor_bench.json). Judgement.
+HOST_SYNC_STEADY_COVERAGE = 0.6
+# Fewer sync samples than this say nothing about a pattern (0.8 s at the sampler's 5 Hz).
+# Judgement.
+MIN_SYNC_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class SyncPattern:
+    """How the main thread's host-sync samples fall over the window."""
+
+    share: float  # of all main-thread samples
+    samples: int
+    stretches: int  # the window cut into this many equal parts...
+    covered: int  # ...of which this many hold a sync sample
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.stretches if self.stretches else 0.0
+
+    @property
+    def steady(self) -> bool:
+        """A sync in (nearly) every step: frequent enough, and all through the window."""
+        return (
+            self.share >= HOST_SYNC_STEADY_SHARE
+            and self.samples >= MIN_SYNC_SAMPLES
+            and self.coverage >= HOST_SYNC_STEADY_COVERAGE
+        )
+
+    @property
+    def dominant(self) -> bool:
+        return self.share >= HOST_SYNC_MIN_SHARE
+
+    @property
+    def claims_dispatch(self) -> bool:
+        """The syncs serialise the step: the GPU idles while the CPU dispatches after each one,
+        so that idle time is theirs (and not launch overhead) until they are gone."""
+        return self.steady or self.dominant
+
+
+def sync_pattern(ctx: AnalysisContext) -> SyncPattern:
+    xs = ctx.main_stacks
+    syncs = [s.ts for s in xs if s.category is Category.HOST_SYNC]
+    n = len(syncs)
+    share = n / len(xs) if xs else 0.0
+    k = max(MIN_STRETCHES, min(MAX_STRETCHES, n // SYNC_SAMPLES_PER_STRETCH))
+    t0, t1 = (xs[0].ts, xs[-1].ts) if xs else (0.0, 0.0)
+    if n == 0 or t1 <= t0:
+        return SyncPattern(share, n, k, 1 if n else 0)
+    width = (t1 - t0) / k
+    covered = len({min(k - 1, int((t - t0) / width)) for t in syncs})
+    return SyncPattern(share, n, k, covered)
+
+
+def check_host_sync(ctx: AnalysisContext) -> Hit | None:
+    if not enough_stacks(ctx):
+        return None
+    pat = sync_pattern(ctx)
+    if not pat.claims_dispatch:
+        return None
+    # The cost: the GPU idle while the thread waits in the sync, and while it then dispatches
+    # the next step (forward/backward/optimizer with nothing queued): without the sync that
+    # dispatch would overlap the GPU's work on the step before.
+    found = worst(ctx, lambda g: g.breakdown.get(Bucket.SYNC) + g.breakdown.get(Bucket.CPU), gpu_only=True)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    bd = g.breakdown
+    frac = cost / bd.total_s
+    places = ctx.main_labels([Category.HOST_SYNC], 3)
+    ev = [
+        idle_line(g, [Bucket.SYNC, Bucket.CPU]),
+        f"main thread waiting on the GPU in {pct(pat.share)} of its samples: "
+        + ", ".join(f"{lab} {pct(sh)}" for lab, sh in places),
+    ]
+    if pat.steady:
+        ev.append(
+            f"syncs all through the window (in {pat.covered} of {pat.stretches} equal stretches): "
+            "every step, not a burst"
+        )
+    ev.append(
+        f"{g.name} idle {pct(bd.get(Bucket.SYNC) / bd.total_s)} while the thread waits in the sync and "
+        f"{pct(bd.get(Bucket.CPU) / bd.total_s)} while it then dispatches the next step: "
+        "each sync drains the queue, so the CPU cannot launch ahead"
+    )
+    first = f" (first: {places[0][0]})" if places else ""
+    return Hit(
+        evidence=tuple(ev),
+        action=(
+            f"remove the per-step .item()/.cpu()/.tolist()/print(loss) from the loop{first}; accumulate on "
+            "the GPU and read it every 100 steps: `running += loss.detach()` each step, then "
+            "`if step % 100 == 0: log(running.item() / 100); running.zero_()`; no torch.cuda.synchronize() "
+            "in the loop (time with torch.cuda.Event(enable_timing=True) if needed); keep CUDA_LAUNCH_BLOCKING unset"
+        ),
+        expected_gain=gain(frac) + ": the CPU queues steps ahead again",
+        cost_s=cost,
+        confidence=confidence(
+            max(min(1.0, pat.share * 2), 0.8 * pat.coverage if pat.steady else 0.0), len(ctx.main_stacks)
+        ),
+        gpu_index=g.index,
+        title=f"Host-device syncs every step: {g.name} idle {pct(bd.idle_fraction)}",
+    )
+
+
+# --------------------------------------------------------------------------- copies
+
+
+def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
+    found = worst(ctx, lambda g: g.breakdown.get(Bucket.H2D), gpu_only=True)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    frac = cost / g.breakdown.total_s
+    ev = [idle_line(g, [Bucket.H2D])]
+    line = labels_line(g, Bucket.H2D)
+    if line:
+        ev.append(line)
+    if g.efficiency.pcie_rx_mean is not None:
+        ev.append(f"PCIe receive {fmt_rate(g.efficiency.pcie_rx_mean)} on average")
+    if ctx.pin_memory_thread is False and ctx.workers.count:
+        ev.append("no pin-memory thread in the process: batches are copied from pageable memory")
+    return Hit(
+        evidence=tuple(ev),
+        action=(
+            "copy from pinned memory, asynchronously: DataLoader(..., pin_memory=True) and "
+            "x = x.to(device, non_blocking=True); for a host tensor built in the loop, allocate it "
+            "once pinned: buf = torch.empty(shape, dtype=dtype, pin_memory=True); buf.copy_(src)"
+        ),
+        expected_gain=gain(frac) + "; pinned copies run at full PCIe speed and overlap compute",
+        cost_s=cost,
+        confidence=confidence(g.breakdown.idle_sample_share(Bucket.H2D) or frac, g.breakdown.idle_samples),
+        gpu_index=g.index,
+        title=f"{g.name} waits for host-to-device copies {pct(frac)} of the time",
+    )
+
+
+# --------------------------------------------------------------------------- launch-bound
+
+# The main thread dispatching (forward/backward/optimizer/other Python) in this share of its
+# samples: it is the one thing the GPU waits for. Judgement; the launch-bound workload dispatched
+# in 100 % of them (bench/results/advisor_bench.json).
+DISPATCH_MIN_SHARE = 0.50
+# A busy GPU (GPM_BUSY_UTIL_PCT) whose SMs are active at most this share of the time runs
+# kernels too small to fill it. Measured SM activity (bench/results/harness.md): the healthy
+# bf16 trainer 92.6 %, the fp32 matmul loop 97.4 %, the launch-bound loop 0.1 %; 40 is
+# judgement between them.
+LAUNCH_BOUND_SM_ACTIVE_PCT = 40.0
+
+
+def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
+    if not enough_stacks(ctx):
+        return None
+    dispatch = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
+    if dispatch < DISPATCH_MIN_SHARE:
+        return None
+    # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
+    # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
+    synced = sync_pattern(ctx).claims_dispatch
+
+    def cost(g: GpuView) -> float:
+        e, bd = g.efficiency, g.breakdown
+        starved_sms = 0.0
+        if e.sm_active is not None and e.util_busy_mean and e.util_busy_mean >= GPM_BUSY_UTIL_PCT:
+            if e.sm_active <= LAUNCH_BOUND_SM_ACTIVE_PCT:
+                starved_sms = bd.busy_s * max(0.0, 1.0 - e.sm_active / e.util_busy_mean)
+        return starved_sms + (0.0 if synced else bd.get(Bucket.CPU))
+
+    found = worst(ctx, cost, gpu_only=True)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, c = found
+    e, bd = g.efficiency, g.breakdown
+    frac = c / bd.total_s
+    ev = [f"main thread dispatching (forward/backward/optimizer Python) in {pct(dispatch)} of its samples"]
+    if e.sm_active is not None and e.util_busy_mean is not None:
+        ev.append(
+            f"{g.name} 'busy' {e.util_busy_mean:.0f} % but SMs active only {e.sm_active:.0f} %: "
+            "kernels too small to fill the GPU"
+        )
+    if bd.get(Bucket.CPU) > 0 and not synced:
+        ev.append(idle_line(g, [Bucket.CPU]))
+    mem = e.mem_peak_fraction
+    bigger = f"; GPU memory {pct(mem)} used, so a 4x batch fits" if mem is not None and mem < MEM_HEADROOM else ""
+    return Hit(
+        evidence=tuple(ev),
+        action=(
+            'model = torch.compile(model, mode="reduce-overhead")  # fuses kernels and replays the step '
+            "as a CUDA graph; or raise batch_size so each launch does more work; "
+            "optimizers: torch.optim.AdamW(..., fused=True)" + bigger
+        ),
+        expected_gain=f"up to {pct(frac)} of the GPU time back: fewer, larger kernels per step",
+        cost_s=c,
+        confidence=confidence(dispatch, len(ctx.main_stacks)),
+        gpu_index=g.index,
+        title=f"Launch-bound: the CPU cannot keep {g.name} fed with kernels",
+    )
+

@@ -1,0 +1,66 @@
+"""Hangs: the main thread has not moved and nothing computes.
+
+Whether the job is stuck is the analysis's verdict (``analysis.stuck``, with its own threshold,
+the session's stuck-after); this rule only words it and picks the command that shows the cause.
+"""
+
+from __future__ import annotations
+
+from ...analysis.breakdown import CPU_DEVICE
+from ...model import Category
+from ...progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from ..context import AnalysisContext, GpuView
+from .base import Hit, workers_cpu_line
+
+# The GPU utilisation quoted beside a hang is over this many recent seconds. Judgement: long
+# enough to average the 200 ms samples, short enough to show the GPU as it is now.
+RECENT_UTIL_S = 5.0
+
+
+def check_stuck(ctx: AnalysisContext) -> Hit | None:
+    v = ctx.stuck
+    if v is None or not v.stuck:
+        return None
+    if v.category is Category.CHECKPOINT_IO and ctx.host and (ctx.host.disk_write_recent or 0) > 0:
+        return None  # a long save that is still writing: see checkpoint-stall
+    held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
+    cat = v.category.value if v.category else "unknown"
+    ev = [f"main thread of PID {ctx.target_pid} unchanged for {held} at {v.where} ({cat})"]
+    gpus = [g for g in ctx.gpus if g.index != CPU_DEVICE]
+    if gpus:
+        ev.append(", ".join(f"{g.name} at {_recent_util(g):.0f} %" for g in gpus)
+                  + f" over the last {RECENT_UTIL_S:.0f} s")
+    if ctx.workers.count:
+        ev.append(workers_cpu_line(ctx))
+    if v.tree_cores is not None:
+        # The progress check's own number: why an unchanged stack is a hang, not a slow step.
+        idle = v.tree_cores < TREE_BUSY_CORES  # else a collective, spinning without progress
+        ev.append(f"the job's processes at {v.tree_cores * 100:.0f} % CPU over the last "
+                  f"{min(CPU_WINDOW_S, v.held_s):.0f} s{': nothing is computing' if idle else ' (spinning)'}")
+    if v.category in (Category.DATA_WAIT, Category.DATA_FETCH):
+        action = (
+            f"see where the workers wait: py-spy dump --pid {ctx.target_pid} --subprocesses; "
+            "make a hang fail instead of waiting forever: DataLoader(..., timeout=120)"
+        )
+    elif v.category is Category.COLLECTIVE:
+        action = (
+            f"see which rank is missing: py-spy dump --pid {ctx.target_pid} on every rank; "
+            "NCCL_DEBUG=INFO TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and "
+            "dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) so a hang raises"
+        )
+    else:
+        action = f"see every thread: py-spy dump --pid {ctx.target_pid} --locals (the deadlock is usually visible)"
+    return Hit(
+        evidence=tuple(ev),
+        action=action,
+        expected_gain="the job makes progress again",
+        cost_s=v.held_s * max(1, len(gpus)),
+        confidence=0.9 if v.held_exact else 0.8,
+        gpu_index=gpus[0].index if gpus else None,
+        title=f"Job stuck: no progress for {held}",
+    )
+
+
+def _recent_util(g: GpuView, seconds: float = RECENT_UTIL_S) -> float:
+    xs = [s for s in g.slices if s.end >= g.breakdown.t1 - seconds]
+    return sum(s.util for s in xs) / len(xs) if xs else 0.0
