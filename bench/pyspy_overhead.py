@@ -161,12 +161,12 @@ class DumpSampler:
 
     def __init__(self, pid: int, rate: float, nonblocking: bool) -> None:
         from gputop.pipeline import Pipeline
-        from gputop.sources.stacks import PySpySource
+        from gputop.session import stack_sampler
         from gputop.store import Store
 
         self.pid = pid
         self.store = Store()
-        self.src = PySpySource(pid, rate=rate, nonblocking=nonblocking)
+        self.src = stack_sampler(pid, rate=rate, nonblocking=nonblocking)
         self.pipe = Pipeline(self.store, [self.src])
         self.call_ms: list[float] = []
         poll = self.src.poll

@@ -56,11 +56,9 @@ def open_gpu_source(interval: float, fake: int | None, clock=time.time) -> tuple
 
 
 def stacks_source(store: Store, pid: int, stuck_after: float, clock=time.time) -> Source:
-    """py-spy on ``pid``; its stuck warnings stay quiet while the target's GPU work goes on."""
-    from .analysis.stuck import target_gpu_busy
-    from .sources.stacks import PySpySource
+    from .session import stack_sampler
 
-    return PySpySource(pid, clock=clock, stuck_after=stuck_after, gpu_busy=lambda: target_gpu_busy(store, pid))
+    return stack_sampler(pid, clock=clock)
 
 
 def build_session(
@@ -109,6 +107,9 @@ def build_session(
         sources["stacks"] = stacks_source(store, pid, stuck_after, clock)
     if attach_note is not None:
         store.add([attach_note])
+    from .analysis.stuck import StuckWatch
+
+    sources["stuck"] = StuckWatch(store, pid, stuck_after)
     pipeline = Pipeline(store, list(sources.values()), clock=clock)
     mode = "fake" if fake is not None else "live"
     return Session(

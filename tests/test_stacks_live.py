@@ -23,10 +23,11 @@ psutil = pytest.importorskip("psutil")
 pytest.importorskip("torch")
 
 from gputop.analysis.stacks_summary import category_shares, stacks_view  # noqa: E402
-from gputop.analysis.stuck import stuck_verdict  # noqa: E402
+from gputop.analysis.stuck import StuckWatch, stuck_verdict  # noqa: E402
 from gputop.cli import main as cli_main  # noqa: E402
-from gputop.model import Category, Event, ProcSample, StackSample  # noqa: E402
+from gputop.model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample  # noqa: E402
 from gputop.pipeline import Pipeline  # noqa: E402
+from gputop.session import stack_sampler  # noqa: E402
 from gputop.sources.stacks import (  # noqa: E402
     PYSPY_ENV,
     AttachError,
@@ -118,6 +119,23 @@ def poll_for(src: PySpySource, seconds: float) -> list[object]:
     return out
 
 
+class IdleGpu:
+    """A GPU source saying ``pid`` holds an idle GPU: the job's GPU work has stopped."""
+
+    name = "idle-gpu"
+    interval = 0.5
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def poll(self):
+        now = time.time()
+        return [GpuSample(ts=now, index=0, util_gpu=0.0), GpuProcess(ts=now, gpu_index=0, pid=self.pid)]
+
+    def close(self):
+        pass
+
+
 def stacks(samples, pid=None, main=None):
     return [
         s for s in samples
@@ -130,7 +148,7 @@ def stacks(samples, pid=None, main=None):
 
 def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
     t = targets["loader"]
-    src = PySpySource(t.pid, worker_interval=0.2, target_details=True)
+    src = stack_sampler(t.pid, worker_interval=0.2, target_details=True)
     out = poll_for(src, 3.0)
     main = stacks(out, t.pid, main=True)
     assert len(main) >= 8
@@ -154,7 +172,7 @@ def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
 
 def test_item_every_step_is_host_sync(targets):
     t = targets["item"]
-    src = PySpySource(t.pid)
+    src = stack_sampler(t.pid)
     out = poll_for(src, 3.0)
     main = stacks(out, t.pid, main=True)
     # In a live session the host source reports the target's process details, not this one.
@@ -171,8 +189,8 @@ def test_item_every_step_is_host_sync(targets):
 def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
     t = targets["deadlock"]
     store = Store()
-    src = PySpySource(t.pid, stuck_after=STUCK_AFTER)
-    pipe = Pipeline(store, [src])
+    src = stack_sampler(t.pid)
+    pipe = Pipeline(store, [src, StuckWatch(store, t.pid, STUCK_AFTER)])
     pipe.start()
     try:
         # Wait bound, not a speed claim: the verdict must come within threshold + a few seconds.
@@ -182,7 +200,7 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
         def said_stuck() -> bool:
             return any(e.source == "stuck" for e in store.events())
 
-        # The pane's verdict and the source's one-time event are decided on separate threads:
+        # The pane's verdict and the stuck watch's one-time event are decided on separate threads:
         # wait (within the same bound) for both.
         while not (verdict.stuck and said_stuck()) and time.time() < deadline:
             time.sleep(0.2)
@@ -213,8 +231,8 @@ def test_busy_job_with_an_unchanged_stack_is_not_stuck(targets):
     try:
         spin.wait_ready()
         store = Store()
-        src = PySpySource(spin.pid, stuck_after=STUCK_AFTER, gpu_busy=lambda: False, target_details=True)
-        pipe = Pipeline(store, [src])
+        src = stack_sampler(spin.pid, target_details=True)
+        pipe = Pipeline(store, [src, IdleGpu(spin.pid), StuckWatch(store, spin.pid, STUCK_AFTER)])
         pipe.start()
         try:
             time.sleep(STUCK_AFTER + 4.0)
@@ -237,7 +255,7 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
 
     t = targets["deadlock"]
     store = Store()
-    src = PySpySource(t.pid)
+    src = stack_sampler(t.pid)
     store.add(src.poll())
 
     class Host(App):
@@ -267,7 +285,7 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
 def test_target_exit_is_reported_with_its_code_and_history_kept(targets):
     t = targets["exit"]
     store = Store()
-    src = PySpySource(t.pid)
+    src = stack_sampler(t.pid)
     for _ in range(3):
         store.add(src.poll())
         time.sleep(0.1)
@@ -296,7 +314,7 @@ def test_not_python_process(targets):
         with pytest.raises(AttachError) as exc:
             check_attachable(sleeper.pid)
         assert exc.value.kind == "not-python" and "not a Python process" in str(exc.value)
-        src = PySpySource(sleeper.pid, target_details=True)
+        src = stack_sampler(sleeper.pid, target_details=True)
         first = src.poll()
         # CPU monitoring still works; stacks do not, said once.
         assert any(isinstance(s, ProcSample) and s.role == "target" for s in first)
@@ -313,7 +331,7 @@ def test_no_such_process():
     with pytest.raises(AttachError) as exc:
         check_attachable(pid)
     assert exc.value.kind == "gone" and str(exc.value) == f"no process with PID {pid}"
-    src = PySpySource(pid)
+    src = stack_sampler(pid)
     out = src.poll()
     assert [e.message for e in out if isinstance(e, Event)] == [f"no process with PID {pid}"]
     assert src.poll() == []
@@ -329,7 +347,7 @@ def test_pyspy_missing_or_unrunnable(targets, monkeypatch):
     with pytest.raises(AttachError) as exc:
         check_attachable(pid)
     assert "pip install py-spy" in str(exc.value)
-    src = PySpySource(pid, target_details=True)
+    src = stack_sampler(pid, target_details=True)
     out = src.poll()
     assert any(isinstance(e, Event) and "py-spy not found" in e.message for e in out)
     assert any(isinstance(s, ProcSample) for s in out)

@@ -239,31 +239,36 @@ def test_without_cpu_readings_the_main_threads_own_flag_decides():
     assert v.stuck and v.tree_cores is None and "CPU" not in v.reason
 
 
-# --------------------------------------------------------------------------- the source's Event
+# --------------------------------------------------------------------------- the stuck watch's Event
 
 
-def test_stacks_source_event_uses_the_same_decision():
-    from gputop.sources.stacks import PySpySource
+def test_stuck_watch_event_uses_the_same_decision():
+    from gputop.analysis.stuck import StuckWatch
 
+    store = Store()
+    watch = StuckWatch(store, PID, threshold=5.0)
     now = [T0]
-    src = PySpySource(os.getpid(), clock=lambda: now[0], stuck_after=5.0, gpu_busy=lambda: False)
 
     def feed(seconds, frames, cat, active, cpu):
         events = []
         for i in range(int(seconds * 5)):
             now[0] += 0.2
+            batch = [StackSample(ts=now[0], pid=PID, thread_id=1, frames=frames, active=active, is_main=True,
+                                 category=cat)]
             if round((now[0] - T0) * 5) % 5 == 0:
-                src._cpu_seen.setdefault(PID, []).append(ProcSample(ts=now[0], pid=PID, cpu_percent=cpu, role="target"))
-            s = StackSample(ts=now[0], pid=os.getpid(), thread_id=1, frames=frames, active=active,
-                            is_main=True, category=cat)
-            events += [e for e in src._watch_main([s], now[0]) if getattr(e, "source", "") == "stuck"]
+                batch.append(ProcSample(ts=now[0], pid=PID, cpu_percent=cpu, role="target"))
+                gpu(store, now[0], util=0.0)  # the GPU the target holds is idle
+            store.add(batch)
+            events += [e for e in watch.poll() if getattr(e, "source", "") == "stuck"]
         return events
 
     # slow, not stuck: 20 s in one __getitem__ line at 100 % CPU, GPU idle
     assert feed(20.0, GETITEM, Category.DATA_FETCH, True, 100.0) == []
     # then the main thread blocks at ~0 % CPU: one event, at the lock line
-    src._cpu_seen.clear()
     events = feed(8.0, LOCK, Category.IDLE, False, 0.0)
     assert len(events) == 1
     assert "looks stuck" in events[0].message and "project/train.py:42 in train_step" in events[0].message
     assert "GPU idle, processes at 0 % CPU" in events[0].message
+    # and one when it moves again
+    moved = feed(1.0, MOVING[0], Category.FORWARD, True, 100.0)
+    assert len(moved) == 1 and "moving again" in moved[0].message

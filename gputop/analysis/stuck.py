@@ -8,7 +8,7 @@ a hang, a deadlock or a wait that never ends.
 
 An unchanged stack is not proof of no progress, though: a slow loop that spends every step in
 one long call looks the same sample after sample. A job whose process tree burns CPU is working;
-gputop.progress says when (``working``), and the stacks source's "looks stuck" Event asks it too.
+gputop.progress says when (``working``). ``StuckWatch`` turns the verdict into events.
 
 One exception to "the GPU has stopped": a main thread inside a collective. A hung NCCL
 collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs (and its
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..classify import project_frame, stack_key, where
-from ..model import Category, Frame, ProcSample, StackSample
+from ..model import Category, Event, Frame, ProcSample, StackSample
 from ..progress import CPU_WINDOW_S, activity, working
 from ..store import Store
 from .efficiency import is_worker
@@ -77,7 +77,7 @@ def gpu_state(store: Store, pid: int, now: float) -> str:
 
 
 def target_gpu_busy(store: Store, pid: int) -> bool | None:
-    """For PySpySource's ``gpu_busy`` callback: True/False, None when unknown."""
+    """Whether the target's GPU work runs now: True/False, None when unknown."""
     state = gpu_state(store, pid, store.now)
     return None if state == "unknown" else state == "busy"
 
@@ -179,3 +179,47 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         exited=proc is not None and proc.status in ("exited", "zombie"),
         procs=procs,
     )
+
+
+class StuckWatch:
+    """The stuck verdict as a pipeline stage: one Event (source ``stuck``) when the attached job
+    becomes stuck, one when its main thread moves again, for the event log, the status line and
+    recordings. It reads the same ``stuck_verdict`` the pane and the advisor's stuck rule read:
+    there is one stuck detector. ``target_pid`` may be a callable, to follow the session."""
+
+    name = "stuck"
+
+    def __init__(self, store: Store, target_pid, threshold: float, interval: float = 1.0) -> None:
+        self.store = store
+        self.threshold = threshold
+        self.interval = interval
+        self._target = target_pid if callable(target_pid) else (lambda: target_pid)
+        self._reported: tuple[int, float] | None = None  # (pid, start of the stuck run)
+
+    def poll(self) -> list[object]:
+        pid = self._target()
+        if pid is None or self.store.now <= 0:
+            return []
+        v = stuck_verdict(self.store, pid, self.threshold)
+        now = self.store.now
+        if self._reported is not None:
+            was_pid, since = self._reported
+            if was_pid != pid:
+                self._reported = None
+            elif v.since is not None and v.since > since:  # a new unchanged run: it moved
+                self._reported = None
+                return [Event(now, self.name, f"main thread of PID {pid} is moving again", "info")]
+            else:
+                return []
+        if not v.stuck:
+            return []
+        self._reported = (pid, v.since or now)
+        gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(v.gpu, "GPU activity unknown")
+        cpu_note = "" if v.tree_cores is None else f", processes at {v.tree_cores * 100:.0f} % CPU"
+        held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
+        category = v.category.value if v.category is not None else "?"
+        return [Event(now, self.name, f"PID {pid} looks stuck: main thread unchanged for {held} at {v.where} "
+                                      f"({category}, {gpu_note}{cpu_note})", "warning")]
+
+    def close(self) -> None:
+        pass

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.stacks_summary import stacks_view
     from ..model import Event, StackSample
-    from ..sources.stacks import PySpySource, check_attachable, native_dump
+    from ..session import stack_sampler
+    from ..sources.stacks import check_attachable, native_dump
     from ..stacks_format import dump_dict, dump_text
     from ..store import Store
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if pid is None:
         raise UserError("which process? gputop stacks --pid PID")
     pyspy = check_attachable(pid)
-    samples = PySpySource(pid, pyspy=pyspy).snapshot()
+    samples = stack_sampler(pid, pyspy=pyspy).snapshot()
     faults = [s for s in samples if isinstance(s, Event) and s.level in ("warning", "error")]
     if faults and not any(isinstance(s, StackSample) for s in samples):
         raise UserError(faults[-1].message)

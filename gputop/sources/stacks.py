@@ -22,12 +22,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
-from ..classify import classify, is_library, stack_key, where
 from ..errors import UserError
-from ..model import Event, Frame, ProcSample, StackSample
-from ..progress import CPU_WINDOW_S, activity, working
+from ..model import Category, Event, Frame, ProcSample, StackSample
 from ..redact import perf_env, redact_cmdline
 
 # The default sampling: 5 stacks/s, blocking dumps (py-spy pauses the target ~1 ms while it
@@ -47,9 +45,6 @@ RETRY_AFTER_S = 2.0
 MAX_WORKERS = 64  # children followed at once (torch.compile can start dozens)
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
-
-# Events about the job (stuck / moving again) carry this source, apart from sampling faults.
-STUCK_EVENT_SOURCE = "stuck"
 
 PYSPY_ENV = "GPUTOP_PYSPY"  # path to a py-spy binary, to override the search
 
@@ -248,12 +243,26 @@ class SourceLines:
         return None
 
 
+# What the source is given to classify stacks with (the analysis layer's classifier): a stack's
+# category from its frames and py-spy's on-CPU flag, and whether a file is library code (whose
+# source lines are not read, but for the leaf frame).
+Classify = Callable[[Sequence[Frame], bool], Category]
+IsLibrary = Callable[[str], bool]
+
+
+def _unclassified(frames: Sequence[Frame], active: bool) -> Category:
+    return Category.OTHER
+
+
 class StackParser:
     """Turns py-spy's JSON into StackSamples: frames interned (a long session repeats the
     same few stacks), the leaf and project frames given their source line, then classified."""
 
-    def __init__(self, lines: Callable[[str, int], str | None] | None = None) -> None:
+    def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
+                 is_library: IsLibrary = lambda filename: False) -> None:
         self._lines = lines
+        self._classify = classify
+        self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
         self._stacks: dict[tuple, tuple[tuple[Frame, ...], dict[bool, object]]] = {}
 
@@ -265,7 +274,7 @@ class StackParser:
         f = self._frames.get(key)
         if f is None:
             code = None
-            if self._lines is not None and (leaf or not is_library(filename)):
+            if self._lines is not None and (leaf or not self._is_library(filename)):
                 code = self._lines(filename, line)
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code)
             if len(self._frames) > _CACHE_MAX:
@@ -288,7 +297,7 @@ class StackParser:
             active = bool(th.get("active", True))
             cat = cats.get(active)
             if cat is None:
-                cat = cats[active] = classify(frames, active)
+                cat = cats[active] = self._classify(frames, active)
             pid = int(th.get("pid") or 0)
             os_tid = th.get("os_thread_id")
             name = str(th.get("thread_name") or "")
@@ -319,10 +328,9 @@ class PySpySource:
 
     The target's own process details come from the host source in a live session (it also has
     the IO rates); ``target_details=True`` adds them here too, for use without one.
-    ``gpu_busy``, when given, says whether the target's GPU work is running (None: unknown); it
-    keeps the one-off "looks stuck" Event quiet while the GPU is busy. The CPU the target and
-    its workers use (read here whether or not it is published) keeps it quiet while they work:
-    gputop.progress decides, as it does for the stuck verdict.
+    ``classify`` and ``is_library`` come from the analysis layer (the session passes them): a
+    source turns the world into samples and decides nothing about them. Whether the job is
+    stuck is decided over the store (gputop.analysis.stuck), not here.
 
     Never raises from ``poll`` for routine faults: py-spy failing, the target exiting or being
     unreadable become Events (each once); once the target is gone sampling stops and what was
@@ -335,28 +343,26 @@ class PySpySource:
         self,
         pid: int,
         clock: Callable[[], float] = time.time,
-        stuck_after: float = 30.0,
         rate: float = DEFAULT_RATE,
         nonblocking: bool = DEFAULT_NONBLOCKING,
         pyspy: str | None = None,
         worker_interval: float = WORKER_INTERVAL_S,
-        gpu_busy: Callable[[], bool | None] | None = None,
         target_details: bool = False,
+        classify: Classify = _unclassified,
+        is_library: IsLibrary = lambda filename: False,
     ) -> None:
         import psutil
 
         self.pid = pid
         self.clock = clock
         self.interval = 1.0 / rate
-        self.stuck_after = stuck_after
         self.nonblocking = nonblocking
         self.worker_interval = worker_interval
         self.target_details = target_details
-        self._gpu_busy = gpu_busy
         self._pyspy = pyspy or find_pyspy()
         # Forked workers see the target's files and run the same code: one parser (and its
         # caches of source lines, frames and categories) serves them all.
-        self._parser = StackParser(SourceLines(pid).line)
+        self._parser = StackParser(SourceLines(pid).line, classify, is_library)
         self._proc: psutil.Process | None
         try:
             self._proc = psutil.Process(pid)
@@ -373,13 +379,6 @@ class PySpySource:
         self._retry_at = 0.0
         self._fault: str | None = None  # the kind of the fault last reported
         self._stacks_off: str | None = None  # a permanent reason not to try again
-        self._main_key: tuple | None = None
-        self._main_since = 0.0
-        # The main thread's unchanged run (its first sample, then the recent ones) and the
-        # tree's recent CPU readings: what gputop.progress needs for the "looks stuck" Event.
-        self._main_run: list[StackSample] = []
-        self._cpu_seen: dict[int, list[ProcSample]] = {}
-        self._stuck_reported = False
         self.exited: float | None = None  # when the target was found gone
         self.exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
 
@@ -465,7 +464,6 @@ class PySpySource:
             out.append(Event(ts, self.name, f"stack sampling of PID {self.pid} resumed", "info"))
             self._fault = None
         out.extend(samples)
-        out.extend(self._watch_main(samples, ts))
         return out
 
     def _sample_worker(self, wpid: int) -> list[object]:
@@ -497,43 +495,6 @@ class PySpySource:
         self._fault = exc.kind
         return [Event(now, self.name, str(exc), "error" if self._stacks_off else "warning")]
 
-    def _watch_main(self, samples: list[StackSample], ts: float) -> list[object]:
-        """One Event when the main thread's stack has not moved for ``stuck_after`` and nothing
-        says the job is still working (GPU busy, its processes on CPU), and one when it moves
-        again. The pane's verdict comes from gputop.analysis.stuck over the store; this is for
-        the event log and recordings."""
-        main = next((s for s in samples if s.is_main and s.pid == self.pid), None)
-        if main is None:
-            return []
-        key = stack_key(main.frames)
-        if key != self._main_key:
-            moved = self._stuck_reported
-            self._main_key, self._main_since, self._stuck_reported = key, ts, False
-            self._main_run = [main]
-            if moved:
-                return [Event(ts, STUCK_EVENT_SOURCE, f"main thread of PID {self.pid} is moving again", "info")]
-            return []
-        # Bounded: the run's first sample (its start) and the last CPU_WINDOW_S of it.
-        self._main_run = [self._main_run[0]] + [s for s in self._main_run[1:] if s.ts >= ts - CPU_WINDOW_S] + [main]
-        held = ts - self._main_since
-        if self._stuck_reported or held < self.stuck_after:
-            return []
-        busy = self._gpu_busy() if self._gpu_busy is not None else None
-        gpu_state = {True: "busy", False: "idle"}.get(busy, "unknown")  # type: ignore[arg-type]
-        act = activity(self._main_run, ts, self._cpu_seen)
-        if working(main.category, gpu_state, act) is not None:
-            return []
-        self._stuck_reported = True
-        out: list[object] = []
-        for w in list(self._workers):  # fresh worker stacks for the report, once
-            out.extend(self._sample_worker(w))
-        gpu = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu_state, "GPU activity unknown")
-        cpu = "" if act.cores is None else f", processes at {act.cores * 100:.0f} % CPU"
-        out.append(Event(ts, STUCK_EVENT_SOURCE,
-                         f"PID {self.pid} looks stuck: main thread unchanged for {held:.0f} s at "
-                         f"{where(main.frames)} ({main.category.value}, {gpu}{cpu})", "warning"))
-        return out
-
     # ----------------------------------------------------------------- process details
 
     def _proc_samples(self, now: float) -> list[ProcSample]:
@@ -550,11 +511,6 @@ class PySpySource:
         by_pid[self.pid] = self._proc
         for gone in set(self._procs) - set(by_pid):
             del self._procs[gone]
-        # Readings stay while the CPU check can look at them (a worker gone in the window counts).
-        for p in list(self._cpu_seen):
-            self._cpu_seen[p] = [r for r in self._cpu_seen[p] if r.ts >= now - CPU_WINDOW_S - 1.0]
-            if not self._cpu_seen[p]:
-                del self._cpu_seen[p]
         self._no_stacks &= set(by_pid)
         for pid, proc in by_pid.items():
             first = pid not in self._procs
@@ -563,7 +519,6 @@ class PySpySource:
             s = self._proc_sample(self._procs[pid], "target" if pid == self.pid else "worker", now, first)
             if s is not None:
                 out.append(s)
-                self._cpu_seen.setdefault(pid, []).append(s)
                 if pid == self.pid:
                     self._target_last = s
         return out

@@ -1,0 +1,271 @@
+"""The one place a session is assembled: which sources, one store, one pipeline, the advisor,
+and a recorder while one is attached.
+
+Live, fake and replay are the same pipeline with a different source. The commands build a
+``Config`` from their arguments and open a session here; the UI receives a finished session and
+only renders it and calls its verbs (``attach``, ``start_recording``, ``stop_recording``); the
+headless commands call ``run_for``. Defaults are written once, in ``Config``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import UserError
+from .model import Event, SystemInfo
+from .pipeline import Pipeline, Source
+from .store import Store
+
+# NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
+# no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
+DEFAULT_INTERVAL_S = 2.0
+# A job whose main stack and processes have not moved for this long, GPU idle, is called stuck.
+DEFAULT_STUCK_AFTER_S = 30.0
+# The advisor's findings speak of the last minute: long enough for periodic stalls (a checkpoint
+# a minute) to show, short enough that a fix shows within a minute.
+DEFAULT_WINDOW_S = 60.0
+# In the interactive UI with no job attached only the slow system checks can fire: the advisor
+# then runs this often to keep an idle monitor cheap (an evaluation is ~5-10 ms of CPU).
+UI_IDLE_ADVISOR_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a live session watches and how. Every default lives here."""
+
+    interval: float = DEFAULT_INTERVAL_S
+    stuck_after: float = DEFAULT_STUCK_AFTER_S
+    window: float = DEFAULT_WINDOW_S
+    pid: int | None = None
+    fake: int | None = None  # N scripted GPUs instead of NVML
+    advisor: bool = True
+    # Seconds between advisor runs while no job is attached (0: every interval). The verdict does
+    # not depend on it (the advisor's hysteresis counts evaluations), only how soon it comes.
+    advisor_idle_every: float = 0.0
+
+
+@dataclass
+class Session:
+    """A running (or about to run) pipeline and the named parts the UI and commands use."""
+
+    store: Store
+    pipeline: Pipeline
+    mode: str = "live"  # live | fake | replay
+    interval: float = DEFAULT_INTERVAL_S  # seconds between samples (a replay: the recorded one)
+    window: float = DEFAULT_WINDOW_S
+    stuck_after: float = DEFAULT_STUCK_AFTER_S
+    target_pid: int | None = None
+    attach_error: str | None = None  # why the target's stacks cannot be sampled
+    advisor_idle_every: float = 0.0
+    gpu: Source | None = None  # NVML or the fake
+    host: Source | None = None
+    stacks: Source | None = None
+    replay: Source | None = None
+    advisor: Source | None = None
+    stuck_watch: Source | None = None
+    recorder: object | None = None  # the Recorder while one is attached
+    clock: Callable[[], float] = time.time
+    _attach_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # ----------------------------------------------------------------- running
+
+    def start(self) -> None:
+        self.pipeline.start()
+
+    def stop(self) -> None:
+        """Stop collection and close the recording (flushed: one self-contained file)."""
+        self.pipeline.stop()
+        self.stop_recording()
+
+    def run_for(self, seconds: float | None, should_stop: Callable[[], str | None] = lambda: None,
+                tick: Callable[[float], None] = lambda elapsed: None, every: float = 0.5) -> str | None:
+        """Collect until ``seconds`` pass (None: until stopped) or ``should_stop`` gives a reason;
+        ``tick(elapsed)`` runs between waits (a progress line). Returns the reason, if any."""
+        started = time.monotonic()
+        while True:
+            elapsed = time.monotonic() - started
+            if seconds is not None and elapsed >= seconds:
+                return None
+            why = should_stop()
+            if why:
+                return why
+            tick(elapsed)
+            time.sleep(every if seconds is None else min(every, max(0.01, seconds - elapsed)))
+
+    def require_stacks(self) -> None:
+        """For headless commands whose one question is the target's stacks: raise UserError
+        with the reason when they cannot be had (the live UI goes on without them)."""
+        if self.attach_error is not None:
+            self.pipeline.stop()
+            raise UserError(f"{self.attach_error}; without --pid gputop watches the GPUs and the host only")
+
+    # ----------------------------------------------------------------- verbs for the UI
+
+    def attach(self, pid: int) -> None:
+        """Sample ``pid``'s stacks from now on, in place of the current target. Raises UserError
+        (with the reason and the fix) when it cannot be done; the session is then unchanged."""
+        from .sources.stacks import check_attachable
+
+        if self.mode == "replay":
+            raise UserError("a replay cannot attach to a process")
+        with self._attach_lock:
+            check_attachable(pid)
+            if self.stacks is not None:
+                self.pipeline.remove_source(self.stacks)
+            self.stacks = stack_sampler(pid, clock=self.clock)
+            self.target_pid = pid
+            self.attach_error = None
+            if hasattr(self.host, "target_pid"):
+                self.host.target_pid = pid  # OS details (environment, IO) follow the new target
+            self.pipeline.add_source(self.stacks)
+            self.store.add([Event(self.clock(), "attach", f"attached to process {pid}", "info")])
+
+    def native_dump(self, pid: int) -> str:
+        """py-spy's native (C/C++/CUDA) dump of ``pid``: ~0.6 s, on demand only."""
+        from .sources.stacks import native_dump
+
+        return native_dump(pid)
+
+    def start_recording(self, path: str | Path, *, force: bool = False, append: bool = False,
+                        max_bytes: int | None = None) -> object:
+        """Record everything the pipeline carries from now on. Raises UserError (file exists,
+        not a recording, cannot write)."""
+        from .record.writer import OutputExists, Recorder
+
+        if self.recorder is not None:
+            raise UserError(f"already recording to {self.recorder.path}")
+        try:
+            self.recorder = Recorder.attach(self, Path(path), force=force, append=append, interval=self.interval,
+                                            max_bytes=max_bytes)
+        except OutputExists:
+            raise UserError(f"{path} already exists: use --force to overwrite it, or choose another name") from None
+        return self.recorder
+
+    def stop_recording(self) -> object | None:
+        rec, self.recorder = self.recorder, None
+        if rec is not None:
+            rec.close()  # flushes the last batch and leaves one self-contained file
+        return rec
+
+
+# --------------------------------------------------------------------------- assembling
+
+
+def open_live(config: Config = Config(), store: Store | None = None, clock: Callable[[], float] = time.time) -> Session:
+    """Sources for this machine (or the fake one), the advisor on top. Raises UserError for a
+    ``pid`` that does not exist; a process that cannot be sampled (not Python, no permission)
+    leaves ``attach_error`` set and GPU and host monitoring running."""
+    from .sources.host import HostSource
+
+    store = store or Store()
+    attach_note: Event | None = None
+    pid = config.pid
+    if pid is not None:
+        from .sources.stacks import AttachError, check_attachable
+
+        try:
+            check_attachable(pid)
+        except AttachError as exc:
+            if exc.kind == "gone":
+                raise
+            attach_note = Event(clock(), "stacks", f"cannot sample stacks of PID {pid}: {exc}", "error")
+    gpu, notes = _gpu_source(config.interval, config.fake, clock)
+    if notes:
+        store.add(notes)
+    session = Session(
+        store=store, pipeline=Pipeline(store, [], clock=clock), mode="fake" if config.fake is not None else "live",
+        interval=config.interval, window=config.window, stuck_after=config.stuck_after, target_pid=pid,
+        attach_error=attach_note.message if attach_note is not None else None,
+        advisor_idle_every=config.advisor_idle_every, gpu=gpu, clock=clock,
+    )
+
+    def pids_to_watch() -> list[int]:
+        # The host source reads OS details for whatever holds a GPU, plus the target.
+        pids = {p.pid for p in store.gpu_processes()}
+        if session.target_pid is not None:
+            pids.add(session.target_pid)
+        return sorted(pids)
+
+    session.host = HostSource(interval=config.interval, pids=pids_to_watch, clock=clock, target_pid=pid,
+                              top_cpu=0 if gpu is not None else 15)
+    if pid is not None and attach_note is None:
+        session.stacks = stack_sampler(pid, clock=clock)
+    if attach_note is not None:
+        store.add([attach_note])
+    # The stuck watch is a derived stage: it reads the store and returns events through the
+    # pipeline like a source, so the UI, the recorder and the exporter all see them.
+    from .analysis.stuck import StuckWatch
+
+    session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
+    for src in (gpu, session.host, session.stacks, session.stuck_watch):
+        if src is not None:
+            session.pipeline.add_source(src)
+    if config.advisor:
+        _add_advisor(session)
+    return session
+
+
+def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, paused: bool = False,
+                advisor: bool = True) -> Session:
+    """A session whose only source is the recording. Raises UserError for a bad file or time."""
+    from .record.reader import Reader
+    from .sources.replay import ReplaySource, parse_position
+
+    reader = Reader(path)
+    try:
+        pos = None
+        if start:
+            try:
+                pos = parse_position(start, reader.start_ts, reader.end_ts)
+            except ValueError as exc:
+                raise UserError(f"--start: {exc}") from None
+        store = Store()
+        source = ReplaySource(reader, store=store, speed=speed, start=pos, paused=paused)
+        pipeline = Pipeline(store, [source], clock=lambda: source.position)
+        source.attach(pipeline.publish)
+        last = reader.sessions[-1] if reader.sessions else {}
+        session = Session(store=store, pipeline=pipeline, mode="replay", interval=last.get("interval") or DEFAULT_INTERVAL_S,
+                          target_pid=last.get("target_pid"), replay=source, clock=lambda: source.position)
+    except BaseException:
+        reader.close()
+        raise
+    if advisor:
+        _add_advisor(session)
+    return session
+
+
+def _add_advisor(session: Session) -> None:
+    from .advisor.engine import add_advisor
+
+    session.advisor = add_advisor(session)
+
+
+def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None, list[object]]:
+    """The GPU source, or None with a SystemInfo saying why NVML is unavailable."""
+    if fake is not None:
+        from .sources.fake import FakeGpuSource
+
+        return FakeGpuSource(gpus=fake, interval=interval, clock=clock), []
+    from .sources.nvml import NvmlSource, NvmlUnavailable
+
+    try:
+        return NvmlSource.open(interval=interval, clock=clock), []
+    except NvmlUnavailable as exc:
+        info = SystemInfo(ts=clock(), hostname=socket.gethostname(), nvml_error=str(exc), source="live")
+        return None, [info, Event(info.ts, "nvml", f"NVML unavailable: {exc}", "warning")]
+
+
+def stack_sampler(pid: int, **options) -> Source:
+    """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
+    decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""
+    from .classify import classify, is_library
+    from .sources.stacks import PySpySource
+
+    return PySpySource(pid, classify=classify, is_library=is_library, **options)
+
+
