@@ -1,0 +1,108 @@
+"""``--attach all``: sample the stacks of every Python process that holds a GPU.
+
+Each attached process costs one py-spy sampler at 5 Hz: about 5 % of a core on the exporter's
+side and +0.35 % lost time in the job (bench/results/pyspy_overhead.md). That is what turns a
+GPU's idle seconds into causes; it is also why the number attached is capped (``max_attach``,
+default one per GPU of a full node) and why the exporter attaches to nothing unless asked.
+A process that cannot be sampled (not Python, no ptrace permission) is tried once and left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Callable
+
+from ..model import Event
+from .config import DEFAULT_MAX_ATTACH
+
+# New GPU processes are looked for this often: a job is attached within a few seconds of
+# opening its CUDA context, and the check costs one NVML process list already in the store.
+ATTACH_EVERY_S = 5.0
+_PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
+
+
+def is_python(pid: int) -> bool:
+    """The process runs a Python interpreter (by its executable; torch renames the main thread,
+    so the process name says ``pt_main_thread``)."""
+    try:
+        if _PYTHON.match(os.path.basename(os.readlink(f"/proc/{pid}/exe"))):
+            return True
+    except OSError:  # another user's process without ptrace rights: argv[0] still tells
+        pass
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return False
+    return bool(_PYTHON.match(os.path.basename(argv0)))
+
+
+class Attacher:
+    """A pipeline stage that attaches a stack sampler to each new Python GPU process."""
+
+    name = "attach"
+
+    def __init__(
+        self,
+        session,
+        sampler: Callable[[int], object],
+        max_attach: int = DEFAULT_MAX_ATTACH,
+        interval: float = ATTACH_EVERY_S,
+        python: Callable[[int], bool] = is_python,
+        check: Callable[[int], object] | None = None,
+    ) -> None:
+        self.session = session
+        self.sampler = sampler
+        self.max_attach = max_attach
+        self.interval = interval
+        self._python = python
+        self._check = check
+        self._lock = threading.Lock()
+        self._attached: dict[int, object] = {}
+        self._tried: set[int] = set()
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._attached)
+
+    def poll(self) -> list[object]:
+        store = self.session.store
+        out: list[object] = []
+        with self._lock:
+            for pid, src in list(self._attached.items()):
+                if getattr(src, "exited", None) is not None:  # the job ended: free its slot
+                    self.session.pipeline.remove_source(src)
+                    del self._attached[pid]
+            for pid in sorted({p.pid for p in store.gpu_processes()}):
+                if pid in self._attached or pid in self._tried or pid == self.session.target_pid:
+                    continue
+                if len(self._attached) >= self.max_attach:
+                    out.append(Event(store.now, self.name, f"not attaching to PID {pid}: "
+                                     f"{self.max_attach} processes attached already (--max-attach)", "warning"))
+                    self._tried.add(pid)
+                    continue
+                self._tried.add(pid)
+                if not self._python(pid):
+                    continue
+                try:
+                    self._checker()(pid)
+                except Exception as exc:  # AttachError: not Python after all, permission, py-spy
+                    out.append(Event(store.now, self.name, f"cannot sample stacks of PID {pid}: {exc}", "warning"))
+                    continue
+                src = self.sampler(pid)
+                self._attached[pid] = src
+                self.session.pipeline.add_source(src)
+                out.append(Event(store.now, self.name, f"attached to PID {pid}", "info"))
+        return out
+
+    def _checker(self) -> Callable[[int], object]:
+        if self._check is None:
+            from ..sources.stacks import check_attachable
+
+            self._check = check_attachable
+        return self._check
+
+    def close(self) -> None:
+        pass

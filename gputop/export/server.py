@@ -1,0 +1,120 @@
+"""``gputop export``: assemble the session, serve /metrics, stop cleanly on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import threading
+import time
+from typing import Callable
+
+from ..errors import UserError
+from .attach import Attacher
+from .collector import GputopCollector
+from .config import DEFAULT_LISTEN, DEFAULT_PORT
+
+# No job attached: the advisor's system checks need no second-by-second answer (as in the UI).
+UNATTACHED_ADVISOR_EVERY_S = 10.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces); UserError otherwise."""
+    m = re.fullmatch(r"\s*(?:\[([^\]]*)\]|([^:\[\]]*)):(\d{1,5})\s*", text)
+    if not m:
+        raise UserError(f"--listen wants HOST:PORT (e.g. {DEFAULT_LISTEN} or [::1]:{DEFAULT_PORT}), not {text!r}")
+    host = m.group(1) if m.group(1) is not None else m.group(2)
+    port = int(m.group(3))
+    if port > 65535:
+        raise UserError(f"--listen: port {port} is out of range (0 to 65535)")
+    return host or "0.0.0.0", port
+
+
+def open_session(interval: float, fake: int | None, pid: int | None, stuck_after: float, window: float):
+    """The exporter's session: the same sources and advisor as the UI and ``advise``.
+    Returns the session (not started) and a factory of stack samplers for ``--attach all``."""
+    from ..advisor.engine import add_advisor
+    from ..live import build_session, stacks_source
+
+    session = build_session(interval=interval, fake=fake, pid=pid, stuck_after=stuck_after, window=window)
+    session.advisor_idle_every = UNATTACHED_ADVISOR_EVERY_S
+    add_advisor(session)
+    return session, lambda p: stacks_source(session.store, p, session.stuck_after)
+
+
+def bind(host: str, port: int, registry):
+    """The HTTP server (serving in a daemon thread), or a one-line UserError."""
+    from prometheus_client import start_http_server
+
+    try:
+        httpd, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # in use, not an address of this machine, no permission, unknown name
+        why = exc.strerror or str(exc)
+        shown = f"[{host}]" if ":" in host else host
+        raise UserError(f"cannot listen on {shown}:{port}: {why}") from None
+    return httpd
+
+
+def serve(
+    listen: str,
+    interval: float,
+    fake: int | None,
+    pid: int | None,
+    attach_all: bool,
+    max_attach: int,
+    stuck_after: float,
+    window: float,
+    ready: Callable[[str], None] | None = None,
+) -> int:
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    host, port = parse_listen(listen)
+    session, sampler = open_session(interval, fake, pid, stuck_after, window)
+    if session.attach_error:
+        print(f"gputop export: warning: {session.attach_error}; exporting GPU series without its causes",
+              file=sys.stderr)
+    attacher = Attacher(session, sampler, max_attach=max_attach) if attach_all else None
+    if attacher is not None:
+        session.pipeline.add_source(attacher)
+
+    def attached() -> set[int]:
+        pids = set(attacher.pids()) if attacher is not None else set()
+        if session.target_pid is not None and "stacks" in session.sources:
+            pids.add(session.target_pid)
+        return pids
+
+    registry = CollectorRegistry()
+    registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
+                                      attached=attached, mode=session.mode))
+    # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
+    ProcessCollector(registry=registry)
+    try:
+        httpd = bind(host, port, registry)
+    except UserError:
+        session.pipeline.stop()
+        raise
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    session.pipeline.start()
+    shown = f"[{host}]" if ":" in host else host
+    line = f"gputop export: serving http://{shown}:{httpd.server_port}/metrics" + (
+        " [fake GPU source]" if session.mode == "fake" else "")
+    print(line, file=sys.stderr, flush=True)
+    if ready is not None:
+        ready(line)
+    try:
+        while not stop.wait(1.0):  # a timed wait: the handlers run between waits
+            pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        t = time.monotonic()
+        httpd.shutdown()
+        httpd.server_close()
+        session.pipeline.stop()
+        print(f"gputop export: stopped ({time.monotonic() - t:.1f} s to close)", file=sys.stderr, flush=True)
+    return 0
