@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from . import registry
 
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         parser.error(str(exc.args[0]))
 
+    # The CPU wheels of torch do not depend on numpy, and without it importing torch warns
+    # "Failed to initialize NumPy". The workloads never touch numpy: the warning would only
+    # push the workload's own one-line error (or its progress) out of sight.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     try:
         import torch  # noqa: F401
     except ImportError:

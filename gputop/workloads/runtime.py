@@ -70,6 +70,7 @@ class Run:
         self.completed = 0
         self._pending: collections.deque[tuple[int, torch.cuda.Event]] = collections.deque()
         self.t_ready: float | None = None  # monotonic
+        self.cpu_ready: float | None = None  # process CPU time (all threads) at ready
         self._deadline: float | None = None
         self._finished = threading.Event()
         self._watchdog_fired = False
@@ -96,6 +97,7 @@ class Run:
     def ready(self, **facts: object) -> None:
         """Set-up is done: print the ready line and start the clock and the reporter."""
         self.t_ready = time.monotonic()
+        self.cpu_ready = time.process_time()
         if self.duration is not None:
             self._deadline = self.t_ready + self.duration
         self.emit(
@@ -177,6 +179,10 @@ class Run:
             "steps_per_s": round(self.completed / elapsed, 3) if elapsed > 0 else 0.0,
             "reason": reason,
         }
+        if self.cpu_ready is not None:
+            # CPU seconds this process (every thread, not its loader workers) spent since ready:
+            # steps per CPU second do not depend on how much of the machine others take.
+            fields["cpu_s"] = round(time.process_time() - self.cpu_ready, 3)
         for name, spent in sorted(self.phases.items()):
             fields[f"frac_{name}"] = round(spent / elapsed, 4) if elapsed > 0 else 0.0
         if self.is_cuda:
