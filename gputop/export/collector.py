@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from .. import __version__
 from ..analysis.breakdown import Bucket
 from ..model import GpuInfo, GpuSample
-from ..throttle import REASONS
+from ..analysis.throttle import REASONS
 from .account import TimeAccount
 from .jobs import Placement, read_placement, script_of
 
@@ -125,10 +125,10 @@ class GputopCollector:
             s = store.latest_gpu(i)
             if s is None:
                 continue  # known from its info only: not polled yet
-            why = s.error or (f"GPU {i}: no sample for {now - s.ts:.0f} s" if now - s.ts > stale_after else None)
+            why = s.error or (f"no sample for {now - s.ts:.0f} s" if now - s.ts > stale_after else None)
             up.add_metric(labels[i], 0 if why else 1)
             if why:
-                reasons.append(why if why.startswith("GPU") else f"GPU {i}: {why}")
+                reasons.append(why if why.startswith(f"GPU {i}:") else f"GPU {i}: {why}")
             else:
                 latest[i] = s
         yield up
