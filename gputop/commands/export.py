@@ -1,0 +1,60 @@
+"""`gputop export`: a Prometheus endpoint with the GPUs' numbers and gputop's diagnosis.
+
+Long-running and headless: the same sources, store and advisor as the live UI, read by
+Prometheus at each scrape. See gputop/export/ and the README's "Export to Prometheus".
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import DEFAULT_FAKE_GPUS, add_stuck_after, fake_gpus, interval_arg, parse_duration, pid_arg
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..export.config import DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_MAX_ATTACH, DEFAULT_WINDOW_S
+
+    p = sub.add_parser(
+        "export",
+        help="serve GPU metrics and the time breakdown per cause to Prometheus (/metrics)",
+        description="Serve a Prometheus endpoint: per-GPU numbers (utilisation, memory, power, clocks, "
+        "throttling, PCIe, GPM activity), per-process GPU memory, GPU time per cause as counters, and "
+        "the advisor's active findings. SIGTERM or Ctrl-C stops it.",
+    )
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"address to serve /metrics on; :PORT for all interfaces (default {DEFAULT_LISTEN})")
+    p.add_argument("-i", "--interval", type=interval_arg, default=DEFAULT_INTERVAL, metavar="SECONDS",
+                   help=f"sampling interval (default {DEFAULT_INTERVAL:g} s: NVML's buffer keeps the detail)")
+    p.add_argument("--fake", nargs="?", const=DEFAULT_FAKE_GPUS, type=fake_gpus, metavar="N",
+                   help=f"a scripted fake GPU source with N GPUs (default {DEFAULT_FAKE_GPUS}), for tests and demos; "
+                   "its series say source=\"fake\" in gputop_exporter_info")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("-p", "--pid", type=pid_arg,
+                     help="attach to this training process (py-spy): its GPUs' idle time gets causes")
+    who.add_argument("--attach", choices=["all"],
+                     help="attach to every Python process using a GPU (about 5 %% of a core each, "
+                     "see --max-attach)")
+    p.add_argument("--max-attach", type=int, default=DEFAULT_MAX_ATTACH, metavar="N",
+                   help=f"with --attach all: at most N processes sampled at once (default {DEFAULT_MAX_ATTACH})")
+    p.add_argument("-w", "--window", type=parse_duration, default=DEFAULT_WINDOW_S, metavar="TIME",
+                   help=f"the window the advisor's findings speak of (default {DEFAULT_WINDOW_S:g} s)")
+    add_stuck_after(p, "call an attached job stuck after this long without progress")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import UserError
+    from ..export.server import serve
+
+    if args.max_attach < 1:
+        raise UserError(f"--max-attach must be at least 1, not {args.max_attach}")
+    return serve(
+        listen=args.listen,
+        interval=args.interval,
+        fake=args.fake,
+        pid=args.pid,
+        attach_all=args.attach == "all",
+        max_attach=args.max_attach,
+        stuck_after=args.stuck_after,
+        window=args.window,
+    )
