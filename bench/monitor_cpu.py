@@ -376,21 +376,21 @@ def headless_child(mode: str, duration: float, interval: float, fake: int | None
 
     try:
         if mode == "pipeline":
-            from gputop.live import build_session
+            from gputop.session import Config, open_live
 
-            session = build_session(interval=interval, fake=fake)
+            session = open_live(Config(interval=interval, fake=fake, advisor=False))
             for src in session.pipeline.sources:
                 src.poll = timed(src.name, src.poll)  # type: ignore[method-assign]
-            if "nvml" not in session.sources and fake is None:
+            if session.gpu is None and fake is None:
                 report["note"] = "no NVML source (NVML unavailable): host only"
             session.pipeline.start()
             time.sleep(duration)
             session.pipeline.stop()
         else:
             if mode == "nvml":
-                from gputop.live import open_gpu_source
+                from gputop.session import _gpu_source
 
-                src, notes = open_gpu_source(interval, fake)
+                src, notes = _gpu_source(interval, fake, time.time)
                 if src is None:
                     raise RuntimeError(notes[-1].message if notes else "NVML unavailable")
                 if hasattr(src, "_get"):
@@ -465,7 +465,7 @@ def run_headless(mode: str, args: argparse.Namespace, gpu_util) -> Result:
         what = {
             "nvml": "NvmlSource.poll() in a loop",
             "host": "HostSource.poll() in a loop",
-            "pipeline": "live.build_session(): sources on their threads + store, no UI",
+            "pipeline": "session.open_live() without the advisor: sources on their threads + store, no UI",
         }[mode]
         res.cmd = f"{what}, every {args.interval:g} s" + (
             f", fake GPUs: {args.headless_fake}" if args.headless_fake is not None else ""

@@ -111,10 +111,10 @@ print(json.dumps({"import_s": t_import - t0, "first_frame_s": t_frame - t_import
 _APP_FRAME = r"""
 import asyncio, sys, time, json
 t0 = time.perf_counter()
-from gputop.commands.replay import build_replay_session
+from gputop.session import open_replay
 from gputop.ui.app import GputopApp
 async def main():
-    s = build_replay_session(sys.argv[1], paused=True, advisor=False)
+    s = open_replay(sys.argv[1], paused=True, advisor=False)
     app = GputopApp(s, interval=1.0)
     s.pipeline.start()
     try:
@@ -190,15 +190,15 @@ class _SyntheticStacks:
 def ab_overhead(seconds: float, tmp: Path, rounds: int) -> dict:
     """CPU of gputop's own collection (the real host source, a GPU source, and stack samples at
     py-spy's rate) for ``seconds``, without and with the recorder attached, interleaved."""
-    from gputop.live import build_session
+    from gputop.session import Config, open_live
 
     def run(record: bool, i: int) -> float:
         try:
-            session = build_session(interval=1.0, fake=None)
-            if not any(name != "host" for name in session.sources):
+            session = open_live(Config(interval=1.0, advisor=False))
+            if session.gpu is None:
                 raise RuntimeError("no GPU")
         except Exception:
-            session = build_session(interval=1.0, fake=1)
+            session = open_live(Config(interval=1.0, fake=1, advisor=False))
         session.pipeline.add_source(_SyntheticStacks())
         rec = Recorder.attach(session, tmp / f"ab{i}.gputop", interval=1.0) if record else None
         c0 = time.process_time()

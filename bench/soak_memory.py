@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gputop.advisor.engine import add_advisor  # noqa: E402
-from gputop.live import Session  # noqa: E402
+from gputop.session import UI_IDLE_ADVISOR_EVERY_S, Session  # noqa: E402
 from gputop.pipeline import Pipeline  # noqa: E402
 from gputop.sources.fake import FakeGpuSource  # noqa: E402
 from gputop.sources.host import HostSource  # noqa: E402
@@ -63,8 +63,9 @@ async def soak(hours: float, gpus: int, tick_every: int, checkpoints: int) -> li
     fake = FakeGpuSource(gpus=gpus, clock=clock)
     host = HostSource(clock=clock)
     pipeline = Pipeline(store, [fake, host], clock=clock)
-    session = Session(store=store, pipeline=pipeline, sources={"fake": fake, "host": host}, mode="fake", interval=1.0)
-    session.sources["advisor"] = add_advisor(session)
+    session = Session(store=store, pipeline=pipeline, gpu=fake, host=host, mode="fake", interval=1.0,
+                      advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S)  # as the live UI runs it
+    session.advisor = add_advisor(session)
     app = GputopApp(session, interval=2.0, refresh=1e6)  # redrawn by hand below, on the sim clock
     polls = int(hours * 3600)
     every = max(1, polls // checkpoints)

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_live(args: argparse.Namespace) -> int:
     require_terminal()  # before the session starts: no sampling threads, no recording file
-    from .ui.app import run_live
+    from .commands.live import run_live
 
     return run_live(args)
 

@@ -181,7 +181,7 @@ class ProcSample:
 
 
 class Category(str, Enum):
-    """What a thread was doing in one stack sample (see the classifier in gputop.classify)."""
+    """What a thread was doing in one stack sample (see the classifier in gputop.analysis.classify)."""
 
     DATA_WAIT = "data-wait"
     DATA_FETCH = "data-fetch"

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .advisor.context import DEFAULT_WINDOW_S
+from .analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .errors import UserError
 from .model import Event, SystemInfo
 from .pipeline import Pipeline, Source
@@ -24,11 +26,6 @@ from .store import Store
 # NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
 # no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
 DEFAULT_INTERVAL_S = 2.0
-# A job whose main stack and processes have not moved for this long, GPU idle, is called stuck.
-DEFAULT_STUCK_AFTER_S = 30.0
-# The advisor's findings speak of the last minute: long enough for periodic stalls (a checkpoint
-# a minute) to show, short enough that a fix shows within a minute.
-DEFAULT_WINDOW_S = 60.0
 # In the interactive UI with no job attached only the slow system checks can fire: the advisor
 # then runs this often to keep an idle monitor cheap (an evaluation is ~5-10 ms of CPU).
 UI_IDLE_ADVISOR_EVERY_S = 10.0
@@ -263,7 +260,7 @@ def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None
 def stack_sampler(pid: int, **options) -> Source:
     """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
     decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""
-    from .classify import classify, is_library
+    from .analysis.classify import classify, is_library
     from .sources.stacks import PySpySource
 
     return PySpySource(pid, classify=classify, is_library=is_library, **options)

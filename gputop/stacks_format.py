@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from .analysis.stacks_summary import Hot, StacksView, WorkerView
 from .analysis.stuck import StuckVerdict
-from .classify import is_library, own_frames, short_path, where
+from .analysis.classify import is_library, own_frames, short_path, where
 from .format import fmt_bytes, fmt_duration, fmt_pct, truncate
 from .model import Category, Frame, ProcSample, StackSample
 

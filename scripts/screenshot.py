@@ -15,20 +15,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gputop.advisor.engine import add_advisor  # noqa: E402
-from gputop.live import build_session  # noqa: E402
+from gputop.session import UI_IDLE_ADVISOR_EVERY_S, Config, open_live, open_replay  # noqa: E402
 from gputop.ui.app import GputopApp  # noqa: E402
 
 
 async def shoot(args: argparse.Namespace) -> Path:
     w, h = (int(x) for x in args.size.split("x"))
     if args.replay:
-        from gputop.commands.replay import build_replay_session
-
-        session = build_replay_session(args.replay, speed=args.speed, start=args.start)
+        session = open_replay(args.replay, speed=args.speed, start=args.start)
     else:
-        session = build_session(interval=args.interval, fake=args.fake, pid=args.pid)
-        session.sources["advisor"] = add_advisor(session)
+        session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid,
+                                   advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S))
     app = GputopApp(session, interval=args.interval)
     session.pipeline.start()
     try:

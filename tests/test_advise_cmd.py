@@ -25,12 +25,12 @@ def test_advise_json_on_fake_gpus(capsys):
 
 @pytest.mark.timeout(60)
 def test_advise_text_and_interrupt(capsys, monkeypatch):
-    import gputop.commands.advise as advise
+    from gputop.session import Session
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(advise, "_wait", interrupted)
+    monkeypatch.setattr(Session, "run_for", interrupted)
     assert main(["advise", "--fake", "1", "--duration", "30"]) == 0
     out = capsys.readouterr().out
     assert "(interrupted)" in out and "[fake GPU source]" in out

@@ -20,19 +20,18 @@ pytestmark = [
 
 
 def watch(scenario: str, seconds: float, stuck_after: float = 30.0):
-    from gputop.advisor.engine import add_advisor
     from gputop.commands.demo import start_workload
-    from gputop.live import build_session
+    from gputop.session import Config, open_live
 
     work = start_workload(scenario, "cpu")
     session = None
     try:
         work.wait_ready(120)
         try:
-            session = build_session(pid=work.pid, stuck_after=stuck_after, window=60.0)
+            session = open_live(Config(pid=work.pid, stuck_after=stuck_after, window=60.0))
         except UserError as exc:  # no ptrace permission here
             pytest.skip(f"cannot attach py-spy: {exc}")
-        advisor = add_advisor(session)
+        advisor = session.advisor
         session.pipeline.start()
         time.sleep(seconds)
         session.pipeline.stop()

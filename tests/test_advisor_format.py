@@ -120,14 +120,14 @@ async def test_advisor_pane_renders_the_store():
 @pytest.mark.timeout(60)
 async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
     from gputop.advisor.engine import add_advisor
-    from gputop.live import Session
+    from gputop.session import Session
     from gputop.pipeline import Pipeline
     from gputop.sources.fake import FakeGpuSource
     from gputop.ui.app import GputopApp
 
     store = Store()
     src = FakeGpuSource(gpus=2, clock=clock)
-    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), sources={"fake": src}, mode="fake")
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), gpu=src, mode="fake")
     add_advisor(session)
     for _ in range(5):
         clock.advance(1.0)
@@ -193,7 +193,7 @@ def test_cost_of_a_cpu_only_finding_is_not_gpu_seconds():
 
 @pytest.mark.parametrize("cols", [80, 100, 132])
 async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(cols):
-    from gputop.live import Session
+    from gputop.session import Session
     from gputop.pipeline import Pipeline
     from gputop.ui.app import GputopApp
     from gputop.ui.lines_view import LinesView

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from gputop.live import build_session
+from gputop.session import Config, open_live
 
 PY = sys.executable
 
@@ -50,7 +50,7 @@ def test_record_of_a_process_it_cannot_sample_says_why_and_writes_nothing(sleepe
 
 
 def test_the_session_keeps_the_reason_and_the_event(sleeper):
-    session = build_session(pid=sleeper.pid)
+    session = open_live(Config(pid=sleeper.pid))
     try:
         assert session.attach_error and "not a Python process" in session.attach_error
         stacks_events = [e for e in session.store.events() if e.source == "stacks"]
@@ -62,7 +62,7 @@ def test_the_session_keeps_the_reason_and_the_event(sleeper):
 async def test_the_stacks_tab_shows_why_there_are_no_stacks(sleeper):
     from gputop.ui.app import GputopApp
 
-    session = build_session(pid=sleeper.pid)
+    session = open_live(Config(pid=sleeper.pid))
     session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)
     try:

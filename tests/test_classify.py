@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gputop.classify import (
+from gputop.analysis.classify import (
     PRIORITY,
     RULES,
     Rule,
@@ -32,7 +32,7 @@ def load(path):
     with open(path) as f:
         doc = json.load(f)
     lines = doc["source_lines"]
-    parser = StackParser(lambda fn, ln: lines.get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: lines.get(f"{fn}:{ln}"), classify, is_library)
     return doc, parser.samples(doc["dump"], 1.0)
 
 
@@ -71,7 +71,7 @@ def test_parser_interns_repeated_frames():
     _, a = load(FIXTURES[0])
     with open(FIXTURES[0]) as f:
         doc = json.load(f)
-    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"), classify, is_library)
     s1 = parser.samples(doc["dump"], 1.0)
     s2 = parser.samples(doc["dump"], 2.0)
     assert s1[0].frames is s2[0].frames

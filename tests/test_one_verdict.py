@@ -32,14 +32,13 @@ def _gputop(*args: str) -> subprocess.Popen:
 
 
 async def _watch_in_ui(session, seconds: float, record=None) -> tuple[list[str], str]:
-    from gputop.advisor.engine import add_advisor
-    from gputop.ui.app import GputopApp, _start_recording
+    """What ``run_app`` does, in a test harness: the finished session, the app, then stop."""
+    from gputop.ui.app import GputopApp
 
-    add_advisor(session)
     if record is not None:
-        _start_recording(session, record, session.interval)
+        session.start_recording(record)
     app = GputopApp(session, interval=session.interval)
-    session.pipeline.start()
+    session.start()
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("2")  # the Advisor tab
@@ -48,26 +47,25 @@ async def _watch_in_ui(session, seconds: float, record=None) -> tuple[list[str],
                 await asyncio.sleep(0.5)
             await pilot.pause()
             pane = app.query_one("#advisor-pane")
-            text = "\n".join(t for t, _ in pane.lines) if hasattr(pane, "lines") else str(pane.render())
+            pane.update_view(session.store)
+            text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
             return [f.id for f in session.store.findings()], text
     finally:
-        session.pipeline.stop()
-        if session.recording is not None:
-            session.recording.close()
+        session.stop()
 
 
 @pytest.mark.timeout(180)
 def test_ui_advise_record_and_replay_reach_the_same_verdict(tmp_path):
     from gputop.commands.demo import start_workload
-    from gputop.commands.replay import build_replay_session
-    from gputop.live import build_session
     from gputop.record.reader import Reader
+    from gputop.session import UI_IDLE_ADVISOR_EVERY_S, Config, open_live, open_replay
 
     work = start_workload("dataloader-starved", "cpu")
     try:
         work.wait_ready(120)
         try:
-            live = build_session(pid=work.pid, interval=2.0)  # the UI's default interval
+            # as `gputop --pid P` opens it
+            live = open_live(Config(pid=work.pid, advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S))
         except UserError as exc:  # no ptrace permission here
             pytest.skip(f"cannot attach py-spy: {exc}")
         rec_path = tmp_path / "run.gputop"
@@ -88,6 +86,6 @@ def test_ui_advise_record_and_replay_reach_the_same_verdict(tmp_path):
     assert ui_ids[0] in recorded_ids, recorded_ids
 
     # The recording replayed through the UI: the advisor runs again on the recorded data.
-    replay = build_replay_session(rec_path, speed=2.0, advisor=False)
+    replay = open_replay(rec_path, speed=2.0)
     replay_ids, _ = asyncio.run(_watch_in_ui(replay, WATCH_S / 2 + 2))
     assert replay_ids and replay_ids[0] == ui_ids[0], replay_ids

@@ -9,7 +9,7 @@ from pathlib import Path
 from gputop.ui.lines_view import LinesView
 
 from gputop.analysis.breakdown import Bucket
-from gputop.commands.replay import build_replay_session
+from gputop.session import open_replay
 from gputop.model import GpuSample, StackSample
 from gputop.record.reader import Reader
 from gputop.report.collect import collect
@@ -32,8 +32,8 @@ def test_report_of_the_real_session_finds_the_checkpoint_stalls():
 
 
 def test_replay_of_the_real_session_feeds_the_same_samples():
-    session = build_replay_session(REC, speed=1000.0, advisor=False)
-    replay = session.sources["replay"]
+    session = open_replay(REC, speed=1000.0, advisor=False)
+    replay = session.replay
     try:
         replay.seek(replay.end_ts)
         session.pipeline.poll_once()
@@ -49,7 +49,7 @@ def test_replay_of_the_real_session_feeds_the_same_samples():
 
 
 async def test_the_ui_shows_the_real_session():
-    session = build_replay_session(REC, speed=1.0, start="60%", paused=True)
+    session = open_replay(REC, speed=1.0, start="60%", paused=True)
     app = GputopApp(session, refresh=60)
     session.pipeline.poll_once()
     async with app.run_test(size=(140, 45)) as pilot:

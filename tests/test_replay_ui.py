@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from textual.app import App, ComposeResult
 
-from gputop.commands.replay import build_replay_session
+from gputop.session import open_replay
 from gputop.record.synthetic import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.ui.timeline import (
@@ -75,8 +75,8 @@ def test_step_grows_with_speed():
 
 
 def test_replay_actions_drive_the_source(recording):
-    session = build_replay_session(recording, speed=1.0, paused=True, advisor=False)
-    src = session.sources["replay"]
+    session = open_replay(recording, speed=1.0, paused=True, advisor=False)
+    src = session.replay
     try:
         assert replay_action(src, "next_idle").startswith("at ")
         assert T0 + 238 <= src.position <= T0 + 242
@@ -101,12 +101,12 @@ class TimelineApp(ReplayControls, App):
         self.session = session
 
     def compose(self) -> ComposeResult:
-        yield ReplayTimeline(self.session.sources["replay"], id="timeline")
+        yield ReplayTimeline(self.session.replay, id="timeline")
 
 
 async def test_timeline_widget_keys_and_goto(recording):
-    session = build_replay_session(recording, speed=1.0, paused=True, advisor=False)
-    src = session.sources["replay"]
+    session = open_replay(recording, speed=1.0, paused=True, advisor=False)
+    src = session.replay
     app = TimelineApp(session)
     try:
         async with app.run_test(size=(100, 10)) as pilot:
@@ -134,7 +134,7 @@ async def test_timeline_widget_keys_and_goto(recording):
 async def test_the_live_app_shows_a_replay_with_the_same_panels(recording):
     from gputop.ui.app import GputopApp
 
-    session = build_replay_session(recording, speed=10.0, advisor=False)
+    session = open_replay(recording, speed=10.0, advisor=False)
     app = GputopApp(session, interval=1.0)
     session.pipeline.start()
     try:
@@ -168,8 +168,8 @@ async def test_home_and_end_move_the_replay_from_the_processes_tab(recording):
     # keys move in time, as the help and the timeline say.
     from gputop.ui.app import GputopApp
 
-    session = build_replay_session(recording, speed=1.0, paused=True, start="50%", advisor=False)
-    src = session.sources["replay"]
+    session = open_replay(recording, speed=1.0, paused=True, start="50%", advisor=False)
+    src = session.replay
     app = GputopApp(session, interval=1.0, refresh=60)
     try:
         async with app.run_test(size=(140, 45)) as pilot:

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from gputop.analysis.breakdown import Breakdown, Bucket
-from gputop.commands.replay import build_replay_session
-from gputop.live import Session
+from gputop.session import open_replay
+from gputop.session import Session
 from gputop.model import CoreTimes, Finding, HostSample, Severity
 from gputop.pipeline import Pipeline
 from gputop.sources.fake import FakeGpuSource
+from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
 from gputop.store import Store
 from gputop.ui.app import GputopApp
@@ -68,7 +69,7 @@ def fake_session(clock, gpus: int, polls: int = 5) -> Session:
     """The scripted fake GPUs, polled by hand once a second of the fixed clock."""
     store = Store()
     src = FakeGpuSource(gpus=gpus, clock=clock, hostname=HOSTNAME)
-    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), sources={"fake": src}, mode="fake")
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), gpu=src, mode="fake")
     for _ in range(polls):
         clock.advance(1.0)
         session.pipeline.poll_once()
@@ -134,7 +135,7 @@ def test_stacks_tab_attached_to_a_data_starved_job(snap_compare, clock):
     """The Stacks tab of an attached job: py-spy stacks recorded from a job waiting for data."""
     doc = json.loads((FIXTURES / "stacks" / "data-wait.json").read_text())
     session = fake_session(clock, gpus=2, polls=0)
-    parser = StackParser(lambda fn, ln: doc.get("source_lines", {}).get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: doc.get("source_lines", {}).get(f"{fn}:{ln}"), classify, is_library)
     for _ in range(10):  # 10 s: a poll of the GPUs and five stack samples a second
         clock.advance(1.0)
         session.pipeline.poll_once()
@@ -153,7 +154,7 @@ def test_help_screen(snap_compare, clock):
 
 def test_replay_of_a_recording_paused_at_60_percent(snap_compare):
     """The bundled H100 recording replayed, paused: the timeline above the same panels."""
-    session = build_replay_session(RECORDING, speed=1.0, start="60%", paused=True)
+    session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
     session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-import gputop.ui.app as app_mod
+import gputop.commands.live as live_cmd
 from gputop.commands import options
 from gputop.cli import build_parser, main
 
@@ -15,7 +15,7 @@ def calls(monkeypatch):
         seen.append(args)
         return 0
 
-    monkeypatch.setattr(app_mod, "run_live", fake_run_live)
+    monkeypatch.setattr(live_cmd, "run_live", fake_run_live)
     # The UI is a stand-in: it needs no terminal (the refusal without one is in test_cli_e2e.py).
     monkeypatch.setattr(options, "terminal_problem", lambda: None)
     return seen

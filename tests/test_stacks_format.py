@@ -6,6 +6,7 @@ import os
 from gputop.analysis.stacks_summary import stacks_view
 from gputop.analysis.stuck import judge
 from gputop.model import Category, Event, Frame, ProcSample
+from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
 from gputop.stacks_format import (
     category_bar,
@@ -26,7 +27,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures", "stacks")
 def fixture_store(name, n=20, dt=0.2):
     with open(os.path.join(FIX, f"{name}.json")) as f:
         doc = json.load(f)
-    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"), classify, is_library)
     store = Store()
     for i in range(n):
         store.add(parser.samples(doc["dump"], T0 + i * dt))

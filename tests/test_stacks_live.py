@@ -35,6 +35,7 @@ from gputop.sources.stacks import (  # noqa: E402
     _classify_failure,
     check_attachable,
     find_pyspy,
+    native_dump,
 )
 from gputop.stacks_format import plain  # noqa: E402
 from gputop.store import Store  # noqa: E402
@@ -260,7 +261,7 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
 
     class Host(App):
         def compose(self):
-            yield StacksPane(stuck_after=STUCK_AFTER, id="stacks-pane")
+            yield StacksPane(stuck_after=STUCK_AFTER, native_dump=native_dump, id="stacks-pane")
 
     app = Host()
     async with app.run_test(size=(120, 50)) as pilot:

@@ -5,7 +5,8 @@ import os
 
 from textual.app import App
 
-from gputop.sources.stacks import StackParser
+from gputop.analysis.classify import classify, is_library
+from gputop.sources.stacks import StackParser, native_dump
 from gputop.stacks_format import plain
 from gputop.store import Store
 from gputop.ui.stacks_pane import StacksPane, to_text
@@ -17,7 +18,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures", "stacks", "deadlock.js
 def deadlock_store(seconds=5.0):
     with open(FIX) as f:
         doc = json.load(f)
-    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"), classify, is_library)
     store = Store()
     for i in range(int(seconds * 5) + 1):
         store.add(parser.samples(doc["dump"], T0 + i * 0.2))
@@ -59,7 +60,7 @@ async def test_stuck_job_shown_with_threshold_from_the_pane():
 
 async def test_native_dump_failure_is_a_message_in_the_pane():
     gone = 4_000_000  # above Linux's pid_max: no such process
-    pane = StacksPane(stuck_after=3.0)
+    pane = StacksPane(stuck_after=3.0, native_dump=native_dump)
     async with Host(pane).run_test(size=(120, 40)) as pilot:
         pane.update_view(Store(), gone)
         pane.request_native_dump(gone)

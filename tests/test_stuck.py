@@ -8,6 +8,7 @@ import pytest
 
 from gputop.analysis.stuck import gpu_state, judge, stuck_verdict, target_gpu_busy
 from gputop.model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
+from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
 from gputop.store import Store
 
@@ -126,7 +127,7 @@ def test_real_deadlock_capture_is_judged_stuck_at_the_lock_line():
     path = os.path.join(os.path.dirname(__file__), "fixtures", "stacks", "deadlock.json")
     with open(path) as f:
         doc = json.load(f)
-    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"))
+    parser = StackParser(lambda fn, ln: doc["source_lines"].get(f"{fn}:{ln}"), classify, is_library)
     store = Store()
     for i in range(20):  # the same real dump, repeated as a hung process gives it
         store.add(parser.samples(doc["dump"], T0 + i * 0.2))

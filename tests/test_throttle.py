@@ -1,5 +1,5 @@
-from gputop import throttle
-from gputop.throttle import (
+from gputop.analysis import throttle
+from gputop.analysis.throttle import (
     decode_throttle,
     is_performance_limiting,
     is_power_limited,

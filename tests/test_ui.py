@@ -3,7 +3,7 @@
 import pytest
 from textual.widgets import Input
 
-from gputop.live import Session
+from gputop.session import Session
 from gputop.model import Event, GpuSample
 from gputop.pipeline import Pipeline
 from gputop.sources.fake import FakeGpuSource
@@ -17,7 +17,7 @@ def make_session(clock, gpus=2, mode="fake"):
     store = Store()
     src = FakeGpuSource(gpus=gpus, clock=clock)
     pipe = Pipeline(store, [src], clock=clock)
-    return Session(store=store, pipeline=pipe, sources={"fake": src}, mode=mode)
+    return Session(store=store, pipeline=pipe, gpu=src, mode=mode)
 
 
 def feed(session, clock, polls=3):
@@ -170,14 +170,14 @@ async def test_vim_keys_move_selection(clock):
 
 async def test_no_nvml_says_why_and_keeps_host_and_processes(clock, monkeypatch):
     import gputop.sources.nvml as nvml_mod
-    from gputop.live import build_session
+    from gputop.session import Config, open_live
 
     def refuse(**kw):
         raise nvml_mod.NvmlUnavailable("NVIDIA driver not loaded (libnvidia-ml.so.1 not found)")
 
     monkeypatch.setattr(nvml_mod.NvmlSource, "open", staticmethod(refuse))
-    session = build_session(clock=clock)
-    assert "nvml" not in session.sources
+    session = open_live(Config(advisor=False), clock=clock)
+    assert session.gpu is None
     clock.advance(1)
     session.pipeline.poll_once()
     clock.advance(1)
@@ -262,7 +262,7 @@ async def test_enter_on_a_fake_process_attaches_to_nothing(clock):
         await pilot.pause()
         await pilot.press("enter")
         await pilot.pause()
-        assert s.target_pid is None and "stacks" not in s.sources
+        assert s.target_pid is None and s.stacks is None
         assert any("fake GPUs" in str(n.message) for n in app._notifications)
 
 

@@ -24,7 +24,14 @@ from ..analysis.efficiency import (
     worker_stats,
 )
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
-from ..analysis.stuck import GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, judge
+from ..analysis.stuck import (
+    DEFAULT_STUCK_AFTER_S,
+    GPU_IDLE_PCT,
+    GPU_IDLE_WINDOW_S,
+    LOOKBACK_EXTRA_S,
+    StuckVerdict,
+    judge,
+)
 from ..model import (
     Category,
     Event,
@@ -39,6 +46,8 @@ from ..model import (
     UtilPoint,
 )
 
+# The findings speak of the last minute: long enough for periodic stalls (a checkpoint a minute)
+# to show, short enough that a fix shows within a minute. The one default every command uses.
 DEFAULT_WINDOW_S = 60.0
 # torch's pin-memory thread runs this function; its presence says pin_memory=True.
 PIN_MEMORY_FRAME = "_pin_memory_loop"
@@ -77,7 +86,7 @@ class AnalysisContext:
     stuck: StuckVerdict | None = None
     system: SystemInfo | None = None
     events: tuple[Event, ...] = ()
-    stuck_after_s: float = 30.0
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     window_s: float = DEFAULT_WINDOW_S
 
     @property
@@ -117,7 +126,7 @@ def context_from_samples(
     target_pid: int | None = None,
     system: SystemInfo | None = None,
     events: Sequence[Event] = (),
-    stuck_after_s: float = 30.0,
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
 ) -> AnalysisContext:
     """The pure core of ``build_context``: everything from plain samples.
 
@@ -255,7 +264,7 @@ def build_context(
     store,
     window_s: float = DEFAULT_WINDOW_S,
     target_pid: int | None = None,
-    stuck_after_s: float = 30.0,
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
     now: float | None = None,
 ) -> AnalysisContext:
     """The context for the window ending at the store's clock."""

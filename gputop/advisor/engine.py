@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Finding, Severity
+from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .context import DEFAULT_WINDOW_S, build_context
 from .rules import RULES, Rule
 
@@ -46,7 +47,7 @@ class Advisor:
     appear_after_s: float = APPEAR_AFTER_S
     clear_after_s: float = CLEAR_AFTER_S
     window_s: float = DEFAULT_WINDOW_S
-    stuck_after_s: float = 30.0
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     target_pid: int | None = None
     _tracks: dict[str, _Track] = field(default_factory=dict)
     _order: list[str] = field(default_factory=list)  # ids as last ranked
@@ -197,7 +198,7 @@ class AdvisorSource:
         store,
         interval: float = 1.0,
         window_s: float = DEFAULT_WINDOW_S,
-        stuck_after_s: float = 30.0,
+        stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
         target_pid: int | Callable[[], int | None] | None = None,
         advisor: Advisor | None = None,
         unattached_every: float = 0.0,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, Iterable, Mapping, Sequence, TypeVar
 
-from ..classify import is_library, own_frames
+from .classify import is_library, own_frames
 from ..model import Category, GpuSample, HostSample, ProcSample, StackSample, UtilPoint
 from .idle import Slice, util_slices
 

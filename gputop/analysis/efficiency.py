@@ -13,7 +13,7 @@ from statistics import fmean
 from typing import Iterable, Mapping, Sequence
 
 from ..model import GpuInfo, GpuSample, HostSample, ProcSample
-from ..throttle import decode_throttle, is_performance_limiting
+from .throttle import decode_throttle, is_performance_limiting
 
 # GPM activity is averaged over the polls where the GPU was at least this busy: "tensor cores
 # idle while the GPU is busy" is a statement about busy time, and idle polls would dilute it.

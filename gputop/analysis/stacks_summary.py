@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..classify import project_frame
+from .classify import project_frame
 from ..model import Category, Event, Frame, ProcSample, StackSample
 from ..store import Store
 from .stuck import StuckVerdict, stuck_verdict

@@ -8,11 +8,11 @@ a hang, a deadlock or a wait that never ends.
 
 An unchanged stack is not proof of no progress, though: a slow loop that spends every step in
 one long call looks the same sample after sample. A job whose process tree burns CPU is working;
-gputop.progress says when (``working``). ``StuckWatch`` turns the verdict into events.
+gputop.analysis.progress says when (``working``). ``StuckWatch`` turns the verdict into events.
 
 One exception to "the GPU has stopped": a main thread inside a collective. A hung NCCL
 collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs (and its
-CPU proves nothing either: see gputop.progress).
+CPU proves nothing either: see gputop.analysis.progress).
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..classify import project_frame, stack_key, where
+from .classify import project_frame, stack_key, where
 from ..model import Category, Event, Frame, ProcSample, StackSample
-from ..progress import CPU_WINDOW_S, activity, working
+from .progress import CPU_WINDOW_S, activity, working
 from ..store import Store
 from .efficiency import is_worker
 
+# A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
+# longer than a checkpoint save or an evaluation pass on most jobs, short enough to be noticed
+# while someone watches. The one default every command and pane uses.
+DEFAULT_STUCK_AFTER_S = 30.0
 # NVML utilisation at or below this counts as "no GPU work": an idle GPU reads 0, and a few %
 # absorbs a monitoring tool's own blips.
 GPU_IDLE_PCT = 5.0

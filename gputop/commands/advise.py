@@ -12,10 +12,10 @@ import json
 import sys
 import time
 
+from ..advisor.context import DEFAULT_WINDOW_S
 from .options import add_live_options, add_stuck_after, parse_duration
 
 DEFAULT_DURATION_S = 30.0
-DEFAULT_WINDOW_S = 60.0
 # A line of progress on a non-terminal stderr this often (a terminal gets one updating line).
 PROGRESS_EVERY_S = 5.0
 
@@ -40,24 +40,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..advisor.engine import add_advisor
     from ..advisor.format import breakdown_table, findings_text, report_dict
-    from ..live import build_session
+    from ..session import Config, open_live
 
-    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
-                            window=args.window)
+    session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
+                               window=args.window))
     session.require_stacks()
-    advisor = add_advisor(session)
+    advisor = session.advisor
     start = time.time()
     interrupted = False
     ended = None
-    session.pipeline.start()
+    session.start()
     try:
-        ended = _wait(session, start, args.duration)
+        ended = session.run_for(args.duration, should_stop=lambda: _target_exited(session, start),
+                                tick=_Progress(session, args.duration))
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        session.pipeline.stop()
+        session.stop()
     # One last evaluation on everything collected.
     session.pipeline.publish(advisor.poll())
     if sys.stderr.isatty():
@@ -105,26 +105,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait(session, start: float, duration: float) -> str | None:
-    """Until the duration is over or the target exits; returns why it ended early, if so."""
-    tty = sys.stderr.isatty()
-    last_line = 0.0
-    stacks = session.sources.get("stacks")
-    while True:
-        now = time.time()
-        if now - start >= duration:
-            return None
-        exited = getattr(stacks, "exited", None)
-        if exited is not None:
-            return f"the target exited after {exited - start:.0f} s"
-        findings = session.store.findings()
+def _target_exited(session, start: float) -> str | None:
+    exited = getattr(session.stacks, "exited", None)
+    return f"the target exited after {exited - start:.0f} s" if exited is not None else None
+
+
+class _Progress:
+    """One updating line on a terminal, a line every PROGRESS_EVERY_S otherwise."""
+
+    def __init__(self, session, duration: float) -> None:
+        self.session, self.duration = session, duration
+        self.tty = sys.stderr.isatty()
+        self.last_line = float("-inf")
+
+    def __call__(self, elapsed: float) -> None:
+        findings = self.session.store.findings()
         top = f", top: {findings[0].id}" if findings else ""
-        msg = f"gputop advise: {now - start:4.0f}/{duration:.0f} s, {len(findings)} finding(s){top}"
-        if tty:
+        msg = f"gputop advise: {elapsed:4.0f}/{self.duration:.0f} s, {len(findings)} finding(s){top}"
+        if self.tty:
             sys.stderr.write("\r\033[K" + msg)
             sys.stderr.flush()
-        elif now - last_line >= PROGRESS_EVERY_S:
+        elif elapsed - self.last_line >= PROGRESS_EVERY_S:
             print(msg, file=sys.stderr, flush=True)
-            last_line = now
-        time.sleep(min(0.5, max(0.05, duration - (now - start))))
-
+            self.last_line = elapsed

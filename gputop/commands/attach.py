@@ -27,6 +27,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_terminal()  # before attaching: nothing is started for a UI that cannot be shown
-    from ..ui.app import run_live
+    from .live import run_live
 
     return run_live(args)

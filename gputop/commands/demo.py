@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         )
         args.pid = work.pid
         args.demo_scenario = scenario.name
-        from ..ui.app import run_live
+        from .live import run_live
 
         code = run_live(args)
     finally:

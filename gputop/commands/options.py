@@ -15,16 +15,13 @@ import math
 import re
 import sys
 
-# NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
-# no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
-DEFAULT_INTERVAL = 2.0
+from ..session import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL
+from ..session import DEFAULT_STUCK_AFTER_S as DEFAULT_STUCK_AFTER
+
 # Below 10 ms the host and NVML reads alone would keep a core busy; above an hour a live view
 # shows nothing live. Either end is a typo, not a wish.
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 3600.0
-# A job is called stuck after this long without progress: longer than a checkpoint save or an
-# evaluation pass on most jobs, short enough to be noticed while someone is watching.
-DEFAULT_STUCK_AFTER = 30.0
 # The longest span any duration option takes: a year. Larger values overflow timers and sleeps.
 MAX_DURATION = 366 * 86400.0
 # The scripted source draws one panel per GPU; a node has at most a few dozen.

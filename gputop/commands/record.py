@@ -55,33 +55,25 @@ def run(args: argparse.Namespace) -> int:
         return list_recordings(Path(args.list))
     if not args.output:
         raise UserError("record needs an output file: gputop record -o run.gputop")
-    from ..live import build_session
-    from ..record.writer import Recorder
+    from ..session import Config, open_live
 
     path = Path(args.output)
     _check_output(path, args.force, args.append)
-    session = build_session(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after)
+    session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
+                               advisor=not args.no_advisor))
     session.require_stacks()
     try:
-        recorder = Recorder.attach(session, path, force=args.force, append=args.append, interval=args.interval,
-                                   max_bytes=args.max_size)
+        recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
     except UserError:
-        session.pipeline.stop()
+        session.stop()
         raise
-    if not args.no_advisor:
-        try:
-            from ..advisor.engine import add_advisor
-
-            add_advisor(session)
-        except ImportError:  # an advisor-less build still records
-            pass
     stop = threading.Event()
     why: list[str] = []
     restore = _install_signals(stop, why)
     status = _Status(path, recorder, args.duration, target=args.pid)
     started = time.monotonic()
     exited_at: float | None = None
-    session.pipeline.start()
+    session.start()
     status.start_line()
     try:
         while not stop.wait(STATUS_EVERY_S):
@@ -98,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             status.update(elapsed, session.store)
     finally:
-        session.pipeline.stop()
-        recorder.close()
+        session.stop()  # closes the recording: one complete file
         restore()
     status.end_line(time.monotonic() - started, why)
     if recorder.error:

@@ -42,56 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_replay_session(path, speed: float = 1.0, start: str | None = None, paused: bool = False,
-                         advisor: bool = True):
-    """A Session whose only source is the recording. Raises UserError for a bad file or time."""
-    from ..live import Session
-    from ..pipeline import Pipeline
-    from ..record.reader import Reader
-    from ..sources.replay import ReplaySource, parse_position
-    from ..store import Store
-
-    reader = Reader(path)
-    try:
-        pos = None
-        if start:
-            try:
-                pos = parse_position(start, reader.start_ts, reader.end_ts)
-            except ValueError as exc:
-                raise UserError(f"--start: {exc}") from None
-        store = Store()
-        source = ReplaySource(reader, store=store, speed=speed, start=pos, paused=paused)
-        pipeline = Pipeline(store, [source], clock=lambda: source.position)
-        source.attach(pipeline.publish)
-        last = reader.sessions[-1] if reader.sessions else {}
-        session = Session(store=store, pipeline=pipeline, sources={"replay": source},
-                          target_pid=last.get("target_pid"), mode="replay", interval=last.get("interval") or 2.0)
-    except BaseException:
-        reader.close()
-        raise
-    if advisor:
-        try:
-            from ..advisor.engine import add_advisor
-
-            session.sources["advisor"] = add_advisor(session)
-        except ImportError:
-            pass
-    return session
-
-
 def run(args: argparse.Namespace) -> int:
-    session = build_replay_session(args.file, args.speed, args.start, args.paused)
-    source = session.sources["replay"]
+    from ..session import open_replay
+
+    session = open_replay(args.file, args.speed, args.start, args.paused)
     try:
         require_terminal()  # a bad file or --start is said first; nothing has started yet
     except UserError:
-        source.reader.close()
+        session.stop()
         raise
-    if source.damage:
-        print(f"gputop: warning: {source.damage}", file=sys.stderr)
-    # The header's "every Ns" and the refresh rate follow the recording's own interval.
-    last = source.reader.sessions[-1] if source.reader.sessions else {}
-    args.interval = last.get("interval") or 1.0
-    from ..ui.app import run_session
+    if session.replay.damage:
+        print(f"gputop: warning: {session.replay.damage}", file=sys.stderr)
+    from ..ui.app import run_app
 
-    return run_session(session, args)
+    return run_app(session)

@@ -33,13 +33,11 @@ def parse_listen(text: str) -> tuple[str, int]:
 def open_session(interval: float, fake: int | None, pid: int | None, stuck_after: float, window: float):
     """The exporter's session: the same sources and advisor as the UI and ``advise``.
     Returns the session (not started) and a factory of stack samplers for ``--attach all``."""
-    from ..advisor.engine import add_advisor
-    from ..live import build_session, stacks_source
+    from ..session import Config, open_live, stack_sampler
 
-    session = build_session(interval=interval, fake=fake, pid=pid, stuck_after=stuck_after, window=window)
-    session.advisor_idle_every = UNATTACHED_ADVISOR_EVERY_S
-    add_advisor(session)
-    return session, lambda p: stacks_source(session.store, p, session.stuck_after)
+    session = open_live(Config(interval=interval, fake=fake, pid=pid, stuck_after=stuck_after, window=window,
+                               advisor_idle_every=UNATTACHED_ADVISOR_EVERY_S))
+    return session, lambda p: stack_sampler(p, clock=session.clock)
 
 
 def bind(host: str, port: int, registry):
@@ -79,7 +77,7 @@ def serve(
 
     def attached() -> set[int]:
         pids = set(attacher.pids()) if attacher is not None else set()
-        if session.target_pid is not None and "stacks" in session.sources:
+        if session.target_pid is not None and session.stacks is not None:
             pids.add(session.target_pid)
         return pids
 

@@ -172,6 +172,10 @@ class ReplaySource:
 
     # ----------------------------------------------------------------- controls
 
+    def goto(self, text: str) -> None:
+        """Seek to a position the user typed (+90s, -5m, 14:03, 50%...); ValueError if it is not one."""
+        self.seek(parse_position(text, self.start_ts, self.end_ts))
+
     def play(self) -> None:
         with self._lock:
             if self.at_end:

@@ -6,10 +6,9 @@ copies) and never calls NVML, psutil or py-spy on the event loop.
 
 from __future__ import annotations
 
-import argparse
-import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
@@ -21,14 +20,18 @@ from textual.widgets import Footer, Input, Static
 
 from .. import __version__
 from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
-from ..live import Session, build_session
 from ..errors import UserError
 from ..model import Event
 from ..snapshot import StoreSnapshot
 from ..store import Store
+
+if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
+    from ..session import Session
 from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
+from .advisor_pane import AdvisorPane
 from .lines_view import LinesView
 from .proc_list import ProcList
+from .stacks_pane import StacksPane
 from .tab_bar import TabBar
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
@@ -108,10 +111,11 @@ class GputopApp(ReplayControls, App[int]):
         *REPLAY_BINDINGS,
     ]
 
-    def __init__(self, session: Session, interval: float = 1.0, refresh: float | None = None) -> None:
+    def __init__(self, session: Session, interval: float | None = None, refresh: float | None = None) -> None:
         super().__init__()
         self.session = session
         self.store = session.store
+        interval = session.interval if interval is None else interval  # the header's "every N s"
         self.interval = interval
         # Redraw as often as new samples arrive: a faster redraw would only repaint the same data.
         self.refresh_every = refresh if refresh is not None else interval
@@ -129,7 +133,6 @@ class GputopApp(ReplayControls, App[int]):
         self._rows_shown = False  # set_rows has run at least once (an empty list is a state too)
         self._shown_target: int | None = None
         self._last_event: Event | None = None
-        self._attach_lock = threading.Lock()
         self.active_tab = "processes"
         self._frozen: StoreSnapshot | None = None
         self._filter_visible = False
@@ -140,31 +143,19 @@ class GputopApp(ReplayControls, App[int]):
     def compose(self) -> ComposeResult:
         yield LinesView(id="header")
         if self.session.mode == "replay":
-            yield ReplayTimeline(self.session.sources["replay"], id="timeline")
+            yield ReplayTimeline(self.session.replay, id="timeline")
         yield VerticalScroll(id="gpus")
         yield LinesView(id="host")
         # The panes are siblings shown one at a time: no container repaints around the process list.
         yield TabBar(TABS, "processes", id="tabs")
         yield ProcList(COLUMNS, id="procs", classes="pane")
         yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
-        yield self._advisor_pane()
-        yield self._stacks_pane()
+        yield AdvisorPane(id="advisor-pane", classes="pane")
+        # The pane asks the session for native dumps: the UI itself runs no py-spy.
+        yield StacksPane(stuck_after=self.session.stuck_after, native_dump=self.session.native_dump,
+                         id="stacks-pane", classes="pane")
         yield LinesView(id="status")
         yield Footer()
-
-    def _advisor_pane(self):
-        try:
-            from .advisor_pane import AdvisorPane
-        except ImportError:
-            return Static("The advisor is not available in this build.", id="advisor-pane", classes="pane placeholder")
-        return AdvisorPane(id="advisor-pane", classes="pane")
-
-    def _stacks_pane(self):
-        try:
-            from .stacks_pane import StacksPane
-        except ImportError:
-            return Static("Stack sampling is not available in this build.", id="stacks-pane", classes="pane placeholder")
-        return StacksPane(id="stacks-pane", classes="pane")
 
     def on_mount(self) -> None:
         table = self.query_one("#procs", ProcList)
@@ -173,7 +164,7 @@ class GputopApp(ReplayControls, App[int]):
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
         table.focus()
-        if self.session.sources.get("nvml") is None and self.session.mode == "live":
+        if self.session.gpu is None and self.session.mode == "live":
             self.sort_key = "cpu"  # no GPU memory to sort by: the busiest processes first
             self._update_sort_labels()
         self._mounted_ok = True
@@ -211,7 +202,7 @@ class GputopApp(ReplayControls, App[int]):
             base = "live"
         if self.paused:
             base = f"paused · {base}"
-        if self.session.recording is not None:
+        if self.session.recorder is not None:
             base = f"recording · {base}"
         return base
 
@@ -387,38 +378,20 @@ class GputopApp(ReplayControls, App[int]):
             self.notify("these are fake GPUs and processes: nothing to attach to "
                         "(run gputop --pid PID beside a real job)", severity="warning", timeout=6)
             return
-        if self.session.target_pid == pid and "stacks" in self.session.sources:
+        if self.session.target_pid == pid and self.session.stacks is not None:
             self.action_tab("stacks")
             return
         self._attach_worker(pid)
 
     @work(thread=True, exclusive=True, group="attach")
     def _attach_worker(self, pid: int) -> None:
-        # check_attachable runs py-spy once (~10 ms, longer on a busy box): off the event loop.
+        # Attaching runs py-spy once (~10 ms, longer on a busy box): off the event loop.
         try:
-            from ..live import stacks_source
-            from ..sources.stacks import check_attachable
-        except ImportError:
-            self.call_from_thread(self.notify, "stack sampling is not available in this build", severity="error")
+            self.session.attach(pid)
+        except UserError as exc:
+            # The event reaches the status line and a notification; no second toast here.
+            self.store.add([Event(time.time(), "attach", f"cannot attach to {pid}: {exc}", "error")])
             return
-        with self._attach_lock:
-            try:
-                check_attachable(pid)
-            except UserError as exc:
-                # The event reaches the status line and a notification; no second toast here.
-                self.store.add([Event(time.time(), "attach", f"cannot attach to {pid}: {exc}", "error")])
-                return
-            old = self.session.sources.pop("stacks", None)
-            if old is not None:
-                self.session.pipeline.remove_source(old)
-            src = stacks_source(self.store, pid, self.session.stuck_after)
-            self.session.sources["stacks"] = src
-            self.session.target_pid = pid
-            host = self.session.sources.get("host")
-            if host is not None and hasattr(host, "target_pid"):
-                host.target_pid = pid  # OS details (environment, IO) follow the new target
-            self.session.pipeline.add_source(src)
-            self.store.add([Event(time.time(), "attach", f"attached to process {pid}", "info")])
         self.call_from_thread(self.action_tab, "stacks")
 
     # ----------------------------------------------------------------- actions
@@ -434,23 +407,22 @@ class GputopApp(ReplayControls, App[int]):
         return True
 
     def action_toggle_record(self) -> None:
-        if self.session.recording is None:
+        if self.session.recorder is None:
             path = Path(time.strftime("gputop-%Y%m%d-%H%M%S.gputop"))
             try:
-                _start_recording(self.session, path, self.interval)
+                self.session.start_recording(path)
             except UserError as exc:
                 self.notify(f"cannot record: {exc}", severity="error", timeout=8)
                 return
             self.notify(f"recording to {path.resolve()}", timeout=5)
         else:
-            rec, self.session.recording = self.session.recording, None
-            self._close_recording(rec)
+            self._close_recording()
         self.tick(force=True)
 
     @work(thread=True, group="record")
-    def _close_recording(self, rec) -> None:
+    def _close_recording(self) -> None:
         # Closing writes the queued batches (up to ~0.5 s): off the event loop.
-        rec.close()
+        self.session.stop_recording()
         self.call_from_thread(self.notify, "recording stopped and saved", timeout=4)
 
     def action_help(self) -> None:
@@ -458,8 +430,8 @@ class GputopApp(ReplayControls, App[int]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        replay = self.session.sources.get("replay")
-        if replay is not None and hasattr(replay, "toggle_pause"):
+        replay = self.session.replay
+        if replay is not None:
             replay.toggle_pause()  # a paused replay stops feeding the store, and jumps must show
         else:
             self._frozen = StoreSnapshot(self.store) if self.paused else None
@@ -547,6 +519,8 @@ class GputopApp(ReplayControls, App[int]):
         if tab == "processes":
             self.query_one("#procs", ProcList).focus()
         self.tick(force=True)
+        # A pane that was hidden has no width yet: lay it out again once it has one.
+        self.call_after_refresh(self.tick, True)
 
     def _show_panes(self) -> None:
         for name, selector in PANES.items():
@@ -579,43 +553,13 @@ class GputopApp(ReplayControls, App[int]):
 # --------------------------------------------------------------------------- entry points
 
 
-def run_session(session: Session, args: argparse.Namespace) -> int:
-    """Run the UI over an assembled session (live, fake or replay) until the user quits."""
-    if "advisor" not in session.sources:
-        from ..advisor.engine import UNATTACHED_EVERY_S, add_advisor
-
-        session.advisor_idle_every = UNATTACHED_EVERY_S
-        session.sources["advisor"] = add_advisor(session)
+def run_app(session: Session) -> int:
+    """Run the UI over a finished session (live, fake or replay) until the user quits; collection
+    stops and the recording is closed however it ends."""
     app = GputopApp(session, interval=session.interval)
-    session.pipeline.start()
+    session.start()
     try:
         app.run()
     finally:
-        session.pipeline.stop()
-        if session.recording is not None:
-            session.recording.close()  # flushes the last batch and leaves one self-contained file
+        session.stop()
     return app.return_code or 0
-
-
-def run_live(args: argparse.Namespace) -> int:
-    session = build_session(
-        interval=args.interval,
-        fake=getattr(args, "fake", None),
-        pid=getattr(args, "pid", None),
-        stuck_after=getattr(args, "stuck_after", 30.0),
-    )
-    record = getattr(args, "record", None)
-    if record:
-        from ..record.writer import OutputExists
-
-        try:
-            _start_recording(session, Path(record), args.interval, force=getattr(args, "force", False))
-        except OutputExists:
-            raise UserError(f"{record} already exists: use --force to overwrite it, or choose another name") from None
-    return run_session(session, args)
-
-
-def _start_recording(session: Session, path: Path, interval: float | None = None, force: bool = False) -> None:
-    from ..record.writer import Recorder
-
-    session.recording = Recorder.attach(session, path, force=force, interval=interval)

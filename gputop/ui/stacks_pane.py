@@ -16,9 +16,9 @@ from .lines_pane import LinesPane
 from .styled_lines import lines_to_text
 
 from ..analysis.stacks_summary import stacks_view
+from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
 from ..stacks_format import Line, clock_time, pane_lines
 
-DEFAULT_STUCK_AFTER = 30.0
 
 # Semantic style names of gputop.stacks_format -> Rich styles (terminal colours, so the
 # user's theme and NO_COLOR apply).
@@ -61,20 +61,16 @@ class StacksPane(LinesPane):
 
     BINDINGS = [Binding("n", "native_dump", "Native dump")]
 
-    def __init__(self, *, stuck_after: float | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, stuck_after: float = DEFAULT_STUCK_AFTER_S, native_dump=None, id: str | None = None,
+                 classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._stuck_after = stuck_after
+        self.stuck_after = stuck_after
+        # ``native_dump(pid) -> text`` (raises UserError): given by whoever owns the session.
+        self._native_dump = native_dump
         self._pid: int | None = None
         self._native: list[str] = []
         self._native_busy = False
         self._store = None
-
-    @property
-    def stuck_after(self) -> float:
-        if self._stuck_after is not None:
-            return self._stuck_after
-        session = getattr(self.app, "session", None)
-        return float(getattr(session, "stuck_after", None) or DEFAULT_STUCK_AFTER)
 
     # ----------------------------------------------------------------- rendering
 
@@ -119,11 +115,12 @@ class StacksPane(LinesPane):
 
     def _native_worker(self, pid: int) -> None:
         from ..errors import UserError
-        from ..sources.stacks import native_dump
 
         started = time.time()
         try:
-            out = native_dump(pid)
+            if self._native_dump is None:
+                raise UserError("native dumps need a live session")
+            out = self._native_dump(pid)
             lines = [f"Native dump of PID {pid} at {clock_time(started)} ({time.time() - started:.1f} s):"]
             lines += out.rstrip().splitlines()
         except UserError as exc:

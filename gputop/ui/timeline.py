@@ -7,7 +7,7 @@ replay session::
 
     class GputopApp(ReplayControls, App): BINDINGS = [..., *REPLAY_BINDINGS]
     # in compose(), when session.mode == "replay":
-    yield ReplayTimeline(session.sources["replay"], id="timeline")
+    yield ReplayTimeline(session.replay, id="timeline")
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ class ReplayControls:
 
     def _replay_source(self):
         session = getattr(self, "session", None)
-        return session.sources.get("replay") if session is not None else None
+        return session.replay if session is not None else None
 
     def action_replay(self, name: str) -> None:
         msg = replay_action(self._replay_source(), name)
@@ -287,10 +287,8 @@ class ReplayControls:
         def done(text: str | None) -> None:
             if not text:
                 return
-            from ..sources.replay import parse_position
-
             try:
-                source.seek(parse_position(text, source.start_ts, source.end_ts))
+                source.goto(text)
             except ValueError as exc:
                 self.notify(str(exc), severity="error", timeout=4)  # type: ignore[attr-defined]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...analysis.breakdown import CPU_DEVICE
 from ...model import Category
-from ...progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from ...analysis.progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from ..context import AnalysisContext, GpuView
 from .base import Hit, workers_cpu_line
 

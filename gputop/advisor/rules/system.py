@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...model import Severity
-from ...throttle import POWER_MASK, THERMAL_MASK
+from ...analysis.throttle import POWER_MASK, THERMAL_MASK
 from ..context import AnalysisContext, GpuView
 from .base import MIN_BUSY_POLLS, Hit, pct, secs, worst
 

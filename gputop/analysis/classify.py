@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .model import Category, Frame
+from ..model import Category, Frame
 
 C = Category
 

@@ -16,9 +16,8 @@ GPU reads 100 % busy), the main thread typically spin-waits on the stream and NC
 threads poll, so neither the GPU nor the CPU says anything about progress there; only the stack
 counts.
 
-One decision, ``working``, used by the stuck verdict (gputop.analysis.stuck, which the pane and
-the advisor's stuck rule read) and by the stacks source's one-off "looks stuck" Event. It lives
-here, beside the classifier, because the sources may not import the analysis layer.
+One decision, ``working``, used by the stuck verdict (gputop.analysis.stuck), which the pane, the
+stuck watch's events and the advisor's stuck rule all read.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .model import Category, ProcSample, StackSample
+from ..model import Category, ProcSample, StackSample
 
 # The process tree using at least this many cores on average over the recent span is working,
 # whatever its stack says. Measured: slow-but-working jobs >= 1 core (one busy main thread or
