@@ -5,7 +5,7 @@ import json
 import pytest
 from textual.app import App
 
-from gputop.advisor.format import (
+from gputop.present.advice import (
     bar_segments,
     bar_text,
     breakdown_dict,

@@ -1,4 +1,4 @@
-from gputop.format import bar, bucket, fmt_bytes, fmt_duration, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+from gputop.units import bar, bucket, fmt_bytes, fmt_duration, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 
 
 def test_fmt_bytes_uses_binary_units():
@@ -56,7 +56,7 @@ def test_truncate_and_names():
 
 
 def test_bridge_gaps_joins_a_2s_series_in_1s_buckets_but_keeps_real_gaps():
-    from gputop.format import bridge_gaps
+    from gputop.units import bridge_gaps
 
     t0 = 1000.0
     # a sample every 2 s for 20 s, then nothing for 20 s (the GPU was lost), then again

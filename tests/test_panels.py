@@ -1,5 +1,5 @@
 from gputop.model import CoreTimes, GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
-from gputop.panels import COMPACT, FULL, MEDIUM, History, gpu_panel, header_text, host_panel
+from gputop.present.panels import COMPACT, FULL, MEDIUM, History, gpu_panel, header_text, host_panel
 
 INFO = GpuInfo(ts=0, index=0, name="NVIDIA H100 80GB HBM3", memory_total=80 * 2**30)
 

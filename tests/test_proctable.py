@@ -1,7 +1,7 @@
 import pytest
 
 from gputop.model import GpuProcess, ProcSample
-from gputop.proctable import build_rows, sort_rows
+from gputop.present.process_table import build_rows, sort_rows
 
 
 def data():

@@ -1,7 +1,7 @@
 """A paused display's view of the store."""
 
 from gputop.model import GpuProcess, GpuSample, HostSample, UtilPoint
-from gputop.snapshot import StoreSnapshot
+from gputop.store import StoreSnapshot
 from gputop.store import Store
 
 

@@ -8,7 +8,7 @@ from gputop.analysis.stuck import judge
 from gputop.model import Category, Event, Frame, ProcSample
 from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
-from gputop.stacks_format import (
+from gputop.present.stacks import (
     category_bar,
     dump_dict,
     dump_text,

@@ -37,7 +37,7 @@ from gputop.sources.stacks import (  # noqa: E402
     find_pyspy,
     native_dump,
 )
-from gputop.stacks_format import plain  # noqa: E402
+from gputop.present.stacks import plain  # noqa: E402
 from gputop.store import Store  # noqa: E402
 
 pytestmark = [
@@ -218,7 +218,7 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
 
     # The pane says it plainly.
     view = stacks_view(store, t.pid, STUCK_AFTER, now=time.time())
-    from gputop.stacks_format import pane_lines
+    from gputop.present.stacks import pane_lines
 
     text = plain(pane_lines(view))
     assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text

@@ -7,7 +7,7 @@ from textual.app import App
 
 from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser, native_dump
-from gputop.stacks_format import plain
+from gputop.present.stacks import plain
 from gputop.store import Store
 from gputop.ui.stacks_pane import StacksPane, to_text
 

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..model import Event, StackSample
     from ..session import stack_sampler
     from ..sources.stacks import check_attachable, native_dump
-    from ..stacks_format import dump_dict, dump_text
+    from ..present.stacks import dump_dict, dump_text
     from ..store import Store
 
     pid = getattr(args, "pid", None)

@@ -7,9 +7,9 @@ opens anywhere.
 from __future__ import annotations
 
 from .. import __version__
-from ..advisor.format import breakdown_rows
+from ..present.advice import breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
-from ..format import fmt_bytes
+from ..units import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text

@@ -5,9 +5,9 @@ from __future__ import annotations
 import textwrap
 import time
 
-from ..advisor.format import BUCKET_CHAR, breakdown_rows
+from ..present.advice import BUCKET_CHAR, breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
-from ..format import fmt_bytes, sparkline
+from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
 

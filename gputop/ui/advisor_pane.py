@@ -1,7 +1,7 @@
 """The advisor pane: where each GPU's time went over the window, and the ranked findings.
 
 It renders what the advisor already computed (``store.findings()`` and the breakdowns it
-publishes with ``store.set_analysis("breakdowns", ...)``) through ``gputop.advisor.format``;
+publishes with ``store.set_analysis("breakdowns", ...)``) through ``gputop.present.advice``;
 it computes nothing itself.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 from textual import events
 from textual.containers import VerticalScroll
 
-from ..advisor.format import finding_starts, pane_lines
+from ..present.advice import finding_starts, pane_lines
 from .lines_pane import LinesPane
 from .lines_view import LinesView
 
-# Semantic styles of gputop.advisor.format -> Rich styles (terminal colours, so the user's
+# Semantic styles of gputop.present.advice -> Rich styles (terminal colours, so the user's
 # theme and NO_COLOR apply).
 STYLES = {
     "title": "bold",

@@ -19,22 +19,22 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from .. import __version__
-from ..format import fmt_bytes, fmt_duration, fmt_pct, truncate
+from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..errors import UserError
 from ..model import Event
-from ..snapshot import StoreSnapshot
+from ..store import StoreSnapshot
 from ..store import Store
 
 if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
     from ..session import Session
-from ..panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
+from ..present.panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
 from .advisor_pane import AdvisorPane
 from .lines_view import LinesView
 from .proc_list import ProcList
 from .stacks_pane import StacksPane
 from .tab_bar import TabBar
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
-from ..proctable import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
+from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
 
 TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks"))
 PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane"}

@@ -1,6 +1,6 @@
 """The stacks pane: what the attached job's threads and workers are doing, and whether it is stuck.
 
-It renders ``gputop.analysis.stacks_summary`` through ``gputop.stacks_format``; the only work
+It renders ``gputop.analysis.stacks_summary`` through ``gputop.present.stacks``; the only work
 of its own is the on-demand native dump, which runs py-spy (~0.6 s) in a worker thread.
 """
 
@@ -17,10 +17,10 @@ from .styled_lines import lines_to_text
 
 from ..analysis.stacks_summary import stacks_view
 from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
-from ..stacks_format import Line, clock_time, pane_lines
+from ..present.stacks import Line, clock_time, pane_lines
 
 
-# Semantic style names of gputop.stacks_format -> Rich styles (terminal colours, so the
+# Semantic style names of gputop.present.stacks -> Rich styles (terminal colours, so the
 # user's theme and NO_COLOR apply).
 STYLES = {
     "title": "bold",

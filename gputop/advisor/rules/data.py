@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ...analysis.breakdown import CPU_DEVICE, Bucket
-from ...format import fmt_bytes, fmt_rate
+from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
 from ..context import AnalysisContext, GpuView
 from .base import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...analysis.breakdown import Bucket
-from ...format import fmt_rate
+from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Iterable, Sequence
 
-from .analysis.stacks_summary import Hot, StacksView, WorkerView
-from .analysis.stuck import StuckVerdict
-from .analysis.classify import is_library, own_frames, short_path, where
-from .format import fmt_bytes, fmt_duration, fmt_pct, truncate
-from .model import Category, Frame, ProcSample, StackSample
+from ..analysis.stacks_summary import Hot, StacksView, WorkerView
+from ..analysis.stuck import StuckVerdict
+from ..analysis.classify import is_library, own_frames, short_path, where
+from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
+from ..model import Category, Frame, ProcSample, StackSample
 
 Seg = tuple[str, str]
 Line = tuple[Seg, ...]

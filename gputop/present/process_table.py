@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import GpuProcess, ProcSample
+from ..model import GpuProcess, ProcSample
 
 # (key, column title, width); width 0 = takes the rest.
 COLUMNS = (
