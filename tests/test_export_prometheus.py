@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -47,6 +48,20 @@ def _query(api: str, promql: str) -> list[dict]:
         body = json.load(r)
     assert body["status"] == "success", body
     return body["data"]["result"]
+
+
+def _dashboard_queries() -> list[str]:
+    with open(os.path.join(ROOT, "deploy", "grafana", "gputop.json")) as f:
+        dash = json.load(f)
+    subst = {"$__rate_interval": "5s", "$__range": "1m", "$job": ".*", "$instance": ".*"}
+    out = []
+    for panel in dash["panels"]:
+        for t in panel.get("targets", []):
+            expr = t["expr"]
+            for k, v in subst.items():
+                expr = expr.replace(k, v)
+            out.append(expr)
+    return out
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -101,6 +116,15 @@ def test_prometheus_scrapes_both_fake_gpus_with_their_buckets(tmp_path):
         assert {r["metric"]["uuid"] for r in util} == {"GPU-fake-0000", "GPU-fake-0001"}
         up = _query(api, "gputop_nvml_up")
         assert [r["value"][1] for r in up] == ["1"]
+        # Every query of the shipped dashboard parses and names only series the exporter has.
+        # (names from the exporter's HELP lines: a family with no series yet, such as findings, counts)
+        with urllib.request.urlopen(f"http://127.0.0.1:{exp_port}/metrics", timeout=5) as r:
+            exported = set(re.findall(r"(?m)^# HELP (\S+)", r.read().decode()))
+        exported |= {n + "_total" for n in exported}
+        for expr in _dashboard_queries():
+            _query(api, expr)  # a syntax error fails here
+            names = set(re.findall(r"\b((?:gputop|process)_[a-z_]+)\b", expr))
+            assert names <= exported, (expr, names - exported)
     finally:
         _stop(prom)
         _stop(exporter)

@@ -142,12 +142,11 @@ class GputopCollector:
         nvml_up = GaugeMetricFamily("gputop_nvml_up", "1 while NVML answers for at least one GPU")
         nvml_up.add_metric([], 1 if latest and not nvml_error else 0)
         yield nvml_up
-        if reasons:
-            err = GaugeMetricFamily("gputop_nvml_error_info", "Why a GPU or NVML is down (present only then)",
-                                    labels=["reason"])
-            for r in dict.fromkeys(reasons):
-                err.add_metric([r[:200]], 1)
-            yield err
+        err = GaugeMetricFamily("gputop_nvml_error_info", "Why a GPU or NVML is down (a series only then)",
+                                labels=["reason"])
+        for r in dict.fromkeys(reasons):
+            err.add_metric([r[:200]], 1)
+        yield err
 
         ginfo = GaugeMetricFamily("gputop_gpu_info", "The GPU and its driver", labels=[*GPU_LABELS, "driver_version"])
         driver = (system.driver_version if system is not None else None) or ""
