@@ -1,4 +1,4 @@
-"""Argument types and option groups every command shares, with their defaults written once.
+"""Argument types and option groups every command shares (their defaults come from gputop.session).
 
 A number the user types is checked here, at parse time: a process id the kernel could never
 hand out, an interval of ``inf`` or ``nan``, or ``--fake -3`` is a usage error with one line,
