@@ -97,7 +97,7 @@ from gputop.pipeline import Pipeline
 t_import = time.perf_counter()
 r = Reader(sys.argv[1])
 store = Store()
-src = ReplaySource(r, store=store, paused=True)
+src = ReplaySource(r, paused=True)
 pipe = Pipeline(store, [src]); src.attach(pipe.publish)
 pipe.poll_once()
 t_frame = time.perf_counter()
@@ -144,7 +144,7 @@ def first_frame(path: Path, runs: int, code: str) -> list[dict]:
 def seeks(path: Path, n: int, seed: int = 7) -> dict:
     r = Reader(path)
     store = Store()
-    src = ReplaySource(r, store=store, paused=True)
+    src = ReplaySource(r, paused=True)
     pipe = Pipeline(store, [src])
     src.attach(pipe.publish)
     pipe.poll_once()

@@ -273,6 +273,26 @@ class Finding:
     first_seen: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the advisor concluded at ``ts``: the findings to show, ranked, and where each device's
+    time went over its window (``analysis.breakdown.Breakdown`` objects). A derived stage
+    returns it through the pipeline like any sample: the store keeps the latest for the panes,
+    the exporter reads it; it is not recorded (a replay derives it again from the samples)."""
+
+    ts: float
+    findings: tuple[Finding, ...] = ()
+    breakdowns: tuple[object, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Forget everything held so far: a replay jumping in time sends it first in the batch that
+    refills the store at the new position."""
+
+    ts: float
+
+
 # Everything a source may emit; the store and the recorder dispatch on these types.
 SAMPLE_TYPES = (
     SystemInfo,
@@ -285,6 +305,8 @@ SAMPLE_TYPES = (
     StackSample,
     Event,
     Finding,
+    Verdict,
+    Reset,
 )
 
 __all__ = [
@@ -299,9 +321,11 @@ __all__ = [
     "HostSample",
     "IdleInterval",
     "ProcSample",
+    "Reset",
     "SAMPLE_TYPES",
     "Severity",
     "StackSample",
     "SystemInfo",
     "UtilPoint",
+    "Verdict",
 ]

@@ -222,7 +222,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
             except ValueError as exc:
                 raise UserError(f"--start: {exc}") from None
         store = Store()
-        source = ReplaySource(reader, store=store, speed=speed, start=pos, paused=paused)
+        source = ReplaySource(reader, speed=speed, start=pos, paused=paused)
         pipeline = Pipeline(store, [source], clock=lambda: source.position)
         source.attach(pipeline.publish)
         last = reader.sessions[-1] if reader.sessions else {}

@@ -22,6 +22,8 @@ from .model import (
     StackSample,
     SystemInfo,
     UtilPoint,
+    Verdict,
+    Reset,
 )
 
 T = TypeVar("T")
@@ -138,8 +140,7 @@ class Store:
         self._host: Ring[HostSample] = Ring(self.retention.host_samples)
         self._stacks: Ring[StackSample] = Ring(self.retention.stack_samples)
         self._events: Ring[Event] = Ring(self.retention.events)
-        self._findings: list[Finding] = []  # the advisor's current list
-        self._analysis: dict[str, object] = {}  # derived results shared with the panes (breakdowns)
+        self._verdict: Verdict | None = None  # the advisor's latest: findings, breakdowns
         self._findings_seen: Ring[Finding] = Ring(self.retention.events)  # as recorded
         self.now = 0.0  # newest timestamp seen: the store's clock (live or replayed)
 
@@ -156,6 +157,12 @@ class Store:
             procs: list[GpuProcess] = []
             poll_ts: float | None = None
             for s in samples:
+                if isinstance(s, Reset):
+                    # A replay's jump: what follows in the batch is the state at the new position.
+                    self._clear()
+                    procs, poll_ts = [], None
+                    self.analysis_version += 1
+                    continue
                 ts = getattr(s, "ts", None)
                 if ts is not None and ts > self.now:
                     self.now = ts
@@ -180,38 +187,17 @@ class Store:
                     self.system = s
                 elif isinstance(s, Finding):
                     self._findings_seen.append(s)
+                elif isinstance(s, Verdict):
+                    self._verdict = s
+                    self.analysis_version += 1
             if poll_ts is not None:
                 self._gpu_procs = [p for p in procs if p.ts >= poll_ts]
             self.version += 1
 
-    def set_findings(self, findings: Iterable[Finding]) -> None:
+    def breakdowns(self) -> tuple[object, ...]:
+        """Where each device's time went over the advisor's window (its latest ``Verdict``)."""
         with self._lock:
-            self._findings = list(findings)
-            self.version += 1
-            self.analysis_version += 1
-
-    def set_analysis(self, name: str, value: object) -> None:
-        """Publish a derived result (e.g. the advisor's per-GPU time breakdowns) for the panes,
-        so a widget renders it instead of recomputing it."""
-        with self._lock:
-            self._analysis[name] = value
-            self.version += 1
-            self.analysis_version += 1
-
-    def analysis(self, name: str, default: object = None) -> object:
-        with self._lock:
-            return self._analysis.get(name, default)
-
-    def reset(self) -> None:
-        """Forget all samples (replay seeking backwards starts from a clean store).
-
-        The versions keep counting up: a reader that saw version N before the reset must not
-        take a later, different N for the same content.
-        """
-        with self._lock:
-            self._clear()
-            self.version += 1
-            self.analysis_version += 1
+            return self._verdict.breakdowns if self._verdict is not None else ()
 
     @staticmethod
     def _ring(d: dict[int, Ring[T]], key: int, cap: int) -> Ring[T]:
@@ -287,8 +273,9 @@ class Store:
             return items[-n:] if n else items
 
     def findings(self) -> list[Finding]:
+        """The advisor's current findings, ranked (its latest ``Verdict``)."""
         with self._lock:
-            return list(self._findings)
+            return list(self._verdict.findings) if self._verdict is not None else []
 
     def findings_window(self, t0: float, t1: float = float("inf")) -> list[Finding]:
         """Findings that arrived as samples (from a recording), in time order."""

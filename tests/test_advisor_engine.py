@@ -141,14 +141,16 @@ def test_advisor_source_publishes_findings_and_breakdowns():
         if sec == 1:
             batch += [full.system, *full.gpu_info.values()]
         store.add(batch)
-        emitted.append(src.poll())
+        out = src.poll()
+        store.add(out)  # what the pipeline does with a stage's batch
+        emitted.append(out)
     ids = [[x.id for x in out if isinstance(x, Finding)] for out in emitted]
     first = next(i for i, xs in enumerate(ids) if "data-starved" in xs)
     assert 2 <= first <= 6  # enough stack samples, then 2 s of holding
     assert sum(xs.count("data-starved") for xs in ids[first + 1 : first + 9]) == 0  # not re-emitted every second
     assert [f.id for f in store.findings()] == ["data-starved"]
     assert store.findings()[0].first_seen == pytest.approx(T0 + first + 1)
-    (bd,) = store.analysis("breakdowns")
+    (bd,) = store.breakdowns()
     assert isinstance(bd, Breakdown) and bd.idle_fraction == pytest.approx(0.6, abs=0.02)
     assert src.history["data-starved"][0] == pytest.approx(T0 + first + 1)
 

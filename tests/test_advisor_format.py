@@ -17,7 +17,7 @@ from gputop.present.advice import (
     report_dict,
 )
 from gputop.analysis.breakdown import CPU_DEVICE, Breakdown, Bucket
-from gputop.model import Finding, Severity
+from gputop.model import Finding, Severity, Verdict
 from gputop.store import Store
 from gputop.ui.advisor_pane import AdvisorPane
 
@@ -99,8 +99,7 @@ class PaneApp(App):
 @pytest.mark.timeout(60)
 async def test_advisor_pane_renders_the_store():
     store = Store()
-    store.set_findings([FINDING])
-    store.set_analysis("breakdowns", (BD,))
+    store.add([Verdict(1060.0, (FINDING,), (BD,))])
     app = PaneApp()
     async with app.run_test(size=(100, 30)) as pilot:
         pane = app.query_one(AdvisorPane)
@@ -112,7 +111,7 @@ async def test_advisor_pane_renders_the_store():
         before = pane.last_lines
         pane.update_view(store)  # nothing changed: no redraw
         assert pane.last_lines is before
-        store.set_findings([])
+        store.add([Verdict(1061.0)])
         pane.update_view(store)
         assert not any("waits for data" in "".join(s for s, _ in ln) for ln in pane.last_lines)
 
@@ -200,8 +199,7 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
 
     store = Store()
     session = Session(store=store, pipeline=Pipeline(store, []), mode="fake", target_pid=4242)
-    store.set_analysis("breakdowns", (BD,))
-    store.set_findings([CKPT, FINDING])
+    store.add([Verdict(1060.0, (CKPT, FINDING), (BD,))])
     app = GputopApp(session, refresh=60)
     async with app.run_test(size=(cols, 40)) as pilot:
         await pilot.press("2")

@@ -24,7 +24,7 @@ from gputop.export.collector import THROTTLE_REASONS, GputopCollector  # noqa: E
 from gputop.export.jobs import Placement, parse_cgroup, script_of  # noqa: E402
 from gputop.export.server import parse_listen  # noqa: E402
 from gputop.errors import UserError  # noqa: E402
-from gputop.model import Category, Finding, GpuSample, Severity, StackSample, SystemInfo  # noqa: E402
+from gputop.model import Category, Finding, GpuSample, Severity, StackSample, SystemInfo, Verdict  # noqa: E402
 from gputop.sources.fake import FAKE_PID_BASE, FakeGpuSource  # noqa: E402
 from gputop.store import Store  # noqa: E402
 
@@ -91,7 +91,7 @@ def test_series_for_both_gpus_in_base_units(clock):
     assert value(m["gputop_gpu_throttle_reason"], gpu="0", reason="power_cap") == 0
     # SXM boards have no fan: the series is absent, not 0
     assert "gputop_gpu_fan_ratio" not in m
-    assert value(m["gputop_nvml_up"]) == 1 and "gputop_nvml_error_info" not in m
+    assert value(m["gputop_nvml_up"]) == 1 and "gputop_nvml_error_info" not in m  # no series while up
     assert value(m["gputop_exporter_info"], source="fake") == 1
     mem = value(m["gputop_process_gpu_memory_used_bytes"], gpu="0", pid=str(FAKE_PID_BASE))
     assert mem == 60 * 1024**3
@@ -173,7 +173,7 @@ def test_findings_with_cost_and_severity(clock):
     store, _ = fake_session(clock, seconds=5)
     f = Finding("data-starved", "GPU waits for data", Severity.CRITICAL, 0.9, ("e",), "num_workers=8",
                 cost_s=12.5, gpu_index=0)
-    store.set_findings([f, f])
+    store.add([Verdict(store.now, (f, f))])
     m = scrape(collector_for(store, clock, start))
     assert value(m["gputop_finding"], id="data-starved", severity="critical", gpu="0") == 12.5
     assert value(m["gputop_finding_confidence"], id="data-starved") == 0.9

@@ -534,3 +534,18 @@ def test_on_batch_never_blocks_when_the_writer_is_stuck(tmp_path):
     assert rec.dropped > 0
     gate.set()
     rec.close()
+
+
+def test_derived_verdicts_are_not_recorded(tmp_path):
+    from gputop.model import Finding, Severity, Verdict
+    from gputop.record.reader import Reader
+    from gputop.record.writer import RecordWriter, SessionMeta
+
+    f = Finding("data-starved", "t", Severity.WARNING, 0.9, ("e",), "a", ts=T0 + 1)
+    w = RecordWriter.create(tmp_path / "v.gputop")
+    w.start_session(SessionMeta(mode="fake"))
+    w.flush([GpuSample(ts=T0, index=0, util_gpu=5.0), Verdict(T0 + 1, (f,)), f])
+    assert w.samples == 2  # the GPU sample and the finding; the verdict is derived state
+    w.finish()
+    with Reader(tmp_path / "v.gputop") as r:
+        assert [x.id for x in r.findings()] == ["data-starved"]

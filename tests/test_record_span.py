@@ -56,7 +56,7 @@ def test_info_report_and_list_give_the_same_length(rec, capsys):
 
 def test_replay_opens_on_data_at_the_start_of_the_span(rec):
     store = Store()
-    src = ReplaySource(Reader(rec), store=store, paused=True)
+    src = ReplaySource(Reader(rec), paused=True)
     src.attach(Pipeline(store, [src]).publish)
     try:
         src.seek(src.start_ts)
@@ -67,7 +67,7 @@ def test_replay_opens_on_data_at_the_start_of_the_span(rec):
 
 
 def test_idle_jumps_visit_every_stall_the_analysis_finds(rec):
-    src = ReplaySource(Reader(rec), store=Store(), paused=True)
+    src = ReplaySource(Reader(rec), paused=True)
     try:
         r = src.reader
         slices = util_slices(r.util_points(r.start_ts - 2, r.end_ts), r.start_ts, r.end_ts)

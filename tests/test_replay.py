@@ -59,7 +59,7 @@ def recording(tmp_path_factory):
 def open_source(path, **kw):
     clock = Clock()
     store = Store()
-    src = ReplaySource(Reader(path), store=store, monotonic=clock, **kw)
+    src = ReplaySource(Reader(path), monotonic=clock, **kw)
     pipe = Pipeline(store, [src])
     src.attach(pipe.publish)
     return src, store, pipe, clock
@@ -225,7 +225,7 @@ def test_recorded_events_and_findings_are_replayed(recording):
 def test_standalone_source_returns_batches_when_not_attached(recording):
     store = Store()
     clock = Clock()
-    src = ReplaySource(Reader(recording), store=store, monotonic=clock)
+    src = ReplaySource(Reader(recording), monotonic=clock)
     first = src.poll()
     assert any(isinstance(s, GpuSample) for s in first)
     clock.t += 3

@@ -19,7 +19,7 @@ import pytest
 from gputop.analysis.breakdown import Breakdown, Bucket
 from gputop.session import open_replay
 from gputop.session import Session
-from gputop.model import CoreTimes, Finding, HostSample, Severity
+from gputop.model import CoreTimes, Finding, HostSample, Severity, Verdict
 from gputop.pipeline import Pipeline
 from gputop.sources.fake import FakeGpuSource
 from gputop.analysis.classify import classify, is_library
@@ -125,8 +125,7 @@ FINDINGS = [
 def test_advisor_tab_with_findings(snap_compare, clock):
     """The Advisor tab: where GPU 0's time went, then each finding with its evidence and fix."""
     session = fake_session(clock, gpus=2)
-    session.store.set_analysis("breakdowns", (BREAKDOWN,))
-    session.store.set_findings(FINDINGS)
+    session.store.add([Verdict(session.store.now, tuple(FINDINGS), (BREAKDOWN,))])
     app = GputopApp(session, interval=1.0, refresh=60)
     assert snap_compare(app, run_before=lambda pilot: open_tab(pilot, "2"), terminal_size=(120, 40))
 

@@ -2,7 +2,7 @@ import tracemalloc
 
 import pytest
 
-from gputop.model import Event, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, UtilPoint
+from gputop.model import Event, GpuProcess, GpuSample, HostSample, ProcSample, Reset, StackSample, UtilPoint, Verdict
 from gputop.sources.fake import FakeGpuSource
 from gputop.store import Retention, Ring, Store
 
@@ -122,10 +122,10 @@ def test_long_session_memory_is_flat():
 def test_reset_forgets_samples_but_versions_keep_counting():
     store = Store()
     store.add([GpuSample(ts=10.0, index=0, util_gpu=50.0)])
-    store.set_analysis("breakdowns", ("x",))
+    store.add([Verdict(10.0, breakdowns=("x",))])
     v, av = store.version, store.analysis_version
-    store.reset()
-    assert store.gpu_indices() == [] and store.now == 0.0 and store.analysis("breakdowns") is None
+    store.add([Reset(3.0)])  # a replay's jump back: the marker comes first in its batch
+    assert store.gpu_indices() == [] and store.now == 0.0 and store.breakdowns() == ()
     assert store.version > v and store.analysis_version > av
     store.add([GpuSample(ts=5.0, index=0, util_gpu=1.0)])
     assert store.latest_gpu(0).ts == 5.0  # an earlier time is fine after a reset
@@ -133,7 +133,7 @@ def test_reset_forgets_samples_but_versions_keep_counting():
     av = store.analysis_version
     store.add([GpuSample(ts=6.0, index=0, util_gpu=1.0)])
     assert store.analysis_version == av
-    store.set_findings([])
+    store.add([Verdict(7.0)])
     assert store.analysis_version == av + 1
 
 

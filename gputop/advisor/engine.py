@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
-from ..model import Event, Finding, Severity
+from ..model import Event, Finding, Severity, Verdict
 from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .context import DEFAULT_WINDOW_S, build_context
 from .rules import RULES, Rule
@@ -184,11 +184,13 @@ UNATTACHED_EVERY_S = 10.0
 
 
 class AdvisorSource:
-    """The advisor as a pipeline source: once a second, findings from the store.
+    """The advisor as a derived stage of the pipeline: it reads the store and returns batches
+    like any source, so there is one way into the store.
 
-    ``poll`` stores the ranked list (``store.set_findings``) for the panes and returns the
-    findings that are new or changed (and, every ``RECORD_REFRESH_S``, the current ones again)
-    so a recorder subscribed to the pipeline writes them; a finding that clears becomes an Event.
+    ``poll`` returns a ``Verdict`` (the ranked findings and the breakdowns, for the panes and
+    the exporter), then the findings that are new or changed (and, every ``RECORD_REFRESH_S``,
+    the current ones again) so a recorder subscribed to the pipeline writes them; a finding that
+    clears becomes an Event.
     """
 
     name = "advisor"
@@ -233,9 +235,9 @@ class AdvisorSource:
         findings = self.advisor.evaluate(self.store)
         self.evaluations += 1
         now = self.store.now
-        self.store.set_findings(findings)
-        self._publish_analysis()
-        out: list[object] = []
+        ctx = self.advisor.last_context
+        breakdowns = tuple(g.breakdown for g in ctx.gpus) if ctx is not None else ()
+        out: list[object] = [Verdict(now, tuple(findings), breakdowns)]
         current = {f.id: f for f in findings}
         for f in findings:
             first, _ = self.history.get(f.id, (f.first_seen or now, now))
@@ -253,12 +255,6 @@ class AdvisorSource:
                 self._reported_errors.add(rid)
                 out.append(Event(now, self.name, f"rule {rid} failed: {err}", "error"))
         return out
-
-    def _publish_analysis(self) -> None:
-        ctx = self.advisor.last_context
-        setter = getattr(self.store, "set_analysis", None)
-        if ctx is not None and setter is not None:
-            setter("breakdowns", tuple(g.breakdown for g in ctx.gpus))
 
     def close(self) -> None:
         pass

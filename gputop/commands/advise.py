@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\r\033[K")  # the progress line
     store = session.store
     findings = store.findings()
-    breakdowns = store.analysis("breakdowns", ()) or ()
+    breakdowns = store.breakdowns()
     elapsed = time.time() - start
     nvml_error = store.system.nvml_error if store.system is not None else None
     # Why stacks could not be read (not Python, permission, py-spy failing) changes what the

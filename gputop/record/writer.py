@@ -43,8 +43,10 @@ from ..model import (
     HostSample,
     ProcSample,
     StackSample,
+    Reset,
     SystemInfo,
     UtilPoint,
+    Verdict,
 )
 from ..redact import redact_argv, redact_cmdline
 from . import codec
@@ -90,6 +92,10 @@ MAX_COMPACT_PER_FLUSH = 4
 _STOP = object()
 
 Notify = Callable[[Sequence[object]], None]
+
+# Derived state is not recorded: a replay derives the advisor's verdicts again from the samples
+# (its findings are recorded as they change); a reset only ever comes from a replay.
+NOT_RECORDED = (Verdict, Reset)
 
 
 class OutputExists(UserError):
@@ -392,6 +398,8 @@ class RecordWriter:
     def _write(self, samples: Iterable[object]) -> None:
         by: dict[type, list] = {}
         for s in samples:
+            if isinstance(s, NOT_RECORDED):
+                continue
             by.setdefault(type(s), []).append(s)
         n = sum(len(items) for items in by.values())
         if not n:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..model import Event
+from ..model import Event, Reset
 
 if TYPE_CHECKING:  # the reader is passed in: a source imports nothing from the record layer
     from ..record.reader import FindingMark, IdlePeriod, Reader
@@ -61,7 +61,6 @@ class ReplaySource:
     def __init__(
         self,
         reader: "Reader",
-        store=None,
         speed: float = 1.0,
         start: float | None = None,
         interval: float = POLL_INTERVAL_S,
@@ -70,7 +69,6 @@ class ReplaySource:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reader = reader
-        self.store = store
         self.interval = interval
         self.history = history
         self._mono = monotonic
@@ -162,9 +160,8 @@ class ReplaySource:
         return batch
 
     def _rebuild(self, target: float) -> list[object]:
-        batch = self.reader.history(target, self.history)
-        if self.store is not None:
-            self.store.reset()
+        # The marker first: the store forgets what it held, then takes the state at ``target``.
+        batch = [Reset(target), *self.reader.history(target, self.history)]
         self._emitted = target
         if self.reader.damage and target >= self.end_ts - 1.0:
             batch.append(Event(target, "replay", self.reader.damage, "warning"))

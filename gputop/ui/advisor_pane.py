@@ -1,7 +1,7 @@
 """The advisor pane: where each GPU's time went over the window, and the ranked findings.
 
 It renders what the advisor already computed (``store.findings()`` and the breakdowns it
-publishes with ``store.set_analysis("breakdowns", ...)``) through ``gputop.present.advice``;
+returns in its ``Verdict``: ``store.breakdowns()``) through ``gputop.present.advice``;
 it computes nothing itself.
 """
 
@@ -56,7 +56,7 @@ class AdvisorPane(LinesPane):
         if key == self._last:
             return
         self._last = key
-        breakdowns = store.analysis("breakdowns", ()) or ()
+        breakdowns = store.breakdowns()
         self._findings = store.findings()
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu)
         self._starts = finding_starts(lines)
