@@ -10,7 +10,7 @@ Measures what the recording targets are stated in:
 
 Runs on CPU only:  python bench/record_bench.py --out DIR  (writes DIR/record_bench.json/.md)
 Default rates: 1 s GPU polls, 5 utilisation points/s, 1 host sample/s, 4 processes/s, stack
-samples at 5 Hz for 4 threads (see gputop.record.synthetic).
+samples at 5 Hz for 4 threads (see tests/synth_recording.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the scripted recording lives with the tests' other scripts
 
 from gputop.pipeline import Pipeline  # noqa: E402
 from gputop.record.reader import Reader  # noqa: E402
-from gputop.record.synthetic import Rates, SyntheticSession  # noqa: E402
+from synth_recording import Rates, SyntheticSession  # noqa: E402
 from gputop.record.writer import FLUSH_INTERVAL_S, Recorder, RecordWriter, SessionMeta  # noqa: E402
 from gputop.sources.replay import ReplaySource  # noqa: E402
 from gputop.store import Store  # noqa: E402

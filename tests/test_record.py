@@ -31,7 +31,7 @@ from gputop.model import (
 from gputop.record import schema
 from gputop.record.blocks import pack_rows, pack_rows_json, unpack_rows
 from gputop.record.reader import Reader
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import Recorder, RecordWriter, SessionMeta
 
 T0 = 1_767_225_600.0  # 2026-01-01, an arbitrary fixed clock

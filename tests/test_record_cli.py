@@ -15,7 +15,7 @@ import pytest
 from gputop.cli import main
 from gputop.commands.record import parse_duration, parse_size
 from gputop.record.reader import Reader
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from gputop.cli import main
 from gputop.model import GpuSample
 from gputop.record import schema
 from gputop.record.reader import Reader
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta, describe_sqlite_error, looks_like_recording
 
 T0 = 1_767_225_600.0

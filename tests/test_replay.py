@@ -11,7 +11,7 @@ import pytest
 from gputop.model import Event, GpuSample, StackSample
 from gputop.pipeline import Pipeline
 from gputop.record.reader import Reader
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import Recorder, RecordWriter, SessionMeta
 from gputop.sources.fake import FakeGpuSource
 from gputop.sources.replay import HistoryWindows, ReplaySource, parse_position

@@ -8,7 +8,7 @@ import pytest
 from textual.app import App, ComposeResult
 
 from gputop.session import open_replay
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.ui.timeline import (
     REPLAY_BINDINGS,

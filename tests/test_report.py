@@ -11,7 +11,7 @@ import pytest
 from gputop.cli import main
 from gputop.model import Finding, GpuSample, Severity, SystemInfo
 from gputop.record.reader import Reader
-from gputop.record.synthetic import SyntheticSession
+from synth_recording import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.report import collect, render_html, render_text, summary_dict
 

@@ -1,7 +1,8 @@
 """A synthetic training session, second by second: what the recorder sees at default rates.
 
 Used by the size/seek benchmark (a 24 h file without waiting 24 h) and by tests that need a
-realistic recording. Values have the precision real sources give (floats where psutil and
+realistic recording; ``synth.py`` beside it scripts the analysis tests' timelines, and the
+product's own scripted source (``gputop --fake``) is ``gputop/sources/fake.py``. Values have the precision real sources give (floats where psutil and
 NVML give floats), stacks have realistic depth and variety, so the file sizes it produces are
 representative. Seeded, so runs are comparable. Clearly synthetic: SystemInfo.source is "fake".
 
@@ -16,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..model import (
+from gputop.model import (
     Category,
     CoreTimes,
     Event,
