@@ -92,13 +92,14 @@ _FIRST_FRAME = r"""
 import sys, time, json
 t0 = time.perf_counter()
 from gputop.record.reader import Reader
+from gputop.record.navigate import Navigator
 from gputop.sources.replay import ReplaySource
 from gputop.store import Store
 from gputop.pipeline import Pipeline
 t_import = time.perf_counter()
 r = Reader(sys.argv[1])
 store = Store()
-src = ReplaySource(r, paused=True)
+src = ReplaySource(r, Navigator(r), paused=True)
 pipe = Pipeline(store, [src]); src.attach(pipe.publish)
 pipe.poll_once()
 t_frame = time.perf_counter()

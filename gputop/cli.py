@@ -33,13 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stuck_after(parser, "report an attached job as stuck after this long without progress")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"{__package__}.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__package__}.commands.{name}":
-                continue  # not built yet
-            raise
-        mod.register(sub)
+        importlib.import_module(f"{__package__}.commands.{name}").register(sub)
     parser.set_defaults(func=_run_live)
     return parser
 

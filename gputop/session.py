@@ -210,6 +210,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
 def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, paused: bool = False,
                 advisor: bool = True) -> Session:
     """A session whose only source is the recording. Raises UserError for a bad file or time."""
+    from .record.navigate import Navigator
     from .record.reader import Reader
     from .sources.replay import ReplaySource, parse_position
 
@@ -222,7 +223,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
             except ValueError as exc:
                 raise UserError(f"--start: {exc}") from None
         store = Store()
-        source = ReplaySource(reader, speed=speed, start=pos, paused=paused)
+        source = ReplaySource(reader, Navigator(reader), speed=speed, start=pos, paused=paused)
         pipeline = Pipeline(store, [source], clock=lambda: source.position)
         source.attach(pipeline.publish)
         last = reader.sessions[-1] if reader.sessions else {}

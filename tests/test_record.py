@@ -30,6 +30,7 @@ from gputop.model import (
 )
 from gputop.record import schema
 from gputop.record.blocks import pack_rows, pack_rows_json, unpack_rows
+from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
 from gputop.record.writer import Recorder, RecordWriter, SessionMeta
@@ -424,7 +425,7 @@ def test_corrupted_pages_do_not_raise(tmp_path):
     for fn in (r.gpu_samples, r.util_points, r.host_samples, r.proc_samples, r.stack_samples, r.gpu_processes):
         fn(r.start_ts - 1, r.end_ts + 1)  # partial results, never an exception
     r.overview()
-    r.idle_periods()
+    Navigator(r).idle_periods()
     r.describe()
 
 
@@ -436,7 +437,7 @@ def test_overview_finds_the_checkpoint_idle_periods(tmp_path):
     ss = SyntheticSession(t0=T0, checkpoint_every_s=300, checkpoint_len_s=60)
     write(p, ss.seconds(620))
     r = Reader(p)
-    periods = r.idle_periods()
+    periods = Navigator(r).idle_periods()
     # The synthetic job idles 60 s at the end of every 5 minutes.
     assert len(periods) == 2
     for per, minute in zip(periods, (4, 9)):

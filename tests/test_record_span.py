@@ -13,6 +13,7 @@ from gputop.analysis.idle import idle_intervals, util_slices
 from gputop.cli import main
 from gputop.model import GpuSample
 from gputop.pipeline import Pipeline
+from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
 from gputop.record.span import fmt_length, recording_span
 from gputop.report import collect, render_text, summary_dict
@@ -67,7 +68,8 @@ def test_replay_opens_on_data_at_the_start_of_the_span(rec):
 
 
 def test_idle_jumps_visit_every_stall_the_analysis_finds(rec):
-    src = ReplaySource(Reader(rec), paused=True)
+    reader = Reader(rec)
+    src = ReplaySource(reader, Navigator(reader), paused=True)
     try:
         r = src.reader
         slices = util_slices(r.util_points(r.start_ts - 2, r.end_ts), r.start_ts, r.end_ts)

@@ -10,6 +10,7 @@ import pytest
 
 from gputop.model import Event, GpuSample, StackSample
 from gputop.pipeline import Pipeline
+from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
 from gputop.record.writer import Recorder, RecordWriter, SessionMeta
@@ -59,7 +60,8 @@ def recording(tmp_path_factory):
 def open_source(path, **kw):
     clock = Clock()
     store = Store()
-    src = ReplaySource(Reader(path), monotonic=clock, **kw)
+    reader = Reader(path)
+    src = ReplaySource(reader, Navigator(reader), monotonic=clock, **kw)
     pipe = Pipeline(store, [src])
     src.attach(pipe.publish)
     return src, store, pipe, clock

@@ -26,12 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..record.navigate import Navigator
     from ..record.reader import Reader
 
     with Reader(args.file) as r:
+        nav = Navigator(r)
         d = r.describe()
-        d["findings"] = len({(m.finding_id, m.gpu) for m in r.finding_marks()})
-        d["idle_periods"] = len(r.idle_periods())
+        d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
+        d["idle_periods"] = len(nav.idle_periods())
         if args.check:
             d["bad_blocks"] = r.check_blocks()
             d["bad_rows"] = r.bad_rows

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..analysis.idle import NOMINAL_PERIOD_S, idle_intervals
 from ..errors import UserError
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
 from . import codec
@@ -46,11 +45,6 @@ from .schema import (
     unpack_ids,
 )
 
-# Idle periods are found an hour of samples at a time (a day-long file never sits in memory).
-IDLE_SCAN_CHUNK_S = 3600.0
-# A jump to "the next idle period" lands where the GPU went idle for at least this long, not
-# on one of the sub-second data stalls a busy loop is full of.
-MIN_IDLE_RUN_S = 2.0
 # Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
 # second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
 BLOCK_CACHE = 128
@@ -60,27 +54,6 @@ def fmt_time(ts: float | None) -> str:
     if ts is None:
         return "?"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-@dataclass(frozen=True)
-class IdlePeriod:
-    start: float
-    end: float
-    gpus: tuple[int, ...]
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
-class FindingMark:
-    ts: float
-    last_seen: float
-    finding_id: str
-    severity: str
-    title: str
-    gpu: int | None
 
 
 class Reader:
@@ -101,7 +74,6 @@ class Reader:
         self._overview: list[OverviewRow] | None = None
         self._strings: dict[int, str] | None = None
         self._cache: OrderedDict[tuple, list[tuple]] = OrderedDict()
-        self._idle_cache: dict[float, list[IdlePeriod]] = {}
         try:
             self.meta = dict(self._rows("SELECT key, value FROM meta"))
             self.sessions = [
@@ -700,86 +672,9 @@ class Reader:
             t = e
         return [r for r in b.take_all() if r.ts + r.span > t0]
 
-    def idle_periods(self, min_duration: float = MIN_IDLE_RUN_S) -> list[IdlePeriod]:
-        """Where some GPU went idle for at least ``min_duration``, within the span (cached).
-
-        The same runs the analysis finds (``analysis.idle.idle_intervals`` over the recorded
-        slices), so a jump lands on every stall the charts show; several GPUs idle at once make
-        one period. Only the stretches the overview says hold that much idle time are read.
-        """
-        cache = self._idle_cache.get(min_duration)
-        if cache is not None:
-            return cache
-        runs: list[tuple[float, float, int]] = []
-        for w0, w1 in self._idle_windows(min_duration):
-            t = w0
-            while t < w1:
-                e = min(w1, t + IDLE_SCAN_CHUNK_S)
-                for g, slices in self._slices(t, e).items():
-                    runs += [(iv.start, iv.end, g) for iv in idle_intervals(slices)]
-                t = e
-        out = merge_idle_runs(runs, min_duration)
-        self._idle_cache[min_duration] = out
-        return out
-
-    def _idle_windows(self, min_duration: float) -> list[tuple[float, float]]:
-        """Stretches that can hold an idle run of ``min_duration``: a run that long puts at
-        least half of it into one overview bucket, so buckets with that much idle time, one
-        bucket either side, cover every such run whole."""
-        out: list[tuple[float, float]] = []
-        for r in self.overview():
-            if r.low_s >= min_duration / 2.0 - 1e-6:
-                a = max(self.start_ts, r.ts - r.span)
-                b = min(self.end_ts, r.ts + 2 * r.span)
-                if b <= a:
-                    continue
-                if out and a <= out[-1][1]:
-                    out[-1] = (out[-1][0], max(out[-1][1], b))
-                else:
-                    out.append((a, b))
-        return out
-
-    def _slices(self, t0: float, t1: float) -> dict[int, list]:
-        """Per-GPU utilisation slices in [t0, t1]: the 200 ms buffer, else the polls."""
-        from ..analysis.idle import poll_slices, util_slices
-
-        by_gpu: dict[int, list[UtilPoint]] = {}
-        for p in self.util_points(t0 - 2.0, t1):
-            by_gpu.setdefault(p.index, []).append(p)
-        slices = {g: util_slices(ps, t0, t1) for g, ps in by_gpu.items()}
-        polls: dict[int, list[GpuSample]] = {}
-        for smp in self.gpu_samples(t0 - 5.0, t1):
-            if smp.index not in slices:
-                polls.setdefault(smp.index, []).append(smp)
-        slices.update({g: poll_slices(ss, t0, t1) for g, ss in polls.items()})
-        return slices
-
-    def finding_marks(self) -> list[FindingMark]:
-        out = []
-        for r in self._rows("SELECT ts, last_seen, finding_id, severity, title, gpu FROM findings ORDER BY ts"):
-            ts = codec.fnum(r[0])
-            if ts is None:
-                continue
-            out.append(
-                FindingMark(
-                    ts=ts,
-                    last_seen=codec.fnum(r[1]) or ts,
-                    finding_id=codec.clean_text(r[2], 128),
-                    severity=codec.clean_text(r[3], 16),
-                    title=codec.clean_text(r[4], 256),
-                    gpu=codec.inum(r[5]),
-                )
-            )
-        return out
-
-    def exact_idle_start(self, t0: float, t1: float, min_duration: float = MIN_IDLE_RUN_S) -> float | None:
-        """Where the first idle run of at least ``min_duration`` in [t0, t1] starts (any GPU)."""
-        best = None
-        for slices in self._slices(t0, t1).values():
-            runs = idle_intervals(slices, min_duration=min_duration)
-            if runs:
-                best = runs[0].start if best is None else min(best, runs[0].start)
-        return best
+    def finding_mark_rows(self) -> list[tuple]:
+        """(ts, last_seen, id, severity, title, gpu) of every recorded finding, in time order."""
+        return self._rows("SELECT ts, last_seen, finding_id, severity, title, gpu FROM findings ORDER BY ts")
 
     # ----------------------------------------------------------------- summary for `info`
 
@@ -870,30 +765,6 @@ def _salvage(copy: Path, page: int, declared: int, actual: int) -> list[str]:
     finally:
         c.close()
     return lost
-
-
-def merge_idle_runs(runs: Iterable[tuple[float, float, int]], min_duration: float) -> list[IdlePeriod]:
-    """(start, end, gpu) idle runs -> periods: a GPU's runs that touch (split by a chunk edge)
-    are joined, runs shorter than ``min_duration`` dropped, overlapping runs of several GPUs
-    made one period."""
-    joined: dict[int, list[list[float]]] = {}
-    for a, b, g in sorted(runs):
-        cur = joined.setdefault(g, [])
-        if cur and a <= cur[-1][1] + 1e-6:
-            cur[-1][1] = max(cur[-1][1], b)
-        else:
-            cur.append([a, b])
-    # Half a 200 ms sample of slack: ten samples measure 1.999 s, and they are a 2 s stall.
-    slack = NOMINAL_PERIOD_S / 2.0
-    flat = sorted((a, b, g) for g, ivs in joined.items() for a, b in ivs if b - a >= min_duration - slack)
-    out: list[IdlePeriod] = []
-    for a, b, g in flat:
-        if out and a <= out[-1].end + 1e-6:
-            last = out[-1]
-            out[-1] = IdlePeriod(last.start, max(last.end, b), tuple(sorted(set(last.gpus) | {g})))
-        else:
-            out.append(IdlePeriod(a, b, (g,)))
-    return out
 
 
 def _int_or_none(text: str) -> int | None:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..model import Event, Reset
 
-if TYPE_CHECKING:  # the reader is passed in: a source imports nothing from the record layer
-    from ..record.reader import FindingMark, IdlePeriod, Reader
+if TYPE_CHECKING:  # reader and navigator are passed in: a source imports nothing from the record layer
+    from ..record.navigate import FindingMark, IdlePeriod, Navigator
+    from ..record.reader import Reader
 
 # Replay speeds offered by the UI's faster/slower keys.
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -61,6 +62,7 @@ class ReplaySource:
     def __init__(
         self,
         reader: "Reader",
+        navigator: "Navigator | None" = None,
         speed: float = 1.0,
         start: float | None = None,
         interval: float = POLL_INTERVAL_S,
@@ -69,6 +71,7 @@ class ReplaySource:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reader = reader
+        self.navigator = navigator  # idle periods and findings for jumps and the timeline
         self.interval = interval
         self.history = history
         self._mono = monotonic
@@ -81,8 +84,6 @@ class ReplaySource:
         first = reader.first_poll_ts()
         self._pos = self._clamp(first if start is None else start)
         self._anchor = monotonic()
-        self._idle: "list[IdlePeriod] | None" = None
-        self._marks: "list[FindingMark] | None" = None
 
     # ----------------------------------------------------------------- wiring
 
@@ -229,15 +230,14 @@ class ReplaySource:
 
     # ----------------------------------------------------------------- the timeline
 
+    def overview(self) -> list:
+        return self.navigator.overview() if self.navigator is not None else []
+
     def idle_periods(self) -> "list[IdlePeriod]":
-        if self._idle is None:
-            self._idle = self.reader.idle_periods()
-        return self._idle
+        return self.navigator.idle_periods() if self.navigator is not None else []
 
     def finding_marks(self) -> "list[FindingMark]":
-        if self._marks is None:
-            self._marks = self.reader.finding_marks()
-        return self._marks
+        return self.navigator.finding_marks() if self.navigator is not None else []
 
     def next_idle(self, after: float | None = None) -> float | None:
         """Start of the next idle period (the reader's periods are the analysis's own runs)."""

@@ -161,7 +161,7 @@ class ReplayTimeline(Widget):
         width = self._bar_width()
         if self._cells is None or width != self._cells_width:
             src = self.source
-            self._cells = timeline_cells(src.reader.overview(), src.idle_periods(), src.finding_marks(),
+            self._cells = timeline_cells(src.overview(), src.idle_periods(), src.finding_marks(),
                                          src.start_ts, src.end_ts, width)
             self._cells_width = width
         return self._cells
