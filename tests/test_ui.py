@@ -11,6 +11,7 @@ from gputop.store import Store
 from gputop.ui.app import GputopApp, HelpScreen
 from gputop.ui.lines_view import LinesView
 from gputop.ui.proc_list import ProcList
+from gputop.ui.process_table import ProcessTable
 
 
 def make_session(clock, gpus=2, mode="fake"):
@@ -134,21 +135,21 @@ async def test_filter_and_sort_process_table(clock):
     feed(s, clock)
     app = GputopApp(s, refresh=60)
     async with app.run_test(size=(140, 45)) as pilot:
-        table = app.query_one("#procs", ProcList)
+        table = app.query_one("#procs", ProcessTable)
         assert table.row_count == 3  # GPU 2 is idle in the script
         # Default sort: GPU memory, largest first.
-        assert [r.gpu for r in app._rows] == [3, 0, 1]
+        assert [r.gpu for r in table.rows] == [3, 0, 1]
         await pilot.press("N")  # by PID
-        assert app.sort_key == "pid"
-        assert [r.pid for r in app._rows] == sorted(r.pid for r in app._rows)
+        assert table.sort_key == "pid"
+        assert [r.pid for r in table.rows] == sorted(r.pid for r in table.rows)
         await pilot.press("i")
-        assert [r.pid for r in app._rows] == sorted((r.pid for r in app._rows), reverse=True)
+        assert [r.pid for r in table.rows] == sorted((r.pid for r in table.rows), reverse=True)
         await pilot.press("slash")
         box = app.query_one("#filter", Input)
         assert box.has_focus
         await pilot.press(*"bench")
         await pilot.pause()
-        assert table.row_count == 1 and "bench_matmul" in app._rows[0].command
+        assert table.row_count == 1 and "bench_matmul" in table.rows[0].command
         await pilot.press("escape")
         await pilot.pause()
         assert table.row_count == 3

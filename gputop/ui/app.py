@@ -1,7 +1,9 @@
-"""The Textual app: renders the store on a timer and turns keys into intents.
+"""The Textual app: lays out the panels and panes, redraws them from the store on a timer, and
+turns keys into intents on the session it was handed (attach, record, replay controls).
 
 Collection runs on the pipeline's threads; this module only reads the store (cheap, locked
-copies) and never calls NVML, psutil or py-spy on the event loop.
+copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
+(``gpu_panels``), the process table (``process_table``) and the panes are widgets of their own.
 """
 
 from __future__ import annotations
@@ -14,35 +16,30 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from .. import __version__
-from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from ..errors import UserError
 from ..model import Event
-from ..store import StoreSnapshot
-from ..store import Store
-
-if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
-    from ..session import Session
-from ..present.panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines
+from ..present.panels import FULL, header_text, host_panel_lines
+from ..store import Store, StoreSnapshot
 from .advisor_pane import AdvisorPane
+from .gpu_panels import HOST_LINES, GpuPanels
 from .lines_view import LinesView
 from .proc_list import ProcList
+from .process_table import ProcessTable
 from .stacks_pane import StacksPane
 from .tab_bar import TabBar
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
-from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
+
+if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
+    from ..session import Session
 
 TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks"))
 PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 DEFAULT_CHART_WINDOW = 120.0
-# Rows the process table keeps for itself before GPU panels shrink to fit.
-MIN_TABLE_ROWS = 6
-HOST_LINES = 3
 
 HELP = """\
 [b]gputop keys[/b]
@@ -122,16 +119,9 @@ class GputopApp(ReplayControls, App[int]):
         if refresh is None and session.mode == "replay":
             self.refresh_every = min(interval, 0.5)  # jumps and fast playback show at once
         self.paused = False
-        self.sort_key = "gpu_mem"
-        self.sort_reverse = False
-        self.filter_text = ""
         self.chart_window = DEFAULT_CHART_WINDOW
         self.panel_mode = FULL
         self._seen_version = -1
-        self._gpu_widgets: dict[int, LinesView] = {}
-        self._rows: list[ProcRow] = []
-        self._rows_shown = False  # set_rows has run at least once (an empty list is a state too)
-        self._shown_target: int | None = None
         self._last_event: Event | None = None
         self.active_tab = "processes"
         self._frozen: StoreSnapshot | None = None
@@ -144,11 +134,11 @@ class GputopApp(ReplayControls, App[int]):
         yield LinesView(id="header")
         if self.session.mode == "replay":
             yield ReplayTimeline(self.session.replay, id="timeline")
-        yield VerticalScroll(id="gpus")
+        yield GpuPanels(id="gpus")
         yield LinesView(id="host")
         # The panes are siblings shown one at a time: no container repaints around the process list.
         yield TabBar(TABS, "processes", id="tabs")
-        yield ProcList(COLUMNS, id="procs", classes="pane")
+        yield ProcessTable(id="procs", classes="pane")
         yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
         yield AdvisorPane(id="advisor-pane", classes="pane")
         # The pane asks the session for native dumps: the UI itself runs no py-spy.
@@ -158,15 +148,13 @@ class GputopApp(ReplayControls, App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#procs", ProcList)
+        table = self.query_one(ProcessTable)
         self._show_panes()
-        self._update_sort_labels()
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
         table.focus()
         if self.session.gpu is None and self.session.mode == "live":
-            self.sort_key = "cpu"  # no GPU memory to sort by: the busiest processes first
-            self._update_sort_labels()
+            table.sort_by("cpu")  # no GPU memory to sort by: the busiest processes first
         self._mounted_ok = True
         self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
@@ -238,94 +226,16 @@ class GputopApp(ReplayControls, App[int]):
             header_text(self.store.system, __version__, self.interval, self.state, width)
         )
 
-    def _choose_mode(self, n_gpus: int) -> str:
-        height = self.size.height or 24
-        avail = height - 1 - HOST_LINES - 1 - 1 - 3 - MIN_TABLE_ROWS  # header, host, status, footer, tabs
-        for mode in (FULL, MEDIUM, COMPACT):
-            per = PANEL_LINES[mode] + (1 if mode == FULL else 0)  # full panels carry a rule
-            if n_gpus * per <= avail:
-                return mode
-        return COMPACT
-
     def _update_gpus(self) -> None:
-        container = self.query_one("#gpus", VerticalScroll)
-        view = self.view
-        indices = view.gpu_indices()
-        system = view.system
-        if not indices:
-            if "none" not in self._gpu_widgets:
-                for w in self._gpu_widgets.values():
-                    w.remove()
-                self._gpu_widgets = {"none": LinesView(classes="gpu-panel")}  # type: ignore[dict-item]
-                container.mount(self._gpu_widgets["none"])  # type: ignore[index]
-            msg = Text()
-            if system is not None and system.nvml_error:
-                # The reason is in the header; this line says what still works.
-                msg.append("No GPU data. ", style="bold yellow")
-                msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
-            else:
-                msg.append("Waiting for GPU data…", style="dim")
-            self._gpu_widgets["none"].set_text(msg)  # type: ignore[index]
-            return
-        if set(self._gpu_widgets) != set(indices):
-            for w in self._gpu_widgets.values():
-                w.remove()
-            self._gpu_widgets = {i: LinesView(classes="gpu-panel", id=f"gpu-{i}") for i in indices}
-            container.mount(*self._gpu_widgets.values())
-        mode = self._choose_mode(len(indices))
-        self.panel_mode = mode
-        width = max(20, (container.size.width or self.size.width or 80) - 2)
-        now = view.now
-        t0 = now - self.chart_window
-        for i, widget in self._gpu_widgets.items():
-            widget.set_class(mode == FULL, "-full")
-            history = None
-            if mode != MEDIUM:
-                history = History(
-                    t0=t0,
-                    t1=now + 1e-6,
-                    util=view.util_window(i, t0),
-                    samples=view.gpu_window(i, t0) if mode == FULL else (),
-                )
-            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode))
+        self.panel_mode = self.query_one(GpuPanels).show(self.view, self.chart_window, self.size.height or 24)
+
+    def _update_processes(self) -> None:
+        self.query_one(ProcessTable).show(self.view, self.session.target_pid)
 
     def _update_host(self) -> None:
         width = max(20, (self.size.width or 80) - 2)
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
         self.query_one("#host", LinesView).set_lines(host_panel_lines(self.view.latest_host(), width, lines))
-
-    def _update_processes(self) -> None:
-        rows = build_rows(
-            self.view.gpu_processes(),
-            self.view.procs_latest(),
-            self.view.now,
-            self.sort_key,
-            self.sort_reverse,
-            self.filter_text,
-        )
-        target = self.session.target_pid
-        if rows == self._rows and self._rows_shown and target == self._shown_target:
-            return
-        self._rows, self._rows_shown, self._shown_target = rows, True, target
-        self.query_one("#procs", ProcList).set_rows(
-            [r.key for r in rows],
-            [self._cells(r) for r in rows],
-            highlight={r.key for r in rows if r.pid == target},
-        )
-
-    @staticmethod
-    def _cells(r: ProcRow) -> tuple[str, ...]:
-        return (
-            str(r.pid),
-            truncate(r.user or "?", 10),
-            "-" if r.gpu is None else str(r.gpu),
-            fmt_bytes(r.gpu_mem),
-            fmt_pct(r.sm),
-            "n/a" if r.cpu is None else f"{r.cpu:.0f}",
-            fmt_bytes(r.rss),
-            fmt_duration(r.elapsed),
-            r.command,
-        )
 
     def _update_panes(self, tab: str) -> None:
         panes = {"advisor": ("#advisor-pane", (self.store,)), "stacks": ("#stacks-pane", (self.store, self.session.target_pid))}
@@ -355,20 +265,12 @@ class GputopApp(ReplayControls, App[int]):
 
     # ----------------------------------------------------------------- process selection
 
-    def _selected_row(self) -> ProcRow | None:
-        table = self.query_one("#procs", ProcList)
-        if not self._rows or not 0 <= table.cursor < len(self._rows):
-            return None
-        return self._rows[table.cursor]
-
     @on(ProcList.Selected, "#procs")
     def _on_row_selected(self, event: ProcList.Selected) -> None:
-        row = self._selected_row()
-        if row is not None:
-            self.attach(row.pid)
+        self.action_attach()
 
     def action_attach(self) -> None:
-        row = self._selected_row()
+        row = self.query_one(ProcessTable).selected
         if row is not None:
             self.attach(row.pid)
 
@@ -446,9 +348,7 @@ class GputopApp(ReplayControls, App[int]):
 
     @on(Input.Changed, "#filter")
     def _on_filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
-        self._rows_shown = False
-        self._update_processes()
+        self.query_one(ProcessTable).set_filter(event.value)
 
     @on(Input.Submitted, "#filter")
     def _on_filter_submitted(self, event: Input.Submitted) -> None:
@@ -456,47 +356,28 @@ class GputopApp(ReplayControls, App[int]):
         if not box.value:
             self._filter_visible = False
             self._show_panes()
-        self.query_one("#procs", ProcList).focus()
+        self.query_one(ProcessTable).focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
         self._filter_visible = False
         self._show_panes()
-        self.filter_text = ""
-        self._rows_shown = False
-        self._update_processes()
-        self.query_one("#procs", ProcList).focus()
+        table = self.query_one(ProcessTable)
+        table.set_filter("")
+        table.focus()
 
     def action_sort_step(self, step: int) -> None:
-        i = SORT_KEYS.index(self.sort_key)
-        self.action_sort_by(SORT_KEYS[(i + step) % len(SORT_KEYS)])
+        self.query_one(ProcessTable).sort_step(step)
 
     def action_sort_by(self, key: str) -> None:
-        if key == self.sort_key:
-            self.sort_reverse = not self.sort_reverse
-        else:
-            self.sort_key, self.sort_reverse = key, False
-        self._after_sort_change()
+        self.query_one(ProcessTable).sort_by(key)
 
     def action_invert_sort(self) -> None:
-        self.sort_reverse = not self.sort_reverse
-        self._after_sort_change()
-
-    def _after_sort_change(self) -> None:
-        self._update_sort_labels()
-        self._rows_shown = False
-        self._update_processes()
-
-    def _update_sort_labels(self) -> None:
-        titles = {}
-        for key, title, _ in COLUMNS:
-            descending = (key in DESCENDING_BY_DEFAULT) != self.sort_reverse
-            titles[key] = title + ((" ▼" if descending else " ▲") if key == self.sort_key else "")
-        self.query_one("#procs", ProcList).set_titles(titles)
+        self.query_one(ProcessTable).invert()
 
     def action_cursor(self, step: int) -> None:
-        self.query_one("#procs", ProcList).action_move(step)
+        self.query_one(ProcessTable).action_move(step)
 
     def action_zoom(self, step: int) -> None:
         i = min(range(len(CHART_WINDOWS)), key=lambda k: abs(CHART_WINDOWS[k] - self.chart_window))
@@ -517,7 +398,7 @@ class GputopApp(ReplayControls, App[int]):
         self.query_one("#tabs", TabBar).active = tab
         self._show_panes()
         if tab == "processes":
-            self.query_one("#procs", ProcList).focus()
+            self.query_one(ProcessTable).focus()
         self.tick(force=True)
         # A pane that was hidden has no width yet: lay it out again once it has one.
         self.call_after_refresh(self.tick, True)
