@@ -293,6 +293,36 @@ class Reset:
     ts: float
 
 
+# --------------------------------------------------------------------------- threads as /proc sees them
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadState:
+    """One thread of a process at one instant, from /proc/PID/task/TID (the procfs source)."""
+
+    tid: int
+    name: str = ""  # the kernel's comm (Python sets it for named threads only on request)
+    state: str = "?"  # R running, S sleeping, D uninterruptible (disk, NFS), T stopped, Z zombie
+    cpu_ns: int | None = None  # CPU time used since the thread started (schedstat, else stat ticks)
+    runs: int | None = None  # times it was scheduled onto a CPU (schedstat); None: unknown
+    wchan: str | None = None  # kernel function it sleeps in; None: unknown or running
+    syscall: str | None = None  # the syscall it is blocked in ("read", "futex", ...); None: unknown
+    fd_path: str | None = None  # what that syscall's fd points at: a path, "socket:[N]", "pipe:[N]"
+    fs: str | None = None  # for a path: "TYPE on MOUNTPOINT" of the filesystem holding it
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSample:
+    """A process's threads and IO counters at one instant (the target and each child of it)."""
+
+    ts: float
+    pid: int
+    ppid: int | None = None
+    threads: tuple[ThreadState, ...] = ()
+    rchar: int | None = None  # bytes read through syscalls (files, sockets, pipes) since start
+    wchar: int | None = None  # bytes written likewise
+
+
 # Everything a source may emit; the store and the recorder dispatch on these types.
 SAMPLE_TYPES = (
     SystemInfo,
@@ -307,6 +337,7 @@ SAMPLE_TYPES = (
     Finding,
     Verdict,
     Reset,
+    TaskSample,
 )
 
 __all__ = [
@@ -326,6 +357,8 @@ __all__ = [
     "Severity",
     "StackSample",
     "SystemInfo",
+    "TaskSample",
+    "ThreadState",
     "UtilPoint",
     "Verdict",
 ]

@@ -62,6 +62,7 @@ class Session:
     gpu: Source | None = None  # NVML or the fake
     host: Source | None = None
     stacks: Source | None = None
+    procfs: Source | None = None  # the target's threads as /proc shows them (state, CPU, wchan)
     replay: Source | None = None
     advisor: Source | None = None
     stuck_watch: Source | None = None
@@ -120,6 +121,10 @@ class Session:
             if hasattr(self.host, "target_pid"):
                 self.host.target_pid = pid  # OS details (environment, IO) follow the new target
             self.pipeline.add_source(self.stacks)
+            if self.procfs is not None:
+                self.pipeline.remove_source(self.procfs)
+            self.procfs = procfs_reader(pid, clock=self.clock)
+            self.pipeline.add_source(self.procfs)
             self.store.add([Event(self.clock(), "attach", f"attached to process {pid}", "info")])
 
     def native_dump(self, pid: int) -> str:
@@ -192,6 +197,8 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
                               top_cpu=0 if gpu is not None else 15)
     if pid is not None and attach_note is None:
         session.stacks = stack_sampler(pid, clock=clock)
+    if pid is not None:
+        session.procfs = procfs_reader(pid, clock=clock)  # the kernel's view, Python or not
     if attach_note is not None:
         store.add([attach_note])
     # The stuck watch is a derived stage: it reads the store and returns events through the
@@ -199,7 +206,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     from .analysis.stuck import StuckWatch
 
     session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
-    for src in (gpu, session.host, session.stacks, session.stuck_watch):
+    for src in (gpu, session.host, session.procfs, session.stacks, session.stuck_watch):
         if src is not None:
             session.pipeline.add_source(src)
     if config.advisor:
@@ -256,6 +263,14 @@ def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None
     except NvmlUnavailable as exc:
         info = SystemInfo(ts=clock(), hostname=socket.gethostname(), nvml_error=str(exc), source="live")
         return None, [info, Event(info.ts, "nvml", f"NVML unavailable: {exc}", "warning")]
+
+
+def procfs_reader(pid: int, **options) -> Source:
+    """/proc readings of ``pid`` and its children (threads' states, CPU time, wchan): the
+    kernel's evidence that lets the stuck verdict come at attach."""
+    from .sources.procfs import ProcfsSource
+
+    return ProcfsSource(pid, **options)
 
 
 def stack_sampler(pid: int, **options) -> Source:

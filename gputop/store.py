@@ -24,6 +24,7 @@ from .model import (
     UtilPoint,
     Verdict,
     Reset,
+    TaskSample,
 )
 
 T = TypeVar("T")
@@ -118,6 +119,7 @@ class Retention:
     max_processes: int = 256  # distinct PIDs tracked at once
     stack_samples: int = 20000  # ~10 min at 5 threads x 5 Hz
     events: int = 500
+    task_samples: int = 120  # per process: 2 min of /proc readings at 1 s
 
 
 class Store:
@@ -137,6 +139,7 @@ class Store:
         self._util: dict[int, Ring[UtilPoint]] = {}
         self._gpu_procs: list[GpuProcess] = []
         self._procs: dict[int, Ring[ProcSample]] = {}
+        self._tasks: dict[int, Ring[TaskSample]] = {}
         self._host: Ring[HostSample] = Ring(self.retention.host_samples)
         self._stacks: Ring[StackSample] = Ring(self.retention.stack_samples)
         self._events: Ring[Event] = Ring(self.retention.events)
@@ -179,6 +182,8 @@ class Store:
                     procs.append(s)
                 elif isinstance(s, StackSample):
                     self._stacks.append(s)
+                elif isinstance(s, TaskSample):
+                    self._add_task(s)
                 elif isinstance(s, Event):
                     self._events.insert(s)
                 elif isinstance(s, GpuInfo):
@@ -214,6 +219,15 @@ class Store:
                 oldest = min(self._procs, key=lambda p: self._procs[p][-1].ts)
                 del self._procs[oldest]
             ring = self._procs[s.pid] = Ring(self.retention.proc_samples)
+        ring.append(s)
+
+    def _add_task(self, s: TaskSample) -> None:
+        ring = self._tasks.get(s.pid)
+        if ring is None:
+            if len(self._tasks) >= self.retention.max_processes:
+                oldest = min(self._tasks, key=lambda p: self._tasks[p][-1].ts)
+                del self._tasks[oldest]
+            ring = self._tasks[s.pid] = Ring(self.retention.task_samples)
         ring.append(s)
 
     # ----------------------------------------------------------------- reading
@@ -255,6 +269,16 @@ class Store:
         with self._lock:
             return {pid: r[-1] for pid, r in self._procs.items() if len(r)}
 
+    def task_window(self, pid: int, t0: float, t1: float = float("inf")) -> list[TaskSample]:
+        with self._lock:
+            r = self._tasks.get(pid)
+            return r.window(t0, t1) if r else []
+
+    def task_windows(self, t0: float, t1: float = float("inf")) -> dict[int, list[TaskSample]]:
+        """/proc readings of every process read, per pid, in [t0, t1]."""
+        with self._lock:
+            return {pid: r.window(t0, t1) for pid, r in self._tasks.items() if len(r)}
+
     def latest_host(self) -> HostSample | None:
         with self._lock:
             return self._host.latest()
@@ -291,6 +315,7 @@ class Store:
                 "events": len(self._events),
                 "processes": len(self._procs),
                 "proc_samples": sum(len(r) for r in self._procs.values()),
+                "task_samples": sum(len(r) for r in self._tasks.values()),
             }
             for i, r in self._gpu.items():
                 out[f"gpu{i}"] = len(r)
