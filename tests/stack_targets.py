@@ -225,6 +225,125 @@ def mode_exit() -> None:
     sys.exit(3)
 
 
+# --------------------------------------------------------------------------- hung before attach
+# Each of these hangs at once and prints ``ready`` when it is hung (or, for the healthy ones,
+# working): the tests attach afterwards, as a user finds a job that stopped hours ago.
+
+
+class Callbacks:
+    """A trainer's callback list, in the shape of the frameworks': the step calls its hooks on
+    the main thread while a helper thread flushes metrics, and each takes the two locks in the
+    other order."""
+
+    def __init__(self) -> None:
+        self.state_lock = threading.Lock()
+        self.log_lock = threading.Lock()
+        self.both_hold_one = threading.Barrier(2)
+
+    def on_step_end(self) -> None:
+        with self.state_lock:
+            self.both_hold_one.wait()
+            with self.log_lock:  # DEADLOCK callback main
+                pass
+
+    def flush_metrics(self) -> None:
+        with self.log_lock:
+            self.both_hold_one.wait()
+            with self.state_lock:  # DEADLOCK callback helper
+                pass
+
+
+def mode_callback_deadlock() -> None:
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    cb = Callbacks()
+    for _ in range(5):
+        train_step(model, opt, x, y)
+    threading.Thread(target=cb.flush_metrics, name="metrics-flusher", daemon=True).start()
+    threading.Timer(1.0, ready).start()
+    cb.on_step_end()
+
+
+class SocketDataset(Dataset):
+    """Each sample comes from a server that accepts the connection and never answers."""
+
+    def __init__(self, address) -> None:
+        self.address = address
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: int):
+        import socket
+
+        conn = socket.create_connection(self.address)
+        data = conn.recv(1 << 16)  # HUNG socket recv
+        return torch.randn(16), torch.tensor([len(data)], dtype=torch.float32)
+
+
+def mode_socket_workers() -> None:
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)  # accepts (the kernel does), never sends
+    loader = DataLoader(SocketDataset(server.getsockname()), batch_size=4, num_workers=2)
+    threading.Timer(3.0, ready).start()
+    for x, y in loader:  # HUNG main loader
+        pass
+
+
+class HangingDataset(Dataset):
+    """``__getitem__`` waits on an event nothing sets (a lock or a resource that never comes)."""
+
+    def __init__(self) -> None:
+        self.never = threading.Event()
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: int):
+        self.never.wait()  # HUNG getitem
+        return torch.randn(16), torch.randn(1)
+
+
+def mode_hung_worker() -> None:
+    loader = DataLoader(HangingDataset(), batch_size=4, num_workers=2)
+    threading.Timer(3.0, ready).start()
+    for x, y in loader:
+        pass
+
+
+class BusyDataset(Dataset):
+    """A slow sample that computes all the time (decoding in pure Python): slow, not stuck."""
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: int):
+        end = time.time() + 30.0
+        while time.time() < end: pass  # noqa: E701  HOT slow getitem
+        return torch.randn(16), torch.randn(1)
+
+
+def mode_slow_getitem() -> None:
+    threading.Timer(1.0, ready).start()
+    for x, y in DataLoader(BusyDataset(), batch_size=1, num_workers=0):
+        pass
+
+
+def mode_long_save(path: str) -> None:
+    """One long save: many tensors written to disk, flushed to the device as it goes."""
+    state = {f"layer{i}": torch.randn(256, 1024) for i in range(64)}  # 64 MiB
+    threading.Timer(1.0, ready).start()
+    while True:
+        with open(path, "wb") as f:
+            for _ in range(1000):
+                torch.save(state, f)  # HOT long save
+                f.flush()
+                os.fsync(f.fileno())
+                f.seek(0)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else None
@@ -232,5 +351,7 @@ if __name__ == "__main__":
         mode_loader(int(arg or 2))
     elif mode == "checkpoint":
         mode_checkpoint(arg or os.devnull)
+    elif mode == "long_save":
+        mode_long_save(arg or os.devnull)
     else:
         globals()[f"mode_{mode}"]()

@@ -30,7 +30,10 @@ from ..analysis.stuck import (
     GPU_IDLE_WINDOW_S,
     LOOKBACK_EXTRA_S,
     StuckVerdict,
+    family_tasks,
+    idle_reach,
     judge,
+    latest_others,
 )
 from ..model import (
     Category,
@@ -43,6 +46,7 @@ from ..model import (
     ProcSample,
     StackSample,
     SystemInfo,
+    TaskSample,
     UtilPoint,
 )
 
@@ -127,6 +131,7 @@ def context_from_samples(
     system: SystemInfo | None = None,
     events: Sequence[Event] = (),
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
+    tasks: Mapping[int, Sequence[TaskSample]] | None = None,
 ) -> AnalysisContext:
     """The pure core of ``build_context``: everything from plain samples.
 
@@ -214,14 +219,22 @@ def context_from_samples(
         pin = any(any(f.name.endswith(PIN_MEMORY_FRAME) for f in s.frames) for s in others)
     stuck = None
     if target_pid is not None and main_history:
+        gpu_views = [v for v in views if v.index != CPU_DEVICE]
+        # NVML's buffer reaches back before the attach: how long the job's GPUs have been idle.
+        reaches = [idle_reach([(p.ts, p.util) for p in util_points.get(v.index, ())]
+                              or [(g.ts, g.util_gpu) for g in samples_by[v.index] if g.util_gpu is not None], now)
+                   for v in gpu_views]
         stuck = judge(
             main_history,
             now,
             stuck_after_s,
-            gpu=_gpu_state([v for v in views if v.index != CPU_DEVICE], now),
+            gpu=_gpu_state(gpu_views, now),
+            others=latest_others([s for s in stacks if s.ts >= now - stuck_after_s - LOOKBACK_EXTRA_S], target_pid),
             history_start=now - stuck_after_s - LOOKBACK_EXTRA_S,
             exited=bool(target_window) and target_window[-1].status in ("exited", "zombie"),
             procs=procs,
+            tasks=family_tasks(tasks or {}, target_pid),
+            gpu_idle_s=min(reaches) if reaches else 0.0,
         )
     return AnalysisContext(
         now=now,
@@ -286,4 +299,5 @@ def build_context(
         system=store.system,
         events=store.events(),
         stuck_after_s=stuck_after_s,
+        tasks=store.task_windows(min(t0, now - stuck_after_s - LOOKBACK_EXTRA_S), now),
     )

@@ -12,7 +12,16 @@ gputop.analysis.progress says when (``working``). ``StuckWatch`` turns the verdi
 
 One exception to "the GPU has stopped": a main thread inside a collective. A hung NCCL
 collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs (and its
-CPU proves nothing either: see gputop.analysis.progress).
+CPU proves nothing either: see gputop.analysis.progress). Another: a main thread in a
+synchronising call while the GPU stays busy for the whole threshold, a kernel that never ends.
+
+**A verdict at attach.** A job that hung before gputop arrived must not wait ``threshold`` seconds
+of watching: when the main thread has not moved since the first sample and the kernel says the
+job's processes do not move either (CPU time and bytes through read/write flat between /proc
+readings, from the procfs source; psutil's readings where there are none, as in a replay), it is
+called stuck once ``EARLY_MIN_S`` of such evidence is in, with the time it has been stuck given as
+a lower bound from the evidence's reach ("≥ 14 s" when NVML's buffer shows the GPU idle for its
+whole depth) and a confidence that grows with it. gputop.analysis.hang says why and where.
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .classify import project_frame, stack_key, where
-from ..model import Category, Event, Frame, ProcSample, StackSample
-from .progress import CPU_WINDOW_S, activity, working
+from ..model import Category, Event, Frame, ProcSample, StackSample, TaskSample
+from .hang import Diagnosis, Progress, diagnose, progress
+from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
 from ..store import Store
 from .efficiency import is_worker
 
@@ -41,6 +51,22 @@ GPU_IDLE_WINDOW_S = 5.0
 STALE_AFTER_S = 5.0
 # Beyond the threshold, how much history to scan to say how long it has been stuck.
 LOOKBACK_EXTRA_S = 60.0
+# The verdict at attach: the main thread unchanged since the first sample, and the job's
+# processes flat in /proc, for at least this long. Judgement: 15 identical stacks at 5 Hz and
+# three /proc readings; a training step, a DataLoader batch or a logging call moves well inside
+# it, and with the advisor's 2 s cadence the verdict lands ~4 s after attaching.
+EARLY_MIN_S = 3.0
+# The /proc readings must span at least this long (two readings at the procfs source's 1 s).
+PROC_MIN_SPAN_S = 1.5
+# Bytes through read/write syscalls (files, sockets, pipes) above this rate are work, whatever the
+# stack: a checkpoint save or a slow read makes progress. Judgement: 64 KiB/s is far above a hung
+# job's log lines and loader heartbeats (0 measured on the hung targets) and far below any save.
+IO_PROGRESS_BPS = 64 * 1024
+# Confidence of a verdict at attach: from EARLY_CONFIDENCE at EARLY_MIN_S up to
+# EARLY_CONFIDENCE_MAX at the threshold; a verdict reached over the whole threshold keeps the
+# older 0.9 / 0.8. Judgement: early evidence is strong (the kernel's) but short.
+EARLY_CONFIDENCE = 0.55
+EARLY_CONFIDENCE_MAX = 0.85
 
 
 @dataclass(frozen=True)
@@ -57,6 +83,11 @@ class StuckVerdict:
     gpu: str = "unknown"  # busy | idle | unknown
     others: tuple[StackSample, ...] = ()  # the latest stack of every other thread and worker
     tree_cores: float | None = None  # cores the target + workers used recently (None: unknown)
+    early: bool = False  # called at attach, before the threshold, from the evidence's reach
+    confidence: float = 0.0  # 0..1 (only meaningful when stuck)
+    evidence: tuple[str, ...] = ()  # what says no progress: the stacks, /proc, the GPU buffer
+    diagnosis: Diagnosis | None = None  # the kind of hang and every party's wait (when stuck)
+    proc: Progress | None = None  # /proc's view of the job over the unchanged span
 
 
 def gpu_state(store: Store, pid: int, now: float) -> str:
@@ -86,6 +117,17 @@ def target_gpu_busy(store: Store, pid: int) -> bool | None:
     return None if state == "unknown" else state == "busy"
 
 
+def idle_reach(points: Sequence[tuple[float, float]], now: float) -> float:
+    """How far back from ``now`` the GPU has been idle without a break: ``points`` are
+    (start, util %) in time order (NVML's 200 ms buffer or the polls). 0: busy now or unknown."""
+    start = None
+    for ts, util in reversed(points):
+        if util > GPU_IDLE_PCT:
+            break
+        start = ts
+    return 0.0 if start is None else max(0.0, now - start)
+
+
 def unchanged_run(main: Sequence[StackSample]) -> tuple[StackSample, StackSample] | None:
     """(first, last) samples of the newest run of identical stacks in one thread's samples
     (time order)."""
@@ -110,10 +152,14 @@ def judge(
     history_start: float | None = None,
     exited: bool = False,
     procs: Mapping[int, Sequence[ProcSample]] | None = None,
+    tasks: Mapping[int, Sequence[TaskSample]] | None = None,
+    gpu_idle_s: float = 0.0,
 ) -> StuckVerdict:
     """The verdict from the main thread's samples (time order), the GPU state and, when given,
     the OS's view of the processes (``procs``: pid -> samples, time order; the target's and its
-    workers' CPU readings are used)."""
+    workers' CPU readings are used; ``tasks``: pid -> /proc readings of the target and its
+    children, time order). ``gpu_idle_s``: how long the job's GPUs have been idle without a break
+    (NVML's buffer reaches back before the attach)."""
     others = tuple(others)
     if exited:
         return StuckVerdict(False, "the target has exited", gpu=gpu, others=others)
@@ -135,22 +181,103 @@ def judge(
         return StuckVerdict(False, f"no stack sample for {now - last.ts:.0f} s", **base)
     held = now - first.ts
     # The run reaching back to the first sample looked at means "at least this long".
-    exact = history_start is None or first is not main[0] or first.ts - history_start > 1.0
+    reaches_start = first is main[0]
+    exact = history_start is None or not reaches_start or first.ts - history_start > 1.0
     tree = {p: ss for p, ss in (procs or {}).items() if ss and (p == last.pid or is_worker(ss[-1], last.pid))}
     act = activity([s for s in main if s.ts >= first.ts], now, tree)
     cores = act.cores
-    base.update(held_s=held, held_exact=exact, tree_cores=cores)
-    if held < threshold:
-        return StuckVerdict(False, f"main thread moved {held:.0f} s ago", **base)
-    why = working(last.category, gpu, act)
-    if why is not None:
-        return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but {why}", **base)
+    family = {p: ss for p, ss in (tasks or {}).items() if ss}
+    prog = progress(family, first.ts, now) if family else None
+    if prog is not None:
+        cores = prog.cores  # the kernel's CPU time: exact, and there after one second
+    base.update(held_s=held, held_exact=exact, tree_cores=cores, proc=prog)
+    latest_tasks = {p: ss[-1] for p, ss in family.items()}
+
+    def stuck(reason: str, held_s: float, held_exact: bool, early: bool, confidence: float,
+              evidence: list[str]) -> StuckVerdict:
+        d = diagnose(last, others, last.pid, gpu, latest_tasks)
+        fields = dict(base, held_s=held_s, held_exact=held_exact)
+        return StuckVerdict(True, reason, early=early, confidence=confidence, evidence=tuple(evidence),
+                            diagnosis=d, **fields)
+
     gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu, "GPU activity unknown")
+    if held >= threshold:
+        why = working(last.category, gpu, act if prog is None else _with_cores(act, prog.cores))
+        if why is None and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
+            why = f"its processes move {prog.io_bps / 1e6:.1f} MB/s through read/write"
+        if why == "the GPU is busy" and last.category is Category.HOST_SYNC:
+            why = None  # waiting on the GPU for the whole threshold while it is busy: a kernel that never ends
+            gpu_note = "GPU busy"
+        if why is not None:
+            return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but {why}", **base)
+        cpu_note = "" if cores is None else f", processes at {cores * 100:.0f} % CPU"
+        held_text = f"{'' if exact else '≥ '}{held:.0f} s"
+        ev = [f"main thread's stack unchanged for {held_text} ({len([s for s in main if s.ts >= first.ts])} samples)"]
+        ev += _proc_lines(prog)
+        return stuck(f"main thread unchanged for {held_text} ({last.category.value}, {gpu_note}{cpu_note})",
+                     held, exact, False, 0.9 if exact else 0.8, ev)
+
+    # ------------------------------------------------------------- the verdict at attach
+    early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start)
+    if isinstance(early, str):
+        return StuckVerdict(False, early, **base)
+    reach, ev = early
+    conf = EARLY_CONFIDENCE + (EARLY_CONFIDENCE_MAX - EARLY_CONFIDENCE) * min(1.0, (reach - EARLY_MIN_S) / max(1.0, threshold - EARLY_MIN_S))
     cpu_note = "" if cores is None else f", processes at {cores * 100:.0f} % CPU"
-    held_text = f"{'' if exact else '≥ '}{held:.0f} s"
-    return StuckVerdict(
-        True, f"main thread unchanged for {held_text} ({last.category.value}, {gpu_note}{cpu_note})", **base
-    )
+    return stuck(f"no progress for ≥ {reach:.0f} s since before attaching ({last.category.value}, {gpu_note}{cpu_note})",
+                 reach, False, True, round(conf, 2), ev)
+
+
+def _with_cores(act, cores: float):
+    from dataclasses import replace
+
+    return replace(act, cores=cores, target_known=True)
+
+
+def _proc_lines(prog: Progress | None) -> list[str]:
+    if prog is None:
+        return []
+    return [f"/proc over {prog.span_s:.1f} s: the job's processes used {prog.cores * 100:.1f} % of a core, "
+            f"{prog.ran} of {prog.threads} threads ran, {prog.io_bps / 1024:.1f} KiB/s through read/write"]
+
+
+def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, now: float, threshold: float,
+           gpu: str, gpu_idle_s: float, act, prog: Progress | None, reaches_start: bool) -> tuple[float, list[str]] | str:
+    """(how long at least, the evidence) when the job was stuck before gputop came; else why not."""
+    held = now - first.ts
+    if not reaches_start:
+        return f"main thread moved {held:.0f} s ago"  # it moved while watched: the threshold decides
+    if held < EARLY_MIN_S:
+        return f"main thread unchanged for {held:.0f} s since attaching"
+    code = (last.frames[0].code or "") if last.frames else ""
+    if "sleep(" in code:
+        return f"main thread sleeps on purpose ({where(last.frames)})"  # a sleep ends by itself
+    if gpu == "busy" and last.category is not Category.COLLECTIVE:
+        return f"main thread unchanged for {held:.0f} s but the GPU is busy"
+    if prog is not None:
+        if prog.span_s < PROC_MIN_SPAN_S:
+            return "too few /proc readings yet"
+        if last.category is not Category.COLLECTIVE and prog.cores >= TREE_BUSY_CORES:
+            return f"main thread unchanged for {held:.0f} s but its processes are at {prog.cores * 100:.0f} % CPU"
+        if prog.io_bps >= IO_PROGRESS_BPS:
+            return f"main thread unchanged for {held:.0f} s but its processes move {prog.io_bps / 1e6:.1f} MB/s"
+        proc_reach = prog.span_s
+    else:
+        # No /proc readings (a replay, another platform): psutil's readings and py-spy's flags.
+        if act.cores is None or not act.target_known:
+            return "no CPU readings of the job yet"
+        if last.category is not Category.COLLECTIVE and act.cores >= TREE_BUSY_CORES:
+            return f"main thread unchanged for {held:.0f} s but its processes are at {act.cores * 100:.0f} % CPU"
+        if act.main_active is not None and act.main_active > 0:
+            return "the main thread was on CPU in some samples"
+        proc_reach = 0.0
+    reach = max(held, proc_reach, gpu_idle_s if gpu == "idle" else 0.0)
+    n = len([s for s in main if s.ts >= first.ts])
+    ev = [f"main thread's stack identical in all {n} samples since attaching ({held:.1f} s)"]
+    ev += _proc_lines(prog)
+    if gpu == "idle" and gpu_idle_s > 0:
+        ev.append(f"GPU idle for {gpu_idle_s:.0f} s without a break (NVML's buffer reaches back before the attach)")
+    return reach, ev
 
 
 def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample, ...]:
@@ -173,6 +300,7 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
     proc = store.latest_proc(pid)
     tc0 = now - CPU_WINDOW_S
     procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
+    tasks = family_tasks(store.task_windows(t0, now), pid)
     return judge(
         main,
         now,
@@ -182,7 +310,38 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         history_start=t0,
         exited=proc is not None and proc.status in ("exited", "zombie"),
         procs=procs,
+        tasks=tasks,
+        gpu_idle_s=gpu_idle_reach(store, pid, now),
     )
+
+
+def family_tasks(tasks: Mapping[int, Sequence[TaskSample]], pid: int) -> dict[int, Sequence[TaskSample]]:
+    """The /proc readings of ``pid`` and its descendants."""
+    parent = {p: ss[-1].ppid for p, ss in tasks.items() if ss}
+    out = {}
+    for p, ss in tasks.items():
+        q, seen = p, set()
+        while q is not None and q not in seen:
+            if q == pid:
+                out[p] = ss
+                break
+            seen.add(q)
+            q = parent.get(q)
+    return out
+
+
+def gpu_idle_reach(store: Store, pid: int, now: float) -> float:
+    """How long the target's GPUs have been idle without a break, from NVML's buffer."""
+    idx = {p.gpu_index for p in store.gpu_processes() if p.pid == pid}
+    if not idx:
+        return 0.0
+    reaches = []
+    for i in idx:
+        pts = [(p.ts, p.util) for p in store.util_window(i, now - LOOKBACK_EXTRA_S, now)]
+        if not pts:
+            pts = [(s.ts, s.util_gpu) for s in store.gpu_window(i, now - LOOKBACK_EXTRA_S, now) if s.util_gpu is not None]
+        reaches.append(idle_reach(pts, now))
+    return min(reaches)
 
 
 class StuckWatch:
@@ -222,8 +381,9 @@ class StuckWatch:
         cpu_note = "" if v.tree_cores is None else f", processes at {v.tree_cores * 100:.0f} % CPU"
         held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
         category = v.category.value if v.category is not None else "?"
-        return [Event(now, self.name, f"PID {pid} looks stuck: main thread unchanged for {held} at {v.where} "
-                                      f"({category}, {gpu_note}{cpu_note})", "warning")]
+        kind = f": {v.diagnosis.summary}" if v.diagnosis is not None else ""
+        return [Event(now, self.name, f"PID {pid} looks stuck: no progress for {held} at {v.where} "
+                                      f"({category}, {gpu_note}{cpu_note}){kind}", "warning")]
 
     def close(self) -> None:
         pass

@@ -177,16 +177,30 @@ def stuck_lines(v: StuckVerdict, pid: int, native_key: str | None = "n") -> list
     held = ("≥ " if not v.held_exact else "") + fmt_duration(v.held_s)
     since = f" (since {clock_time(v.since)})" if v.since else ""
     out = [
-        line((f"STUCK: PID {pid} has not moved for {held}{since}", "bad")),
+        line((f"STUCK: PID {pid} has not moved for {held}{since}", "bad"),
+             (f"   confidence {v.confidence * 100:.0f} %" if v.confidence else "", "dim")),
         line(("  at ", ""), (v.where, "bad"), ("   ", ""), cat_seg(v.category), (f"   GPU: {v.gpu}", "dim")),
     ]
     if v.at is not None and v.at.code:
         out.append(line(("     ", ""), (v.at.code, "code")))
     if v.frame is not None and v.frame is not v.at:
         out.append(line(("  newest frame: ", "dim"), (f"{v.frame.name} ({short_path(v.frame.filename)}:{v.frame.line})", "lib")))
-    for s in v.others:
-        who = f"  thread {s.thread_name or s.thread_id}" if s.pid == pid else f"  worker {s.pid} {s.thread_name}"
-        out.append(line((who.ljust(30), ""), (doing(s), "dim")))
+    d = v.diagnosis
+    if d is not None:
+        # Why (the kind of hang) and where every party waits, the kernel's word beside each.
+        out.append(line(("  why: ", ""), (f"{d.kind}: ", "bad"), (d.summary, "")))
+        for e in d.evidence:
+            out.append(line(("       ", ""), (e, "dim")))
+        for p in d.parties[1:]:
+            cat = f"{p.category.value} at " if p.category is not None else ""
+            out.append(line((f"  {p.label}".ljust(30), ""), (f"{cat}{p.where}", "project"), (f"  {p.what}", "dim")))
+        out.append(line(("  next: ", ""), (d.action, "action")))
+    else:
+        for s in v.others:
+            who = f"  thread {s.thread_name or s.thread_id}" if s.pid == pid else f"  worker {s.pid} {s.thread_name}"
+            out.append(line((who.ljust(30), ""), (doing(s), "dim")))
+    for e in v.evidence:
+        out.append(line(("  evidence: ", "dim"), (e, "dim")))
     if native_key:
         out.append(line((f"  press {native_key} for a native (C/C++/CUDA) stack dump (~0.6 s)", "dim")))
     return out

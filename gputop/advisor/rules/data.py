@@ -8,6 +8,7 @@ causes apart by the workers' CPU and stacks, the host's CPU and the disk.
 from __future__ import annotations
 
 import math
+import re
 
 from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
@@ -275,8 +276,13 @@ DISK_READ_BPS = 20e6
 # - loader-worker samples blocked in a read (not in a lock or queue) in at least this share.
 WORKER_READ_BLOCKED_SHARE = 0.5
 
-# A blocked worker whose innermost frame is in one of these waits on a lock or a queue, not a read.
-_WAIT_FILES = ("threading.py", "synchronize.py", "queues.py", "queue.py", "connection.py", "selectors.py")
+# A blocked worker whose innermost frame is in one of these waits on a lock, a queue or the
+# network, not a read from storage.
+_WAIT_FILES = ("threading.py", "synchronize.py", "queues.py", "queue.py", "connection.py", "selectors.py",
+               "socket.py", "ssl.py")
+# A worker blocked on a line calling one of these waits on a peer (a socket, an HTTP server), not
+# on storage: workers hung on socket.recv were called "waits for storage" with iowait 0.
+_NETWORK_CODE = re.compile(r"\.(recv|recv_into|recvfrom|accept|connect|sendall|getresponse)\(|urlopen\(|requests\.")
 
 
 def _worker_read_blocked_share(ctx: AnalysisContext) -> tuple[float, int]:
@@ -294,7 +300,7 @@ def _in_wait(s) -> bool:
     if f is None:
         return False
     name = f.filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return name in _WAIT_FILES or bool(f.code and ("sleep(" in f.code or ".wait(" in f.code))
+    return name in _WAIT_FILES or bool(f.code and ("sleep(" in f.code or ".wait(" in f.code or _NETWORK_CODE.search(f.code)))
 
 
 def check_io_bound(ctx: AnalysisContext) -> Hit | None:

@@ -1,7 +1,9 @@
 """Hangs: the main thread has not moved and nothing computes.
 
 Whether the job is stuck is the analysis's verdict (``analysis.stuck``, with its own threshold,
-the session's stuck-after); this rule only words it and picks the command that shows the cause.
+the session's stuck-after, or at attach from the evidence's reach); why and where every party
+waits is ``analysis.hang``'s diagnosis. This rule words them: the kind in the title, every
+party's line in the evidence, the kind's own next step as the action.
 """
 
 from __future__ import annotations
@@ -25,39 +27,54 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         return None  # a long save that is still writing: see checkpoint-stall
     held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
     cat = v.category.value if v.category else "unknown"
+    d = v.diagnosis
     ev = [f"main thread of PID {ctx.target_pid} unchanged for {held} at {v.where} ({cat})"]
+    if d is not None:
+        # Why, then where every party waits: the main thread, the other threads, each worker.
+        ev.append(f"why ({d.kind}): {d.summary}")
+        ev.extend(d.evidence)
+        lines = [p.line() for p in d.parties]
+        for text in dict.fromkeys(lines):  # identical parties (pool threads) once, counted
+            n = lines.count(text)
+            ev.append(text + (f" (x{n})" if n > 1 else ""))
+    ev.extend(v.evidence)
     gpus = [g for g in ctx.gpus if g.index != CPU_DEVICE]
     if gpus:
         ev.append(", ".join(f"{g.name} at {_recent_util(g):.0f} %" for g in gpus)
                   + f" over the last {RECENT_UTIL_S:.0f} s")
     if ctx.workers.count:
         ev.append(workers_cpu_line(ctx))
-    if v.tree_cores is not None:
+    if v.tree_cores is not None and v.proc is None:
         # The progress check's own number: why an unchanged stack is a hang, not a slow step.
         idle = v.tree_cores < TREE_BUSY_CORES  # else a collective, spinning without progress
         ev.append(f"the job's processes at {v.tree_cores * 100:.0f} % CPU over the last "
                   f"{min(CPU_WINDOW_S, v.held_s):.0f} s{': nothing is computing' if idle else ' (spinning)'}")
-    if v.category in (Category.DATA_WAIT, Category.DATA_FETCH):
+    if d is not None:
+        action = d.action
+    elif v.category in (Category.DATA_WAIT, Category.DATA_FETCH):
         action = (
-            f"see where the workers wait: py-spy dump --pid {ctx.target_pid} --subprocesses; "
+            f"see where the workers wait: gputop stacks --pid {ctx.target_pid}; "
             "make a hang fail instead of waiting forever: DataLoader(..., timeout=120)"
         )
     elif v.category is Category.COLLECTIVE:
         action = (
-            f"see which rank is missing: py-spy dump --pid {ctx.target_pid} on every rank; "
-            "NCCL_DEBUG=INFO TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and "
+            f"see which rank is missing: gputop stacks --pid PID on every rank; "
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and "
             "dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) so a hang raises"
         )
     else:
         action = f"see every thread: py-spy dump --pid {ctx.target_pid} --locals (the deadlock is usually visible)"
+    title = f"Job stuck: no progress for {held}"
+    if d is not None:
+        title += f": {d.summary}"
     return Hit(
         evidence=tuple(ev),
         action=action,
         expected_gain="the job makes progress again",
         cost_s=v.held_s * max(1, len(gpus)),
-        confidence=0.9 if v.held_exact else 0.8,
+        confidence=v.confidence or (0.9 if v.held_exact else 0.8),
         gpu_index=gpus[0].index if gpus else None,
-        title=f"Job stuck: no progress for {held}",
+        title=title,
     )
 
 

@@ -1,0 +1,352 @@
+"""Why a stuck job is stuck, and where every party waits. Pure: stacks and /proc readings in.
+
+A hang has parties: the main thread, the job's other threads, its DataLoader workers (or the
+ranks a launcher spawned). Each waits on something, told from its Python stack (the line, the
+function it is in) and, where the procfs source read it, from the kernel (state S or D, the
+syscall, what that syscall's file descriptor is, ``wchan``):
+
+- a lock (``with lock:``, ``.acquire()``), an event, condition or barrier (threading.py);
+- a queue (the DataLoader's worker queue, multiprocessing pipes);
+- a socket (recv, accept, connect), a file or FIFO, the disk or a network filesystem (state D);
+- a child process (``Popen.wait``, ``Process.join``, wait4/waitid);
+- a collective (torch.distributed), or the GPU (``synchronize`` while the GPU is busy).
+
+From the parties, ``diagnose`` names the kind of hang, each with its own evidence and next step.
+``progress`` says from /proc readings whether the job's processes moved at all (CPU time, bytes
+through read/write) over a span: the evidence that calls a job stuck within seconds of attaching.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..model import Category, StackSample, TaskSample, ThreadState
+from .classify import own_frames, project_frame, short_path, where
+
+# Kinds of hang, most specific first where parties disagree.
+GPU_KERNEL = "gpu-kernel"
+COLLECTIVE = "collective"
+WORKER = "dataloader-worker"
+DEADLOCK = "deadlock"
+IO = "io"
+SOCKET = "socket"
+CHILD = "child-process"
+LOCK = "lock"
+UNKNOWN = "unknown"
+
+# At most this many parties are named (a job with a hundred idle pool threads would bury the
+# ones that matter). Judgement: the main thread, a few helpers and eight workers fit.
+MAX_PARTIES = 16
+
+_SOCKET_CODE = re.compile(r"\.(recv|recv_into|recvfrom|recvmsg|accept|connect|sendall|send)\(|urlopen\(|requests\.")
+_SOCKET_SYSCALLS = {"recvfrom", "recvmsg", "accept", "accept4", "connect", "sendto", "sendmsg"}
+_LOCK_CODE = re.compile(r"\.acquire\(|^\s*with\s+[^:]*(lock|mutex|_mu\b|sem)", re.I)
+_SLEEP_CODE = re.compile(r"\bsleep\(")
+_CHILD_FUNCS = re.compile(r"(Popen\.(wait|_wait|communicate|_try_wait)|BaseProcess\.join|ProcessContext\.join|Process\.join)$")
+_THREADING_WAITS = {
+    "Condition.wait": "a condition", "Event.wait": "an event", "Barrier.wait": "a barrier",
+    "Semaphore.acquire": "a semaphore", "BoundedSemaphore.acquire": "a semaphore", "Thread.join": "a thread",
+    "Thread._wait_for_tstate_lock": "a thread",
+}
+_QUEUE_FILES = ("queues.py", "queue.py", "connection.py", "selectors.py")
+
+
+@dataclass(frozen=True)
+class Party:
+    """One thread that takes part in a hang."""
+
+    pid: int
+    tid: int | None
+    label: str  # "main thread", "thread metrics-writer", "worker 1234"
+    where: str  # 'file:line in function' (newest project frame)
+    code: str | None  # the source line there
+    waits: str  # lock | event | queue | socket | file | disk | child | collective | gpu | sleep | running | blocked
+    what: str  # the wait in words: "waits on a lock", "blocked in recvfrom on socket:[123]"
+    state: ThreadState | None = None
+    category: Category | None = None
+    worker: bool = False
+    main: bool = False
+
+    def line(self) -> str:
+        code = f"  `{self.code}`" if self.code else ""
+        return f"{self.label}: {self.where}{code} - {self.what}"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str
+    summary: str  # one phrase: "DataLoader worker 1234 hung at data.py:40 in __getitem__"
+    parties: tuple[Party, ...]
+    evidence: tuple[str, ...]  # why this kind, beyond the parties' lines
+    action: str
+    native: bool = False  # native frames would tell more (C extension, GPU, NCCL)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What /proc says the job's processes did over a span."""
+
+    span_s: float  # between the first and last reading of the target used
+    cores: float  # CPU the processes used on average, in cores
+    io_bps: float  # bytes through read/write syscalls per second, all processes
+    threads: int  # threads seen
+    ran: int  # threads scheduled at least once in the span (schedstat), or whose CPU time grew
+
+
+def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float) -> Progress | None:
+    """The job's movement between the first and last /proc reading in [t0, t1] (``tasks``: the
+    target's and its children's readings, time order). None: fewer than two readings."""
+    span = 0.0
+    cpu_ns = 0
+    io = 0
+    threads = ran = 0
+    for samples in tasks.values():
+        xs = [s for s in samples if t0 <= s.ts <= t1]
+        if len(xs) < 2:
+            continue
+        a, b = xs[0], xs[-1]
+        span = max(span, b.ts - a.ts)
+        before = {t.tid: t for t in a.threads}
+        for t in b.threads:
+            threads += 1
+            old = before.get(t.tid)
+            if old is None:
+                ran += 1  # a new thread: something is going on
+                continue
+            d = (t.cpu_ns or 0) - (old.cpu_ns or 0)
+            cpu_ns += max(0, d)
+            if (t.runs is not None and old.runs is not None and t.runs != old.runs) or d > 0:
+                ran += 1
+        for x, y in ((a.rchar, b.rchar), (a.wchar, b.wchar)):
+            if x is not None and y is not None:
+                io += max(0, y - x)
+    if span <= 0:
+        return None
+    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran)
+
+
+# --------------------------------------------------------------------------- one party
+
+
+def _state_of(s: StackSample, tasks: Mapping[int, TaskSample]) -> ThreadState | None:
+    t = tasks.get(s.pid)
+    tid = s.os_thread_id if s.os_thread_id is not None else (s.pid if s.is_main else None)
+    if t is None or tid is None:
+        return None
+    return next((x for x in t.threads if x.tid == tid), None)
+
+
+def _kernel_words(st: ThreadState | None) -> str:
+    if st is None:
+        return ""
+    bits = [f"state {st.state}"]
+    if st.syscall:
+        bits.append(f"in {st.syscall}" + (f" on {st.fd_path}" if st.fd_path else ""))
+    if st.wchan:
+        bits.append(f"wchan {st.wchan}")
+    if st.fs:
+        bits.append(st.fs)
+    return " (" + ", ".join(bits) + ")"
+
+
+def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
+    """(what the thread waits on, the wait in words), from its stack and the kernel's view."""
+    own = own_frames(s.frames)
+    leaf = own[0] if own else None
+    code = (leaf.code or "") if leaf else ""
+    fname = leaf.filename.replace("\\", "/").rsplit("/", 1)[-1] if leaf else ""
+    names = [f.name for f in own]
+    fd = (st.fd_path or "") if st else ""
+    sysc = (st.syscall or "") if st else ""
+    if st is not None and st.state == "R" or (st is None and s.active and s.category is not Category.IDLE):
+        return "running", "running on a CPU"
+    if s.category is Category.COLLECTIVE:
+        fn = next((f.name for f in own if "/torch/distributed/" in f.filename.replace("\\", "/")), leaf.name if leaf else "?")
+        return "collective", f"waits in a collective ({fn})"
+    if s.category is Category.HOST_SYNC:
+        return "gpu", "waits for the GPU (a synchronising call)"
+    if st is not None and st.state == "D":
+        target = f" on {fd}" if fd else ""
+        return "disk", f"in uninterruptible IO{target}"
+    if fd.startswith("socket:") or sysc in _SOCKET_SYSCALLS or _SOCKET_CODE.search(code) or fname in ("socket.py", "ssl.py"):
+        return "socket", "waits on a socket that never answers"
+    if sysc in ("wait4", "waitid") or any(_CHILD_FUNCS.search(n) for n in names) or "waitpid(" in code:
+        return "child", "waits for a child process"
+    if fd.startswith("/") and sysc in ("read", "readv", "pread64", "write", "writev", "pwrite64"):
+        return "file", f"blocked in {sysc} on {fd}"
+    if fname == "threading.py" and leaf is not None:
+        # The outermost threading frame says what the caller waits on (Event.wait calls Condition.wait).
+        for n in reversed([f.name for f in own[:3] if f.filename.endswith("threading.py")]):
+            fn = next((k for k in _THREADING_WAITS if n.endswith(k)), None)
+            if fn is not None:
+                return "event", f"waits on {_THREADING_WAITS[fn]} (threading.{fn}) that nothing sets"
+    if _LOCK_CODE.search(code):
+        return "lock", "waits on a lock"
+    if s.category is Category.DATA_WAIT or fname in _QUEUE_FILES or fd.startswith("pipe:"):
+        return "queue", "waits on a queue" + (" (the DataLoader's workers)" if s.category is Category.DATA_WAIT else "")
+    if _SLEEP_CODE.search(code):
+        return "sleep", "sleeps"
+    return "blocked", "blocked"
+
+
+def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample]) -> Party:
+    st = _state_of(s, tasks)
+    waits, what = waits_on(s, st)
+    worker = s.pid != target
+    if not worker:
+        label = "main thread" if s.is_main else f"thread {s.thread_name or s.os_thread_id or s.thread_id}"
+    else:
+        label = f"worker {s.pid}" + ("" if s.is_main else f" thread {s.thread_name or s.thread_id}")
+    f = project_frame(s.frames) or (own_frames(s.frames)[0] if s.frames else None)
+    return Party(pid=s.pid, tid=st.tid if st else s.os_thread_id, label=label, where=where(s.frames),
+                 code=f.code if f is not None else None, waits=waits, what=what + _kernel_words(st), state=st,
+                 category=s.category, worker=worker, main=s.is_main and not worker)
+
+
+def _boring(p: Party) -> bool:
+    """A pool or helper thread parked in its idle loop: listed only when there is room."""
+    return not p.main and not p.worker and p.waits in ("queue", "event", "blocked", "sleep") and p.category is Category.IDLE
+
+
+def parties(main: StackSample, others: Sequence[StackSample], target: int,
+            tasks: Mapping[int, TaskSample]) -> tuple[Party, ...]:
+    """The main thread, the target's other threads and each worker's threads (main first)."""
+    ps = [party(main, target, tasks)] + [party(s, target, tasks) for s in others]
+    keep = [p for p in ps if not _boring(p)]
+    rest = [p for p in ps if _boring(p)]
+    return tuple((keep + rest)[:MAX_PARTIES])
+
+
+# --------------------------------------------------------------------------- the kind
+
+
+def _at(p: Party) -> str:
+    return f"{p.label} at {p.where}"
+
+
+def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu: str = "unknown",
+             tasks: Mapping[int, TaskSample] | None = None) -> Diagnosis:
+    """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid."""
+    tasks = tasks or {}
+    ps = parties(main, others, target, tasks)
+    m = ps[0]
+    workers = [p for p in ps if p.worker and p.main is False]
+    worker_mains = [p for p in workers if " thread " not in p.label]
+    target_threads = [p for p in ps if not p.worker]
+    native = f"gputop stacks --pid {target} --native"
+    dump = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True) at start-up "
+            "(or faulthandler.dump_traceback_later(600, repeat=True)) prints every thread when it hangs")
+    dist_timeout = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) with "
+                    "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_DUMP_ON_TIMEOUT=1, so a hang raises and dumps")
+
+    if gpu == "busy" and m.waits == "gpu":
+        return Diagnosis(
+            GPU_KERNEL, f"GPU never finishes: {_at(m)} waits for it while it is 100 % busy", ps,
+            ("the GPU stays busy while the host waits in a synchronising call: a kernel that does not end",),
+            f"see the kernel: {native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under "
+            "compute-sanitizer; a kernel that spins on a flag (custom kernels, NCCL) waits for a peer",
+            native=True)
+
+    coll = [p for p in ps if p.waits == "collective"]
+    if coll:
+        elsewhere = [p for p in worker_mains if p.waits != "collective"]
+        ev = [f"{_at(p)} waits in a collective" for p in coll]
+        ev += [f"{_at(p)} is elsewhere ({p.what}): the rank the others wait for" for p in elsewhere]
+        return Diagnosis(
+            COLLECTIVE, f"collective wait: {_at(coll[0])} waits for a rank that never arrives", ps, tuple(ev),
+            f"find the rank that is elsewhere: gputop stacks --pid PID on every rank; {dist_timeout}",
+            native=gpu == "busy")
+
+    disk = [p for p in ps if p.waits == "disk"]
+    if disk:
+        d = disk[0]
+        st = d.state
+        fs = st.fs if st is not None else None
+        net = fs is not None and bool(re.match(r"(nfs|fuse|cifs|smb|ceph|lustre|9p|gcsfuse|s3)", fs))
+        kind_fs = f" on a network/user-space filesystem ({fs})" if net else (f" ({fs})" if fs else "")
+        target_txt = st.fd_path if st is not None and st.fd_path else "a file"
+        return Diagnosis(
+            IO, f"IO hang: {_at(d)} is in uninterruptible IO on {target_txt}{kind_fs}", ps,
+            tuple(f"{_at(p)} in state D{_kernel_words(p.state)}" for p in disk),
+            ("check the mount: `mount | grep` the path, `dmesg | tail` for 'server not responding' or hung-task "
+             "messages" + (", `nfsstat -m`" if fs and fs.startswith("nfs") else "")
+             + "; a process in state D cannot be killed until the IO returns; read from local storage instead"),
+            native=True)
+
+    if m.waits == "queue" and m.category is Category.DATA_WAIT or (m.waits == "queue" and worker_mains):
+        hung = [p for p in worker_mains if p.category is Category.DATA_FETCH and p.waits != "running"]
+        if hung:
+            w = hung[0]
+            ev = [f"{len(hung)} of {len(worker_mains)} DataLoader workers blocked inside the dataset "
+                  f"({', '.join(sorted({p.waits for p in hung}))}); the main thread waits for its batch"]
+            on = {"socket": " on a socket", "event": " on an event", "lock": " on a lock", "file": " on a file",
+                  "child": " on a child process"}.get(w.waits, "")
+            return Diagnosis(
+                WORKER, f"DataLoader worker {w.pid} hung{on} at {w.where}", ps, tuple(ev),
+                "make a hung worker fail instead of waiting forever: DataLoader(..., timeout=120); "
+                + ("give the network call a timeout (socket.settimeout, requests.get(..., timeout=30)); "
+                   if w.waits == "socket" else "")
+                + f"then fix the line above ({w.where}); {dump}")
+
+    if m.category is Category.DATA_WAIT:
+        # The workers' stacks are not in (yet): the main thread's wait is all there is to go on.
+        return Diagnosis(
+            WORKER, f"{_at(m)} waits for DataLoader workers that deliver nothing", ps,
+            (f"{len(worker_mains)} worker stacks seen",),
+            f"see where the workers wait: gputop stacks --pid {target}; make a hung worker fail instead of "
+            f"waiting forever: DataLoader(..., timeout=120); {dump}")
+
+    locks = [p for p in target_threads if p.waits == "lock"]
+    if len(locks) >= 2:
+        a, b = locks[0], locks[1]
+        return Diagnosis(
+            DEADLOCK, f"deadlock: {_at(a)} and {_at(b)} wait on locks", ps,
+            (f"{len(locks)} threads blocked on locks and nothing else moves: each holds a lock another wants "
+             "(their lines below take them in opposite order)",),
+            f"take the locks in one order everywhere (or one lock); to see which locks: "
+            f"py-spy dump --pid {target} --locals, {native}; {dump}", native=True)
+
+    sock = [p for p in ps if p.waits == "socket"]
+    if sock:
+        s = sock[0]
+        return Diagnosis(
+            SOCKET, f"waits on a socket: {_at(s)}", ps, (f"{len(sock)} thread(s) blocked on a socket, nothing else moves",),
+            "give every network call a timeout (socket.settimeout(30), requests.get(..., timeout=30), "
+            f"urlopen(..., timeout=30)); check that the peer is up; {dump}")
+
+    files = [p for p in ps if p.waits == "file"]
+    if files:
+        f = files[0]
+        return Diagnosis(
+            IO, f"IO hang: {_at(f)} {f.what}", ps, (f"{len(files)} thread(s) blocked reading or writing a file",),
+            "a read that never returns: a FIFO or pipe whose writer stopped, or a device; check who should write "
+            f"{f.state.fd_path if f.state and f.state.fd_path else 'it'}; {dump}")
+
+    kids = [p for p in ps if p.waits == "child"]
+    if kids:
+        k = kids[0]
+        child_lines = tuple(f"{_at(p)}: {p.what}" for p in worker_mains if p.waits != "child")
+        return Diagnosis(
+            CHILD, f"waits for a child process: {_at(k)}", ps,
+            (f"{_at(k)}: {k.what}",) + child_lines,
+            f"see what the child does: gputop stacks --pid {target} (children are listed as workers); give the "
+            f"wait a timeout (Popen.wait(timeout=...), Process.join(timeout=...)); {dump}")
+
+    if locks:
+        lk = locks[0]
+        return Diagnosis(
+            LOCK, f"waits on a lock that is never released: {_at(lk)}", ps, (f"{_at(lk)}: `{lk.code or '?'}`",),
+            f"find the holder: py-spy dump --pid {target} --locals, {native}; {dump}", native=True)
+
+    events = [p for p in ps if p.waits == "event"]
+    ev = tuple(f"{_at(p)}: {p.what}" for p in events[:3])
+    return Diagnosis(
+        UNKNOWN, f"{_at(m)} {m.what}", ps, ev,
+        f"see every thread: py-spy dump --pid {target} --locals; native frames: {native}; {dump}", native=True)
+
+
+def short(p: Party) -> str:
+    """'file:line' of a party, shortest form."""
+    return p.where.split(" in ", 1)[0] if p.where else short_path("")

@@ -1,0 +1,182 @@
+"""The verdict at attach and the kind of hang, from plain samples; the procfs source on threads
+of this very process (blocked on a lock, a pipe, a socket)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from gputop.advisor.rules.data import _worker_read_blocked_share
+from gputop.analysis.hang import DEADLOCK, SOCKET, WORKER, diagnose, progress
+from gputop.analysis.stuck import EARLY_MIN_S, idle_reach, judge
+from gputop.model import Category, Frame, StackSample, TaskSample, ThreadState
+
+PID = 4242
+T0 = 1_700_000_000.0
+PROJ = "/home/user/project/train.py"
+LOCK_MAIN = (Frame("Callbacks.on_step_end", PROJ, 42, code="with self.log_lock:"), Frame("main", PROJ, 90))
+LOCK_HELPER = (Frame("Callbacks.flush", PROJ, 50, code="with self.state_lock:"),
+               Frame("Thread.run", "/usr/lib/python3.11/threading.py", 975))
+LOADER = "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py"
+WAIT_DATA = (Frame("_MultiProcessingDataLoaderIter._get_data", LOADER, 1300),
+             Frame("main", PROJ, 80, code="for x, y in loader:"))
+RECV = (Frame("Net.__getitem__", PROJ, 20, code="data = conn.recv(65536)"),
+        Frame("_worker_loop", "/usr/lib/python3/site-packages/torch/utils/data/_utils/worker.py", 300))
+
+
+def stack(ts, frames, pid=PID, tid=None, main=True, cat=Category.IDLE, name="MainThread"):
+    return StackSample(ts=ts, pid=pid, thread_id=tid or pid, thread_name=name, frames=frames, active=False,
+                       is_main=main, category=cat, os_thread_id=tid or pid)
+
+
+def task(ts, cpu_ns=(1_000_000, 2_000_000), runs=(10, 20), rchar=1000, wchar=10, pid=PID, ppid=1, syscall="futex"):
+    threads = tuple(ThreadState(tid=pid + i, state="S", cpu_ns=c, runs=r, wchan="futex_do_wait", syscall=syscall)
+                    for i, (c, r) in enumerate(zip(cpu_ns, runs)))
+    return TaskSample(ts=ts, pid=pid, ppid=ppid, threads=threads, rchar=rchar, wchar=wchar)
+
+
+def hung(seconds, rate=5.0, start=T0):
+    main = [stack(start + i / rate, LOCK_MAIN) for i in range(int(seconds * rate) + 1)]
+    others = (stack(main[-1].ts, LOCK_HELPER, tid=PID + 1, main=False, name="metrics-flusher"),)
+    tasks = {PID: [task(start + i) for i in range(int(seconds) + 1)]}
+    return main, others, tasks
+
+
+# --------------------------------------------------------------------------- at attach
+
+
+def test_hung_before_attach_is_stuck_within_seconds_with_the_default_threshold():
+    main, others, tasks = hung(EARLY_MIN_S + 0.4)
+    v = judge(main, main[-1].ts, 30.0, others=others, tasks=tasks, history_start=T0 - 90)
+    assert v.stuck and v.early and not v.held_exact, v.reason
+    assert v.held_s >= EARLY_MIN_S and "≥" in v.reason
+    assert v.diagnosis is not None and v.diagnosis.kind == DEADLOCK
+    assert [p.label for p in v.diagnosis.parties] == ["main thread", "thread metrics-flusher"]
+    assert "train.py:50 in Callbacks.flush" in v.diagnosis.summary
+    # Too early: not yet.
+    main2, others2, tasks2 = hung(EARLY_MIN_S - 1.0)
+    assert not judge(main2, main2[-1].ts, 30.0, others=others2, tasks=tasks2).stuck
+
+
+def test_confidence_grows_and_the_gpu_buffer_extends_the_reach():
+    main, others, tasks = hung(4.0)
+    short = judge(main, main[-1].ts, 30.0, others=others, tasks=tasks)
+    main, others, tasks = hung(12.0)
+    longer = judge(main, main[-1].ts, 30.0, others=others, tasks=tasks)
+    assert short.stuck and longer.stuck and longer.confidence > short.confidence
+    reach = idle_reach([(main[-1].ts - 14.0 + 0.2 * i, 0.0) for i in range(71)], main[-1].ts)
+    v = judge(main, main[-1].ts, 30.0, gpu="idle", others=others, tasks=tasks, gpu_idle_s=reach)
+    assert v.stuck and round(v.held_s) == 14 and "≥ 14 s" in v.reason
+    assert any("GPU idle for 14 s" in e for e in v.evidence)
+    assert idle_reach([(1.0, 50.0), (2.0, 0.0), (3.0, 0.0)], 3.0) == 1.0
+    assert idle_reach([(1.0, 0.0), (2.0, 50.0)], 2.0) == 0.0
+
+
+def test_cpu_or_io_moving_is_not_stuck_at_attach():
+    main, others, _ = hung(8.0)
+    busy = {PID: [task(T0 + i, cpu_ns=(i * 900_000_000, 0), runs=(i, 0)) for i in range(9)]}
+    v = judge(main, main[-1].ts, 30.0, others=others, tasks=busy)
+    assert not v.stuck and "% CPU" in v.reason
+    writing = {PID: [task(T0 + i, wchar=i * 50_000_000) for i in range(9)]}
+    v = judge(main, main[-1].ts, 30.0, others=others, tasks=writing)
+    assert not v.stuck and "MB/s" in v.reason
+    p = progress(writing, T0, T0 + 8)
+    assert p is not None and p.io_bps == pytest.approx(50e6, rel=0.01)
+
+
+def test_a_job_that_moved_while_watched_waits_for_the_threshold():
+    moving = [stack(T0 + i / 5, (Frame("step", PROJ, 30 + i % 3), Frame("main", PROJ, 90))) for i in range(10)]
+    main, others, tasks = hung(6.0, start=T0 + 2.0)
+    v = judge(moving + main, main[-1].ts, 30.0, others=others, tasks=tasks)
+    assert not v.stuck and "moved" in v.reason
+
+
+def test_a_main_thread_that_sleeps_on_purpose_is_not_stuck_at_attach():
+    main = [stack(T0 + i / 5, (Frame("main", PROJ, 9, code="time.sleep(60)"),)) for i in range(40)]
+    v = judge(main, main[-1].ts, 30.0, tasks={PID: [task(T0 + i) for i in range(9)]})
+    assert not v.stuck and "sleeps" in v.reason
+
+
+def test_without_proc_readings_psutil_and_pyspy_decide_as_in_a_replay():
+    from gputop.model import ProcSample
+
+    main, others, _ = hung(6.0)
+    procs = {PID: [ProcSample(ts=T0 + i, pid=PID, role="target", cpu_percent=0.0) for i in range(1, 7)]}
+    v = judge(main, main[-1].ts, 30.0, others=others, procs=procs)
+    assert v.stuck and v.early and v.proc is None
+    assert not judge(main, main[-1].ts, 30.0, others=others).stuck  # no CPU reading at all: wait
+
+
+# --------------------------------------------------------------------------- the kind
+
+
+def test_workers_hung_on_a_socket_are_a_hung_worker_with_each_line():
+    main = stack(T0, WAIT_DATA, cat=Category.DATA_WAIT)
+    workers = [stack(T0, RECV, pid=PID + k, cat=Category.DATA_FETCH) for k in (1, 2)]
+    tasks = {PID + k: TaskSample(T0, PID + k, PID, (ThreadState(PID + k, state="S", syscall="recvfrom",
+                                                                fd_path="socket:[77]"),)) for k in (1, 2)}
+    d = diagnose(main, workers, PID, tasks=tasks)
+    assert d.kind == WORKER and "socket" in d.summary and "train.py:20 in Net.__getitem__" in d.summary
+    lines = [p.line() for p in d.parties]
+    assert sum("train.py:20 in Net.__getitem__" in ln and "socket:[77]" in ln for ln in lines) == 2
+    assert "DataLoader(..., timeout=" in d.action and "settimeout" in d.action
+    # A socket wait outside any DataLoader is its own kind.
+    d = diagnose(stack(T0, RECV[:1]), [], PID)
+    assert d.kind == SOCKET
+
+
+def test_socket_waits_in_workers_are_not_reads_from_storage():
+    workers = [SimpleNamespace(category=Category.DATA_FETCH, active=False, frames=RECV) for _ in range(6)]
+    share, n = _worker_read_blocked_share(SimpleNamespace(worker_stacks=workers))
+    assert n == 6 and share == 0.0
+
+
+# --------------------------------------------------------------------------- the procfs source
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_procfs_source_sees_threads_blocked_on_a_lock_a_pipe_and_a_socket():
+    from gputop.sources.procfs import ProcfsSource
+
+    lock = threading.Lock()
+    lock.acquire()
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    tids: dict[str, int] = {}
+
+    def on(name, fn):
+        def run():
+            tids[name] = threading.get_native_id()
+            fn()
+        t = threading.Thread(target=run, name=name, daemon=True)
+        t.start()
+        return t
+
+    threads = [on("lock", lock.acquire), on("pipe", lambda: os.read(r, 1)), on("sock", lambda: a.recv(1))]
+    try:
+        time.sleep(0.3)
+        src = ProcfsSource(os.getpid())
+        (mine,) = [s for s in src.poll() if s.pid == os.getpid()]
+        by = {t.tid: t for t in mine.threads}
+        assert mine.threads[0].tid == os.getpid() and mine.rchar is not None
+        assert {by[tids[n]].state for n in tids} == {"S"}
+        if by[tids["pipe"]].syscall is not None:  # syscall is readable (same user or root)
+            assert by[tids["lock"]].syscall == "futex"
+            assert by[tids["pipe"]].fd_path.startswith("pipe:[")
+            assert by[tids["sock"]].fd_path.startswith("socket:[")
+        assert by[tids["lock"]].cpu_ns is not None
+    finally:
+        lock.release()
+        os.write(w, b"x")
+        b.send(b"x")
+        for t in threads:
+            t.join(2)
+        for fd in (r, w):
+            os.close(fd)
+        a.close()
+        b.close()
