@@ -344,6 +344,45 @@ def mode_long_save(path: str) -> None:
                 f.seek(0)
 
 
+def mode_fifo_read(path: str) -> None:
+    """Reads its next batch from a FIFO whose writer opened it and then stopped writing."""
+    os.mkfifo(path)
+    writer = os.open(path, os.O_RDWR)  # keeps a writer on the FIFO, so the read blocks for ever
+    threading.Timer(1.0, ready).start()
+    with open(path, "rb") as f:
+        f.read(4096)  # HUNG fifo read
+    del writer
+
+
+def mode_child_wait() -> None:
+    """Waits for a preprocessing child process that never finishes."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "3600"])
+    threading.Timer(1.0, ready).start()
+    child.wait()  # HUNG child wait
+
+
+def mode_collective_pid() -> None:
+    """mode_collective, rank 0 saying its PID first (rank 1 never reaches the barrier)."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    mp.spawn(_collective_rank_pid, nprocs=2, join=True)
+
+
+def _collective_rank_pid(rank: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    if rank == 1:
+        time.sleep(3600)
+    print(f"rank0 {os.getpid()}", flush=True)
+    ready()
+    dist.barrier()  # HUNG barrier
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else None
@@ -353,5 +392,7 @@ if __name__ == "__main__":
         mode_checkpoint(arg or os.devnull)
     elif mode == "long_save":
         mode_long_save(arg or os.devnull)
+    elif mode == "fifo_read":
+        mode_fifo_read(arg)
     else:
         globals()[f"mode_{mode}"]()

@@ -62,13 +62,17 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
-def _wait_ready(proc: subprocess.Popen, timeout: float = 90.0) -> None:
+def _wait_ready(proc: subprocess.Popen, timeout: float = 90.0) -> int:
+    """The PID to attach to: the target's, or the one it names on a ``rank0 PID`` line."""
     assert proc.stdout is not None
     end = time.time() + timeout
+    pid = proc.pid
     while time.time() < end:
         line = proc.stdout.readline()
+        if line.startswith("rank0 "):
+            pid = int(line.split()[1])
         if line.strip() == "ready":
-            return
+            return pid
         if not line and proc.poll() is not None:
             raise RuntimeError(f"target {proc.args} exited with {proc.returncode}")
     raise RuntimeError(f"target {proc.args} never got ready")
@@ -83,6 +87,9 @@ def verdicts():
         "worker": ["hung_worker"],
         "slow": ["slow_getitem"],
         "save": ["long_save", os.path.join(tmp, "ckpt.pt")],
+        "fifo": ["fifo_read", os.path.join(tmp, "batches.fifo")],
+        "child": ["child_wait"],
+        "collective": ["collective_pid"],
     }
     targets: dict[str, subprocess.Popen] = {}
     runs: dict[str, subprocess.Popen] = {}
@@ -90,16 +97,15 @@ def verdicts():
         for name, argv in modes.items():
             targets[name] = subprocess.Popen([sys.executable, TARGETS, *argv], stdout=subprocess.PIPE,
                                              stderr=subprocess.DEVNULL, text=True)
-        for t in targets.values():
-            _wait_ready(t)
+        pids = {name: _wait_ready(t) for name, t in targets.items()}
         try:
             check_attachable(targets["deadlock"].pid)
         except AttachError as exc:
             pytest.skip(f"py-spy cannot attach here: {exc}")
         time.sleep(HUNG_BEFORE_S)
-        for name, t in targets.items():
+        for name, pid in pids.items():
             runs[name] = subprocess.Popen(
-                [sys.executable, "-m", "gputop", "advise", "--pid", str(t.pid), "--duration", str(DURATION_S), "--json"],
+                [sys.executable, "-m", "gputop", "advise", "--pid", str(pid), "--duration", str(DURATION_S), "--json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out = {}
         for name, r in runs.items():
@@ -169,3 +175,25 @@ def test_slow_getitem_at_full_cpu_is_not_stuck(verdicts):
 
 def test_long_checkpoint_save_is_not_stuck(verdicts):
     assert all(s["id"] != "stuck" for s in verdicts["save"]["seen"]), verdicts["save"]["seen"]
+
+
+def test_a_read_from_a_fifo_that_never_comes_is_an_io_hang_at_the_read(verdicts):
+    f = stuck_of(verdicts["fifo"])
+    text = text_of(f)
+    assert f"stack_targets.py:{marker_line('# HUNG fifo read')} in mode_fifo_read" in text
+    assert "batches.fifo" in text or "pipe" in text.lower() or "FIFO" in text, text
+
+
+def test_a_wait_for_a_child_process_names_the_wait(verdicts):
+    f = stuck_of(verdicts["child"])
+    text = text_of(f)
+    assert f"stack_targets.py:{marker_line('# HUNG child wait')} in mode_child_wait" in text
+    assert "child" in f["title"].lower(), f["title"]
+
+
+def test_a_rank_waiting_in_a_barrier_for_a_rank_that_never_comes_is_a_collective_hang(verdicts):
+    f = stuck_of(verdicts["collective"])
+    text = text_of(f)
+    assert "collective" in f["title"].lower(), f["title"]
+    assert f"stack_targets.py:{marker_line('# HUNG barrier')} in _collective_rank_pid" in text
+    assert "init_process_group(" in f["action"] and "TORCH_NCCL" in f["action"]

@@ -93,15 +93,22 @@ class Progress:
     io_bps: float  # bytes through read/write syscalls per second, all processes
     threads: int  # threads seen
     ran: int  # threads scheduled at least once in the span (schedstat), or whose CPU time grew
+    main_cores: float | None = None  # CPU the target's main thread itself used, in cores
+    main_state: str | None = None  # its state at the last reading (R: running or runnable)
 
 
-def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float) -> Progress | None:
+def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
+             main_tid: int | None = None) -> Progress | None:
     """The job's movement between the first and last /proc reading in [t0, t1] (``tasks``: the
-    target's and its children's readings, time order). None: fewer than two readings."""
+    target's and its children's readings, time order; ``main_tid``: the target's main thread).
+    None: fewer than two readings."""
     span = 0.0
     cpu_ns = 0
     io = 0
     threads = ran = 0
+    main_ns: int | None = None
+    main_span = 0.0
+    main_state: str | None = None
     for samples in tasks.values():
         xs = [s for s in samples if t0 <= s.ts <= t1]
         if len(xs) < 2:
@@ -117,6 +124,8 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float) ->
                 continue
             d = (t.cpu_ns or 0) - (old.cpu_ns or 0)
             cpu_ns += max(0, d)
+            if t.tid == main_tid:
+                main_ns, main_span, main_state = max(0, d), b.ts - a.ts, t.state
             if (t.runs is not None and old.runs is not None and t.runs != old.runs) or d > 0:
                 ran += 1
         for x, y in ((a.rchar, b.rchar), (a.wchar, b.wchar)):
@@ -124,7 +133,8 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float) ->
                 io += max(0, y - x)
     if span <= 0:
         return None
-    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran)
+    main_cores = main_ns / 1e9 / main_span if main_ns is not None and main_span > 0 else None
+    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran, main_cores, main_state)
 
 
 # --------------------------------------------------------------------------- one party

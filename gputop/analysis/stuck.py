@@ -56,6 +56,11 @@ LOOKBACK_EXTRA_S = 60.0
 # three /proc readings; a training step, a DataLoader batch or a logging call moves well inside
 # it, and with the advisor's 2 s cadence the verdict lands ~4 s after attaching.
 EARLY_MIN_S = 3.0
+# A main thread that used this much of a core over the /proc span is computing, however little
+# the host gives it. Judgement: a thread blocked in futex/read/recv accrues no CPU time at all
+# (measured here: 0.0 % for the deadlock, socket and hung-worker targets), and a busy thread
+# starved by eight processes on two cores still got 15 %.
+MAIN_THREAD_WORKING_CORES = 0.05
 # The /proc readings must span at least this long (two readings at the procfs source's 1 s).
 PROC_MIN_SPAN_S = 1.5
 # Bytes through read/write syscalls (files, sockets, pipes) above this rate are work, whatever the
@@ -187,7 +192,7 @@ def judge(
     act = activity([s for s in main if s.ts >= first.ts], now, tree)
     cores = act.cores
     family = {p: ss for p, ss in (tasks or {}).items() if ss}
-    prog = progress(family, first.ts, now) if family else None
+    prog = progress(family, first.ts, now, main_tid=last.pid) if family else None
     if prog is not None:
         cores = prog.cores  # the kernel's CPU time: exact, and there after one second
     base.update(held_s=held, held_exact=exact, tree_cores=cores, proc=prog)
@@ -259,6 +264,13 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
             return "too few /proc readings yet"
         if last.category is not Category.COLLECTIVE and prog.cores >= TREE_BUSY_CORES:
             return f"main thread unchanged for {held:.0f} s but its processes are at {prog.cores * 100:.0f} % CPU"
+        if last.category not in (Category.COLLECTIVE, Category.HOST_SYNC) and (
+            prog.main_state == "R" or (prog.main_cores or 0.0) >= MAIN_THREAD_WORKING_CORES
+        ):
+            # On a host busier than its cores the job's CPU share can fall under TREE_BUSY_CORES
+            # while its main thread still computes: a thread blocked in a wait never runs at all.
+            return (f"main thread unchanged for {held:.0f} s but it runs "
+                    f"({(prog.main_cores or 0.0) * 100:.0f} % of a core, state {prog.main_state or '?'})")
         if prog.io_bps >= IO_PROGRESS_BPS:
             return f"main thread unchanged for {held:.0f} s but its processes move {prog.io_bps / 1e6:.1f} MB/s"
         proc_reach = prog.span_s
