@@ -323,6 +323,23 @@ class TaskSample:
     wchar: int | None = None  # bytes written likewise
 
 
+@dataclass(frozen=True, slots=True)
+class SamplingCost:
+    """What attached stack sampling costs, measured by the sampler on the live target over its
+    last ``window_s``. Not a stored sample: the sampler keeps its latest reading (``cost``) and
+    says it once as an Event."""
+
+    ts: float
+    pid: int
+    window_s: float
+    stacks_per_s: float  # main-thread stacks per second over the window
+    sampler_cpu_pct: float  # % of one core: the sampling thread and its py-spy processes
+    pause_pct: float  # % of the target's wall time it was stopped (blocking dumps, upper bound)
+    job_cost_pct: float  # the estimate shown: pause plus the sampler's share of the cores
+    blocking: int = 0  # blocking dumps in the window
+    dumps: int = 0  # all dumps in the window, workers included
+
+
 # Everything a source may emit; the store and the recorder dispatch on these types.
 SAMPLE_TYPES = (
     SystemInfo,
@@ -354,6 +371,7 @@ __all__ = [
     "ProcSample",
     "Reset",
     "SAMPLE_TYPES",
+    "SamplingCost",
     "Severity",
     "StackSample",
     "SystemInfo",

@@ -1,15 +1,30 @@
 """Python stacks of a running training process, by PID, through the py-spy binary.
 
-One ``py-spy dump --json`` per sample (a fresh py-spy process each time, ~10 ms). The
-alternative, back-to-back one-second ``py-spy record`` windows, costs gputop less CPU but loses
-what the classifier and the stuck detector need: py-spy's per-thread idle flag (waiting for data
-*is* idle, and ``record`` only says which frames, not whether the thread was blocked), the
-kernel thread id, a time per sample, and a stack within ~0.2 s instead of after the window.
-bench/pyspy_overhead.py measures both (and ``--nonblocking``) against a training loop.
+One ``py-spy dump --json`` per sample. py-spy has no streaming mode: ``record`` writes its
+samples (raw, speedscope, chrometrace) only when it ends, so a long-lived ``record`` gives no
+stack until its window closes, and it loses what the classifier and the stuck detector need:
+py-spy's per-thread idle flag (waiting for data *is* idle), the kernel thread id and a time per
+sample. So each sample is a short-lived py-spy process, and what it costs is managed instead:
+
+- Routine dumps are ``--nonblocking``: py-spy reads the target's memory without stopping it,
+  so the job loses no time to them (a blocking dump ptrace-stops every thread, which on a job
+  with ~150 threads is what makes py-spy costly). Where ``--nonblocking`` loses a thread's
+  kernel id (and with it the on-CPU flag), the id learnt from an earlier dump and
+  ``/proc/PID/task/TID/stat`` (state R) give them back.
+- Blocking dumps only where a consistent stack matters: the first look at the target, a thread
+  not seen before, and a main stack that stopped moving (what the stuck detector will report).
+  Each is charged to a pause budget at its whole wall time (an upper bound of the stop).
+- The sampler's own CPU (its thread and its py-spy processes) is metered and charged to a CPU
+  budget: the rate falls below ``rate`` when py-spy is costly on this machine. Both budgets are
+  token buckets with a burst, so attaching gives a quick first look.
+- DataLoader workers (the target's children) are dumped one at a time, round robin, every
+  ``worker_interval``.
+
+``cost`` is the latest reading (gputop.model.SamplingCost), also said once as an Event.
+bench/attach_cost.py measures the slowdown on real jobs against what is shown here.
 
 Samples carry ``clock()`` (``time.time()``) taken when py-spy returns, the clock NVML's samples
-use. DataLoader workers (the target's child processes) are dumped one at a time, round robin,
-so their cost stays one extra dump per second however many there are.
+use.
 """
 
 from __future__ import annotations
@@ -17,28 +32,53 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+from collections import deque
 from typing import Callable, Sequence
 
 from ..errors import UserError
-from ..model import Category, Event, Frame, ProcSample, StackSample
+from ..model import Category, Event, Frame, ProcSample, SamplingCost, StackSample
 from ..redact import perf_env, redact_cmdline
 
-# The default sampling: 5 stacks/s, blocking dumps (py-spy pauses the target ~1 ms while it
-# reads the stacks, so they are never torn). bench/pyspy_overhead.py measures the slowdown this
-# costs (the 1 % budget) against --nonblocking and `py-spy record` windows; see its results.
+# The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
-DEFAULT_NONBLOCKING = False
+# Routine dumps do not stop the target (see the module's docstring).
+DEFAULT_NONBLOCKING = True
+# The sampler's own CPU, py-spy processes included, as a long-run average in cores. A py-spy
+# dump costs ~8-15 ms of CPU (it maps the target and reads the interpreter's symbols each
+# time), so this, not DEFAULT_RATE, sets the steady rate: about 1-2 stacks/s.
+DEFAULT_CPU_BUDGET = 0.015
+# CPU seconds the sampler may spend ahead of its budget: about 30 dumps at attach, so the first
+# diagnosis does not wait on the steady rate.
+CPU_BURST_S = 0.4
+# The share of the target's wall time blocking dumps may stop it, as a long-run average.
+DEFAULT_PAUSE_BUDGET = 0.001
+PAUSE_BURST_S = 0.1  # a few blocking dumps at attach
+# A main stack unchanged this long is confirmed with a blocking dump (a stuck job is reported
+# with this stack), and again every CONFIRM_EVERY_S while it stays.
+CONFIRM_AFTER_S = 2.0
+CONFIRM_EVERY_S = 30.0
+# Consecutive failed nonblocking dumps before a fault is reported: reading a running process
+# can catch a frame list being rewritten, and the next dump is then fine.
+NONBLOCKING_FAILS = 3
+# The published cost is measured over this window, recomputed this often.
+COST_WINDOW_S = 30.0
+COST_EVERY_S = 2.0
+COST_EVENT_AFTER_S = 10.0  # the one Event comes once this much has been measured
+MAX_INTERVAL_S = 5.0  # however costly py-spy is, a stack at least this often
 # A dump takes ~10-20 ms; one that takes seconds means py-spy or the target is wedged.
 DUMP_TIMEOUT_S = 5.0
 # Native unwinding measured ~0.6 s on the H100 box; allow a slow, loaded machine.
 NATIVE_TIMEOUT_S = 30.0
-# Worker stacks and process details (psutil) change slowly compared with the main thread.
-WORKER_INTERVAL_S = 1.0
+# Worker stacks and process details (psutil) change slowly compared with the main thread; a
+# worker's stacks feed the data-fetch breakdown, which a dump every few seconds keeps.
+WORKER_INTERVAL_S = 3.0
 PROC_INTERVAL_S = 1.0
 # After a py-spy failure that may pass (target busy forking, a timeout), try again this often.
 RETRY_AFTER_S = 2.0
@@ -115,26 +155,45 @@ def _classify_failure(pid: int, stderr: str, rc: int) -> AttachError:
     return AttachError(f"py-spy failed on PID {pid}: {first.removeprefix('Error: ')}", "pyspy-failed")
 
 
-def _run_pyspy(pyspy: str, args: list[str], pid: int, timeout: float) -> str:
+# getrusage(RUSAGE_CHILDREN) is per process: a dump measured under this lock is the only child
+# reaped meanwhile (gputop spawns no other processes while it samples), so its delta is the
+# dump's own CPU.
+_CHILD_LOCK = threading.Lock()
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _run_pyspy(pyspy: str, args: list[str], pid: int, timeout: float,
+               meter: Callable[[float, float], None] | None = None) -> str:
+    """py-spy's stdout; ``meter(wall_s, cpu_s)`` is told what the run cost."""
     env = dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0")  # one-line errors
-    try:
-        res = subprocess.run(
-            [pyspy, *args, "--pid", str(pid)],
-            capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}", "pyspy-failed") from None
-    except OSError as exc:
-        raise AttachError(f"cannot run py-spy ({pyspy}): {exc.strerror or exc}", "pyspy-missing") from None
+    with _CHILD_LOCK:
+        t0, c0 = time.perf_counter(), _children_cpu()
+        try:
+            res = subprocess.run(
+                [pyspy, *args, "--pid", str(pid)],
+                capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}", "pyspy-failed") from None
+        except OSError as exc:
+            raise AttachError(f"cannot run py-spy ({pyspy}): {exc.strerror or exc}", "pyspy-missing") from None
+        finally:
+            if meter is not None:
+                meter(time.perf_counter() - t0, _children_cpu() - c0)
     if res.returncode != 0:
         raise _classify_failure(pid, res.stderr, res.returncode)
     return res.stdout
 
 
-def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False) -> list[dict]:
+def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False,
+              meter: Callable[[float, float], None] | None = None) -> list[dict]:
     """One ``py-spy dump --json`` of ``pid``: py-spy's thread records as they come."""
     args = ["dump", "--json"] + (["--nonblocking"] if nonblocking else [])
-    out = _run_pyspy(_pyspy_or_raise(pyspy), args, pid, DUMP_TIMEOUT_S)
+    out = _run_pyspy(_pyspy_or_raise(pyspy), args, pid, DUMP_TIMEOUT_S, meter)
     try:
         data = json.loads(out)
     except ValueError:
@@ -142,6 +201,19 @@ def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False) -> 
     if not isinstance(data, list):
         raise AttachError(f"py-spy gave unexpected output for PID {pid}", "pyspy-failed")
     return data
+
+
+def thread_on_cpu(pid: int, tid: int) -> bool | None:
+    """Whether thread ``tid`` of ``pid`` is running or runnable (state R in
+    /proc/PID/task/TID/stat), the on-CPU flag py-spy gives when it knows the thread's kernel id.
+    None when the thread is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat.rsplit(b")", 1)[-1].split()
+    return rest[0] == b"R" if rest else None
 
 
 def native_dump(pid: int, pyspy: str | None = None, timeout: float = NATIVE_TIMEOUT_S) -> str:
@@ -350,11 +422,16 @@ class PySpySource:
         target_details: bool = False,
         classify: Classify = _unclassified,
         is_library: IsLibrary = lambda filename: False,
+        cpu_budget: float = DEFAULT_CPU_BUDGET,
+        pause_budget: float = DEFAULT_PAUSE_BUDGET,
     ) -> None:
         import psutil
 
+        if rate <= 0:
+            raise ValueError("rate must be > 0")
         self.pid = pid
         self.clock = clock
+        self.rate = rate
         self.interval = 1.0 / rate
         self.nonblocking = nonblocking
         self.worker_interval = worker_interval
@@ -381,12 +458,29 @@ class PySpySource:
         self._stacks_off: str | None = None  # a permanent reason not to try again
         self.exited: float | None = None  # when the target was found gone
         self.exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
+        # What sampling costs: budgets on the monotonic clock (``clock`` may be a replayed one).
+        t = time.monotonic()
+        self._cpu = _Bucket(cpu_budget, CPU_BURST_S, t)
+        self._pause = _Bucket(pause_budget, PAUSE_BURST_S, t)
+        self._totals = _Totals()
+        self._history: deque[tuple[float, _Totals]] = deque([(t, _Totals())])
+        self._started = t
+        self._next_cost = t + COST_EVERY_S
+        self._cost_said = False
+        self.cost: SamplingCost | None = None  # the latest measured cost
+        self._tids: dict[tuple[int, int], int] = {}  # (pid, Python thread id) -> kernel thread id
+        self._unknown_thread = False  # a thread whose kernel id is not known: learn it blocking
+        self._main_key: tuple | None = None  # the main thread's last stack ...
+        self._main_since = 0.0  # ... unchanged since (monotonic)
+        self._confirmed_at = float("-inf")  # the last blocking dump (monotonic)
+        self._nb_fails = 0
 
     # ----------------------------------------------------------------- Source protocol
 
     def poll(self) -> list[object]:
         if self.exited is not None:
             return []
+        cpu0 = time.thread_time()
         out: list[object] = []
         now = self.clock()
         if not self._target_alive(now, out):
@@ -399,8 +493,12 @@ class PySpySource:
             self._next_worker = self.clock() + self.worker_interval
             out.extend(self._sample_worker(self._workers[self._worker_next % len(self._workers)]))
             self._worker_next += 1
+        # The poll's own CPU (parsing, classifying, psutil); py-spy's is metered per dump.
+        spent = time.thread_time() - cpu0
+        self._totals.cpu += spent
+        self._cpu.charge(spent)
+        self._pace(out)
         return out
-
     def close(self) -> None:
         self._procs.clear()
 
@@ -412,9 +510,14 @@ class PySpySource:
         if not self._target_alive(now, out):
             return out
         self._proc_samples(now)  # finds the workers and primes cpu_percent
-        stacks = self._sample_target()
-        for w in list(self._workers):
-            stacks.extend(self._sample_worker(w))
+        # One look, not a series: blocking dumps (consistent stacks; a few ms of pause once).
+        routine, self.nonblocking = self.nonblocking, False
+        try:
+            stacks = self._sample_target()
+            for w in list(self._workers):
+                stacks.extend(self._sample_worker(w))
+        finally:
+            self.nonblocking = routine
         out.extend(self._proc_samples(self.clock()))
         out.extend(stacks)
         return out
@@ -449,16 +552,84 @@ class PySpySource:
 
     # ----------------------------------------------------------------- sampling
 
+    def _dump(self, pid: int, blocking: bool) -> list[dict]:
+        """One metered dump; thread ids where ``--nonblocking`` lost them filled in."""
+        def meter(wall: float, cpu: float) -> None:
+            t = self._totals
+            t.cpu += cpu
+            t.dumps += 1
+            self._cpu.charge(cpu)
+            if blocking:
+                # Every thread stays stopped at most for the dump's whole run: charged in full.
+                t.pause += wall
+                t.blocking += 1
+                self._pause.charge(wall)
+
+        data = dump_json(pid, self._pyspy, not blocking, meter)
+        self._fill_thread_ids(pid, data)
+        return data
+
+    def _fill_thread_ids(self, pid: int, data: list[dict]) -> None:
+        if len(self._tids) > _CACHE_MAX:
+            self._tids.clear()
+        for th in data:
+            key = (pid, int(th.get("thread_id") or 0))
+            tid = th.get("os_thread_id")
+            if tid is not None:
+                self._tids[key] = int(tid)
+                continue
+            tid = self._tids.get(key)
+            if tid is None:
+                self._unknown_thread = True
+                continue
+            th["os_thread_id"] = tid
+            on_cpu = thread_on_cpu(pid, tid)
+            if on_cpu is not None:
+                # py-spy's own idle heuristics (known waiting frames) still hold: idle wins.
+                th["active"] = bool(th.get("active", True)) and on_cpu
+            else:
+                del self._tids[key]
+
+    def _want_blocking(self, t: float) -> bool:
+        """A consistent stack matters now and the pause budget allows one."""
+        if not self.nonblocking:
+            return True
+        if not self._pause.allows(t):
+            return False
+        if self._totals.dumps == 0 or self._unknown_thread:
+            return True
+        # The main stack stopped moving: the stuck detector may report it, so make sure it is
+        # not a torn read; again now and then while it stays.
+        held = self._main_key is not None and t - self._main_since >= CONFIRM_AFTER_S
+        return held and (self._confirmed_at < self._main_since or t - self._confirmed_at >= CONFIRM_EVERY_S)
+
     def _sample_target(self) -> list[object]:
         now = self.clock()
         if self._stacks_off is not None or now < self._retry_at:
             return []
+        t = time.monotonic()
+        if not self._cpu.allows(t):
+            return []  # over the CPU budget, however often poll is called
+        blocking = self._want_blocking(t)
         try:
-            data = dump_json(self.pid, self._pyspy, self.nonblocking)
+            data = self._dump(self.pid, blocking)
         except AttachError as exc:
+            if exc.kind == "pyspy-failed" and not blocking:
+                self._nb_fails += 1
+                if self._nb_fails < NONBLOCKING_FAILS:
+                    return []  # a torn read: the next dump is fine
             return self._fault_event(exc)
+        self._nb_fails = 0
+        if blocking:
+            self._confirmed_at = t
+            self._unknown_thread = False
         ts = self.clock()
         samples = self._parser.samples(data, ts)
+        main = next((x for x in samples if x.is_main), None)
+        key = main.frames if main is not None else None
+        if key != self._main_key:
+            self._main_key, self._main_since = key, t
+        self._totals.main += 1
         out: list[object] = []
         if self._fault is not None:
             out.append(Event(ts, self.name, f"stack sampling of PID {self.pid} resumed", "info"))
@@ -467,10 +638,10 @@ class PySpySource:
         return out
 
     def _sample_worker(self, wpid: int) -> list[object]:
-        if wpid in self._no_stacks or self._stacks_off is not None:
+        if wpid in self._no_stacks or self._stacks_off is not None or not self._cpu.allows(time.monotonic()):
             return []
         try:
-            data = dump_json(wpid, self._pyspy, self.nonblocking)
+            data = self._dump(wpid, blocking=not self.nonblocking)
         except AttachError as exc:
             # A worker exiting between listing and dumping is routine; one that is not
             # Python (a shell, a compiler) is skipped from now on.
@@ -478,6 +649,42 @@ class PySpySource:
                 self._no_stacks.add(wpid)
             return []
         return list(self._parser.samples(data, self.clock()))
+
+    # ----------------------------------------------------------------- cost
+
+    def _pace(self, out: list[object]) -> None:
+        """The next poll's interval from the CPU budget, and the published cost."""
+        t = time.monotonic()
+        if self._stacks_off is None and self.exited is None:
+            # Over budget: wait until the bucket is back to zero (the steady rate is then
+            # budget / CPU per poll), never longer than MAX_INTERVAL_S.
+            self.interval = min(MAX_INTERVAL_S, max(1.0 / self.rate, self._cpu.wait(t)))
+        if t >= self._next_cost:
+            self._next_cost = t + COST_EVERY_S
+            self._measure(t, out)
+
+    def _measure(self, t: float, out: list[object]) -> None:
+        hist = self._history
+        hist.append((t, self._totals.copy()))
+        while len(hist) > 1 and t - hist[1][0] >= COST_WINDOW_S:
+            hist.popleft()
+        if len(hist) < 2:
+            return
+        (t0, a), (t1, b) = hist[0], hist[-1]
+        span = t1 - t0
+        cpu_pct = 100.0 * (b.cpu - a.cpu) / span
+        pause_pct = 100.0 * (b.pause - a.pause) / span
+        self.cost = SamplingCost(
+            ts=self.clock(), pid=self.pid, window_s=round(span, 1), stacks_per_s=(b.main - a.main) / span,
+            sampler_cpu_pct=cpu_pct, pause_pct=pause_pct, job_cost_pct=job_cost_pct(cpu_pct, pause_pct),
+            blocking=b.blocking - a.blocking, dumps=b.dumps - a.dumps,
+        )
+        if not self._cost_said and t - self._started >= COST_EVENT_AFTER_S:
+            self._cost_said = True
+            c = self.cost
+            out.append(Event(c.ts, self.name, f"sampling PID {self.pid} costs the job about {c.job_cost_pct:.2g} % "
+                             f"({c.stacks_per_s:.1f} stacks/s; sampler {c.sampler_cpu_pct:.1f} % of a core, "
+                             f"target stopped {c.pause_pct:.2f} % of the time)", "info"))
 
     def _fault_event(self, exc: AttachError) -> list[object]:
         now = self.clock()
@@ -561,6 +768,58 @@ class PySpySource:
             return ProcSample(ts=now, pid=proc.pid, role=role)
         # The first cpu_percent reading has no baseline: say unknown, not 0 %.
         return ProcSample(ts=now, pid=proc.pid, role=role, cpu_percent=None if first else cpu, **info)
+
+
+def job_cost_pct(sampler_cpu_pct: float, pause_pct: float, cpus: int | None = None) -> float:
+    """What the job is estimated to lose, in %: the time it is stopped, plus the sampler's share
+    of the machine's cores (a job that keeps every core busy gives that up; one that leaves
+    cores idle loses less). bench/attach_cost.py checks the estimate against step rates."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return pause_pct + sampler_cpu_pct / max(1, cpus)
+
+
+class _Bucket:
+    """A token bucket: ``rate`` units per second, at most ``burst`` ahead."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.level, self.t = rate, burst, burst, now
+
+    def _refill(self, now: float) -> None:
+        self.level = min(self.burst, self.level + (now - self.t) * self.rate)
+        self.t = now
+
+    def charge(self, amount: float) -> None:
+        self.level -= amount
+
+    def allows(self, now: float) -> bool:
+        self._refill(now)
+        return self.level >= 0
+
+    def wait(self, now: float) -> float:
+        """Seconds until the level is back to zero."""
+        self._refill(now)
+        if self.level >= 0:
+            return 0.0
+        return -self.level / self.rate if self.rate > 0 else MAX_INTERVAL_S
+
+
+class _Totals:
+    """Running totals of what sampling spent: CPU s, pause s, dumps, blocking dumps, main stacks."""
+
+    __slots__ = ("cpu", "pause", "dumps", "blocking", "main")
+
+    def __init__(self) -> None:
+        self.cpu = self.pause = 0.0
+        self.dumps = self.blocking = self.main = 0
+
+    def copy(self) -> _Totals:
+        c = _Totals()
+        c.cpu, c.pause, c.dumps, c.blocking, c.main = self.cpu, self.pause, self.dumps, self.blocking, self.main
+        return c
 
 
 def _hms(ts: float) -> str:
