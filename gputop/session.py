@@ -29,6 +29,9 @@ DEFAULT_INTERVAL_S = 2.0
 # In the interactive UI with no job attached only the slow system checks can fire: the advisor
 # then runs this often to keep an idle monitor cheap (an evaluation is ~5-10 ms of CPU).
 UI_IDLE_ADVISOR_EVERY_S = 10.0
+# The most Python stacks per second taken from an attached job (--sample-rate); the sampler's
+# CPU and pause budgets may take fewer (gputop.sources.stacks says why).
+DEFAULT_SAMPLE_RATE_HZ = 5.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Config:
     # Seconds between advisor runs while no job is attached (0: every interval). The verdict does
     # not depend on it (the advisor's hysteresis counts evaluations), only how soon it comes.
     advisor_idle_every: float = 0.0
+    sample_rate: float = DEFAULT_SAMPLE_RATE_HZ  # the attached job's stacks per second, at most
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Session:
     advisor: Source | None = None
     stuck_watch: Source | None = None
     recorder: object | None = None  # the Recorder while one is attached
+    sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
     _attach_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -115,7 +120,7 @@ class Session:
             check_attachable(pid)
             if self.stacks is not None:
                 self.pipeline.remove_source(self.stacks)
-            self.stacks = stack_sampler(pid, clock=self.clock)
+            self.stacks = stack_sampler(pid, clock=self.clock, rate=self.sample_rate)
             self.target_pid = pid
             self.attach_error = None
             if hasattr(self.host, "target_pid"):
@@ -183,7 +188,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         store=store, pipeline=Pipeline(store, [], clock=clock), mode="fake" if config.fake is not None else "live",
         interval=config.interval, window=config.window, stuck_after=config.stuck_after, target_pid=pid,
         attach_error=attach_note.message if attach_note is not None else None,
-        advisor_idle_every=config.advisor_idle_every, gpu=gpu, clock=clock,
+        advisor_idle_every=config.advisor_idle_every, gpu=gpu, clock=clock, sample_rate=config.sample_rate,
     )
 
     def pids_to_watch() -> list[int]:
@@ -196,7 +201,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     session.host = HostSource(interval=config.interval, pids=pids_to_watch, clock=clock, target_pid=pid,
                               top_cpu=0 if gpu is not None else 15)
     if pid is not None and attach_note is None:
-        session.stacks = stack_sampler(pid, clock=clock)
+        session.stacks = stack_sampler(pid, clock=clock, rate=config.sample_rate)
     if pid is not None:
         session.procfs = procfs_reader(pid, clock=clock)  # the kernel's view, Python or not
     if attach_note is not None:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..session import Config, open_live
 
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
-                               window=args.window))
+                               window=args.window, sample_rate=args.sample_rate))
     session.require_stacks()
     advisor = session.advisor
     start = time.time()
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     # Why stacks could not be read (not Python, permission, py-spy failing) changes what the
     # findings can say: the reader must see it.
     attach_errors = [e.message for e in store.events() if e.source == "stacks" and e.level == "error"]
+    cost = getattr(session.stacks, "cost", None)  # what sampling the job cost it, as measured
     if args.json:
         extra = {
             "pid": args.pid,
@@ -83,6 +84,13 @@ def run(args: argparse.Namespace) -> int:
             "target_exited": ended,
             "nvml_error": nvml_error,
             "attach_errors": attach_errors,
+            "sampling_cost": None if cost is None else {
+                "job_cost_pct": round(cost.job_cost_pct, 3),
+                "sampler_cpu_pct": round(cost.sampler_cpu_pct, 2),
+                "target_paused_pct": round(cost.pause_pct, 3),
+                "stacks_per_s": round(cost.stacks_per_s, 2),
+                "window_s": cost.window_s,
+            },
         }
         json.dump(report_dict(findings, breakdowns, start, advisor.history, extra), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -96,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: no GPU data (NVML unavailable: {nvml_error})")
     for msg in attach_errors:
         print(f"note: {msg}")
+    if cost is not None:
+        print(f"note: {sampling_cost_text(cost)}")
     table = breakdown_table(breakdowns)
     if table:
         print()
@@ -103,6 +113,13 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(findings_text(findings, since=start))
     return 0
+
+
+def sampling_cost_text(cost) -> str:
+    """One line on a gputop.model.SamplingCost."""
+    return (f"sampling costs the job about {cost.job_cost_pct:.2g} % ({cost.stacks_per_s:.1f} stacks/s; "
+            f"gputop's sampler {cost.sampler_cpu_pct:.1f} % of a core, the job stopped "
+            f"{cost.pause_pct:.2f} % of the time)")
 
 
 def _target_exited(session, start: float) -> str | None:

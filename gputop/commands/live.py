@@ -7,7 +7,7 @@ import argparse
 
 
 def run_live(args: argparse.Namespace) -> int:
-    from ..session import UI_IDLE_ADVISOR_EVERY_S, Config, open_live
+    from ..session import DEFAULT_SAMPLE_RATE_HZ, UI_IDLE_ADVISOR_EVERY_S, Config, open_live
     from ..ui.app import run_app
 
     session = open_live(Config(
@@ -16,6 +16,7 @@ def run_live(args: argparse.Namespace) -> int:
         pid=getattr(args, "pid", None),
         stuck_after=args.stuck_after,
         advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S,
+        sample_rate=getattr(args, "sample_rate", DEFAULT_SAMPLE_RATE_HZ),
     ))
     record = getattr(args, "record", None)
     if record:

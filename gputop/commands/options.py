@@ -16,6 +16,7 @@ import re
 import sys
 
 from ..session import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL
+from ..session import DEFAULT_SAMPLE_RATE_HZ as DEFAULT_SAMPLE_RATE
 from ..session import DEFAULT_STUCK_AFTER_S as DEFAULT_STUCK_AFTER
 
 # Below 10 ms the host and NVML reads alone would keep a core busy; above an hour a live view
@@ -31,6 +32,10 @@ DEFAULT_FAKE_GPUS = 2
 # every library call that takes one. Smaller ids that name no process (above the kernel's pid_max
 # included) are left to the attach checks, which say "no such process" with the PID.
 PID_T_MAX = 2**31 - 1
+# Stacks per second: below one every 10 s the breakdown of a 60 s window has too few to say
+# anything; above 20 py-spy's own start-up (~10 ms a dump) would be most of a core.
+MIN_SAMPLE_RATE = 0.1
+MAX_SAMPLE_RATE = 20.0
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = r"(\d+(?:\.\d+)?)\s*([smhd])"
@@ -139,6 +144,25 @@ def add_live_options(p: argparse.ArgumentParser, with_pid: bool = True, pid_help
     )
     if with_pid:
         p.add_argument("-p", "--pid", type=pid_arg, help=pid_help or "attach to this training process (py-spy)")
+    p.add_argument(
+        "--sample-rate",
+        type=sample_rate_arg,
+        default=DEFAULT_SAMPLE_RATE,
+        metavar="HZ",
+        help=f"at most this many Python stacks per second from the attached job, {MIN_SAMPLE_RATE:g} to "
+        f"{MAX_SAMPLE_RATE:g} (default {DEFAULT_SAMPLE_RATE:g}; gputop takes fewer when py-spy is costly "
+        "here, and shows what sampling costs the job)",
+    )
+
+
+def sample_rate_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (MIN_SAMPLE_RATE <= v <= MAX_SAMPLE_RATE):  # also rejects nan
+        raise argparse.ArgumentTypeError(f"{text} is outside {MIN_SAMPLE_RATE:g} to {MAX_SAMPLE_RATE:g} stacks/s")
+    return v
 
 
 def add_stuck_after(p: argparse.ArgumentParser, help: str, default: object = DEFAULT_STUCK_AFTER) -> None:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.output)
     _check_output(path, args.force, args.append)
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
-                               advisor=not args.no_advisor))
+                               advisor=not args.no_advisor, sample_rate=args.sample_rate))
     session.require_stacks()
     try:
         recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)

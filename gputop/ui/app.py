@@ -250,8 +250,11 @@ class GputopApp(ReplayControls, App[int]):
     def _update_status(self) -> None:
         events = self.store.events(1)
         status = self.query_one("#status", LinesView)
+        # What attached sampling costs the job, as the sampler measures it: always in sight.
+        cost = getattr(self.session.stacks, "cost", None) if self.session.mode != "replay" else None
+        cost_text = f" · sampling costs the job about {cost.job_cost_pct:.2g} %" if cost is not None else ""
         if not events:
-            status.set_text(Text("ready · press ? for keys", style="dim"))
+            status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
             return
         ev = events[-1]
         if ev is not self._last_event:
@@ -259,7 +262,7 @@ class GputopApp(ReplayControls, App[int]):
             if ev.level in ("warning", "error"):
                 self.notify(ev.message, severity="error" if ev.level == "error" else "warning", timeout=6)
         when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
-        status.set_text(Text(f"{when} {ev.source}: {ev.message}"))
+        status.set_text(Text(f"{when} {ev.source}: {ev.message}" + cost_text))
         status.set_class(ev.level == "warning", "-warning")
         status.set_class(ev.level == "error", "-error")
 
