@@ -140,7 +140,7 @@ class Job:
             events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
                                           num_threads=20, status="sleeping", role="target", env=self.env)))
             for w in range(self.workers):
-                events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="python",
+                events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="pt_data_worker",
                                               cpu_percent=self.worker_cpu, num_threads=self.worker_threads,
                                               status="running", role="worker")))
                 if self.worker_stack is not None:

@@ -151,7 +151,12 @@ def context_from_samples(
         # No target named: the process sampled most is the one being watched.
         target_pid = Counter(s.pid for s in all_main).most_common(1)[0][0]
     family = {target_pid} if target_pid is not None else set()
-    family |= {pid for pid, ss in procs.items() if ss and is_worker(ss[-1], target_pid)}
+    # A child is a worker by its name or its worker loop, not by being a child.
+    stacks_by_pid: dict[int, list[StackSample]] = {}
+    for s in stacks:
+        if s.is_main:
+            stacks_by_pid.setdefault(s.pid, []).append(s)
+    family |= {pid for pid, ss in procs.items() if ss and is_worker(ss[-1], target_pid, stacks_by_pid.get(pid, ()))}
     main_history = [s for s in all_main if s.pid == target_pid]
     main = [s for s in main_history if s.ts >= t0]
     # Idle time before the stack sampler attached cannot be attributed: with stacks, the
@@ -245,7 +250,7 @@ def context_from_samples(
         target_pid=target_pid,
         target=proc_stats(target_window) if target_window else None,
         env=dict(_latest_env(target_window)),
-        workers=worker_stats(procs, target_pid, now),
+        workers=worker_stats(procs, target_pid, now, stacks=stacks_by_pid),
         main_stacks=tuple(main),
         worker_stacks=tuple(s for s in stacks if s.is_main and s.pid in family and s.pid != target_pid and s.ts >= t0),
         pin_memory_thread=pin,

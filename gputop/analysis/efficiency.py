@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Iterable, Mapping, Sequence
 
-from ..model import GpuInfo, GpuSample, HostSample, ProcSample
+from ..model import GpuInfo, GpuSample, HostSample, ProcSample, StackSample
 from .throttle import decode_throttle, is_performance_limiting
 
 # GPM activity is averaged over the polls where the GPU was at least this busy: "tensor cores
@@ -225,19 +225,44 @@ class Workers:
         return max(0, self.seen - self.count)
 
 
-def is_worker(p: ProcSample, target_pid: int | None) -> bool:
-    return p.role == "worker" or (target_pid is not None and p.ppid == target_pid and p.pid != target_pid)
+# torch names a DataLoader worker's main thread (so the process) after its job, and its stack
+# runs the worker loop; a child of the job that has neither is something else (a logging
+# service such as wandb's, a compile worker, multiprocessing's resource tracker).
+WORKER_PROC_NAME = "pt_data_worker"
+WORKER_LOOP_FRAME = "_worker_loop"
+
+
+def is_worker(p: ProcSample, target_pid: int | None, stacks: Iterable[StackSample] = ()) -> bool:
+    """Whether ``p`` is one of the target's DataLoader workers, by what it is, not whose child.
+
+    ``stacks``: that process's stack samples, if any were taken. The name decides when torch set
+    it; otherwise the worker loop in a stack does (torch before the thread name, or a name psutil
+    could not read). A child the source could read nothing about (no name, no stack) is taken at
+    the source's word (``role``), as before: there is no evidence either way.
+    """
+    if p.pid == target_pid or p.role == "target":
+        return False
+    if p.name.startswith(WORKER_PROC_NAME):
+        return True
+    stacks = tuple(stacks)
+    if any(f.name == WORKER_LOOP_FRAME for s in stacks for f in s.frames):
+        return True
+    if p.name or stacks:
+        return False
+    return p.role == "worker" or (target_pid is not None and p.ppid == target_pid)
 
 
 def worker_stats(
-    windows: Mapping[int, Sequence[ProcSample]], target_pid: int | None, now: float, stale_s: float = 3.0
+    windows: Mapping[int, Sequence[ProcSample]], target_pid: int | None, now: float, stale_s: float = 3.0,
+    stacks: Mapping[int, Sequence[StackSample]] | None = None,
 ) -> Workers:
-    """``windows``: per pid, that process's samples in the window. A worker whose newest sample
-    is older than ``stale_s`` has exited (a poll is ~1 s)."""
+    """``windows``: per pid, that process's samples in the window; ``stacks``: per pid, its stack
+    samples (what tells a worker from another child). A worker whose newest sample is older than
+    ``stale_s`` has exited (a poll is ~1 s)."""
     current: list[ProcStats] = []
     seen = 0
     for pid, samples in windows.items():
-        if not samples or not is_worker(samples[-1], target_pid):
+        if not samples or not is_worker(samples[-1], target_pid, (stacks or {}).get(pid, ())):
             continue
         seen += 1
         if now - samples[-1].ts <= stale_s:
