@@ -383,6 +383,29 @@ def _collective_rank_pid(rank: int) -> None:
     dist.barrier()  # HUNG barrier
 
 
+# --------------------------------------------------------------------------- reading a tensor back
+# On a GPU each of these waits for the device; on CPU the matmul on the same line stands in for
+# the work a real read-back would wait for, as in ``mode_item``.
+
+
+def mode_print_tensor() -> None:
+    """Prints the loss tensor each step (to nowhere): formatting reads the tensor back."""
+    out = open(os.devnull, "w")
+    big = torch.randn(256, 256)
+    ready()
+    while True:
+        print(big @ big, file=out)  # HOT print-tensor
+
+
+def mode_float_sync() -> None:
+    """``float(loss)`` each step, the spelling of ``.item()`` that has no method call."""
+    big = torch.randn(384, 384)
+    total = 0.0
+    ready()
+    while True:
+        total += float((big @ big).sum())  # HOT float-sync
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else None

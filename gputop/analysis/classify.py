@@ -10,6 +10,10 @@ How a stack is judged:
   ``__getitem__`` is data loading, not a checkpoint; a ``.item()`` inside ``forward`` is a host
   sync; forward recomputed inside ``backward`` (activation checkpointing) is backward.
 - No match: idle when py-spy saw the thread blocked (sleep, lock, queue), otherwise other.
+- An optimizer step that calls a closure (Lightning's automatic optimisation) is judged by what
+  runs inside the closure: matched frames newer than the newest optimizer frame decide.
+- Collective means a communication call (c10d's collectives, barriers, ``work.wait()``, native
+  reducer/gloo/NCCL waits), not any frame under ``torch/distributed/``.
 - Frames outward of ``BaseProcess._bootstrap`` are the parent's stack at fork time (a DataLoader
   worker shows its parent's ``for batch in loader`` below its own loop) and are ignored.
 """
@@ -40,6 +44,7 @@ class Rule:
     func: str | None = None
     code: str | None = None
     why: str = ""
+    framework: str = ""  # the framework the rule exists for ("" for torch and the standard library)
     _path: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
     _func: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
     _code: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
@@ -62,9 +67,37 @@ class Rule:
 
 
 _DATA = r"/torch/utils/data/"
-_SYNC_CODE = r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|cuda\.synchronize\(|\.synchronize\(\)"
+_DIST = r"/torch/distributed/"
+# Reading a device tensor back waits for the device. `float(t)`, `print(t)` of a tensor sync as
+# `.item()` does; print and f-strings of a tensor run torch/_tensor_str.py (a frame rule below),
+# `float(` has no frame of its own. `.to("cpu")` is `.cpu()` written out.
+_SYNC_CODE = (r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|\bfloat\(|\.synchronize\(\)|cuda\.synchronize\("
+              r"|\.to\(\s*(device\s*=\s*)?['\"]cpu['\"]")
+# A wait on a communication handle (`work.wait()`, `handle.wait()`, `reqs[i].wait()`): c10d's
+# Work.wait is C, so only its caller's line shows it. Told apart from a threading.Event's wait by
+# the name only (that one has Python frames of its own, so it is rarely the newest frame anyway).
+_WAIT_CODE = r"\b\w*(work|handle|req|request|fut|future)s?(\[[^\]]*\])?\.wait\("
+# What text can and cannot know about a copy: `.to(x)` copies to the device only when x is not
+# the tensor's own device, and a job that trains on the CPU (or `x` that is already on the GPU)
+# copies nothing. The classifier reads text, so it takes any `.to(...)` that names something other
+# than a dtype or a memory format (HF's `data.to(**kwargs)`, `x.to(DEV)`, `batch.to(self.device)`)
+# as a host-to-device copy, and `.copy_(src, non_blocking=True)` too (non_blocking only means
+# anything across devices); a plain `.copy_(src)` is usually CPU to CPU and is not taken. The
+# PCIe receive counters are where a copy is confirmed, not here.
+_TO_NOT_A_COPY = (r"\s*(dtype\s*=|memory_format\s*=|(torch\.)?(float|half|bfloat16|double|int|long|short|"
+                  r"uint8|int8|bool|complex|cfloat)\w*\s*[,)]|[\w.]*dtype\s*\))")
+_H2D_CODE = r"\.cuda\(|\.to\((?!" + _TO_NOT_A_COPY + r")|\.copy_\([^)]*non_blocking"
+# torch.distributed's communication calls: what a rank waits in for the others. Everything else
+# under torch/distributed/ (FSDP's and checkpoint_wrapper's module wrappers, the c10d logger's
+# decorator, DDP's Python) is whatever runs inside it.
+_C10D_CALLS = (r"all_reduce(_coalesced)?|all_gather(_into_tensor|_object|_coalesced)?|reduce_scatter(_tensor)?"
+               r"|reduce|broadcast(_object_list)?|(monitored_)?barrier|_store_based_barrier|(i)?send|(i)?recv"
+               r"|(send|recv)_object_list|batch_isend_irecv|all_to_all(_single)?|gather(_object)?"
+               r"|scatter(_object_list)?|init_process_group|new_group")
 
 # Order matters only among rules that can match the same frame: the first one wins it.
+# ``framework`` names the framework a rule exists for; tests/test_classify_frameworks.py checks
+# that a real capture from that framework needs the rule.
 RULES: tuple[Rule, ...] = (
     # --- data loading (torch.utils.data)
     Rule(C.DATA_WAIT, _DATA + r"dataloader\.py$", r"_MultiProcessingDataLoaderIter\._(try_)?get_data",
@@ -74,35 +107,47 @@ RULES: tuple[Rule, ...] = (
     Rule(C.DATA_FETCH, _DATA, why="dataset, sampler, fetch or collate work"),
     # --- checkpoints
     Rule(C.CHECKPOINT_IO, r"/torch/serialization\.py$", why="torch.save / torch.load"),
-    Rule(C.CHECKPOINT_IO, r"/torch/distributed/checkpoint/", why="torch.distributed.checkpoint"),
-    Rule(C.CHECKPOINT_IO, r"/safetensors/", why="safetensors save/load"),
+    Rule(C.CHECKPOINT_IO, _DIST + r"checkpoint/", why="torch.distributed.checkpoint"),
+    Rule(C.CHECKPOINT_IO, r"/safetensors/", why="safetensors save/load", framework="safetensors"),
     Rule(C.CHECKPOINT_IO, func=r"(.*\.)?(_?save_checkpoint|load_checkpoint|save_pretrained|save_model)",
-         why="trainer checkpoint helpers (Lightning, Hugging Face, DeepSpeed)"),
+         why="trainer checkpoint helpers (Lightning, Hugging Face, DeepSpeed)", framework="lightning/transformers"),
     # --- optimizer
     Rule(C.OPTIMIZER, r"/torch/optim/", why="optimizer step, zero_grad, LR scheduler"),
     Rule(C.OPTIMIZER, r"/torch/amp/grad_scaler\.py$", r"GradScaler\.(step|update|_maybe_opt_step|unscale_)",
          why="AMP grad scaler step"),
-    Rule(C.OPTIMIZER, r"/(apex|bitsandbytes|deepspeed)/.*optim", why="third-party optimizers"),
-    # --- collectives
-    Rule(C.COLLECTIVE, r"/torch/distributed/", why="torch.distributed ops, barriers, FSDP gathers"),
-    Rule(C.COLLECTIVE, r"/torch/nn/parallel/distributed\.py$", r".*\._(sync|broadcast)\w*",
-         why="DDP buffer/parameter sync"),
-    Rule(C.COLLECTIVE, r"/(deepspeed/comm|horovod)/", why="DeepSpeed / Horovod communication"),
+    Rule(C.OPTIMIZER, r"/(apex|bitsandbytes|deepspeed)/.*optim", why="third-party optimizers",
+         framework="apex/bitsandbytes/deepspeed"),
+    # --- collectives: communication calls, not whatever lives under torch/distributed/
+    Rule(C.COLLECTIVE, _DIST + r"distributed_c10d\.py$", _C10D_CALLS,
+         why="torch.distributed collectives, point-to-point, barriers, rendezvous"),
+    Rule(C.COLLECTIVE, _DIST + r"(_functional_collectives|fsdp/_fully_shard/_fsdp_collectives)\.py$",
+         why="functional collectives and their waits, FSDP2's all-gather / reduce-scatter"),
+    Rule(C.COLLECTIVE, r"/torch/nn/parallel/distributed\.py$", r".*\._(sync|\w*broadcast)\w*",
+         why="DDP buffer/parameter sync", framework="ddp"),
+    Rule(C.COLLECTIVE, code=_WAIT_CODE, why="work.wait() on an asynchronous collective"),
+    # Native frames (py-spy --native): a DDP rank blocked in the gradient all-reduce shows only an
+    # off-CPU `_engine_run_backward` in Python, and under that the reducer's wait.
+    Rule(C.COLLECTIVE, func=r"c10d::(Reducer::finalize_backward|.*::wait\w*|ProcessGroup\w*::\w+)|gloo::.*|nccl\w+",
+         why="c10d reducer / process-group wait, gloo or NCCL (native frames)"),
+    Rule(C.COLLECTIVE, r"/(deepspeed/comm|horovod)/", why="DeepSpeed / Horovod communication",
+         framework="deepspeed/horovod"),
     # --- host <-> device
-    Rule(C.HOST_SYNC, r"/torch/cuda/__init__\.py$", r"synchronize", why="torch.cuda.synchronize()"),
+    Rule(C.HOST_SYNC, r"/torch/(cuda|accelerator|xpu|mps)/__init__\.py$", r"synchronize",
+         why="torch.cuda / torch.accelerator synchronize()"),
     Rule(C.HOST_SYNC, r"/torch/cuda/streams\.py$", r"(Stream|Event)\.(synchronize|wait)",
          why="stream/event wait on the host"),
     Rule(C.HOST_SYNC, r"/torch/cuda/memory\.py$", r"empty_cache", why="freeing cached memory synchronises"),
-    Rule(C.HOST_SYNC, code=_SYNC_CODE, why=".item() / .cpu() / .tolist() / .numpy() / synchronize()"),
-    Rule(C.H2D_COPY, code=r"\.cuda\(|\.to\([^)]*\b(cuda|device|non_blocking)|\.copy_\(",
-         why=".cuda() / .to(device) / copy_"),
+    Rule(C.HOST_SYNC, r"/torch/_tensor_str\.py$", why="print / format of a tensor reads it back"),
+    Rule(C.HOST_SYNC, code=_SYNC_CODE, why=".item() / .cpu() / .tolist() / .numpy() / float() / synchronize()"),
+    Rule(C.H2D_COPY, code=_H2D_CODE, why=".cuda() / .to(device) / copy_(non_blocking)"),
     Rule(C.H2D_COPY, func=r"(.*\.)?(send_to_device|move_data_to_device|_move_to_device)",
-         why="Accelerate / Lightning batch transfer"),
+         why="Accelerate / Lightning batch transfer", framework="accelerate/lightning"),
     Rule(C.GC, code=r"\bgc\.collect\(", why="explicit gc.collect()"),
     # --- model
-    Rule(C.BACKWARD, func=r"(.*\.)?backward|_engine_run_backward|manual_backward",
-         why="Tensor.backward, autograd.backward, custom Function.backward, accelerator.backward"),
-    Rule(C.FORWARD, r"/torch/nn/modules/module\.py$", r"Module\._(wrapped_)?call_impl", why="module call"),
+    Rule(C.BACKWARD, func=r"(.*\.)?backward|_engine_run_backward",
+         why="Tensor.backward, autograd.backward, custom Function.backward, accelerator/manual backward"),
+    Rule(C.FORWARD, r"/torch/nn/modules/module\.py$", r"Module\._(wrapped_)?call_impl(\.<locals>\.inner)?",
+         why="module call"),
     Rule(C.FORWARD, func=r"(.*\.)?forward", why="a forward method"),
     # --- waiting on purpose
     Rule(C.IDLE, code=r"\b(time\.)?sleep\(", why="sleep"),
@@ -146,13 +191,20 @@ def own_frames(frames: Sequence[Frame]) -> Sequence[Frame]:
 
 def explain(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Match:
     """The category of a stack (newest frame first), with the frame and rule that decided it."""
-    best: Match | None = None
+    found: list[Match] = []
     for i, frame in enumerate(own_frames(frames)):
-        for rule in rules:
-            if rule.matches(frame, leaf=i == 0):
-                if best is None or _RANK[rule.category] < _RANK[best.category]:
-                    best = Match(rule.category, i, rule)
-                break
+        m = next((Match(r.category, i, r) for r in rules if r.matches(frame, leaf=i == 0)), None)
+        if m is not None:
+            found.append(m)
+    # Frames newer than the newest optimizer frame run inside the optimizer step without being
+    # the optimizer's code: a closure (Lightning's automatic optimisation runs training_step and
+    # backward in `optimizer.step(closure)`, LBFGS calls its closure). Where they say what they do,
+    # they decide, not the optimizer frame around them. (Frame names, not the `closure()` line:
+    # library frames below the newest carry no source text.)
+    opt = next((m.index for m in found if m.category is C.OPTIMIZER), None)
+    if opt is not None and any(m.index < opt for m in found):
+        found = [m for m in found if m.index < opt]
+    best = min(found, key=lambda m: _RANK[m.category], default=None)  # ties: the newest (first) wins
     if best is not None:
         return best
     return Match(C.OTHER if active else C.IDLE)
