@@ -39,6 +39,7 @@ from gputop.sources.stacks import (  # noqa: E402
 )
 from gputop.present.stacks import plain  # noqa: E402
 from gputop.store import Store  # noqa: E402
+from proc_helpers import kill_tree  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -78,18 +79,7 @@ class Target:
         raise RuntimeError("target never got ready")
 
     def kill(self) -> None:
-        try:
-            kids = psutil.Process(self.pid).children(recursive=True)
-        except psutil.Error:
-            kids = []
-        for k in kids:
-            try:
-                k.kill()
-            except psutil.Error:
-                pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
+        kill_tree(self.proc)
 
 
 @pytest.fixture(scope="module")

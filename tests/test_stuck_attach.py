@@ -22,6 +22,7 @@ psutil = pytest.importorskip("psutil")
 pytest.importorskip("torch")
 
 from gputop.sources.stacks import AttachError, check_attachable, find_pyspy  # noqa: E402
+from proc_helpers import kill_tree  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,21 +46,6 @@ def marker_line(marker: str) -> int:
             if marker in text:
                 return n
     raise AssertionError(marker)
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        kids = []
-    for k in kids:
-        try:
-            k.kill()
-        except psutil.Error:
-            pass
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(10)
 
 
 def _wait_ready(proc: subprocess.Popen, timeout: float = 90.0) -> int:
@@ -121,7 +107,7 @@ def verdicts():
             if r.poll() is None:
                 r.kill()
         for t in targets.values():
-            _kill_tree(t)
+            kill_tree(t)
 
 
 def stuck_of(report: dict) -> dict:
