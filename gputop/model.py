@@ -283,6 +283,7 @@ class Verdict:
     ts: float
     findings: tuple[Finding, ...] = ()
     breakdowns: tuple[object, ...] = ()
+    pending: tuple[Finding, ...] = ()  # fired, not yet held long enough to be shown
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,7 @@ class Store:
         self._lock = threading.RLock()
         self.version = 0  # bumped on every change, so readers can skip unchanged redraws
         self.analysis_version = 0  # bumped when findings or published analysis change
+        self.resets = 0  # Reset markers seen (replay jumps): derived stages start over on each
         self._clear()
 
     def _clear(self) -> None:
@@ -163,6 +164,7 @@ class Store:
                 if isinstance(s, Reset):
                     # A replay's jump: what follows in the batch is the state at the new position.
                     self._clear()
+                    self.resets += 1
                     procs, poll_ts = [], None
                     self.analysis_version += 1
                     continue
@@ -198,6 +200,17 @@ class Store:
             if poll_ts is not None:
                 self._gpu_procs = [p for p in procs if p.ts >= poll_ts]
             self.version += 1
+
+    def has_data_before(self, ts: float) -> bool:
+        """Whether any GPU, host or stack sample is at or before ``ts`` (history to look back on)."""
+        with self._lock:
+            rings = [*self._util.values(), *self._gpu.values(), self._stacks, self._host]
+            return any(len(r) and r[0].ts <= ts for r in rings)
+
+    def pending_findings(self) -> list[Finding]:
+        """What the advisor sees but has not confirmed yet (it must hold a few seconds)."""
+        with self._lock:
+            return list(self._verdict.pending) if self._verdict is not None else []
 
     def breakdowns(self) -> tuple[object, ...]:
         """Where each device's time went over the advisor's window (its latest ``Verdict``)."""

@@ -142,3 +142,12 @@ def short_gpu_name(name: str) -> str:
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name
+
+
+def fmt_length(seconds: float) -> str:
+    """h:mm:ss, rounded to the second: every place a recording's or a session's length is shown
+    (`info`, `report`, `record --list`, the recorder's last line, the replay's timeline)."""
+    s = max(0, int(round(seconds)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}"

@@ -225,3 +225,14 @@ def test_no_gpu_and_no_job_says_what_to_do_instead_of_collecting_forever():
     # with a GPU, or a job, the breakdown is on its way
     assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=False, has_gpu=True))
     assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False))
+
+
+def test_a_cause_seen_but_not_yet_held_reads_as_confirming_not_as_no_findings():
+    text = " ".join(_plain(ln) for ln in pane_lines([], [BD], 100, pending=[FINDING]))
+    assert "No findings" not in text and "Confirming: GPU 0 waits for data 41 %" in text
+
+
+def test_no_gpu_and_unreadable_stacks_says_so_instead_of_collecting():
+    text = " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False,
+                                                     no_stacks="cannot sample stacks of PID 7: not Python"))
+    assert "Collecting" not in text and "cannot be read (cannot sample stacks of PID 7: not Python)" in text

@@ -505,8 +505,10 @@ def _ui_argv(which: str, tmp_path: Path, recording: Path) -> list[str]:
     return [a.format(**fill) for a in UI_COMMANDS[which]]
 
 
-def _assert_refused_for_want_of_a_terminal(proc: subprocess.CompletedProcess, raw: str) -> None:
-    assert_one_line_error(proc, "terminal", "gputop record -o FILE", "gputop advise")
+def _assert_refused_for_want_of_a_terminal(proc: subprocess.CompletedProcess, raw: str, which: str = "live") -> None:
+    # It points to the headless commands that do the same job: for a replay, the report.
+    pointers = ("gputop report", "gputop info") if which == "replay" else ("gputop record -o FILE", "gputop advise")
+    assert_one_line_error(proc, "terminal", *pointers)
     assert "\x1b" not in raw, repr(raw[:300])  # not one escape code, anywhere
 
 
@@ -521,7 +523,7 @@ def test_ui_without_a_terminal_refuses_with_one_line(which, tmp_path, recorded):
         proc = run_cli(*argv, timeout=EXIT_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"the UI ran without a terminal: {(exc.stdout or '')[:300]!r}") from None
-    _assert_refused_for_want_of_a_terminal(proc, proc.stdout + proc.stderr)
+    _assert_refused_for_want_of_a_terminal(proc, proc.stdout + proc.stderr, which)
     assert proc.stdout == ""
     assert sorted(os.listdir(tmp_path)) == before, "nothing is started or written for a UI that cannot run"
 

@@ -186,3 +186,23 @@ async def test_home_and_end_move_the_replay_from_the_processes_tab(recording):
             assert src.position == pytest.approx(src.start_ts, abs=1)
     finally:
         src.close()
+
+
+def test_a_paused_replay_after_a_jump_shows_the_findings_at_once(recording):
+    # Paused, the replay's clock does not move, so a finding could never "hold" by watching: the
+    # advisor looks back over the history the jump loaded instead.
+    from gputop.session import open_replay
+
+    session = open_replay(recording, speed=1.0, paused=True, start="+280s")  # inside a checkpoint stall
+    try:
+        for _ in range(3):
+            session.pipeline.poll_once()
+        ids = [f.id for f in session.store.findings()]
+        assert ids and ids[0] == "checkpoint-stall", (ids, [f.id for f in session.store.pending_findings()])
+        session.replay.seek(session.replay.start_ts + 560)  # a jump: the store starts over
+        for _ in range(3):
+            session.pipeline.poll_once()
+        assert session.store.resets >= 1
+        assert [f.id for f in session.store.findings()][:1] == ["checkpoint-stall"]
+    finally:
+        session.stop()

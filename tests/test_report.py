@@ -210,3 +210,12 @@ def test_a_cpu_only_run_says_so_and_costs_the_job_time_not_gpu_seconds(tmp_path)
         assert "0×" not in out and "no GPU data" not in out and "GPU-s" not in out
         assert "no GPU (CPU only)" in out
         assert "up to 27 s of the job" in out
+
+
+def test_text_sparklines_are_not_dotted_by_buckets_shorter_than_the_polls():
+    from gputop.report.text import _resample
+
+    polls_every_other_bucket = [50.0, None, 50.0, None, 50.0, None, 50.0]
+    assert None not in _resample(polls_every_other_bucket, 80)
+    long_silence = [50.0] + [None] * 10 + [50.0]
+    assert _resample(long_silence, 80).count(None) == 10  # a real gap stays a gap

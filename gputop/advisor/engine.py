@@ -105,6 +105,12 @@ class Advisor:
         shown = self._drop_superseded(shown)
         return self._rank(shown)
 
+    @property
+    def pending(self) -> list[Finding]:
+        """Findings that fired at the last evaluation but have not held long enough to show."""
+        return [tr.finding for tr in self._tracks.values()
+                if tr.shown_since is None and tr.last_seen == self._last_update]
+
     def _rule(self, fid: str) -> Rule | None:
         return next((r for r in self.rules if r.id == fid), None)
 
@@ -216,6 +222,7 @@ class AdvisorSource:
         self.history: dict[str, tuple[float, float]] = {}  # id -> (first shown, last shown)
         self.evaluations = 0
         self._last_eval: float | None = None
+        self._resets_seen = getattr(store, "resets", 0)
 
     def poll(self) -> list[object]:
         if self.store.now <= 0:
@@ -231,13 +238,18 @@ class AdvisorSource:
             and 0 <= self.store.now - self._last_eval < self.unattached_every
         ):
             return []
+        if self.store.resets != self._resets_seen:
+            self._resets_seen = self.store.resets
+            self.advisor.reset()  # a replay jumped: what held before the jump does not hold after
+        if self.advisor._last_update is None:
+            self._look_back()
         self._last_eval = self.store.now
         findings = self.advisor.evaluate(self.store)
         self.evaluations += 1
         now = self.store.now
         ctx = self.advisor.last_context
         breakdowns = tuple(g.breakdown for g in ctx.gpus) if ctx is not None else ()
-        out: list[object] = [Verdict(now, tuple(findings), breakdowns)]
+        out: list[object] = [Verdict(now, tuple(findings), breakdowns, tuple(self.advisor.pending))]
         current = {f.id: f for f in findings}
         for f in findings:
             first, _ = self.history.get(f.id, (f.first_seen or now, now))
@@ -255,6 +267,15 @@ class AdvisorSource:
                 self._reported_errors.add(rid)
                 out.append(Event(now, self.name, f"rule {rid} failed: {err}", "error"))
         return out
+
+    def _look_back(self) -> None:
+        """On a fresh start (attach, a replay's jump) the store already holds history: evaluate
+        the window as it stood ``appear_after_s`` ago too, so a cause that held over that span is
+        shown at once, from the evidence, instead of after seconds of watching (a paused replay
+        would otherwise never show what was there)."""
+        then = self.store.now - self.advisor.appear_after_s
+        if then > 0 and self.store.has_data_before(then):
+            self.advisor.evaluate(self.store, now=then)
 
     def close(self) -> None:
         pass

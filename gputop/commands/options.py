@@ -191,13 +191,17 @@ def terminal_problem() -> str | None:
     return None
 
 
-def require_terminal() -> None:
+def require_terminal(replay: bool = False) -> None:
     """Raise a one-line UserError, before anything is started, when the UI has no terminal."""
     from ..errors import UserError
 
     problem = terminal_problem()
-    if problem is not None:
-        raise UserError(
-            f"the live UI needs a terminal ({problem}): to log a session to a file use "
-            "`gputop record -o FILE`, for findings as text `gputop advise`"
-        )
+    if problem is None:
+        return
+    if replay:
+        raise UserError(f"the replay UI needs a terminal ({problem}): without one, "
+                        "`gputop report FILE` summarises a recording and `gputop info FILE` says what it holds")
+    raise UserError(
+        f"the live UI needs a terminal ({problem}): to log a session to a file use "
+        "`gputop record -o FILE`, for findings as text `gputop advise`"
+    )

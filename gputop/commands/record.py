@@ -184,7 +184,12 @@ class _Status:
         reason = f" ({why[0]})" if why else ""
         if self.recorder.error:
             return
-        print(f"gputop: recorded {_fmt_elapsed(elapsed)} to {self.path}{reason}: "
+        from ..units import fmt_length
+
+        # The file's own span (first to last sample), as `info` and `record --list` will show it.
+        w = self.recorder.writer
+        span = (w.last_ts - w.first_ts) if w.first_ts is not None and w.last_ts is not None else 0.0
+        print(f"gputop: recorded {fmt_length(span)} to {self.path}{reason}: "
               f"{self.recorder.samples:,} samples, {_fmt_size(self.recorder.bytes_on_disk())}",
               file=sys.stderr, flush=True)
 

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     session = open_replay(args.file, args.speed, args.start, args.paused)
     try:
-        require_terminal()  # a bad file or --start is said first; nothing has started yet
+        require_terminal(replay=True)  # a bad file or --start is said first; nothing has started yet
     except UserError:
         session.stop()
         raise

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, Sequence
 from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Finding, Severity
 
-SEVERITY_MARK = {Severity.CRITICAL: "!!", Severity.WARNING: "! ", Severity.INFO: "i "}
+SEVERITY_MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "! ", Severity.INFO: "i "}
 # One character per bucket in a monochrome bar (the pane colours them as well).
 BUCKET_CHAR = {
     Bucket.BUSY: "█",
@@ -217,14 +217,18 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
 
 def pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
-    has_gpu: bool = True,
+    has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
 ) -> list[Line]:
     out: list[Line] = []
     shown = [b for b in breakdowns if b.total_s > 0]
     for bd in shown:
         out.extend(breakdown_lines(bd, width))
         out.append(())
-    if not shown and not attached and not has_gpu:
+    if not shown and not has_gpu and no_stacks:
+        out.extend(_wrapped(f"No GPU here and the job's stacks cannot be read ({no_stacks}): there is no device "
+                            "time to break down. GPU and host monitoring go on.", width, "", "", "dim"))
+        out.append(())
+    elif not shown and not attached and not has_gpu:
         # Nothing will ever be broken down: say what would change that instead of "collecting".
         out.extend(_wrapped("No GPU here and no job attached: there is no device time to break down. Attach to "
                             "a training process (Enter on its row in Processes, or gputop --pid PID) to see "
@@ -233,6 +237,13 @@ def pane_lines(
     elif not shown:
         out.append((("Collecting: the time breakdown appears after the first seconds of samples.", "dim"),))
         out.append(())
+    if not findings and pending:
+        # The advisor sees a cause but names it only once it has held: say so, rather than
+        # "no findings" under a bar that shows the cost.
+        names = "; ".join(f.title for f in pending[:3])
+        out.extend(_wrapped(f"Confirming: {names}. A cause is named once it has held for a few seconds.",
+                            width, "", "", "dim"))
+        return out
     if not findings:
         msg = "No findings: nothing costs the job a visible share of its time."
         if not attached:

@@ -10,6 +10,8 @@ show an empty session. The span starts at the first sample of any other series.
 
 from __future__ import annotations
 
+from ..units import fmt_length  # noqa: F401  (the one way a length is written; re-exported)
+
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -45,14 +47,6 @@ def recording_span(
     backfill = start - backfill_first if backfill_first is not None and backfill_first < start else 0.0
     end = max(last) if last else start
     return Span(float(start), float(max(start, end)), backfill)
-
-
-def fmt_length(seconds: float) -> str:
-    """h:mm:ss, rounded to the second: every place a recording's length is shown."""
-    s = max(0, int(round(seconds)))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}"
 
 
 def backfill_note(backfill_s: float) -> str:

@@ -27,7 +27,26 @@ def pct(v: float | None, digits: int = 0) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}%"
 
 
+# The chart's buckets can be shorter than the sample interval (a 1 s bucket, 2 s polls): an empty
+# bucket between two full ones is a poll that fell elsewhere, not a gap in the data.
+SHORT_GAP_BUCKETS = 2
+
+
+def _hold_short_gaps(values: list[float | None]) -> list[float | None]:
+    out = list(values)
+    last = None
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if last is not None and 0 < i - last - 1 <= SHORT_GAP_BUCKETS:
+            for j in range(last + 1, i):
+                out[j] = values[last]
+        last = i
+    return out
+
+
 def _resample(values: list[float | None], width: int) -> list[float | None]:
+    values = _hold_short_gaps(values)
     if len(values) <= width:
         return values
     out: list[float | None] = []

@@ -52,13 +52,15 @@ class AdvisorPane(LinesPane):
         attached = getattr(session, "target_pid", None) is not None
         # The pane shows only what the advisor published: new samples alone change nothing here.
         has_gpu = bool(store.gpu_indices())
-        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu)
+        no_stacks = getattr(session, "attach_error", None)
+        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks)
         if key == self._last:
             return
         self._last = key
         breakdowns = store.breakdowns()
         self._findings = store.findings()
-        lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu)
+        lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
+                           pending=store.pending_findings(), no_stacks=no_stacks)
         self._starts = finding_starts(lines)
         self.show(lines)
 

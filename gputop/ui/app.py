@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
 TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks"))
 PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
+# The status line shows the newest event, but an error of the last minute wins over later
+# routine events (looked for among the newest few).
+STATUS_LOOKBACK_EVENTS = 20
+STATUS_ERROR_KEEP_S = 60.0
 DEFAULT_CHART_WINDOW = 120.0
 
 HELP = """\
@@ -248,7 +252,7 @@ class GputopApp(ReplayControls, App[int]):
             update(*args)
 
     def _update_status(self) -> None:
-        events = self.store.events(1)
+        events = self.store.events(STATUS_LOOKBACK_EVENTS)
         status = self.query_one("#status", LinesView)
         # What attached sampling costs the job, as the sampler measures it: always in sight.
         cost = getattr(self.session.stacks, "cost", None) if self.session.mode != "replay" else None
@@ -256,11 +260,17 @@ class GputopApp(ReplayControls, App[int]):
         if not events:
             status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
             return
-        ev = events[-1]
-        if ev is not self._last_event:
-            self._last_event = ev
-            if ev.level in ("warning", "error"):
-                self.notify(ev.message, severity="error" if ev.level == "error" else "warning", timeout=6)
+        # Every new warning or error gets a notification (several can arrive in one tick: why an
+        # attach failed and that NVML is missing, at start); the status line keeps a recent error
+        # in sight over later routine events, so the reason something is missing stays visible.
+        seen = next((i for i in range(len(events) - 1, -1, -1) if events[i] is self._last_event), -1)
+        for new in events[seen + 1:][-3:]:
+            if new.level in ("warning", "error"):
+                self.notify(new.message, severity="error" if new.level == "error" else "warning", timeout=6)
+        self._last_event = events[-1]
+        now = self.store.now
+        errors = [e for e in events if e.level == "error" and now - e.ts <= STATUS_ERROR_KEEP_S]
+        ev = errors[-1] if errors else events[-1]
         when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
         status.set_text(Text(f"{when} {ev.source}: {ev.message}" + cost_text))
         status.set_class(ev.level == "warning", "-warning")

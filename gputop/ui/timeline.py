@@ -24,6 +24,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from ..units import fmt_length
+
 # Shading of a cell by mean utilisation (eighth blocks), and what marks idle / no data.
 LEVELS = " ▁▂▃▄▅▆▇█"
 IDLE_STYLE = "bold red"
@@ -101,10 +103,7 @@ def render_bar(cells: Sequence[Cell], position: float | None = None) -> tuple[Te
 
 
 def fmt_offset(s: float) -> str:
-    s = max(0, int(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}"
+    return fmt_length(s)
 
 
 def status_text(status: dict, width: int = 120) -> Text:
