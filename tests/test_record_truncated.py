@@ -36,3 +36,11 @@ def test_a_cut_copy_reads_what_survived_and_names_what_did_not(tmp_path, kb, pol
             assert "gpu_samples" not in r.lost_tables
             s = collect(r)  # the report reads it too
             assert s.gpus and s.damage and "truncated" in render_text(s)
+
+
+def test_a_table_whose_later_pages_were_cut_is_named_as_partly_lost(tmp_path):
+    # At 80 KB the findings and frames tables keep their first page but not the rows after it:
+    # the copy must not read as "no findings recorded" without saying so.
+    with Reader(cut(tmp_path, 80)) as r:
+        assert {"findings", "frames"} <= set(r.lost_tables), r.lost_tables
+        assert "partly lost (rows past the cut): " in r.damage and "findings" in r.damage

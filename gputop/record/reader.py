@@ -165,8 +165,21 @@ class Reader:
         lost = _salvage(copy, page, declared, actual)
         conn, app_id, version = _connect_ro(copy)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        # A table whose root page survived can still have rows on pages past the cut: walking it
+        # says so (only for a damaged file, once, at open).
+        partly = []
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            if name in lost:
+                continue
+            try:
+                conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()
+            except sqlite3.DatabaseError:
+                partly.append(name)
         cut = f" ({actual:,} of {declared:,} bytes)" if declared > actual else ""
         gone = f"; lost with the cut: {', '.join(lost)}" if lost else ""
+        if partly:
+            gone += f"; partly lost (rows past the cut): {', '.join(partly)}"
+        lost = lost + partly
         self.damage = f"{p} is truncated or damaged{cut}{gone}"
         self.lost_tables = lost
         return conn, app_id, version
