@@ -139,3 +139,33 @@ def test_a_full_disk_blames_max_size_only_when_there_is_one(max_bytes, want, unw
     text = describe_sqlite_error(exc, max_bytes)
     assert want in text and "disk full" in text
     assert unwanted is None or unwanted not in text
+
+
+def test_a_wal_that_cannot_be_folded_for_want_of_space_is_not_called_live(tmp_path, monkeypatch):
+    # A recorder stopped by a full disk leaves its -wal; folding it needs space too. That file is
+    # not "being recorded now".
+    import sqlite3
+
+    from gputop.record import reader as reader_mod
+
+    p = tmp_path / "full.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake"))
+    w.flush(SyntheticSession(t0=1_767_225_600.0).seconds(3).__next__())
+    real_connect = sqlite3.connect
+
+    class FullDisk:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, sql, *a):
+            if "journal_mode" in sql:
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.conn.execute(sql, *a)
+
+        def close(self):
+            self.conn.close()
+
+    monkeypatch.setattr(reader_mod.sqlite3, "connect", lambda *a, **k: FullDisk(real_connect(*a, **k)))
+    assert reader_mod.fold_wal(p) == "read-only"
+    w.finish()

@@ -831,8 +831,11 @@ def fold_wal(p: Path) -> str:
             conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
                          (f"{OPEN_SESSION_PREFIX}{last}", repr(time.time())))
         return "folded"
-    except sqlite3.OperationalError:
-        return "live"
+    except sqlite3.OperationalError as exc:
+        # Locked or busy: a recorder has it open. Anything else (the disk is full, so the WAL
+        # cannot be copied back) leaves it unfolded but not "being recorded".
+        why = str(exc).lower()
+        return "live" if "lock" in why or "busy" in why else "read-only"
     except sqlite3.DatabaseError:
         return "read-only"
     finally:
