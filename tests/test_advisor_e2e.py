@@ -48,7 +48,8 @@ def blocking(findings):
 
 @pytest.mark.timeout(90)
 def test_dataloader_starved_is_diagnosed():
-    findings, advisor = watch("dataloader-starved", 7.0)
+    # 10 s: the sampler takes fewer stacks when py-spy costs more CPU (a loaded 2-core machine)
+    findings, advisor = watch("dataloader-starved", 10.0)
     assert findings and findings[0].id == "data-starved", [f.id for f in findings]
     f = findings[0]
     assert "num_workers=" in f.action
