@@ -271,6 +271,10 @@ class Finding:
     gpu_index: int | None = None
     ts: float = 0.0
     first_seen: float = 0.0
+    # The most steps/s (samples/s where a finding says so) could rise, as a factor, if the
+    # change worked perfectly: an upper bound from the finding's own evidence; None: no
+    # throughput claim (a crash avoided, a fault reported).
+    gain_predicted: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,7 @@ class AnalysisContext:
     worker_stacks: tuple[StackSample, ...] = ()  # the workers' main threads
     pin_memory_thread: bool | None = None  # None: no stacks of the other threads to tell
     stuck: StuckVerdict | None = None
+    warmup: str | None = None  # what the job is warming up on (see warming_up); None: steady
     system: SystemInfo | None = None
     events: tuple[Event, ...] = ()
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
@@ -255,11 +256,74 @@ def context_from_samples(
         worker_stacks=tuple(s for s in stacks if s.is_main and s.pid in family and s.pid != target_pid and s.ts >= t0),
         pin_memory_thread=pin,
         stuck=stuck,
+        warmup=warming_up(now, target_window, main, [s for s in stacks if s.is_main and s.pid in family and s.pid != target_pid]),
         system=system,
         events=tuple(e for e in events if e.ts >= t0),
         stuck_after_s=stuck_after_s,
         window_s=window_s,
     )
+
+
+# --------------------------------------------------------------------------- warm-up
+
+# A job this young (its process's create_time) is warming up whatever its stacks say: the first
+# steps after imports allocate, initialise CUDA and tune kernels (cuDNN benchmark). Judgement:
+# importing torch takes 2-5 s, 15 s on a loaded 2-core machine (measured on the test box for the
+# CPU dataloader-starved workload: ready at 14.9 s), and the import itself shows in the stacks.
+WARMUP_AGE_S = 10.0
+# The main thread's (or the workers') stacks of the last few seconds in import machinery, a
+# torch.compile compilation or DataLoader worker start-up in at least this share: warming up,
+# at any age up to WARMUP_MAX_AGE_S. Judgement: 5 s is 25 samples at the sampler's 5 Hz; half
+# of them, so one lazy import mid-run does not hold the findings.
+WARMUP_RECENT_S = 5.0
+WARMUP_SHARE = 0.5
+# Past this age a job is not warming up, whatever it compiles: a recompile at every step (dynamic
+# shapes) is a cost to report. Judgement: compiling a large model takes minutes.
+WARMUP_MAX_AGE_S = 600.0
+
+# Compilation runs under dynamo's frame conversion; a compiled model's steady steps do not (they
+# run from the frame cache, under eval_frame.py only).
+_COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/output_graph.py",
+                  "torch/_inductor/compile_fx.py")
+_IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+_SPAWN_FILES = ("multiprocessing/popen_fork.py", "multiprocessing/popen_spawn_posix.py",
+                "multiprocessing/popen_forkserver.py")
+# An import is warm-up only when it is near the top of the stack: a training loop started from
+# inside an import (a module run by importlib) has import frames at the bottom of every stack.
+IMPORT_TOP_FRAMES = 8
+
+
+def warmup_of(s: StackSample) -> str | None:
+    """What warm-up work one stack sample shows, if any."""
+    names = [f.filename.replace("\\", "/") for f in s.frames]
+    if any(n.endswith(c) for n in names for c in _COMPILE_FILES):
+        return "compiling (torch.compile)"
+    if any(n.endswith(c) for n in names for c in _SPAWN_FILES) or any(
+        f.name.endswith("_MultiProcessingDataLoaderIter.__init__") for f in s.frames
+    ):
+        return "starting DataLoader workers"
+    if any(n in _IMPORT_FILES for n in names[:IMPORT_TOP_FRAMES]):
+        return "importing modules"
+    return None
+
+
+def warming_up(now: float, target: Sequence[ProcSample], main: Sequence[StackSample],
+               workers: Sequence[StackSample]) -> str | None:
+    """What the job is warming up on ("compiling (torch.compile)", "started 3 s ago"), or None
+    once it runs steadily. Throughput findings wait for it (advisor.engine)."""
+    born = next((p.create_time for p in reversed(target) if p.create_time), None)
+    age = None if born is None else now - born
+    if age is not None and age > WARMUP_MAX_AGE_S:
+        return None
+    for who, xs in (("", main), ("workers ", workers)):
+        recent = [s for s in xs if s.ts >= now - WARMUP_RECENT_S]
+        kinds = Counter(k for k in map(warmup_of, recent) if k)
+        if recent and sum(kinds.values()) / len(recent) >= WARMUP_SHARE:
+            what = kinds.most_common(1)[0][0]
+            return (f"DataLoader workers {what}" if who else what) + (f", job {age:.0f} s old" if age is not None else "")
+    if age is not None and age < WARMUP_AGE_S:
+        return f"the job started {age:.0f} s ago (first steps)"
+    return None
 
 
 def _gpu_state(views: Sequence[GpuView], now: float) -> str:

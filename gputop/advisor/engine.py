@@ -16,7 +16,13 @@ from typing import Callable, Iterable, Sequence
 from ..model import Event, Finding, Severity, Verdict
 from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .context import DEFAULT_WINDOW_S, build_context
-from .rules import RULES, Rule
+from .rules import RULES, THROUGHPUT_IDS, Rule
+
+# While the job warms up (imports, worker start-up, torch.compile, its first steps: see
+# advisor.context.warming_up) its rates say nothing of its steady state: the throughput findings
+# are held, and this note says why the list is quiet. Hangs and the system's faults (throttling,
+# ECC, PCIe) are not held.
+WARMUP_ID = "warming-up"
 
 # A finding must hold for two evaluations at the 1 s cadence: one outlier second (a burst of
 # loading at start, one long save) does not make a finding, and the user still sees it within
@@ -64,7 +70,10 @@ class Advisor:
 
     def run_rules(self, ctx) -> list[Finding]:
         out: list[Finding] = []
+        warmup = getattr(ctx, "warmup", None)
         for r in self.rules:
+            if warmup and r.id in THROUGHPUT_IDS:
+                continue
             try:
                 f = r.evaluate(ctx)
             except Exception as exc:  # one broken rule must not silence the others
@@ -72,6 +81,8 @@ class Advisor:
                 continue
             if f is not None:
                 out.append(f)
+        if warmup and not any(f.id == "stuck" for f in out):
+            out.append(warmup_finding(warmup, ctx.now))
         return out
 
     # ----------------------------------------------------------------- hysteresis
@@ -99,7 +110,7 @@ class Advisor:
             tr = self._tracks[fid]
             if fid in fresh:
                 continue
-            if tr.shown_since is None or now - tr.last_seen >= self.clear_after_s:
+            if tr.shown_since is None or now - tr.last_seen >= self.clear_after_s or fid == WARMUP_ID:
                 del self._tracks[fid]
         shown = [tr.finding for tr in self._tracks.values() if tr.shown_since is not None]
         shown = self._drop_superseded(shown)
@@ -115,6 +126,8 @@ class Advisor:
         return next((r for r in self.rules if r.id == fid), None)
 
     def _appear_after(self, fid: str) -> float:
+        if fid == WARMUP_ID:
+            return 0.0  # a state, not a rate: shown at once
         rule = self._rule(fid)
         if rule is not None and rule.appear_after_s is not None:
             return rule.appear_after_s
@@ -161,6 +174,19 @@ class Advisor:
         self._tracks.clear()
         self._order.clear()
         self._last_update = None
+
+
+def warmup_finding(what: str, now: float) -> Finding:
+    return Finding(
+        id=WARMUP_ID,
+        title=f"Warming up: {what}",
+        severity=Severity.INFO,
+        confidence=1.0,
+        evidence=(f"warming up: {what}",
+                  "throughput findings (data, syncs, launches, IO, copies) wait until the job runs steadily"),
+        action="nothing yet: the advice on the job's speed comes once its warm-up is over",
+        ts=now,
+    )
 
 
 def _close(a: Finding, b: Finding) -> bool:

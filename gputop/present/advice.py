@@ -121,6 +121,7 @@ def finding_dict(f: Finding, since: float | None = None) -> dict:
         "evidence": list(f.evidence),
         "action": f.action,
         "expected_gain": f.expected_gain,
+        "gain_predicted": f.gain_predicted,
     }
     if since is not None:
         d["first_seen_s"] = round(f.first_seen - since, 2) if f.first_seen else None

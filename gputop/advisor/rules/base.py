@@ -46,6 +46,7 @@ class Hit:
     gpu_index: int | None = None
     severity: Severity | None = None  # overrides the rule's default
     title: str | None = None  # overrides the rule's default
+    gain_bound: float | None = None  # Finding.gain_predicted: the upper bound the gain text states
 
 
 Check = Callable[[AnalysisContext], "Hit | None"]
@@ -79,6 +80,7 @@ class Rule:
             cost_s=round(max(0.0, hit.cost_s), 2),
             gpu_index=hit.gpu_index,
             ts=ctx.now,
+            gain_predicted=None if hit.gain_bound is None else round(hit.gain_bound, 2),
         )
 
 
@@ -132,10 +134,37 @@ def workers_cpu_line(ctx: AnalysisContext) -> str:
     return f"{w.count} loader worker{'s' if w.count != 1 else ''} at {span} CPU each"
 
 
-def gain(fraction: float) -> str:
-    if fraction >= 0.95:
-        return f"the device waits {pct(fraction)} of the time: steps/s could rise 20x or more"
-    return f"up to {1 / (1 - fraction):.1f}x steps/s if this wait disappeared ({pct(fraction)} of the time back)"
+# A wait of (nearly) all the time bounds nothing: the bound is capped as if 1 % were left.
+# Judgement: beyond 100x the number says only "the device does almost nothing".
+MIN_REMAINING = 0.01
+# A change whose own bound is below this is not worth naming: the issue's bar for a healthy job
+# (its best change gains under 10 %), the same 10 % as MIN_COST_FRACTION. Judgement.
+WORTHWHILE_GAIN = 1.1
+
+
+def wait_bound(fraction: float) -> float:
+    """Steps/s if a wait of ``fraction`` of the time disappeared entirely: 1 / (1 - f)."""
+    return 1.0 / max(MIN_REMAINING, 1.0 - fraction)
+
+
+def times(x: float) -> str:
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x" if x < 1.1 else f"{x:.1f}x"
+
+
+def bounded(fraction: float, limit: float | None = None) -> float:
+    """The smaller of the wait's bound and the change's own (``limit``)."""
+    b = wait_bound(fraction)
+    return b if limit is None else min(b, limit)
+
+
+def gain(fraction: float, limit: float | None = None, limited_by: str = "", unit: str = "steps/s") -> str:
+    """The gain as an upper bound: what removing the whole wait would give, or, when the change
+    itself can give less (``limit``, with ``limited_by`` saying why), that smaller bound."""
+    b = wait_bound(fraction)
+    if limit is not None and limit < b:
+        return (f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; "
+                f"the {pct(fraction)} of the time this costs would allow {times(b)}")
+    return f"at most {times(b)} {unit} (an upper bound: if the {pct(fraction)} of the time this costs came back in full)"
 
 
 # --------------------------------------------------------------------------- weighing

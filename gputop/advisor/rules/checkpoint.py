@@ -6,7 +6,7 @@ from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...analysis.idle import periodicity
 from ...model import Category
 from ..context import AnalysisContext
-from .base import Hit, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
+from .base import Hit, bounded, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
 
 # Checkpoint stalls are periodic and short, so the bar is lower than other causes' (base's
 # MIN_COST_FRACTION): a few % of the time (one save of ~1 s every 30 s) is already a clear, cheap
@@ -46,6 +46,7 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
             "or save less often"
         ),
         expected_gain=gain(frac),
+        gain_bound=bounded(frac),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.CHECKPOINT) or frac * 5, g.breakdown.idle_samples + 10),
         gpu_index=gpu_index(g),

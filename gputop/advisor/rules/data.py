@@ -16,7 +16,9 @@ from ...model import Category, Severity
 from ..context import AnalysisContext, GpuView
 from .base import (
     MIN_COST_S,
+    WORTHWHILE_GAIN,
     Hit,
+    bounded,
     confidence,
     data_wait_s,
     device_name,
@@ -101,6 +103,13 @@ def _loader_threads_line(ctx: AnalysisContext) -> str | None:
     )
 
 
+# What to do when more workers cannot help: the cores are the limit.
+CHEAPER_SAMPLES = (
+    "the CPUs are the limit: make each sample cheaper - decode/augment on the GPU "
+    "(torchvision.transforms.v2 on CUDA tensors, or NVIDIA DALI), cache decoded samples "
+    "(e.g. uint8 tensors in a memory-mapped file), or use a host with more cores per GPU"
+)
+
 # --------------------------------------------------------------------------- no workers
 
 
@@ -127,11 +136,33 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     host = _host_line(ctx)
     if host:
         ev.append(host)
+    # What n workers can give: each runs the loading on one core, so at best as fast as the
+    # training thread loads today, and no more of them at once than there are cores. The
+    # training thread loads for ``frac`` of the time, so n in parallel bound the rate at n / frac.
+    cores = cores_per_gpu(ctx) or ASSUMED_CORES_PER_GPU
+    parallel = max(1, min(n, cores))
+    limit = parallel / max(frac, 0.01)
+    t = ctx.target
+    if t is not None and t.cpu_mean is not None and t.cpu_mean >= MULTI_CORE_PCT:
+        today = f"today's loading uses {t.cpu_mean / 100:.1f} cores, so less if those threads do real work"
+    else:
+        today = "each loads at most as fast as the training thread does today"
+    per_gpu = " per GPU" if g.index != CPU_DEVICE else ""
+    if limit < WORTHWHILE_GAIN:
+        # Workers cannot load faster than the training thread already does on these cores.
+        action = CHEAPER_SAMPLES
+        expected = gain(frac, limit, f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: workers would only move "
+                        "the loading, not speed it up") + "; cheaper samples are bounded by how much cheaper they get"
+        ev.append(f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: DataLoader workers cannot load faster than "
+                  "the training thread does")
+    else:
+        action = f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores" + per_gpu
+        expected = gain(frac, limit, f"{n} workers on {cores} cores, {parallel} loading at once ({today})")
     return Hit(
         evidence=tuple(ev),
-        action=f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores"
-        + (" per GPU" if g.index != CPU_DEVICE else ""),
-        expected_gain=gain(frac),
+        action=action,
+        expected_gain=expected,
+        gain_bound=bounded(frac, limit),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
         gpu_index=gpu_index(g),
@@ -172,6 +203,20 @@ def workers_busy(ctx: AnalysisContext) -> bool:
     return sum(1 for s in fetching if s.active) / len(fetching) >= SATURATED_WORKER_SHARE
 
 
+# Worker stacks waiting for their next index (torch's worker loop, classified idle) in at least
+# this share of samples: the pool has its batches ready and waits for the trainer to ask, so the
+# trainer's data wait is not the pool's throughput and more workers cannot shorten it. Judgement:
+# most of the samples, as SATURATED_WORKER_SHARE.
+WORKERS_IDLE_SHARE = 0.5
+
+
+def workers_waiting_for_work(ctx: AnalysisContext) -> bool:
+    xs = ctx.worker_stacks
+    if len(xs) < MIN_WORKER_SAMPLES:
+        return False
+    return sum(1 for s in xs if s.category is Category.IDLE) / len(xs) >= WORKERS_IDLE_SHARE
+
+
 def oversubscription(ctx: AnalysisContext) -> tuple[int, int] | None:
     """(compute threads of the loader workers, cores) when they oversubscribe a busy host."""
     h, w = ctx.host, ctx.workers
@@ -187,6 +232,8 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     w = ctx.workers
     if not w.count or not enough_stacks(ctx) or oversubscription(ctx) or not workers_busy(ctx):
         return None
+    if workers_waiting_for_work(ctx):
+        return None  # the pool is ahead of the trainer: more workers cannot help
     found = worst(ctx, data_wait_s)
     if found is None or not significant(found[0], found[1]):
         return None
@@ -206,18 +253,19 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         cap = max(w.count + 1, min(w.count + int(spare), (cores_per_gpu(ctx) or w.count + int(spare)) - 2))
         n = workers_for(w.count, frac, cap)
         action = f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # was {w.count}; {spare:.0f} cores are idle"
-        expected = gain(frac)
+        # A saturated pool delivers in proportion to its workers at best: w.count -> n.
+        limit = n / w.count
+        expected = gain(frac, limit, f"the pool growing from {w.count} to {n} workers (its rate at most in proportion)")
     else:
-        action = (
-            "the CPUs are the limit: make each sample cheaper - decode/augment on the GPU "
-            "(torchvision.transforms.v2 on CUDA tensors, or NVIDIA DALI), cache decoded samples "
-            "(e.g. uint8 tensors in a memory-mapped file), or use a host with more cores per GPU"
-        )
-        expected = gain(frac) + " (bounded by how much cheaper each sample gets)"
+        # No spare cores: more workers would share the same cores; only cheaper samples help.
+        action = CHEAPER_SAMPLES
+        limit = None
+        expected = gain(frac) + "; cheaper samples get at most that, bounded by how much cheaper each one gets"
     return Hit(
         evidence=tuple(ev),
         action=action,
         expected_gain=expected,
+        gain_bound=bounded(frac, limit),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
         gpu_index=gpu_index(g),
@@ -255,6 +303,7 @@ def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
             f"# {w.count + 1} processes x {n} thread{'s' if n != 1 else ''} for {cores} cores"
         ),
         expected_gain=gain(frac) + "; threads stop evicting each other from the cores",
+        gain_bound=bounded(frac),
         cost_s=cost,
         confidence=confidence(min(1.0, threads / (cores * 4)), len(ctx.main_stacks)),
         gpu_index=gpu_index(g),
@@ -309,6 +358,8 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     w = ctx.workers
     if workers_busy(ctx):
         return None  # CPU-bound workers: see workers-saturated
+    if workers_waiting_for_work(ctx):
+        return None  # the workers have batches ready: not waiting on reads
     found = worst(ctx, data_wait_s)
     if found is None or not significant(found[0], found[1]):
         return None
@@ -338,14 +389,25 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     if iowait is not None:
         ev.append(f"iowait {iowait:.1f} cores on average, disk reads {fmt_rate(disk)}")
     n = workers_for(w.count, frac, MAX_IO_WORKERS)
+    # Storage advice needs storage evidence: iowait or a disk read rate. With neither (iowait
+    # near 0, hardly any reads) the blocked reads wait on something else (a socket, a remote
+    # service, a pipe), which a faster disk does not change.
+    storage = h is None or iowait is None or iowait >= IOWAIT_CORES or (disk or 0) >= DISK_READ_BPS
+    if storage:
+        closer = ("Then move the data closer: copy the dataset to local NVMe or RAM (/dev/shm if it fits), "
+                  "and pack small files into large shards (WebDataset tar shards, one memory-mapped array)")
+    else:
+        closer = ("Local storage is not the wait (little iowait, few disk reads): see in the worker stacks what "
+                  "the reads block on (a socket, a remote store) and speed that up or cache its answers")
+        ev.append("no storage evidence: the blocked reads are not waiting on a local disk")
+    # Blocked reads overlap at most in proportion to the readers: w.count (or the one training
+    # thread) -> n.
+    limit = n / max(1, w.count)
     return Hit(
         evidence=tuple(ev),
-        action=(
-            f"{loader_line(n, 4, pin=g.index != CPU_DEVICE)}  # reads overlap; blocked workers cost no CPU. "
-            "Then move the data closer: copy the dataset to local NVMe or RAM (/dev/shm if it fits), "
-            "and pack small files into large shards (WebDataset tar shards, one memory-mapped array)"
-        ),
-        expected_gain=gain(frac),
+        action=f"{loader_line(n, 4, pin=g.index != CPU_DEVICE)}  # reads overlap; blocked workers cost no CPU. " + closer,
+        expected_gain=gain(frac, limit, f"{n} readers instead of {max(1, w.count)} (reads overlap at most in proportion)"),
+        gain_bound=bounded(frac, limit),
         cost_s=cost,
         confidence=confidence(max(io_share, blocked, 1.0 if signals[1] else 0.0), bd.idle_samples),
         gpu_index=gpu_index(g),
@@ -391,7 +453,9 @@ def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
             f"{device_name(g)} idle {secs(c)} in the {RESPAWN_STALL_S:.0f} s after the new workers started",
         ),
         action=loader_line(w.count, pin=g.index != CPU_DEVICE) + "  # persistent_workers=True keeps the workers across epochs",
-        expected_gain=f"about {secs(c)} of GPU time back at every epoch start",
+        expected_gain=f"about {secs(c)} of GPU time back at every epoch start: "
+        + gain(c / g.breakdown.total_s).replace("steps/s", "steps/s over this window"),
+        gain_bound=bounded(c / g.breakdown.total_s),
         cost_s=c,
         confidence=0.7,
         gpu_index=gpu_index(g),

@@ -16,6 +16,7 @@ from ..context import AnalysisContext, GpuView
 from .base import (
     GPM_BUSY_UTIL_PCT,
     Hit,
+    bounded,
     confidence,
     enough_stacks,
     gain,
@@ -146,6 +147,7 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
             "in the loop (time with torch.cuda.Event(enable_timing=True) if needed); keep CUDA_LAUNCH_BLOCKING unset"
         ),
         expected_gain=gain(frac) + ": the CPU queues steps ahead again",
+        gain_bound=bounded(frac),
         cost_s=cost,
         confidence=confidence(
             max(min(1.0, pat.share * 2), 0.8 * pat.coverage if pat.steady else 0.0), len(ctx.main_stacks)
@@ -180,6 +182,7 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
             "once pinned: buf = torch.empty(shape, dtype=dtype, pin_memory=True); buf.copy_(src)"
         ),
         expected_gain=gain(frac) + "; pinned copies run at full PCIe speed and overlap compute",
+        gain_bound=bounded(frac),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.H2D) or frac, g.breakdown.idle_samples),
         gpu_index=g.index,
@@ -241,7 +244,8 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             "as a CUDA graph; or raise batch_size so each launch does more work; "
             "optimizers: torch.optim.AdamW(..., fused=True)" + bigger
         ),
-        expected_gain=f"up to {pct(frac)} of the GPU time back: fewer, larger kernels per step",
+        expected_gain=gain(frac) + ": fewer, larger kernels per step",
+        gain_bound=bounded(frac),
         cost_s=c,
         confidence=confidence(dispatch, len(ctx.main_stacks)),
         gpu_index=g.index,

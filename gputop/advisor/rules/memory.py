@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...analysis.breakdown import CPU_DEVICE
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
-from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct
+from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, times
 
 # Above this share of the card the caching allocator has no slack: one larger batch or
 # fragmentation means an OOM or cudaMalloc retries that flush the cache (each a full sync).
@@ -73,6 +73,12 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     e = g.efficiency
     factor = max(2, int(MEM_NEAR_LIMIT * BATCH_TARGET_SHARE / max(0.01, e.mem_peak_fraction or 0.01)))
     factor = min(factor, MAX_BATCH_FACTOR)
+    bd = g.breakdown
+    busy = bd.busy_s / bd.total_s if bd.total_s else 1.0
+    # Upper bound for the change named: factor x the samples per step, the busy time growing at
+    # least as factor x the share of it the SMs were active (full SMs at best), the idle time
+    # per step staying at least what it was.
+    bound = factor / max(1e-9, (1.0 - busy) + factor * busy * max(1.0, e.sm_active) / 100.0)
     return Hit(
         evidence=(
             f"{g.name} memory peaked at {fmt_bytes(e.mem_used_peak)} of {fmt_bytes(e.mem_total)} "
@@ -80,7 +86,9 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
             f"SMs active {e.sm_active:.0f} % while busy: the GPU is not full",
         ),
         action=f"raise batch_size {factor}x (and scale the learning rate, e.g. linearly with warm-up)",
-        expected_gain="more work per kernel launch and per step: higher throughput while memory allows",
+        gain_bound=bound,
+        expected_gain=f"more work per kernel launch and per step: at most {times(bound)} samples/s (an upper bound: "
+        f"{factor}x the samples per step, with SMs active {e.sm_active:.0f} % while busy, can at best fill them)",
         cost_s=0.0,
         confidence=0.6,
         gpu_index=g.index,

@@ -9,7 +9,7 @@ from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...model import Severity
 from ...analysis.throttle import POWER_MASK, THERMAL_MASK
 from ..context import AnalysisContext, GpuView
-from .base import MIN_BUSY_POLLS, Hit, pct, secs, worst
+from .base import MIN_BUSY_POLLS, Hit, bounded, gain, pct, secs, times, worst
 
 # --------------------------------------------------------------------------- clocks
 
@@ -69,7 +69,11 @@ def check_throttling(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(ev),
         action=action,
-        expected_gain=f"clocks back to maximum: about {secs(c)} of GPU time in this window",
+        # Upper bound: the throttled busy time shortened by the clock ratio (work scaling with
+        # the clock at best); the cost already counts that time.
+        expected_gain=f"clocks back to maximum: about {secs(c)} of GPU time in this window, at most "
+        f"{times(bounded(c / g.breakdown.total_s))} steps/s (an upper bound: work scaling with the clock)",
+        gain_bound=bounded(c / g.breakdown.total_s),
         cost_s=c,
         confidence=0.9,
         gpu_index=g.index,
@@ -177,13 +181,16 @@ def check_cuda_launch_blocking(ctx: AnalysisContext) -> Hit | None:
     if not _env_true(ctx.env.get("CUDA_LAUNCH_BLOCKING")):
         return None
     idle = sum(g.breakdown.idle_s for g in ctx.gpus if g.index != CPU_DEVICE)
+    total = sum(g.breakdown.total_s for g in ctx.gpus if g.index != CPU_DEVICE)
+    idle_frac = idle / total if total else 0.0
     return Hit(
         evidence=(
             f"CUDA_LAUNCH_BLOCKING={ctx.env.get('CUDA_LAUNCH_BLOCKING')} in the environment of PID {ctx.target_pid}",
             "every kernel launch waits for the kernel to finish: the CPU can never queue work ahead",
         ),
         action="unset CUDA_LAUNCH_BLOCKING (remove it from the launch script or job spec): it is for debugging only",
-        expected_gain="asynchronous launches: often 1.5-3x steps/s for small and medium kernels",
+        expected_gain="asynchronous launches" + (": " + gain(idle_frac).replace("this costs", "the GPU idles") if total else ""),
+        gain_bound=bounded(idle_frac) if total else None,
         cost_s=idle,
         confidence=1.0,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..context import AnalysisContext
-from .base import Hit, pct, secs, significant, worst
+from .base import Hit, bounded, gain, pct, secs, significant, worst
 
 
 def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
@@ -26,7 +26,9 @@ def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(ev),
         action=action,
-        expected_gain="the cause of the idle time, and its fix",
+        expected_gain="the cause of the idle time, and its fix; "
+        + gain(g.breakdown.idle_fraction),
+        gain_bound=bounded(g.breakdown.idle_fraction),
         cost_s=cost,
         confidence=0.5,
         gpu_index=g.index,

@@ -1,0 +1,130 @@
+"""Warm-up: imports, compilation, worker start-up and the first seconds hold the throughput
+findings; the pane says the job is warming up; hangs and system faults are not held."""
+
+from dataclasses import replace
+
+from gputop.advisor.context import build_context, warmup_of
+from gputop.advisor.engine import WARMUP_ID, Advisor
+from gputop.model import Category as C
+from gputop.model import Frame, ProcSample
+from gputop.present.advice import pane_lines
+from gputop.store import Store
+
+from synth import Job, periodic, stack
+
+HEALTHY_GPM = {"sm_active": 85.0, "sm_occupancy": 40.0, "tensor_active": 45.0, "fp32_active": 5.0, "fp16_active": 30.0}
+LIB = "/usr/lib/python3.11/site-packages/torch"
+COMPILING = (Frame("_compile", f"{LIB}/_dynamo/convert_frame.py", 700),
+             Frame("Net.forward", "/home/u/model.py", 20), Frame("train", "/home/u/train.py", 40))
+
+
+def born(store: Store, age_at_end: float) -> Store:
+    """The same samples, the target process started ``age_at_end`` s before the last sample."""
+    out = Store()
+    items = [store.system, *store.gpu_info.values()]
+    for i in store.gpu_indices():
+        items += store.util_window(i, 0) + store.gpu_window(i, 0)
+    items += store.host_window(0) + store.stack_window(0)
+    for pid in store.procs_latest():
+        items += [replace(p, create_time=store.now - age_at_end) if p.role == "target" else p
+                  for p in store.proc_window(pid, 0)]
+    items += store.gpu_processes()
+    items.sort(key=lambda s: s.ts)
+    for s in items:
+        out.add([s])
+    return out
+
+
+def evaluate(store):
+    ctx = build_context(store, window_s=60.0, stuck_after_s=30.0)
+    adv = Advisor()
+    found = {f.id: f for f in adv.run_rules(ctx)}
+    assert adv.errors == {}
+    return found, ctx
+
+
+def job_store(seconds: float, compiling: bool, age: float | None, **kw) -> Store:
+    # GPU busy 40 % of each second; the main thread loads data the rest (num_workers=0) and,
+    # while compiling, shows dynamo's compile frames in its busy part and part of its loading
+    def main(t):
+        if t % 1.0 < 0.4 - 1e-9:
+            return C.FORWARD
+        return C.DATA_FETCH
+
+    kw.setdefault("gpu", HEALTHY_GPM)
+    job = Job(seconds=seconds, util=periodic(1.0, 0.4), main=main, **kw)
+    st = job.store()
+    if compiling:
+        # replace the main thread's samples of the last 5 s: 60 % of them in the compiler
+        keep = st.stack_window(0)
+        st2 = Store()
+        items = [st.system, *st.gpu_info.values()]
+        for i in st.gpu_indices():
+            items += st.util_window(i, 0) + st.gpu_window(i, 0)
+        items += st.host_window(0) + st.gpu_processes()
+        for pid in st.procs_latest():
+            items += st.proc_window(pid, 0)
+        for k, s in enumerate(keep):
+            if s.ts >= st.now - 5.0 and k % 5 < 3:
+                s = stack(s.ts, C.FORWARD, frames=COMPILING)
+            items.append(s)
+        items.sort(key=lambda s: s.ts)
+        for s in items:
+            st2.add([s])
+        st = st2
+    return born(st, age) if age is not None else st
+
+
+def test_warmup_of_a_stack():
+    assert warmup_of(stack(0, C.FORWARD, frames=COMPILING)) == "compiling (torch.compile)"
+    imp = (Frame("<module>", f"{LIB}/nn/__init__.py", 1), Frame("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
+           Frame("_find_and_load", "<frozen importlib._bootstrap>", 1176), Frame("<module>", "/home/u/train.py", 1))
+    assert warmup_of(stack(0, C.OTHER, frames=imp)) == "importing modules"
+    # a loop run from inside an import: import frames only at the bottom of a deep stack
+    deep = tuple(Frame(f"f{i}", "/home/u/model.py", i) for i in range(10)) + imp[1:]
+    assert warmup_of(stack(0, C.FORWARD, frames=deep)) is None
+    steady = (Frame("_fn", f"{LIB}/_dynamo/eval_frame.py", 600), Frame("train", "/home/u/train.py", 40))
+    assert warmup_of(stack(0, C.FORWARD, frames=steady)) is None  # a compiled model's steady step
+
+
+def test_a_young_compiling_job_is_warming_up_and_60_s_later_data_starved():
+    found, ctx = evaluate(job_store(3.0, compiling=True, age=3.0))
+    assert ctx.warmup and ctx.warmup.startswith("compiling (torch.compile)")
+    assert "data-starved" not in found
+    assert found[WARMUP_ID].title.startswith("Warming up: compiling")
+    # the same data-starved evidence, the job 60 s old and its compilation over
+    found, ctx = evaluate(job_store(20.0, compiling=False, age=60.0))
+    assert ctx.warmup is None and "data-starved" in found and WARMUP_ID not in found
+
+
+def test_the_first_seconds_are_warm_up_by_age_alone():
+    found, ctx = evaluate(job_store(5.0, compiling=False, age=5.0))
+    assert ctx.warmup == "the job started 5 s ago (first steps)"
+    assert "data-starved" not in found and WARMUP_ID in found
+
+
+def test_a_long_compile_holds_until_the_age_limit():
+    found, ctx = evaluate(job_store(20.0, compiling=True, age=120.0))
+    assert ctx.warmup and "data-starved" not in found
+    found, ctx = evaluate(job_store(20.0, compiling=True, age=700.0))
+    assert ctx.warmup is None and "data-starved" in found
+
+
+def test_system_findings_are_not_held_while_warming_up():
+    job = Job(seconds=5.0, gpu={**HEALTHY_GPM, "throttle_reasons": 0x20, "sm_clock_mhz": 1700, "temperature_c": 88.0})
+    found, ctx = evaluate(born(job.store(), 5.0))
+    assert ctx.warmup and "throttling" in found
+
+
+def test_the_pane_and_the_engine_say_warming_up_not_no_findings():
+    st = job_store(3.0, compiling=True, age=3.0)
+    adv = Advisor()
+    shown = adv.evaluate(st)
+    assert [f.id for f in shown] == [WARMUP_ID]  # at once, no hysteresis
+    text = "\n".join("".join(t for t, _ in ln) for ln in pane_lines(shown, []))
+    assert "Warming up: compiling (torch.compile)" in text and "No findings" not in text
+    # once warm, the note goes at once
+    later = job_store(20.0, compiling=False, age=60.0)
+    adv2 = Advisor()
+    adv2.update(adv.run_rules(build_context(st)), 1.0)
+    assert WARMUP_ID not in {f.id for f in adv2.update(adv.run_rules(build_context(later)), 2.0)}
