@@ -70,6 +70,8 @@ class Session:
     replay: Source | None = None
     advisor: Source | None = None
     stuck_watch: Source | None = None
+    # One sampler per other local rank of a multi-rank job (``stacks`` samples the target rank).
+    rank_stacks: tuple[Source, ...] = ()
     recorder: object | None = None  # the Recorder while one is attached
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
@@ -120,6 +122,9 @@ class Session:
             check_attachable(pid)
             if self.stacks is not None:
                 self.pipeline.remove_source(self.stacks)
+            for src in self.rank_stacks:
+                self.pipeline.remove_source(src)  # the new target is one process, not the old job
+            self.rank_stacks = ()
             self.stacks = stack_sampler(pid, clock=self.clock, rate=self.sample_rate)
             self.target_pid = pid
             self.attach_error = None
@@ -172,6 +177,10 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     store = store or Store()
     attach_note: Event | None = None
     pid = config.pid
+    job = _find_job(pid, clock) if pid is not None else None
+    if job is not None:
+        store.add([job[1]])
+        pid = job[0][0]  # the launcher has no training stack: rank 0 stands in for it
     if pid is not None:
         from .sources.stacks import AttachError, check_attachable
 
@@ -201,7 +210,14 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     session.host = HostSource(interval=config.interval, pids=pids_to_watch, clock=clock, target_pid=pid,
                               top_cpu=0 if gpu is not None else 15)
     if pid is not None and attach_note is None:
-        session.stacks = stack_sampler(pid, clock=clock, rate=config.sample_rate)
+        # Every rank is sampled, the budget shared among them so the total stays what one costs.
+        from .sources.stacks import DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET
+
+        n = len(job[0]) if job is not None else 1
+        share = dict(rate=config.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n)
+        session.stacks = stack_sampler(pid, clock=clock, **share)
+        if job is not None:
+            session.rank_stacks = tuple(stack_sampler(p, clock=clock, **share) for p in job[0][1:])
     if pid is not None:
         session.procfs = procfs_reader(pid, clock=clock)  # the kernel's view, Python or not
     if attach_note is not None:
@@ -211,7 +227,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     from .analysis.stuck import StuckWatch
 
     session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
-    for src in (gpu, session.host, session.procfs, session.stacks, session.stuck_watch):
+    for src in (gpu, session.host, session.procfs, session.stacks, *session.rank_stacks, session.stuck_watch):
         if src is not None:
             session.pipeline.add_source(src)
     if config.advisor:
@@ -247,6 +263,21 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
     if advisor:
         _add_advisor(session)
     return session
+
+
+def _find_job(pid: int, clock) -> tuple[list[int], Event] | None:
+    """The PIDs to sample for ``pid``'s job (the target first: the given rank, or rank 0 for a
+    launcher) and the event that names every rank (``analysis.ranks`` reads it back, live and in
+    a recording). None: not a multi-rank job."""
+    from .analysis.ranks import ranks_message
+    from .sources.ranks import find_ranks
+
+    job = find_ranks(pid)
+    if job is None:
+        return None
+    target = pid if job.given_is_rank else job.ranks[0].pid
+    pids = [target] + [r.pid for r in job.ranks if r.pid != target]
+    return pids, Event(clock(), "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
 
 
 def _add_advisor(session: Session) -> None:

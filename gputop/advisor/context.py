@@ -8,7 +8,7 @@ timelines (``context_from_samples``) exactly as they run live or on a replay.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis.breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
@@ -23,7 +23,9 @@ from ..analysis.efficiency import (
     proc_stats,
     worker_stats,
 )
+from ..analysis.hang import COLLECTIVE, diagnose
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
+from ..analysis.ranks import RankView, moving_ranks, rank_map, rank_views
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
@@ -93,6 +95,7 @@ class AnalysisContext:
     events: tuple[Event, ...] = ()
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     window_s: float = DEFAULT_WINDOW_S
+    ranks: tuple[RankView, ...] = ()  # a multi-rank job's local ranks, each from its own stacks
 
     @property
     def cores(self) -> int | None:
@@ -242,6 +245,16 @@ def context_from_samples(
             tasks=family_tasks(tasks or {}, target_pid),
             gpu_idle_s=min(reaches) if reaches else 0.0,
         )
+    pid_rank = rank_map(events)
+    moving = moving_ranks(pid_rank, stacks, stuck.since, target_pid) if stuck is not None and stuck.stuck and stuck.since else []
+    if stuck is not None and stuck.diagnosis is not None and stuck.diagnosis.kind == COLLECTIVE and moving:
+        stuck = replace(stuck, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "
+                        "a straggler, not a hang", early=False, confidence=0.0, evidence=(), diagnosis=None)
+    elif stuck is not None and stuck.diagnosis is not None and stuck.diagnosis.kind == COLLECTIVE and pid_rank:
+        # The same diagnosis, its parties named by rank: the rank that never arrives is named.
+        fam = family_tasks(tasks or {}, target_pid)
+        stuck = replace(stuck, diagnosis=diagnose(main_history[-1], stuck.others, target_pid, stuck.gpu,
+                                                  {p: ss[-1] for p, ss in fam.items() if ss}, ranks=pid_rank))
     return AnalysisContext(
         now=now,
         t0=win_t0,
@@ -261,6 +274,7 @@ def context_from_samples(
         events=tuple(e for e in events if e.ts >= t0),
         stuck_after_s=stuck_after_s,
         window_s=window_s,
+        ranks=rank_views(pid_rank, stacks, t0, gpu_processes) if pid_rank else (),
     )
 
 

@@ -201,14 +201,16 @@ def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
     return "blocked", "blocked"
 
 
-def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample]) -> Party:
+def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample], ranks: Mapping[int, int] | None = None) -> Party:
     st = _state_of(s, tasks)
     waits, what = waits_on(s, st)
     worker = s.pid != target
     if not worker:
         label = "main thread" if s.is_main else f"thread {s.thread_name or s.os_thread_id or s.thread_id}"
     else:
-        label = f"worker {s.pid}" + ("" if s.is_main else f" thread {s.thread_name or s.thread_id}")
+        # Another rank of a multi-rank job is named by its rank: that is what the user launched.
+        who = f"rank {ranks[s.pid]} (pid {s.pid})" if ranks and s.pid in ranks else f"worker {s.pid}"
+        label = who + ("" if s.is_main else f" thread {s.thread_name or s.thread_id}")
     f = project_frame(s.frames) or (own_frames(s.frames)[0] if s.frames else None)
     return Party(pid=s.pid, tid=st.tid if st else s.os_thread_id, label=label, where=where(s.frames),
                  code=f.code if f is not None else None, waits=waits, what=what + _kernel_words(st), state=st,
@@ -221,9 +223,9 @@ def _boring(p: Party) -> bool:
 
 
 def parties(main: StackSample, others: Sequence[StackSample], target: int,
-            tasks: Mapping[int, TaskSample]) -> tuple[Party, ...]:
+            tasks: Mapping[int, TaskSample], ranks: Mapping[int, int] | None = None) -> tuple[Party, ...]:
     """The main thread, the target's other threads and each worker's threads (main first)."""
-    ps = [party(main, target, tasks)] + [party(s, target, tasks) for s in others]
+    ps = [party(main, target, tasks, ranks)] + [party(s, target, tasks, ranks) for s in others]
     keep = [p for p in ps if not _boring(p)]
     rest = [p for p in ps if _boring(p)]
     return tuple((keep + rest)[:MAX_PARTIES])
@@ -237,10 +239,11 @@ def _at(p: Party) -> str:
 
 
 def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu: str = "unknown",
-             tasks: Mapping[int, TaskSample] | None = None) -> Diagnosis:
-    """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid."""
+             tasks: Mapping[int, TaskSample] | None = None, ranks: Mapping[int, int] | None = None) -> Diagnosis:
+    """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid;
+    ``ranks``: pid -> rank of a multi-rank job's processes (the others are named by rank)."""
     tasks = tasks or {}
-    ps = parties(main, others, target, tasks)
+    ps = parties(main, others, target, tasks, ranks)
     m = ps[0]
     workers = [p for p in ps if p.worker and p.main is False]
     worker_mains = [p for p in workers if " thread " not in p.label]
@@ -264,8 +267,12 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
         elsewhere = [p for p in worker_mains if p.waits != "collective"]
         ev = [f"{_at(p)} waits in a collective" for p in coll]
         ev += [f"{_at(p)} is elsewhere ({p.what}): the rank the others wait for" for p in elsewhere]
+        absent = [p for p in elsewhere if ranks and p.pid in ranks]
+        summary = (f"collective wait: {_at(coll[0])} waits for {absent[0].label}, which never arrives "
+                   f"(it is at {absent[0].where})" if absent else
+                   f"collective wait: {_at(coll[0])} waits for a rank that never arrives")
         return Diagnosis(
-            COLLECTIVE, f"collective wait: {_at(coll[0])} waits for a rank that never arrives", ps, tuple(ev),
+            COLLECTIVE, summary, ps, tuple(ev),
             f"find the rank that is elsewhere: gputop stacks --pid PID on every rank; {dist_timeout}",
             native=gpu == "busy")
 

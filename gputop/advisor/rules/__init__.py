@@ -27,7 +27,7 @@ from .data import (
     check_workers_saturated,
     workers_for,
 )
-from .distributed import check_collective_wait
+from .distributed import check_collective_wait, check_rank_straggler
 from .host import check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_headroom, check_memory_near_limit
 from .precision import check_no_tensor_cores
@@ -54,6 +54,7 @@ THROUGHPUT_IDS = (
     "pageable-h2d",
     "checkpoint-stall",
     "collective-wait",
+    "rank-straggler",
     "launch-bound",
     "no-tensor-cores",
     "memory-headroom",
@@ -74,6 +75,7 @@ RULES: tuple[Rule, ...] = (
     Rule("pageable-h2d", "GPU waits for host-to-device copies", W, check_pageable_h2d),
     Rule("host-sync", "Host-device syncs every step", W, check_host_sync),
     Rule("checkpoint-stall", "Checkpoint saves stall the GPU", W, check_checkpoint_stall),
+    Rule("rank-straggler", "One rank holds the others back", W, check_rank_straggler),
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),

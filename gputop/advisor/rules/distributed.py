@@ -6,8 +6,9 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 from __future__ import annotations
 
 from ...analysis.breakdown import Bucket
+from ...analysis.ranks import straggler
 from ..context import AnalysisContext
-from .base import Hit, confidence, gain, idle_line, labels_line, pct, significant, worst
+from .base import MIN_MAIN_SAMPLES, Hit, confidence, gain, idle_line, labels_line, pct, significant, worst
 
 
 def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
@@ -37,3 +38,45 @@ def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
         title=f"{g.name} waits on collectives {pct(frac)} of the time",
     )
 
+
+# rank-straggler: every other rank spends at least this share of its main thread's samples in
+# collectives (judgement: a third of the time waiting is a pattern, not jitter) ...
+OTHERS_WAIT_MIN = 0.30
+# ... and the straggler's share is this much below the least-waiting of them (judgement: ranks
+# doing the same work wait alike within a few points; a quarter of the time apart is a rank that
+# does something else while the others wait for it).
+STRAGGLER_GAP = 0.25
+
+
+def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
+    """One rank does something else while the other ranks wait for it in collectives."""
+    found = straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES)
+    if found is None:
+        return None
+    slow, waiting = found.slow, found.waiting
+    names = ", ".join(str(v.rank) for v in waiting)
+    fn = next((v.collective_fn for v in waiting if v.collective_fn), None) or "collectives"
+    wait_share = min(v.collective for v in waiting)
+    doing = (f"spends {pct(slow.hot_share)} in `{slow.hot}`" if slow.hot
+             else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
+    ev = [f"rank {slow.rank} (pid {slow.pid}) {doing} while rank{'s' if len(waiting) > 1 else ''} {names} "
+          f"wait{'' if len(waiting) > 1 else 's'} in {fn} {pct(wait_share)}"]
+    for v in (slow, *waiting):
+        top = ", ".join(f"{c.value} {pct(sh)}" for c, sh in v.shares[:3])
+        gpu = f", GPU {v.gpu}" if v.gpu is not None else ""
+        ev.append(f"rank {v.rank} (pid {v.pid}{gpu}): {top} of {v.samples} samples"
+                  + (f"; hot: {v.hot} {pct(v.hot_share)}" if v.hot else ""))
+    where = f"`{slow.hot}`" if slow.hot else f"rank {slow.rank}'s non-collective work"
+    # What the other ranks lose is their wait: the straggler's extra time is the job's step time.
+    cost = wait_share * (ctx.t1 - ctx.t0) * len(waiting)
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into "
+                "DataLoader workers (num_workers>0, pin_memory=True) or precompute it, and give every rank the "
+                f"same amount of work; then compare: gputop stacks --pid {slow.pid}"),
+        expected_gain=gain(wait_share),
+        cost_s=cost,
+        confidence=confidence(min(1.0, wait_share - slow.collective + 0.5), min(v.samples for v in (slow, *waiting))),
+        gpu_index=slow.gpu,
+        title=f"rank {slow.rank} is the straggler: the other ranks wait {pct(wait_share)} in {fn} for it",
+    )
