@@ -1,0 +1,59 @@
+"""A 2-rank gloo job for the multi-rank tests, started with ``python -m torch.distributed.run``.
+
+Modes: ``healthy`` (both ranks do the same light work between all-reduces), ``straggler`` (rank 1 builds
+its batch in slow pure Python, rank 0 waits for it in all_reduce), ``hang`` (rank 1 never reaches
+the all_reduce rank 0 waits in). Each rank prints "ready" once the process group works.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def load_batch(n: int) -> torch.Tensor:
+    # The slow Python data path: per-element work the interpreter does one item at a time.
+    total = 0.0
+    for i in range(n):
+        total += ((i * 7) % 13) ** 0.5
+    return torch.full((64,), total / n)
+
+
+def train_step(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    for _ in range(4):
+        x = torch.tanh(w @ x)
+    return x
+
+
+def never_arrives() -> None:
+    while True:
+        time.sleep(0.05)
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    w = torch.randn(64, 64) / 8
+    dist.all_reduce(torch.ones(4))
+    print(f"rank {rank} ready", flush=True)
+    while True:
+        if mode == "straggler" and rank == 1:
+            batch = load_batch(150_000)
+        elif mode == "healthy":
+            # Equal light work and a pause on both ranks: balanced even on a busy shared machine.
+            batch = load_batch(2_000)
+            time.sleep(0.02)
+        else:
+            batch = torch.ones(64)
+        if mode == "hang" and rank == 1:
+            never_arrives()
+        dist.all_reduce(train_step(w, batch))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Multi-rank jobs: the ranks found from the launcher's PID, the straggler named with its
+function, the rank that never reaches the collective named, a healthy job silent. The slow tests
+start real 2-rank gloo jobs with torch.distributed.run and attach ``gputop advise`` to the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gputop.analysis.ranks import rank_map, rank_view, ranks_message, straggler
+from gputop.model import Category, Event, Frame, StackSample
+from proc_helpers import kill_tree
+
+JOB = Path(__file__).with_name("rank_job.py")
+DIST = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def _main(pid, i, frames, cat, active=False):
+    return StackSample(ts=float(i), pid=pid, thread_id=pid, frames=frames, active=active, is_main=True, category=cat)
+
+
+def test_rank_map_reads_back_the_session_event():
+    msg = ranks_message({101: 0, 102: 1}, 100)
+    assert rank_map([Event(0.0, "ranks", msg)]) == {101: 0, 102: 1}
+
+
+def test_straggler_is_the_rank_that_does_not_wait():
+    coll = (Frame("all_reduce", DIST, 10), Frame("main", "/p/train.py", 50))
+    load = (Frame("load_batch", "/p/train.py", 40), Frame("main", "/p/train.py", 48))
+    r0 = rank_view(0, 101, [_main(101, i, coll, Category.COLLECTIVE) for i in range(20)])
+    r1 = rank_view(1, 102, [_main(102, i, load if i % 5 else coll, Category.OTHER if i % 5 else Category.COLLECTIVE)
+                            for i in range(20)])
+    found = straggler([r0, r1], 0.3, 0.25, min_samples=10)
+    assert found is not None and found.slow.rank == 1 and found.slow.hot.startswith("load_batch (") and found.slow.hot.endswith("train.py:40)")
+    assert r0.collective_fn == "all_reduce"
+    assert straggler([r0, r0], 0.3, 0.25) is None
+
+
+def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10) -> tuple[dict, float]:
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+               OMP_NUM_THREADS="1")
+    log = tmp_path / f"{mode}.log"
+    with open(log, "w") as out:
+        job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                str(JOB), mode], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        t0 = time.monotonic()
+        while log.read_text().count("ready") < 2:  # both ranks past their first all_reduce
+            assert job.poll() is None and time.monotonic() - t0 < 60, log.read_text()[-2000:]
+            time.sleep(0.1)
+        t1 = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
+                              str(duration), "--json"], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout), time.monotonic() - t1
+    finally:
+        kill_tree(job)
+
+
+@pytest.mark.slow
+def test_straggler_rank_is_named_with_its_function(tmp_path):
+    report, took = _advise_on_job("straggler", tmp_path)
+    ids = [f["id"] for f in report["findings"]]
+    assert "stuck" not in ids, report["findings"]
+    f = next(f for f in report["findings"] if f["id"] == "rank-straggler")
+    assert f["title"].startswith("rank 1 is the straggler")
+    assert "load_batch (tests/rank_job.py:" in f["evidence"][0] and "all_reduce" in f["evidence"][0], f["evidence"]
+    print(f"straggler named in a {took:.1f} s advise run")
+
+
+@pytest.mark.slow
+def test_rank_that_never_arrives_is_named_by_the_stuck_finding(tmp_path):
+    report, took = _advise_on_job("hang", tmp_path)
+    f = next(f for f in report["findings"] if f["id"] == "stuck")
+    assert "waits for rank 1 (pid" in f["title"] and "never_arrives" in f["title"], f["title"]
+    assert any("rank 1 (pid" in e and "is elsewhere" in e for e in f["evidence"]), f["evidence"]
+    print(f"hang named in a {took:.1f} s advise run")
+
+
+@pytest.mark.slow
+def test_healthy_two_rank_job_is_silent(tmp_path):
+    report, took = _advise_on_job("healthy", tmp_path, duration=8)
+    loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
+    assert not loud, loud
