@@ -128,3 +128,11 @@ def test_the_pane_and_the_engine_say_warming_up_not_no_findings():
     adv2 = Advisor()
     adv2.update(adv.run_rules(build_context(st)), 1.0)
     assert WARMUP_ID not in {f.id for f in adv2.update(adv.run_rules(build_context(later)), 2.0)}
+
+
+def test_oversubscription_is_not_held_while_the_job_warms_up():
+    # It is read from the configuration, and it is what can make a start-up crawl.
+    from gputop.advisor.engine import HELD_WHILE_WARMING
+
+    assert "cpu-oversubscribed" not in HELD_WHILE_WARMING
+    assert {"data-starved", "workers-saturated", "io-bound", "host-sync"} <= set(HELD_WHILE_WARMING)
