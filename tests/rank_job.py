@@ -7,7 +7,9 @@ the all_reduce rank 0 waits in). Each rank prints "ready" once the process group
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 
 import torch
@@ -33,7 +35,16 @@ def never_arrives() -> None:
         time.sleep(0.05)
 
 
+def _exit_with_the_launcher() -> None:
+    # A test killed mid-run (a timeout) may leave no one to stop the ranks: they would spin on.
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main() -> None:
+    threading.Thread(target=_exit_with_the_launcher, daemon=True).start()
     mode = sys.argv[1]
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
