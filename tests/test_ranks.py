@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gputop.advisor.context import WARMUP_AGE_S
 from gputop.analysis.ranks import rank_map, rank_view, ranks_message, straggler
 from gputop.model import Category, Event, Frame, StackSample
 from proc_helpers import kill_tree
@@ -42,7 +43,7 @@ def test_straggler_is_the_rank_that_does_not_wait():
     assert straggler([r0, r0], 0.3, 0.25) is None
 
 
-def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10) -> tuple[dict, float]:
+def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10, past_warmup: bool = False) -> tuple[dict, float]:
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                OMP_NUM_THREADS="1")
     log = tmp_path / f"{mode}.log"
@@ -54,6 +55,9 @@ def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10) -> tuple[dict,
         while log.read_text().count("ready") < 2:  # both ranks past their first all_reduce
             assert job.poll() is None and time.monotonic() - t0 < 60, log.read_text()[-2000:]
             time.sleep(0.1)
+        if past_warmup:
+            # Throughput findings wait out a job's first seconds (its warm-up): attach after it.
+            time.sleep(max(0.0, t0 + WARMUP_AGE_S + 0.5 - time.monotonic()))
         t1 = time.monotonic()
         res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
                               str(duration), "--json"], capture_output=True, text=True, timeout=60)
@@ -65,7 +69,7 @@ def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10) -> tuple[dict,
 
 @pytest.mark.slow
 def test_straggler_rank_is_named_with_its_function(tmp_path):
-    report, took = _advise_on_job("straggler", tmp_path)
+    report, took = _advise_on_job("straggler", tmp_path, past_warmup=True)
     ids = [f["id"] for f in report["findings"]]
     assert "stuck" not in ids, report["findings"]
     f = next(f for f in report["findings"] if f["id"] == "rank-straggler")
