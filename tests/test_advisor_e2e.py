@@ -19,7 +19,10 @@ pytestmark = [
 ]
 
 
-def watch(scenario: str, seconds: float, stuck_after: float = 30.0):
+def watch(scenario: str, seconds: float, stuck_after: float = 30.0, past_warmup: bool = False):
+    import psutil
+
+    from gputop.advisor.context import WARMUP_AGE_S
     from gputop.commands.demo import start_workload
     from gputop.session import Config, open_live
 
@@ -27,6 +30,10 @@ def watch(scenario: str, seconds: float, stuck_after: float = 30.0):
     session = None
     try:
         work.wait_ready(120)
+        if past_warmup:
+            # Throughput findings wait out a job's first seconds: attach once they are over.
+            age = time.time() - psutil.Process(work.pid).create_time()
+            time.sleep(max(0.0, WARMUP_AGE_S + 0.5 - age))
         try:
             session = open_live(Config(pid=work.pid, stuck_after=stuck_after, window=60.0))
         except UserError as exc:  # no ptrace permission here
@@ -49,7 +56,7 @@ def blocking(findings):
 @pytest.mark.timeout(90)
 def test_dataloader_starved_is_diagnosed():
     # 10 s: the sampler takes fewer stacks when py-spy costs more CPU (a loaded 2-core machine)
-    findings, advisor = watch("dataloader-starved", 10.0)
+    findings, advisor = watch("dataloader-starved", 10.0, past_warmup=True)
     assert findings and findings[0].id == "data-starved", [f.id for f in findings]
     f = findings[0]
     assert "num_workers=" in f.action
