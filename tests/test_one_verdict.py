@@ -63,6 +63,13 @@ def test_ui_advise_record_and_replay_reach_the_same_verdict(tmp_path):
     work = start_workload("dataloader-starved", "cpu")
     try:
         work.wait_ready(120)
+        # Past the job's warm-up (throughput findings wait out its first seconds), so the UI, the
+        # recording, its replay and `advise` all watch the steady job.
+        import psutil
+
+        from gputop.advisor.context import WARMUP_AGE_S
+
+        time.sleep(max(0.0, WARMUP_AGE_S + 0.5 - (time.time() - psutil.Process(work.pid).create_time())))
         try:
             # as `gputop --pid P` opens it
             live = open_live(Config(pid=work.pid, advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S))
