@@ -68,6 +68,7 @@ class Party:
     category: Category | None = None
     worker: bool = False
     main: bool = False
+    collective: str | None = None  # the torch.distributed function it waits in ("all_reduce")
 
     def line(self) -> str:
         code = f"  `{self.code}`" if self.code else ""
@@ -205,7 +206,10 @@ def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample], ranks: M
     st = _state_of(s, tasks)
     waits, what = waits_on(s, st)
     worker = s.pid != target
-    if not worker:
+    if not worker and ranks and s.pid in ranks:
+        # The target is a rank too: "main thread" would not say which one to a multi-rank user.
+        label = f"rank {ranks[s.pid]} (pid {s.pid})" + ("" if s.is_main else f" thread {s.thread_name or s.thread_id}")
+    elif not worker:
         label = "main thread" if s.is_main else f"thread {s.thread_name or s.os_thread_id or s.thread_id}"
     else:
         # Another rank of a multi-rank job is named by its rank: that is what the user launched.
@@ -214,7 +218,15 @@ def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample], ranks: M
     f = project_frame(s.frames) or (own_frames(s.frames)[0] if s.frames else None)
     return Party(pid=s.pid, tid=st.tid if st else s.os_thread_id, label=label, where=where(s.frames),
                  code=f.code if f is not None else None, waits=waits, what=what + _kernel_words(st), state=st,
-                 category=s.category, worker=worker, main=s.is_main and not worker)
+                 category=s.category, worker=worker, main=s.is_main and not worker,
+                 collective=collective_fn(s) if waits == "collective" else None)
+
+
+def collective_fn(s: StackSample) -> str | None:
+    """The torch.distributed function a stack is in ("all_reduce"): its newest such frame (the
+    outer ones are decorators such as c10d_logger's ``wrapper``); None outside torch.distributed."""
+    fn = next((f.name for f in own_frames(s.frames) if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
+    return fn.rsplit(".", 1)[-1] if fn else None
 
 
 def _boring(p: Party) -> bool:
@@ -264,17 +276,7 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
 
     coll = [p for p in ps if p.waits == "collective"]
     if coll:
-        elsewhere = [p for p in worker_mains if p.waits != "collective"]
-        ev = [f"{_at(p)} waits in a collective" for p in coll]
-        ev += [f"{_at(p)} is elsewhere ({p.what}): the rank the others wait for" for p in elsewhere]
-        absent = [p for p in elsewhere if ranks and p.pid in ranks]
-        summary = (f"collective wait: {_at(coll[0])} waits for {absent[0].label}, which never arrives "
-                   f"(it is at {absent[0].where})" if absent else
-                   f"collective wait: {_at(coll[0])} waits for a rank that never arrives")
-        return Diagnosis(
-            COLLECTIVE, summary, ps, tuple(ev),
-            f"find the rank that is elsewhere: gputop stacks --pid PID on every rank; {dist_timeout}",
-            native=gpu == "busy")
+        return _collective(ps, coll, worker_mains, ranks or {}, gpu, dist_timeout)
 
     disk = [p for p in ps if p.waits == "disk"]
     if disk:
@@ -362,6 +364,56 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
     return Diagnosis(
         UNKNOWN, f"{_at(m)} {m.what}", ps, ev,
         f"see every thread: py-spy dump --pid {target} --locals; native frames: {native}; {dump}", native=True)
+
+
+def _collective(ps: Sequence[Party], coll: Sequence[Party], worker_mains: Sequence[Party], ranks: Mapping[int, int],
+                gpu: str, dist_timeout: str) -> Diagnosis:
+    """Parties wait in a collective. With the ranks known, each rank's main thread is compared
+    with the collective the most of them wait in: a rank elsewhere never arrives (named with
+    what it does instead), a rank in another collective is a desync (the ranks called
+    different collectives, or the same in another order)."""
+    rank_mains = [p for p in ps if p.pid in ranks and " thread " not in p.label and (p.main or p.worker)]
+    fns = {p.pid: p.collective for p in rank_mains if p.collective}
+    common = max(set(fns.values()), key=lambda f: (list(fns.values()).count(f), f)) if fns else None
+    if rank_mains:
+        elsewhere = [p for p in rank_mains if p.waits != "collective"]
+        other_coll = [p for p in rank_mains if p.waits == "collective" and common and p.collective != common]
+        waiting = [p for p in rank_mains if p.waits == "collective" and p not in other_coll]
+    else:
+        elsewhere, other_coll, waiting = [p for p in worker_mains if p.waits != "collective"], [], list(coll)
+    waiting = waiting or list(coll)
+    in_fn = f" in {common}" if common else ""
+    ev = [f"{_at(p)} waits in a collective" + (f" ({p.collective})" if p.collective else "") for p in coll]
+    ev += [f"{_at(p)} is elsewhere ({p.what}): the rank the others wait for" for p in elsewhere]
+    ev += [f"{_at(p)} waits in {p.collective} instead of {common}: a desync" for p in other_coll]
+    names = ", ".join(p.label for p in waiting[:3]) + (" …" if len(waiting) > 3 else "")
+    absent = [p for p in elsewhere if p.pid in ranks]
+    if absent:
+        a = absent[0]
+        summary = (f"collective wait: {names} wait{'s' if len(waiting) == 1 else ''}{in_fn} for {a.label}, which "
+                   f"never arrives: it is at {a.where}, {_doing(a)} instead")
+    elif other_coll:
+        o = other_coll[0]
+        summary = (f"collective desync: {names} wait{'s' if len(waiting) == 1 else ''} in {common} while "
+                   f"{o.label} waits in {o.collective} (at {o.where})")
+    else:
+        summary = f"collective wait: {_at(coll[0])} waits for a rank that never arrives"
+    action = f"find the rank that is elsewhere: gputop stacks --pid PID on every rank; {dist_timeout}"
+    if absent:
+        action = (f"see why {absent[0].label} stops before the collective: gputop stacks --pid {absent[0].pid}; "
+                  f"every rank must reach the same collectives in the same order; {dist_timeout}")
+    elif other_coll:
+        action = ("make every rank call the same collectives in the same order (a collective under a rank-dependent "
+                  f"`if`, or a different number of steps per rank, desyncs them); TORCH_DISTRIBUTED_DEBUG=DETAIL "
+                  f"names the mismatched call (debugging only); {dist_timeout}")
+    return Diagnosis(COLLECTIVE, summary, tuple(ps), tuple(ev), action, native=gpu == "busy")
+
+
+def _doing(p: Party) -> str:
+    """What a party does, in a few words: 'computing (forward)', 'sleeps'."""
+    if p.waits == "running":
+        return f"running ({p.category.value})" if p.category is not None else "running"
+    return p.what.split(" (", 1)[0]
 
 
 def short(p: Party) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, StackSample
-from .classify import own_frames, project_frame, short_path
+from .classify import project_frame, short_path
+from .hang import collective_fn
 from .stacks_summary import category_shares
 
 RANKS_SOURCE = "ranks"
@@ -49,15 +50,10 @@ class RankView:
         return dict(self.shares).get(cat, 0.0)
 
 
-def _collective_fn(s: StackSample) -> str | None:
-    fn = next((f.name for f in own_frames(s.frames) if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
-    return fn.rsplit(".", 1)[-1] if fn else None
-
-
 def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None = None) -> RankView:
     n = len(main)
     coll = [s for s in main if s.category is Category.COLLECTIVE]
-    fns = Counter(f for f in (_collective_fn(s) for s in coll) if f)
+    fns = Counter(f for f in (collective_fn(s) for s in coll) if f)
     places: Counter = Counter()
     lines: dict[tuple, Counter] = {}
     for s in main:

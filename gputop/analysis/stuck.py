@@ -26,12 +26,12 @@ whole depth) and a confidence that grows with it. gputop.analysis.hang says why 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from .classify import project_frame, stack_key, where
 from ..model import Category, Event, Frame, ProcSample, StackSample, TaskSample
-from .hang import Diagnosis, Progress, diagnose, progress
+from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
 from ..store import Store
 from .efficiency import is_worker
@@ -159,12 +159,14 @@ def judge(
     procs: Mapping[int, Sequence[ProcSample]] | None = None,
     tasks: Mapping[int, Sequence[TaskSample]] | None = None,
     gpu_idle_s: float = 0.0,
+    ranks: Mapping[int, int] | None = None,
 ) -> StuckVerdict:
     """The verdict from the main thread's samples (time order), the GPU state and, when given,
     the OS's view of the processes (``procs``: pid -> samples, time order; the target's and its
     workers' CPU readings are used; ``tasks``: pid -> /proc readings of the target and its
     children, time order). ``gpu_idle_s``: how long the job's GPUs have been idle without a break
-    (NVML's buffer reaches back before the attach)."""
+    (NVML's buffer reaches back before the attach). ``ranks``: pid -> rank of a multi-rank job,
+    so the diagnosis names each party by its rank."""
     others = tuple(others)
     if exited:
         return StuckVerdict(False, "the target has exited", gpu=gpu, others=others)
@@ -200,7 +202,7 @@ def judge(
 
     def stuck(reason: str, held_s: float, held_exact: bool, early: bool, confidence: float,
               evidence: list[str]) -> StuckVerdict:
-        d = diagnose(last, others, last.pid, gpu, latest_tasks)
+        d = diagnose(last, others, last.pid, gpu, latest_tasks, ranks=ranks)
         fields = dict(base, held_s=held_s, held_exact=held_exact)
         return StuckVerdict(True, reason, early=early, confidence=confidence, evidence=tuple(evidence),
                             diagnosis=d, **fields)
@@ -313,7 +315,10 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
     tc0 = now - CPU_WINDOW_S
     procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
     tasks = family_tasks(store.task_windows(t0, now), pid)
-    return judge(
+    from .ranks import rank_map  # here: analysis.ranks reads stacks_summary, which reads this module
+
+    pid_rank = rank_map(store.events())
+    v = judge(
         main,
         now,
         threshold,
@@ -324,7 +329,25 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         procs=procs,
         tasks=tasks,
         gpu_idle_s=gpu_idle_reach(store, pid, now),
+        ranks=pid_rank or None,
     )
+    return across_ranks(v, pid_rank, samples, pid)
+
+
+def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
+                 target: int) -> StuckVerdict:
+    """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
+    another rank works is not stuck; each step it waits again, for a straggler (the rank-straggler
+    rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``."""
+    from .ranks import moving_ranks
+
+    if not (v.stuck and pid_rank and v.since and v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE):
+        return v
+    moving = moving_ranks(pid_rank, stacks, v.since, target)
+    if not moving:
+        return v
+    return replace(v, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "
+                   "a straggler, not a hang", early=False, confidence=0.0, evidence=(), diagnosis=None)
 
 
 def family_tasks(tasks: Mapping[int, Sequence[TaskSample]], pid: int) -> dict[int, Sequence[TaskSample]]:
@@ -383,19 +406,27 @@ class StuckWatch:
                 self._reported = None
             elif v.since is not None and v.since > since:  # a new unchanged run: it moved
                 self._reported = None
-                return [Event(now, self.name, f"main thread of PID {pid} is moving again", "info")]
+                return [Event(now, self.name, f"main thread of {self._who(pid)} is moving again", "info")]
             else:
                 return []
         if not v.stuck:
             return []
         self._reported = (pid, v.since or now)
+        who = self._who(pid)
         gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(v.gpu, "GPU activity unknown")
         cpu_note = "" if v.tree_cores is None else f", processes at {v.tree_cores * 100:.0f} % CPU"
         held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
         category = v.category.value if v.category is not None else "?"
         kind = f": {v.diagnosis.summary}" if v.diagnosis is not None else ""
-        return [Event(now, self.name, f"PID {pid} looks stuck: no progress for {held} at {v.where} "
+        return [Event(now, self.name, f"{who} looks stuck: no progress for {held} at {v.where} "
                                       f"({category}, {gpu_note}{cpu_note}){kind}", "warning")]
+
+    def _who(self, pid: int) -> str:
+        """'PID 123', or 'rank 0 (PID 123)' for a rank of a multi-rank job."""
+        from .ranks import rank_map
+
+        rank = rank_map(self.store.events()).get(pid)
+        return f"PID {pid}" if rank is None else f"rank {rank} (PID {pid})"
 
     def close(self) -> None:
         pass
