@@ -72,6 +72,8 @@ class Session:
     stuck_watch: Source | None = None
     # One sampler per other local rank of a multi-rank job (``stacks`` samples the target rank).
     rank_stacks: tuple[Source, ...] = ()
+    job: object | None = None  # the multi-rank job attached to (sources.ranks.Job), None: one process
+    rank_watch: Source | None = None  # finds the job's ranks again: a rank that exits or restarts
     recorder: object | None = None  # the Recorder while one is attached
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
@@ -119,23 +121,100 @@ class Session:
         if self.mode == "replay":
             raise UserError("a replay cannot attach to a process")
         with self._attach_lock:
-            check_attachable(pid)
+            # A launcher's or a rank's PID: the job's ranks are found now, as at start-up.
+            job = _find_job(pid)
+            target = pid if job is None or job.given_is_rank else job.ranks[0].pid
+            check_attachable(target)
+            for src in (self.stacks, *self.rank_stacks):
+                if src is not None:
+                    self.pipeline.remove_source(src)  # the old target (or job) is not watched any more
+            self.stacks, self.rank_stacks = None, ()
+            self._sample(target, job)
+            self.attach_error = None
+            if self.rank_watch is not None and job is None:
+                self.pipeline.remove_source(self.rank_watch)
+                self.rank_watch = None
+            elif self.rank_watch is None and job is not None:
+                self.rank_watch = RankWatch(self)
+                self.pipeline.add_source(self.rank_watch)
+            what = f"process {pid}" if job is None else f"the job of process {pid} ({len(job.ranks)} ranks, rank {_rank_of(job, target)} as target)"
+            batch: list[object] = [Event(self.clock(), "attach", f"attached to {what}", "info")]
+            if job is not None:
+                batch.append(_ranks_event(job, self.clock()))
+            self.pipeline.publish(batch)  # through the pipeline: a recording keeps them too
+
+    def _sample(self, target: int, job) -> None:
+        """Sample ``target`` (stacks and /proc) and every other rank of ``job``, the sampling
+        budget shared among them so the total stays what one process costs. Holds no lock: the
+        callers do."""
+        from .sources.stacks import DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET
+
+        n = len(job.ranks) if job is not None else 1
+        share = dict(rate=self.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n)
+        if self.stacks is None or getattr(self.stacks, "pid", None) != target:
             if self.stacks is not None:
                 self.pipeline.remove_source(self.stacks)
-            for src in self.rank_stacks:
-                self.pipeline.remove_source(src)  # the new target is one process, not the old job
-            self.rank_stacks = ()
-            self.stacks = stack_sampler(pid, clock=self.clock, rate=self.sample_rate)
-            self.target_pid = pid
-            self.attach_error = None
-            if hasattr(self.host, "target_pid"):
-                self.host.target_pid = pid  # OS details (environment, IO) follow the new target
+            self.stacks = stack_sampler(target, clock=self.clock, **share)
             self.pipeline.add_source(self.stacks)
+        if job is not None:
+            keep = {r.pid for r in job.ranks if r.pid != target}  # the target has its own sampler
+            for src in self.rank_stacks:
+                if getattr(src, "pid", None) not in keep:
+                    self.pipeline.remove_source(src)
+            have = {getattr(src, "pid", None) for src in self.rank_stacks if getattr(src, "pid", None) in keep}
+            added = tuple(stack_sampler(r.pid, clock=self.clock, **share) for r in job.ranks
+                          if r.pid != target and r.pid not in have)
+            self.rank_stacks = tuple(src for src in self.rank_stacks if getattr(src, "pid", None) in keep) + added
+            for src in added:
+                self.pipeline.add_source(src)
+        self.job = job
+        if self.target_pid != target or self.procfs is None:
             if self.procfs is not None:
                 self.pipeline.remove_source(self.procfs)
-            self.procfs = procfs_reader(pid, clock=self.clock)
+            self.procfs = procfs_reader(target, clock=self.clock)
             self.pipeline.add_source(self.procfs)
-            self.store.add([Event(self.clock(), "attach", f"attached to process {pid}", "info")])
+        self.target_pid = target
+        if hasattr(self.host, "target_pid"):
+            self.host.target_pid = target  # OS details (environment, IO) follow the new target
+
+    def refresh_ranks(self) -> list[object]:
+        """Find the attached job's ranks again (the rank watch calls it every few seconds): a rank
+        that exited stops being sampled, one that restarted (a new PID for its rank) or joined
+        is sampled, and the target follows its rank (else the lowest rank left). Returns the
+        events that say so, and the ranks event again whenever the map changed (or the store
+        let it go). Never raises for a process that is gone."""
+        from .analysis.ranks import rank_map
+
+        with self._attach_lock:
+            job = self.job
+            if job is None:
+                return []
+            now = self.clock()
+            new = _find_job_again(job)
+            if new is None:
+                self.job = None  # nothing left to follow; the samplers say their own exits
+                return [Event(now, "job", "the multi-rank job's ranks have all exited", "warning")]
+            old = {r.pid: r.rank for r in job.ranks}
+            cur = {r.pid: r.rank for r in new.ranks}
+            if old == cur:
+                self.job = new
+                return [] if rank_map(self.store.events()) == cur else [_ranks_event(new, now)]
+            out: list[object] = []
+            for pid, rank in sorted(old.items(), key=lambda x: x[1]):
+                if pid not in cur:
+                    again = next((p for p, r in cur.items() if r == rank), None)
+                    out.append(Event(now, "job", f"rank {rank} (pid {pid}) exited"
+                                     + (f"; restarted as pid {again}" if again else ""), "warning"))
+            for pid, rank in sorted(cur.items(), key=lambda x: x[1]):
+                if pid not in old and rank not in old.values():
+                    out.append(Event(now, "job", f"rank {rank} (pid {pid}) joined", "info"))
+            target = self.target_pid
+            if target not in cur:
+                rank = old.get(target)
+                target = next((p for p, r in cur.items() if r == rank), None) or new.ranks[0].pid
+            self._sample(target, new)
+            out.append(_ranks_event(new, now))
+            return out
 
     def native_dump(self, pid: int) -> str:
         """py-spy's native (C/C++/CUDA) dump of ``pid``: ~0.6 s, on demand only."""
@@ -177,10 +256,11 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     store = store or Store()
     attach_note: Event | None = None
     pid = config.pid
-    job = _find_job(pid, clock) if pid is not None else None
+    job = _find_job(pid) if pid is not None else None
     if job is not None:
-        store.add([job[1]])
-        pid = job[0][0]  # the launcher has no training stack: rank 0 stands in for it
+        store.add([_ranks_event(job, clock())])
+        # The launcher has no training stack: rank 0 stands in for it.
+        pid = pid if job.given_is_rank else job.ranks[0].pid
     if pid is not None:
         from .sources.stacks import AttachError, check_attachable
 
@@ -200,26 +280,28 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         advisor_idle_every=config.advisor_idle_every, gpu=gpu, clock=clock, sample_rate=config.sample_rate,
     )
 
+    def rank_pids() -> list[int]:
+        job = session.job
+        return [r.pid for r in job.ranks] if job is not None else []
+
     def pids_to_watch() -> list[int]:
-        # The host source reads OS details for whatever holds a GPU, plus the target.
-        pids = {p.pid for p in store.gpu_processes()}
+        # The host source reads OS details for whatever holds a GPU, plus the target and its ranks.
+        pids = {p.pid for p in store.gpu_processes()} | set(rank_pids())
         if session.target_pid is not None:
             pids.add(session.target_pid)
         return sorted(pids)
 
     session.host = HostSource(interval=config.interval, pids=pids_to_watch, clock=clock, target_pid=pid,
-                              top_cpu=0 if gpu is not None else 15)
+                              top_cpu=0 if gpu is not None else 15, env_pids=rank_pids)
     if pid is not None and attach_note is None:
         # Every rank is sampled, the budget shared among them so the total stays what one costs.
-        from .sources.stacks import DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET
-
-        n = len(job[0]) if job is not None else 1
-        share = dict(rate=config.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n)
-        session.stacks = stack_sampler(pid, clock=clock, **share)
+        session._sample(pid, job)
         if job is not None:
-            session.rank_stacks = tuple(stack_sampler(p, clock=clock, **share) for p in job[0][1:])
-    if pid is not None:
+            session.rank_watch = RankWatch(session)
+            session.pipeline.add_source(session.rank_watch)
+    elif pid is not None:
         session.procfs = procfs_reader(pid, clock=clock)  # the kernel's view, Python or not
+        session.pipeline.add_source(session.procfs)
     if attach_note is not None:
         store.add([attach_note])
     # The stuck watch is a derived stage: it reads the store and returns events through the
@@ -227,7 +309,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     from .analysis.stuck import StuckWatch
 
     session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
-    for src in (gpu, session.host, session.procfs, session.stacks, *session.rank_stacks, session.stuck_watch):
+    for src in (gpu, session.host, session.stuck_watch):
         if src is not None:
             session.pipeline.add_source(src)
     if config.advisor:
@@ -265,19 +347,58 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
     return session
 
 
-def _find_job(pid: int, clock) -> tuple[list[int], Event] | None:
-    """The PIDs to sample for ``pid``'s job (the target first: the given rank, or rank 0 for a
-    launcher) and the event that names every rank (``analysis.ranks`` reads it back, live and in
-    a recording). None: not a multi-rank job."""
-    from .analysis.ranks import ranks_message
+# How often the attached job's ranks are looked for again. Judgement: a rank's restart is seen
+# within a few seconds, and one look (the launcher's children and their environments) costs
+# well under a millisecond per rank.
+RANK_WATCH_S = 5.0
+
+
+class RankWatch:
+    """A derived stage that keeps a multi-rank session's ranks current (``Session.refresh_ranks``)."""
+
+    name = "ranks"
+
+    def __init__(self, session: Session, interval: float = RANK_WATCH_S) -> None:
+        self.session = session
+        self.interval = interval
+        self._first = True
+
+    def poll(self) -> list[object]:
+        if self._first:  # the session named the ranks as it attached
+            self._first = False
+            return []
+        return self.session.refresh_ranks()
+
+    def close(self) -> None:
+        pass
+
+
+def _find_job(pid: int):
+    """``pid``'s multi-rank job (sources.ranks.Job: the launcher and every local rank), None when
+    ``pid`` is one process."""
     from .sources.ranks import find_ranks
 
-    job = find_ranks(pid)
-    if job is None:
-        return None
-    target = pid if job.given_is_rank else job.ranks[0].pid
-    pids = [target] + [r.pid for r in job.ranks if r.pid != target]
-    return pids, Event(clock(), "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
+    return find_ranks(pid)
+
+
+def _find_job_again(job):
+    """The job as it is now, looked for from its launcher, else from any rank still there."""
+    for pid in ([job.launcher] if job.launcher else []) + [r.pid for r in job.ranks]:
+        found = _find_job(pid)
+        if found is not None:
+            return found
+    return None
+
+
+def _rank_of(job, pid: int) -> int | None:
+    return next((r.rank for r in job.ranks if r.pid == pid), None)
+
+
+def _ranks_event(job, ts: float) -> Event:
+    """The event that names every rank: ``analysis.ranks`` reads it back, live and in a recording."""
+    from .analysis.ranks import ranks_message
+
+    return Event(ts, "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
 
 
 def _add_advisor(session: Session) -> None:

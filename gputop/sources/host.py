@@ -13,9 +13,23 @@ from typing import Callable, Iterable
 import psutil
 
 from ..model import CoreTimes, Event, HostSample, ProcSample
-from ..redact import perf_env, redact_cmdline
+from ..redact import perf_env, redact_cmdline, redact_value
 
 PidsProvider = Callable[[], Iterable[int]]
+
+# A distributed job's shape, read beside the performance keys: whether it spans nodes (WORLD_SIZE
+# above LOCAL_WORLD_SIZE) decides which NCCL settings slow it. Numbers and a host name, passed
+# through the same redaction as every value.
+DIST_ENV_KEYS = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "RANK", "LOCAL_RANK",
+                 "NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+
+
+def job_env(environ: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The environment keys gputop keeps of a process: the performance ones and the job's shape,
+    every value through the same redaction (``redact``): never a secret on screen or in a file."""
+    shape = {(k, redact_value(k, environ[k])) for k in DIST_ENV_KEYS if k in environ}
+    return tuple(sorted(set(perf_env(environ)) | shape))
+
 
 # How long a process's name, user and command line are reused before being read again.
 IDENTITY_TTL_S = 10.0
@@ -31,6 +45,7 @@ class HostSource:
         clock: Callable[[], float] = time.time,
         target_pid: int | None = None,
         top_cpu: int = 0,
+        env_pids: PidsProvider | None = None,
     ) -> None:
         self.interval = interval
         # Without GPU processes to list (no NVML), the busiest CPU processes stand in.
@@ -38,6 +53,9 @@ class HostSource:
         self._pids = pids or (lambda: ())
         self._clock = clock
         self.target_pid = target_pid
+        # Besides the target's, whose environments are read: a multi-rank job's ranks (their NCCL
+        # settings can differ, and the advisor reads them per rank).
+        self._env_pids = env_pids or (lambda: ())
         self._prev_cpu = psutil.cpu_times(percpu=True)
         self._prev_disk = _disk_counters()
         self._prev_net = _net_counters()
@@ -46,6 +64,7 @@ class HostSource:
         self._prev_io: dict[int, tuple[float, int, int]] = {}
         self._gone: set[int] = set()
         self._identity_cache: dict[int, tuple[float, float, tuple[str, str | None, str]]] = {}
+        self._env_pid_set: set[int] = set()
 
     def poll(self) -> list[object]:
         ts = self._clock()
@@ -117,6 +136,7 @@ class HostSource:
 
     def _proc_samples(self, ts: float) -> list[object]:
         out: list[object] = []
+        self._env_pid_set = set(self._env_pids())
         wanted = set(self._pids())
         if self.target_pid is not None:
             wanted.add(self.target_pid)
@@ -171,10 +191,10 @@ class HostSource:
                 w_bps = max(0, io.write_bytes - prev[2]) / dt
             self._prev_io[pid] = (now, io.read_bytes, io.write_bytes)
         env: tuple[tuple[str, str], ...] = ()
-        if pid == self.target_pid:
+        if pid == self.target_pid or pid in self._env_pid_set:
             environ = _try(proc.environ)
             if environ:
-                env = perf_env(environ)
+                env = job_env(environ)
         return ProcSample(
             ts=ts,
             pid=pid,
