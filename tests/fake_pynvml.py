@@ -85,6 +85,17 @@ NVML_GPM_METRIC_MAX = 477
 NVML_GPM_METRICS_GET_VERSION = 1
 NVML_GPM_SUPPORT_VERSION = 1
 
+NVML_TOPOLOGY_SINGLE = 10
+NVML_TOPOLOGY_HOSTBRIDGE = 30
+NVML_TOPOLOGY_SYSTEM = 50
+NVML_P2P_CAPS_INDEX_READ = (0,)  # pynvml spells it as a 1-tuple
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
+NVML_NVLINK_MAX_LINKS = 18
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+
 
 # ----------------------------------------------------------------------------- errors (as pynvml builds them)
 
@@ -194,6 +205,8 @@ class FakeGpu:
     lost: bool = False
     lost_code: int = NVML_ERROR_GPU_IS_LOST
     polls: int = 0
+    nvlinks: int = 0  # NVLinks up; 0: no NVLink (NotSupported)
+    nvlink_kib_per_s: tuple[int, int] = (0, 0)  # (tx, rx) the counters grow by per second of the clock
 
 
 class _Handle:
@@ -240,7 +253,10 @@ class FakeNvml:
         cuda: int = 13000,
         nvml_version: str = "13.580.159.04",
         refuse_handles: dict[int, int] | None = None,
+        links: dict[tuple[int, int], tuple[int, int, int]] | None = None,
     ) -> None:
+        """``links``: (i, j) -> (common-ancestor level, P2P read status, P2P NVLink status); None:
+        the topology calls are not supported."""
         self.gpus = list(gpus) if gpus is not None else [FakeGpu()]
         self.clock = clock or FakeClock()
         self.init_error = init_error
@@ -248,6 +264,7 @@ class FakeNvml:
         self.cuda = cuda
         self.nvml_version = nvml_version
         self.refuse_handles = refuse_handles or {}
+        self.links = links
         self.calls: Counter[str] = Counter()
         self.initialized = 0
         self.shutdowns = 0
@@ -461,6 +478,36 @@ class FakeNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h):
         return self._procs(h, "nvmlDeviceGetGraphicsRunningProcesses", ("G", "C+G"))
+
+    # ----------------------------------------------------------------- links
+
+    def _link(self, fn: str, a, b) -> tuple[int, int, int]:
+        self._dev(fn, a)
+        key = (min(a.index, b.index), max(a.index, b.index))
+        if self.links is None or key not in self.links:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self.links[key]
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return self._link("nvmlDeviceGetTopologyCommonAncestor", a, b)[0]
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        link = self._link("nvmlDeviceGetP2PStatus", a, b)
+        return link[2] if index == NVML_P2P_CAPS_INDEX_NVLINK else link[1]
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        gpu = self._dev("nvmlDeviceGetNvLinkState", h)
+        if not gpu.nvlinks or link >= NVML_NVLINK_MAX_LINKS:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return NVML_FEATURE_ENABLED if link < gpu.nvlinks else NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        gpu = self._dev("nvmlDeviceGetFieldValues", h)
+        t = self.clock()
+        per_s = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_kib_per_s[0],
+                 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_kib_per_s[1]}
+        return [SimpleNamespace(fieldId=i, nvmlReturn=NVML_SUCCESS if i in per_s else NVML_ERROR_NOT_SUPPORTED,
+                                value=SimpleNamespace(ullVal=int(per_s.get(i, 0) * t))) for i in ids]
 
     # ----------------------------------------------------------------- GPM
 

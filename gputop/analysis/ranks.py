@@ -120,3 +120,29 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
             if s.active and s.category not in (Category.COLLECTIVE, Category.IDLE):
                 working.add(s.pid)
     return sorted(ranks[p] for p, keys in seen.items() if len(keys) > 1 or p in working)
+
+
+# --------------------------------------------------------------------------- links between GPUs
+
+TOPOLOGY_SOURCE = "topology"  # the NVML source's event (sources.nvml.TOPOLOGY_SOURCE)
+_PAIR = re.compile(r"(\d+)-(\d+) ([^,;|]+), P2P ([^;|]+)")
+_LINKS_UP = re.compile(r"GPU (\d+) (\d+)")
+
+
+@dataclass(frozen=True)
+class Topology:
+    pairs: Mapping[tuple[int, int], tuple[str, str]]  # (i, j), i < j -> (link, P2P status)
+    nvlinks: Mapping[int, int]  # GPU -> NVLinks up
+
+    def between(self, a: int, b: int) -> tuple[str, str] | None:
+        return self.pairs.get((min(a, b), max(a, b)))
+
+
+def topology(events: Sequence[Event]) -> Topology | None:
+    """The GPUs' links as the NVML source described them (its newest topology event)."""
+    for e in reversed(events):
+        if e.source == TOPOLOGY_SOURCE:
+            pairs = {(int(a), int(b)): (link.strip(), p2p.strip()) for a, b, link, p2p in _PAIR.findall(e.message)}
+            up = e.message.split("NVLinks up:", 1)[1] if "NVLinks up:" in e.message else ""
+            return Topology(pairs, {int(g): int(n) for g, n in _LINKS_UP.findall(up)})
+    return None

@@ -42,6 +42,16 @@ PROC_UTIL_LOOKBACK_S = 2.0
 # the last reading.
 PROC_UTIL_EVERY_S = 4.0
 
+# The topology event's source name (analysis.ranks.topology reads it back).
+TOPOLOGY_SOURCE = "topology"
+# nvmlDeviceGetTopologyCommonAncestor's levels (nvml.h NVML_TOPOLOGY_*), in words: the path P2P
+# traffic takes between two GPUs without NVLink.
+_LEVELS = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 30: "PCIe host bridge",
+           40: "across host bridges in one NUMA node", 50: "across CPU sockets"}
+# nvmlDeviceGetP2PStatus's answers (nvml.h NVML_P2P_STATUS_*), in words.
+_P2P_STATUS = {1: "not supported by the chipset", 2: "not supported by the GPU", 3: "not supported by the IOH topology",
+               4: "disabled by a registry key", 5: "not supported", 6: "unknown"}
+
 # NVML return codes (nvml.h; pynvml uses the same numbers). Read from the module when present.
 _SUCCESS = 0
 _ERR = {
@@ -246,6 +256,10 @@ class NvmlSource:
             "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"
         )
         self._gpm_ids = [(f, getattr(nv, name, default)) for f, name, default in _GPM_METRICS]
+        self._nvlinks: dict[int, int] = {}  # GPU index -> NVLinks up (read once, at the first poll)
+        self._nvlink_prev: dict[int, tuple[float, int, int]] = {}  # index -> (ts, tx KiB, rx KiB)
+        # GPU index -> (tx, rx) bytes/s over NVLink between the last two polls (GPUs with links up).
+        self.nvlink_bps: dict[int, tuple[float, float]] = {}
 
     # ----------------------------------------------------------------- construction
 
@@ -312,6 +326,10 @@ class NvmlSource:
                 out.append(self._system_info(ts))
                 for why in self._refused:
                     out.append(Event(ts, SOURCE, f"{why}; not monitored", "warning"))
+                topo = self._topology_event(ts)
+                if topo is not None:
+                    out.append(topo)
+            self._read_nvlink(ts)
             for g in self._gpus:
                 try:
                     self._poll_gpu(g, ts, out)
@@ -523,6 +541,79 @@ class NvmlSource:
             by_reason.setdefault(g.missing[k], []).append(k)
         text = "; ".join(f"{', '.join(keys)} ({why})" for why, keys in by_reason.items())
         out.append(Event(ts, SOURCE, f"GPU {g.index}: not available: {text}", "info"))
+
+    # ----------------------------------------------------------------- links between GPUs
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """An optional NVML call: None when this pynvml lacks it, the GPU does not support it
+        (NotSupported) or it fails at all; link facts are never worth an error."""
+        fn = getattr(self._nv, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    def _const(self, name: str, default: int) -> int:
+        v = getattr(self._nv, name, default)
+        return v[0] if isinstance(v, tuple) else v  # pynvml spells a few of these as 1-tuples
+
+    def _topology_event(self, ts: float) -> Event | None:
+        """How each pair of GPUs is connected (NVML's common ancestor), whether P2P works between
+        them (read, and over NVLink), and the NVLinks each GPU has up: one event
+        (``analysis.ranks.topology`` reads it back), None when NVML says nothing of it."""
+        pairs = []
+        read_idx = self._const("NVML_P2P_CAPS_INDEX_READ", 0)
+        nvlink_idx = self._const("NVML_P2P_CAPS_INDEX_NVLINK", 2)
+        ok = self._const("NVML_P2P_STATUS_OK", 0)
+        for i, a in enumerate(self._gpus):
+            for b in self._gpus[i + 1:]:
+                level = self._call("nvmlDeviceGetTopologyCommonAncestor", a.handle, b.handle)
+                read = self._call("nvmlDeviceGetP2PStatus", a.handle, b.handle, read_idx)
+                over_nvlink = self._call("nvmlDeviceGetP2PStatus", a.handle, b.handle, nvlink_idx)
+                if level is None and read is None:
+                    continue
+                link = "NVLink" if over_nvlink == ok else _LEVELS.get(level, "unknown link") if level is not None else "unknown link"
+                p2p = "unknown" if read is None else "ok" if read == ok else _P2P_STATUS.get(read, f"status {read}")
+                pairs.append(f"{a.index}-{b.index} {link}, P2P {p2p}")
+        max_links = self._const("NVML_NVLINK_MAX_LINKS", 18)
+        enabled = self._k["enabled"]
+        for g in self._gpus:
+            up = 0
+            for link in range(max_links):
+                state = self._call("nvmlDeviceGetNvLinkState", g.handle, link)
+                if state is None:
+                    break  # no NVLink (NotSupported), or no more links
+                up += state == enabled
+            if up:
+                self._nvlinks[g.index] = up
+        if not pairs and not self._nvlinks:
+            return None
+        parts = [f"GPU pairs: {'; '.join(pairs)}"] if pairs else []
+        if self._nvlinks:
+            parts.append("NVLinks up: " + ", ".join(f"GPU {i} {n}" for i, n in sorted(self._nvlinks.items())))
+        return Event(ts, TOPOLOGY_SOURCE, " | ".join(parts), "info")
+
+    def _read_nvlink(self, ts: float) -> None:
+        """NVLink data throughput per GPU with links up, from its counters (KiB since load)."""
+        if not self._nvlinks:
+            return
+        tx_id = self._const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
+        rx_id = self._const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
+        for g in self._gpus:
+            if g.index not in self._nvlinks:
+                continue
+            vals = self._call("nvmlDeviceGetFieldValues", g.handle, [tx_id, rx_id])
+            try:
+                tx, rx = (int(v.value.ullVal) for v in vals if v.nvmlReturn == _SUCCESS)
+            except (TypeError, ValueError, AttributeError):
+                continue  # not both counters: no rate
+            prev = self._nvlink_prev.get(g.index)
+            self._nvlink_prev[g.index] = (ts, tx, rx)
+            if prev is not None and ts > prev[0]:
+                dt = ts - prev[0]
+                self.nvlink_bps[g.index] = (max(0, tx - prev[1]) * 1024 / dt, max(0, rx - prev[2]) * 1024 / dt)
 
     # ----------------------------------------------------------------- static description
 
