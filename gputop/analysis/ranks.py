@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..model import Category, Event, GpuProcess, StackSample
+from ..model import Category, Event, GpuProcess, ProcSample, StackSample
 from .classify import project_frame, short_path
 from .hang import collective_fn
 from .stacks_summary import category_shares
@@ -45,6 +45,7 @@ class RankView:
     hot: str | None  # outside collectives, the commonest project place: "load_batch (train.py:40)"
     hot_share: float  # of all its samples
     latest: StackSample | None
+    env: tuple[tuple[str, str], ...] = ()  # its performance environment, redacted (the host source's)
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -75,14 +76,18 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
 
 
 def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: float,
-               gpu_processes: Sequence[GpuProcess] = ()) -> tuple[RankView, ...]:
-    """One view per rank (``ranks``: pid -> rank) over its main thread's samples since ``t0``."""
+               gpu_processes: Sequence[GpuProcess] = (),
+               procs: Mapping[int, Sequence[ProcSample]] | None = None) -> tuple[RankView, ...]:
+    """One view per rank (``ranks``: pid -> rank) over its main thread's samples since ``t0``;
+    ``procs`` (pid -> samples, time order) gives each rank's environment."""
     gpu = {p.pid: p.gpu_index for p in gpu_processes}
     by_pid: dict[int, list[StackSample]] = {p: [] for p in ranks}
     for s in stacks:
         if s.is_main and s.pid in by_pid and s.ts >= t0:
             by_pid[s.pid].append(s)
-    views = [rank_view(r, p, sorted(by_pid[p], key=lambda s: s.ts), gpu.get(p)) for p, r in ranks.items()]
+    envs = {p: next((x.env for x in reversed(ss) if x.env), ()) for p, ss in (procs or {}).items()}
+    views = [replace(rank_view(r, p, sorted(by_pid[p], key=lambda s: s.ts), gpu.get(p)), env=envs.get(p, ()))
+             for p, r in ranks.items()]
     return tuple(sorted(views, key=lambda v: v.rank))
 
 
