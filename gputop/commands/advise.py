@@ -50,16 +50,17 @@ def run(args: argparse.Namespace) -> int:
     start = time.time()
     interrupted = False
     ended = None
+    progress = _Progress(session, args.duration, start)
     session.start()
     try:
-        ended = session.run_for(args.duration, should_stop=lambda: _target_exited(session, start),
-                                tick=_Progress(session, args.duration))
+        ended = session.run_for(args.duration, should_stop=lambda: _target_exited(session, start), tick=progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         session.stop()
     # One last evaluation on everything collected.
     session.pipeline.publish(advisor.poll())
+    progress.note_top()
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")  # the progress line
     store = session.store
@@ -80,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             "window_s": args.window,
             "stuck_after_s": args.stuck_after,
             "evaluations": advisor.evaluations,
+            # When the top finding changed (seconds from the start): how long the verdict took
+            # and whether it wavered on the way.
+            "top_timeline": progress.timeline,
             "interrupted": interrupted,
             "target_exited": ended,
             "nvml_error": nvml_error,
@@ -128,14 +132,24 @@ def _target_exited(session, start: float) -> str | None:
 
 
 class _Progress:
-    """One updating line on a terminal, a line every PROGRESS_EVERY_S otherwise."""
+    """One updating line on a terminal, a line every PROGRESS_EVERY_S otherwise; and the
+    timeline of the top finding."""
 
-    def __init__(self, session, duration: float) -> None:
-        self.session, self.duration = session, duration
+    def __init__(self, session, duration: float, start: float) -> None:
+        self.session, self.duration, self.start = session, duration, start
         self.tty = sys.stderr.isatty()
         self.last_line = float("-inf")
+        self.timeline: list[dict] = []
+
+    def note_top(self) -> None:
+        findings = self.session.store.findings()
+        top = (findings[0].id, findings[0].severity.value) if findings else (None, None)
+        last = self.timeline[-1] if self.timeline else None
+        if last is None or (last["top"], last["severity"]) != top:
+            self.timeline.append({"t_s": round(time.time() - self.start, 2), "top": top[0], "severity": top[1]})
 
     def __call__(self, elapsed: float) -> None:
+        self.note_top()
         findings = self.session.store.findings()
         top = f", top: {findings[0].id}" if findings else ""
         msg = f"gputop advise: {elapsed:4.0f}/{self.duration:.0f} s, {len(findings)} finding(s){top}"

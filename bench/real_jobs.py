@@ -1,0 +1,541 @@
+"""Is the advisor right on jobs written the way real frameworks and public examples write them?
+
+Each job of ``JOBS`` (scripts in bench/jobs/) runs twice on the GPU: as written, and with the one
+change its truth names applied (bf16, more loader workers, pinned memory, fewer checkpoints ...).
+The measured speed-up of that change is the truth: at least ``HEALTHY_BELOW`` (10 %) and the job's
+right verdict is the change's finding; less and the job is healthy, and any warning is wrong.
+While the job runs as written, ``gputop advise --pid P --json`` (no option overridden) is attached
+after the job's warm-up; its top-finding timeline gives the verdict and the time from attach to the
+first correct top finding.
+
+Jobs marked ``held_out`` were written and measured before any rule was changed for them; no
+threshold is tuned on them, and they are reported apart.
+
+    python bench/real_jobs.py --out DIR                       # every job, gains and verdicts
+    python bench/real_jobs.py --out DIR --gains-from FILE     # verdicts only; gains from FILE
+    python bench/real_jobs.py --out DIR --jobs a,b --device cpu --tiny   # smoke test, no GPU
+
+Writes DIR/real_jobs.json and DIR/real_jobs.md. No network needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JOBS_DIR = os.path.join(HERE, "jobs")
+
+# A change that speeds the job up by less than this leaves it healthy (the developers' guide).
+HEALTHY_BELOW = 1.10
+# Targets of the real-jobs issue.
+TARGET_HELD_OUT = 0.80
+TARGET_T_CORRECT_S = 5.0
+MEASURE_S = 6.0  # throughput window, per variant
+ADVISE_S = 15.0  # advise --duration
+READY_TIMEOUT_S = 240.0
+BLOCKING = ("warning", "critical")
+
+# What a truth accepts as the right top finding: the findings whose action is that change.
+TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
+    "precision": ("no-tensor-cores", "mixed-precision"),
+    "data": ("data-starved", "workers-saturated"),
+    "pageable": ("pageable-h2d",),
+    "checkpoint": ("checkpoint-stall",),
+    "host-sync": ("host-sync",),
+    "launch": ("launch-bound",),
+}
+
+# Every job we start on a shared multi-GPU host keeps NVLink multicast off.
+JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    framework: str
+    held_out: bool
+    truth: str  # the label its change gives when it pays: a key of TRUTH_FINDINGS
+    script: str
+    args: tuple[str, ...]
+    change: str  # the change, as a user would write it
+    change_args: tuple[str, ...]  # replaces/extends args for the changed run
+    removes: tuple[str, ...] = ()  # args the change removes
+    torchrun: bool = False
+    tiny_args: tuple[str, ...] = field(default_factory=tuple)  # CPU smoke-test stand-ins
+
+    def argv(self, changed: bool, device: str, tiny: bool) -> list[str]:
+        args = list(self.args)
+        if changed:
+            args = _override([a for a in args if a not in self.removes], list(self.change_args))
+        if tiny:
+            args = _override(args, list(self.tiny_args)) + ["--tiny"]
+        args += ["--device", device]
+        script = os.path.join(JOBS_DIR, self.script)
+        if self.torchrun:
+            return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", script, *args]
+        return [sys.executable, script, *args]
+
+
+def _override(args: list[str], extra: list[str]) -> list[str]:
+    """``extra``'s options replace the same options in ``args``."""
+    out, skip = [], False
+    keys = {a for a in extra if a.startswith("--")}
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a in keys:
+            skip = i + 1 < len(args) and not args[i + 1].startswith("--")
+            continue
+        out.append(a)
+    return out + extra
+
+
+JOBS: tuple[Job, ...] = (
+    # ---------------------------------------------------------------- in-sample
+    Job("torchvision-resnet50-fp32", "torchvision", False, "precision", "vision.py",
+        ("--model", "torchvision:resnet50", "--precision", "fp32", "--workers", "8"),
+        "with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss",
+        ("--precision", "bf16"), tiny_args=("--model", "cnn:")),
+    Job("torchvision-resnet50-bf16", "torchvision", False, "data", "vision.py",
+        ("--model", "torchvision:resnet50", "--precision", "bf16", "--workers", "8", "--channels-last"),
+        "DataLoader(num_workers=16) (the knob a false alarm would name)",
+        ("--workers", "16"), tiny_args=("--model", "cnn:")),
+    Job("hf-trainer-bert-fp32", "transformers", False, "precision", "hf_trainer.py",
+        ("--arch", "bert", "--batch", "64", "--workers", "2"),
+        "TrainingArguments(bf16=True)", ("--bf16",)),
+    Job("hf-trainer-bert-collate", "transformers", False, "data", "hf_trainer.py",
+        ("--arch", "bert", "--bf16", "--batch", "64", "--workers", "0", "--collate-ms", "40"),
+        "TrainingArguments(dataloader_num_workers=8)", ("--workers", "8")),
+    Job("lightning-resnet18-fp32", "lightning", False, "precision", "lightning_job.py",
+        ("--model", "torchvision:resnet18", "--precision", "32-true", "--batch", "256", "--workers", "8"),
+        "Trainer(precision='bf16-mixed')", ("--precision", "bf16-mixed"),
+        tiny_args=("--model", "cnn:")),
+    Job("accelerate-frames-pageable", "accelerate", False, "pageable", "accelerate_job.py",
+        ("--task", "frames", "--batch", "32", "--workers", "4"),
+        "DataLoader(pin_memory=True) + DataLoaderConfiguration(non_blocking=True)", ("--pin",)),
+    Job("compile-gpt-bf16", "torch.compile", False, "launch", "gpt.py",
+        ("--compile", "--batch", "16"),
+        "torch.optim.AdamW(..., fused=True) (the knob a false alarm would name)", ("--fused",)),
+    Job("ddp-resnet50-augment", "DDP", False, "data", "vision.py",
+        ("--model", "torchvision:resnet50", "--precision", "bf16", "--workers", "3", "--augment", "--channels-last"),
+        "DataLoader(num_workers=14)", ("--workers", "14"), torchrun=True, tiny_args=("--model", "cnn:")),
+    # ---------------------------------------------------------------- held out
+    Job("timm-vit-b16-fp32", "timm", True, "precision", "vision.py",
+        ("--model", "timm:vit_base_patch16_224", "--precision", "fp32", "--batch", "64", "--workers", "8",
+         "--optimizer", "adamw"),
+        "with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss",
+        ("--precision", "bf16"), tiny_args=("--model", "cnn:")),
+    Job("hf-trainer-gpt2-bf16", "transformers", True, "data", "hf_trainer.py",
+        ("--arch", "gpt2", "--bf16", "--batch", "16", "--seq", "512", "--workers", "2"),
+        "TrainingArguments(dataloader_num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+    Job("lightning-resnet50-bf16-augment", "lightning", True, "data", "lightning_job.py",
+        ("--model", "torchvision:resnet50", "--precision", "bf16-mixed", "--batch", "128", "--workers", "2",
+         "--augment"),
+        "DataLoader(num_workers=14)", ("--workers", "14"), tiny_args=("--model", "cnn:")),
+    Job("plain-gpt-checkpoint", "pytorch", True, "checkpoint", "gpt.py",
+        ("--batch", "8", "--ckpt-every", "20"),
+        "checkpoint every 200 steps instead of 20 (or torch.distributed.checkpoint.async_save)",
+        ("--ckpt-every", "200")),
+    Job("accelerate-mlp-small-batch", "accelerate", True, "launch", "accelerate_job.py",
+        ("--task", "mlp", "--mixed-precision", "no", "--batch", "64", "--workers", "0"),
+        "batch 512 instead of 64 (samples/s)", ("--batch", "512")),
+    Job("lightning-lm-item-sync", "lightning", True, "host-sync", "lightning_job.py",
+        ("--model", "lm", "--precision", "bf16-mixed", "--batch", "32", "--workers", "2", "--item-sync"),
+        "drop the per-step loss.item() from training_step", (), removes=("--item-sync",)),
+)
+
+
+# ------------------------------------------------------------------------------- running a job
+
+
+class Running:
+    """A started job: its progress lines read by a thread."""
+
+    def __init__(self, argv: list[str], log_path: str) -> None:
+        env = dict(os.environ, **JOB_ENV, PYTHONPATH=JOBS_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+                                     start_new_session=True, cwd=JOBS_DIR)
+        self.started = time.time()
+        self.rates: list[tuple[float, int]] = []  # (t, samples)
+        self.ready = threading.Event()
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if parts[:2] == ["gputop-workload", "ready"]:
+                self.ready.set()
+            elif parts[:2] == ["gputop-workload", "rate"]:
+                kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+                self.rates.append((float(kv["t"]), int(kv["samples"])))
+            else:
+                self.log.write(line)
+
+    def rate_between(self, t0: float, t1: float) -> float | None:
+        pts = [(t, n) for t, n in self.rates if t0 <= t <= t1]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            return None
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+
+class GpmProbe:
+    """Every GPM metric the GPU has, averaged over a window: the signals a rule could use."""
+
+    IDS = {"sm": 2, "occupancy": 3, "integer": 4, "tensor_any": 5, "tensor_dfma": 6, "tensor_hmma": 7,
+           "tensor_imma": 9, "dram_bw": 10, "fp64": 11, "fp32": 12, "fp16": 13}
+
+    def __init__(self) -> None:
+        self.ok = False
+        try:
+            import pynvml as nv
+
+            nv.nvmlInit()
+            self.nv = nv
+            self.h = nv.nvmlDeviceGetHandleByIndex(0)
+            if not nv.nvmlGpmQueryDeviceSupport(self.h).isSupportedDevice:
+                return
+            self.samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
+            self.ok = True
+        except Exception:
+            pass
+
+    def util(self) -> float | None:
+        try:
+            return float(self.nv.nvmlDeviceGetUtilizationRates(self.h).gpu)
+        except Exception:
+            return None
+
+    def window(self, seconds: float, every: float = 0.5) -> dict:
+        if not self.ok:
+            return {}
+        nv = self.nv
+        sums: dict[str, list[float]] = {k: [] for k in self.IDS}
+        sums["util"] = []
+        end = time.time() + seconds
+        nv.nvmlGpmSampleGet(self.h, self.samples[0])
+        cur = 0
+        while time.time() < end:
+            time.sleep(every)
+            nv.nvmlGpmSampleGet(self.h, self.samples[cur ^ 1])
+            req = nv.c_nvmlGpmMetricsGet_t()
+            req.version = nv.NVML_GPM_METRICS_GET_VERSION
+            req.numMetrics = len(self.IDS)
+            for i, mid in enumerate(self.IDS.values()):
+                req.metrics[i].metricId = mid
+            req.sample1, req.sample2 = self.samples[cur], self.samples[cur ^ 1]
+            cur ^= 1
+            try:
+                nv.nvmlGpmMetricsGet(req)
+            except Exception:
+                continue
+            for i, k in enumerate(self.IDS):
+                if req.metrics[i].nvmlReturn == 0:
+                    sums[k].append(float(req.metrics[i].value))
+            u = self.util()
+            if u is not None:
+                sums["util"].append(u)
+        return {k: round(statistics.fmean(v), 2) for k, v in sums.items() if v}
+
+
+def wait_ready(job: Running, timeout: float) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if job.ready.wait(0.5):
+            return True
+        if job.proc.poll() is not None:
+            return False
+    return False
+
+
+def measure(job: Running, seconds: float, gpm: GpmProbe | None) -> tuple[float | None, dict]:
+    t0 = time.time()
+    metrics = gpm.window(seconds) if gpm is not None else {}
+    while time.time() < t0 + seconds:
+        time.sleep(0.1)
+    time.sleep(0.6)  # the rate line after the window
+    return job.rate_between(t0, time.time()), metrics
+
+
+def advise(pid: int, duration: float) -> tuple[dict | None, float, str]:
+    cmd = [sys.executable, "-m", "gputop", "advise", "--pid", str(pid), "--duration", f"{duration:g}", "--json"]
+    launched = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 90, cwd=ROOT)
+    try:
+        return json.loads(proc.stdout), launched, ""
+    except json.JSONDecodeError:
+        return None, launched, f"rc={proc.returncode} {proc.stderr.strip()[-300:]}"
+
+
+def dump_stacks(pid: int, path: str) -> None:
+    """One py-spy dump of the job's processes as they ran: the stacks its verdict came from."""
+    import psutil
+
+    pyspy = os.environ.get("GPUTOP_PYSPY", "py-spy")
+    try:
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return
+    with open(path, "w") as f:
+        for pr in procs[:6]:
+            try:
+                out = subprocess.run([pyspy, "dump", "--pid", str(pr.pid)], capture_output=True, text=True, timeout=20)
+                f.write(f"### pid {pr.pid} {' '.join(pr.cmdline())[:200]}\n{out.stdout}{out.stderr}\n")
+            except Exception as exc:
+                f.write(f"### pid {pr.pid}: {exc!r}\n")
+
+
+def judge(truth: str, report: dict | None) -> dict:
+    """The verdict against the truth: the final top blocking finding, and when it first was right."""
+    if report is None:
+        return {"correct": False, "top_finding": None, "t_correct_s": None}
+    findings = report.get("findings", [])
+    blocking = [f for f in findings if f["severity"] in BLOCKING]
+    timeline = report.get("top_timeline", [])
+    out: dict = {
+        "top_finding": blocking[0]["id"] if blocking else None,
+        "top_action": blocking[0]["action"] if blocking else None,
+        "top_evidence": blocking[0]["evidence"] if blocking else [],
+        "top_gain_predicted": blocking[0].get("gain_predicted") if blocking else None,
+        "findings": [f"{f['id']} ({f['severity']})" for f in findings],
+        "timeline": timeline,
+        "sampling_cost": report.get("sampling_cost"),
+    }
+    if truth == "healthy":
+        ever = sorted({e["top"] for e in timeline if e.get("severity") in BLOCKING})
+        out["correct"] = not blocking and not ever
+        out["warned_on_the_way"] = ever
+        out["t_correct_s"] = None
+        return out
+    ok = TRUTH_FINDINGS[truth]
+    out["correct"] = out["top_finding"] in ok
+    first = next((e["t_s"] for e in timeline if e.get("top") in ok and e.get("severity") in BLOCKING), None)
+    out["t_correct_s"] = first if out["correct"] else None
+    return out
+
+
+def run_job(job: Job, device: str, tiny: bool, logs: str, gains: dict | None, gpm: GpmProbe | None,
+            measure_s: float = MEASURE_S, advise_s: float = ADVISE_S) -> dict:
+    report = None
+    row: dict = {"name": job.name, "framework": job.framework, "held_out": job.held_out, "change": job.change,
+                 "label": job.truth}
+    # 1. as written: throughput, then gputop attached
+    base = Running(job.argv(False, device, tiny), os.path.join(logs, f"{job.name}.base.log"))
+    try:
+        if not wait_ready(base, READY_TIMEOUT_S):
+            row["error"] = f"not ready (exit {base.proc.poll()}); see {job.name}.base.log"
+            return row
+        row["ready_s"] = round(time.time() - base.started, 1)
+        rate, row["gpm_base"] = measure(base, measure_s, gpm)
+        row["samples_per_s_base"] = rate
+        report, launched, err = advise(base.proc.pid, advise_s)
+        if report is not None:
+            with open(os.path.join(logs, f"{job.name}.advise.json"), "w") as f:
+                json.dump(report, f, indent=1)
+        dump_stacks(base.proc.pid, os.path.join(logs, f"{job.name}.stacks.txt"))
+        if err:
+            row["error"] = err
+        if report is not None and report.get("started_at"):
+            row["attach_latency_s"] = round(report["started_at"] - launched, 2)
+        row["samples_per_s_attached"] = base.rate_between(launched, time.time())
+    finally:
+        base.stop()
+    # 2. with the change: throughput only (or the gain measured by an earlier run)
+    if gains is not None and job.name in gains:
+        row["gain_measured"] = gains[job.name]
+        row["gain_from"] = "an earlier run"
+    else:
+        fixed = Running(job.argv(True, device, tiny), os.path.join(logs, f"{job.name}.change.log"))
+        try:
+            if wait_ready(fixed, READY_TIMEOUT_S):
+                rate2, row["gpm_change"] = measure(fixed, measure_s, gpm)
+                row["samples_per_s_change"] = rate2
+                if rate and rate2:
+                    row["gain_measured"] = round(rate2 / rate, 3)
+            else:
+                row["error"] = (row.get("error", "") + f" change not ready (exit {fixed.proc.poll()})").strip()
+        finally:
+            fixed.stop()
+    gain = row.get("gain_measured")
+    row["truth"] = job.truth if gain is not None and gain >= HEALTHY_BELOW else "healthy"
+    row.update(judge(row["truth"], report))
+    row["gain_predicted"] = row.pop("top_gain_predicted", None)
+    return row
+
+
+# ------------------------------------------------------------------------------- the report
+
+
+def summary(rows: list[dict]) -> dict:
+    def part(rs: list[dict]) -> dict:
+        ok = [r for r in rs if r.get("correct")]
+        ts = sorted(r["t_correct_s"] for r in ok if r.get("t_correct_s") is not None)
+        return {"jobs": len(rs), "correct": len(ok), "share": round(len(ok) / len(rs), 3) if rs else None,
+                "median_t_correct_s": statistics.median(ts) if ts else None, "max_t_correct_s": max(ts) if ts else None}
+
+    return {"in_sample": part([r for r in rows if not r["held_out"]]), "held_out": part([r for r in rows if r["held_out"]]),
+            "all": part(rows)}
+
+
+def markdown(result: dict) -> str:
+    s = result["summary"]
+
+    def line(name: str, p: dict) -> str:
+        t = "" if p["median_t_correct_s"] is None else f"; attach -> correct: median {p['median_t_correct_s']:.1f} s, max {p['max_t_correct_s']:.1f} s"
+        return f"- **{name}: {p['correct']} of {p['jobs']} right**{t}"
+
+    out = [
+        "# Real jobs: is the advisor right on jobs it was not written for?",
+        "",
+        f"Machine: {result['machine']}; run {result['started']}; `gputop advise --pid P --duration {result['advise_duration_s']:g} --json`, "
+        "no option overridden, attached after the job's warm-up. Versions: " + result.get("versions", "") + ".",
+        "",
+        line("held out (never tuned on)", s["held_out"]),
+        line("in-sample", s["in_sample"]),
+        f"- targets: held out >= {TARGET_HELD_OUT:.0%} right, median attach -> correct <= {TARGET_T_CORRECT_S:g} s",
+        "",
+        "Truth is measured: each job also runs with the change its truth names, and the speed-up (samples/s) "
+        f"is the gain. Under {HEALTHY_BELOW - 1:.0%} the job is healthy and any warning is wrong.",
+        "",
+    ]
+    for title, held in (("Held out", True), ("In-sample", False)):
+        out += [f"## {title}", "",
+                "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in result["jobs"] if r["held_out"] == held):
+            g = r.get("gain_measured")
+            t = r.get("t_correct_s")
+            out.append(
+                f"| {r['name']} | {r['framework']} | {r.get('truth', '?')} | {'-' if g is None else f'{g:.2f}x'} | "
+                f"{r.get('top_finding') or '(none)'} | {r.get('gain_predicted') or '-'} | "
+                f"{'yes' if r.get('correct') else 'NO'} | {'-' if t is None else f'{t:.1f}'} |")
+        out.append("")
+    out += ["## Changes measured", ""]
+    for r in result["jobs"]:
+        out.append(f"- **{r['name']}**: {r['change']} -> {r.get('gain_measured', '?')}x"
+                   + (f" ({r['error']})" if r.get("error") else ""))
+    out += ["", "## Top actions given", ""]
+    for r in result["jobs"]:
+        if r.get("top_action"):
+            out.append(f"- **{r['name']}** ({r['top_finding']}): {r['top_action']}")
+    out.append("")
+    return "\n".join(out)
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> str:
+    out = []
+    for mod in ("torch", "transformers", "lightning", "accelerate", "timm", "torchvision"):
+        try:
+            out.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:
+            pass
+    return ", ".join(out)
+
+
+def write(args, rows: list[dict], started: float) -> dict:
+    """The JSON and the markdown for the rows so far (after every job: a run cut short keeps them)."""
+    rows = list(rows)
+    if args.merge:
+        with open(args.merge) as f:
+            done = {r["name"] for r in rows}
+            rows = [r for r in json.load(f)["jobs"] if r["name"] not in done] + rows
+        order = [j.name for j in JOBS]
+        rows.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else 99)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        gpu = name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        gpu = "no GPU"
+    result = {
+        "machine": f"{os.cpu_count()} cores, {gpu}, Python {platform.python_version()}",
+        "device": args.device,
+        "versions": versions(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "wall_s": round(time.time() - started, 1),
+        "healthy_below": HEALTHY_BELOW,
+        "advise_duration_s": args.advise_s,
+        "jobs": rows,
+    }
+    result["summary"] = summary(rows)
+    with open(os.path.join(args.out, "real_jobs.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(args.out, "real_jobs.md"), "w") as f:
+        f.write(markdown(result))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--tiny", action="store_true", help="tiny models (a CPU smoke test of the bench itself)")
+    p.add_argument("--jobs", help="comma-separated subset")
+    p.add_argument("--held-out", choices=("only", "no", "all"), default="all")
+    p.add_argument("--gains-from", help="a real_jobs.json whose measured gains to reuse (verdicts only)")
+    p.add_argument("--measure-s", type=float, default=MEASURE_S)
+    p.add_argument("--advise-s", type=float, default=ADVISE_S)
+    p.add_argument("--merge", help="a real_jobs.json whose other jobs to keep in the output")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    logs = os.path.join(args.out, "real_jobs_logs")
+    os.makedirs(logs, exist_ok=True)
+    wanted = set(args.jobs.split(",")) if args.jobs else None
+    jobs = [j for j in JOBS if (wanted is None or j.name in wanted)
+            and (args.held_out == "all" or j.held_out == (args.held_out == "only"))]
+    gains = None
+    if args.gains_from:
+        with open(args.gains_from) as f:
+            gains = {r["name"]: r["gain_measured"] for r in json.load(f)["jobs"] if r.get("gain_measured")}
+    gpm = GpmProbe() if args.device == "cuda" else None
+    started = time.time()
+    rows = []
+    for i, job in enumerate(jobs):
+        print(f"[{i + 1}/{len(jobs)}] {job.name} ...", file=sys.stderr, flush=True)
+        try:
+            row = run_job(job, args.device, args.tiny, logs, gains, gpm, args.measure_s, args.advise_s)
+        except Exception as exc:  # one job failing must not lose the others
+            row = {"name": job.name, "framework": job.framework, "held_out": job.held_out, "error": repr(exc),
+                   "correct": False, "change": job.change}
+        print(f"    truth={row.get('truth')} gain={row.get('gain_measured')} top={row.get('top_finding')} "
+              f"correct={row.get('correct')} t={row.get('t_correct_s')} {row.get('error', '')}", file=sys.stderr, flush=True)
+        rows.append(row)
+        write(args, rows, started)
+    result = write(args, rows, started)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
