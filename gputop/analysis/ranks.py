@@ -151,3 +151,61 @@ def topology(events: Sequence[Event]) -> Topology | None:
             up = e.message.split("NVLinks up:", 1)[1] if "NVLinks up:" in e.message else ""
             return Topology(pairs, {int(g): int(n) for g, n in _LINKS_UP.findall(up)})
     return None
+
+
+# --------------------------------------------------------------------------- the job, for the panes
+
+# What a rank's time went to, in the groups the ranks view and the report show (each a set of
+# stack categories): compute on the GPU or for it, input, communication, saving, the rest.
+GROUPS: tuple[tuple[str, frozenset[Category]], ...] = (
+    ("compute", frozenset({Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.HOST_SYNC,
+                           Category.H2D_COPY})),
+    ("data", frozenset({Category.DATA_WAIT, Category.DATA_FETCH})),
+    ("comm", frozenset({Category.COLLECTIVE})),
+    ("ckpt", frozenset({Category.CHECKPOINT_IO})),
+    ("other", frozenset({Category.GC, Category.IDLE, Category.OTHER})),
+)
+
+
+def group_shares(shares: Sequence[tuple[Category, float]]) -> tuple[tuple[str, float], ...]:
+    d = dict(shares)
+    return tuple((name, sum(d.get(c, 0.0) for c in cats)) for name, cats in GROUPS)
+
+
+def doing_now(v: RankView) -> str:
+    """What a rank does at its newest sample: 'waits in all_reduce', 'load_batch (train.py:40)'."""
+    s = v.latest
+    if s is None:
+        return "no stacks yet"
+    if s.category is Category.COLLECTIVE:
+        return f"waits in {collective_fn(s) or 'a collective'}"
+    f = project_frame(s.frames) or (s.frames[0] if s.frames else None)
+    if f is None:
+        return s.category.value
+    return f"{f.name} ({short_path(f.filename)}:{f.line})"
+
+
+@dataclass(frozen=True)
+class JobView:
+    launcher: int | None
+    ranks: tuple[RankView, ...]
+    window_s: float
+    topology: Topology | None = None
+
+
+_LAUNCHER = re.compile(r"\(launcher (\d+)\)")
+
+
+def job_view(store, window_s: float) -> JobView | None:
+    """The attached multi-rank job as the ranks pane shows it, None when there is none."""
+    events = store.events()
+    pid_rank = rank_map(events)
+    if not pid_rank:
+        return None
+    now = store.now
+    t0 = now - window_s
+    procs = {p: store.proc_window(p, t0, now) for p in pid_rank}
+    views = rank_views(pid_rank, store.stack_window(t0, now), t0, store.gpu_processes(), procs)
+    launcher = next((int(m.group(1)) for e in reversed(events) if e.source == RANKS_SOURCE
+                     for m in [_LAUNCHER.search(e.message)] if m), None)
+    return JobView(launcher, views, window_s, topology(events))

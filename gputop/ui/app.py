@@ -29,6 +29,7 @@ from .gpu_panels import HOST_LINES, GpuPanels
 from .lines_view import LinesView
 from .proc_list import ProcList
 from .process_table import ProcessTable
+from .ranks_pane import RanksPane
 from .stacks_pane import StacksPane
 from .tab_bar import TabBar
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
@@ -37,7 +38,9 @@ if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
     from ..session import Session
 
 TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks"))
-PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane"}
+# Shown only while the session watches a multi-rank job (a rank map is in the store).
+RANKS_TAB = ("ranks", "Ranks")
+PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane", "ranks": "#ranks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 # The status line shows the newest event, but an error of the last minute wins over later
 # routine events (looked for among the newest few).
@@ -105,6 +108,7 @@ class GputopApp(ReplayControls, App[int]):
         Binding("1", "tab('processes')", "Procs", show=False),
         Binding("2", "tab('advisor')", "Advisor"),
         Binding("3", "tab('stacks')", "Stacks"),
+        Binding("4", "tab('ranks')", "Ranks", show=False),
         Binding("n", "native_dump", "Native dump", show=False),
         Binding("y", "copy_action", "Copy fix", show=False),
         Binding("escape", "clear_filter", "Clear", show=False),
@@ -148,6 +152,7 @@ class GputopApp(ReplayControls, App[int]):
         # The pane asks the session for native dumps: the UI itself runs no py-spy.
         yield StacksPane(stuck_after=self.session.stuck_after, native_dump=self.session.native_dump,
                          id="stacks-pane", classes="pane")
+        yield RanksPane(id="ranks-pane", classes="pane")
         yield LinesView(id="status")
         yield Footer()
 
@@ -217,6 +222,7 @@ class GputopApp(ReplayControls, App[int]):
         self._seen_version = version
         self._update_gpus()
         self._update_host()
+        self._update_tabs()
         tab = self.active_tab
         if tab == "processes":
             self._update_processes()
@@ -241,8 +247,19 @@ class GputopApp(ReplayControls, App[int]):
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
         self.query_one("#host", LinesView).set_lines(host_panel_lines(self.view.latest_host(), width, lines))
 
+    def _update_tabs(self) -> None:
+        """The Ranks tab appears once the session watches a multi-rank job."""
+        from ..analysis.ranks import rank_map
+
+        bar = self.query_one("#tabs", TabBar)
+        want = TABS + ((RANKS_TAB,) if rank_map(self.store.events()) else ())
+        if bar.tabs != want:
+            bar.set_tabs(want)
+
     def _update_panes(self, tab: str) -> None:
-        panes = {"advisor": ("#advisor-pane", (self.store,)), "stacks": ("#stacks-pane", (self.store, self.session.target_pid))}
+        nvlink = getattr(self.session.gpu, "nvlink_bps", None) if self.session.mode == "live" else None
+        panes = {"advisor": ("#advisor-pane", (self.store,)), "stacks": ("#stacks-pane", (self.store, self.session.target_pid)),
+                 "ranks": ("#ranks-pane", (self.store, nvlink))}
         if tab not in panes:
             return
         pane_id, args = panes[tab]
@@ -405,6 +422,9 @@ class GputopApp(ReplayControls, App[int]):
         self.tick(force=True)
 
     def action_tab(self, tab: str) -> None:
+        if tab not in {name for name, _ in self.query_one("#tabs", TabBar).tabs}:
+            self.notify("the Ranks tab shows a multi-rank job: attach to its launcher's PID or a rank's", timeout=4)
+            return
         # Without this, focus falls back to the filter box and the tabs follow it back.
         self.set_focus(None)
         self.active_tab = tab

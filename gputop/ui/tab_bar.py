@@ -60,6 +60,14 @@ class TabBar(LinesView):
         self._active = tab
         self._redraw()
 
+    def set_tabs(self, tabs: Sequence[tuple[str, str]]) -> None:
+        """Show another set of tabs (a tab that appears with what it shows); the active one stays
+        if it is still there, else the first is."""
+        self.tabs = tuple(tabs)
+        if self._active not in {name for name, _ in self.tabs}:
+            self._active = self.tabs[0][0]
+        self._redraw()
+
     def on_mount(self) -> None:
         self._redraw()
 

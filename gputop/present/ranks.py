@@ -1,0 +1,128 @@
+"""Text of the ranks pane: a row per local rank of a multi-rank job, which rank owns each GPU and
+where that GPU's time went, and the links between the ranks' GPUs. Pure: views in, lines out.
+
+Lines are tuples of (text, style) segments with semantic style names ("title", "dim", "num",
+"bad", "warn", "grp.<group>", "bucket.<bucket>"), as in ``present.stacks`` and ``present.advice``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares
+from ..units import truncate
+
+Seg = tuple[str, str]
+Line = tuple[Seg, ...]
+
+# A share of the time at or above this is shown as what holds the rank (judgement: the same
+# third of the time the rank-straggler rule calls a pattern of waiting).
+HIGH_SHARE = 0.30
+GROUP_W = 6  # each group column: a share ("100%") under a short name
+GROUP_HEAD = {"compute": "COMP", "data": "DATA", "comm": "COMM", "ckpt": "CKPT", "other": "OTHER"}
+FIXED_W = 5 + 1 + 8 + 1 + 4 + 1  # RANK PID GPU and their gaps
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _header(now_w: int) -> Line:
+    cols = "".join(f"{GROUP_HEAD[name]:>{GROUP_W}}" for name, _ in GROUPS)
+    return ((f"{'RANK':>5} {'PID':>8} {'GPU':>4} {'NOW':<{now_w}}{cols}  HOT", "head"),)
+
+
+def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> Line:
+    gpu = "-" if v.gpu is None else str(v.gpu)
+    segs: list[Seg] = [(f"{v.rank:>5} ", "num"), (f"{v.pid:>8} ", ""), (f"{gpu:>4} ", "")]
+    now = truncate(doing_now(v), now_w - 1) if now_w > 1 else ""
+    waiting = v.latest is not None and v.latest.category.value == "collective"
+    segs.append((f"{now:<{now_w}}", "grp.comm" if waiting else ("bad" if straggler else "")))
+    for name, share in group_shares(v.shares) if v.samples else ((n, 0.0) for n, _ in GROUPS):
+        text = _pct(share) if v.samples else "-"
+        segs.append((f"{text:>{GROUP_W}}", f"grp.{name}" if share >= HIGH_SHARE else "dim" if not share else ""))
+    hot = truncate(f"{v.hot} {_pct(v.hot_share)}", hot_w) if v.hot and hot_w > 0 else ""
+    segs.append(("  " + hot, "project" if hot else ""))
+    return tuple(segs)
+
+
+def _straggler(ranks: Sequence[RankView]) -> int | None:
+    """The rank the others wait for, for highlighting only (the advisor's rule names it)."""
+    seen = [v for v in ranks if v.samples]
+    if len(seen) < 2:
+        return None
+    low = min(seen, key=lambda v: v.collective)
+    others = [v for v in seen if v is not low]
+    return low.rank if min(v.collective for v in others) - low.collective >= HIGH_SHARE else None
+
+
+def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
+               nvlink_bps: Mapping[int, tuple[float, float]] | None = None) -> list[Line]:
+    """The ranks pane for ``width`` columns. ``breakdowns``: the advisor's per-GPU breakdowns
+    (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s, live only."""
+    if job is None:
+        return [(("Not attached to a multi-rank job.", "title"),),
+                (("Attach to a torchrun launcher's PID or any rank's: gputop --pid PID", "dim"),)]
+    n = len(job.ranks)
+    head: Line = ((f"{n} local rank{'s' if n != 1 else ''}", "title"),
+                  (f" of the job{f' launched by PID {job.launcher}' if job.launcher else ''}", ""),
+                  (f" · main threads over the last {job.window_s:.0f} s", "dim"))
+    rest = max(0, width - FIXED_W - GROUP_W * len(GROUPS) - 2)
+    now_w = max(12, min(32, rest * 9 // 20))
+    hot_w = max(0, rest - now_w)
+    slow = _straggler(job.ranks)
+    lines: list[Line] = [head, (), _header(now_w)]
+    lines += [rank_line(v, now_w, hot_w, straggler=v.rank == slow) for v in job.ranks]
+    if slow is not None:
+        lines.append((("rank ", "dim"), (str(slow), "bad"),
+                      (" spends the least time in collectives: the others wait for it (see the Advisor)", "dim")))
+    comm = [v for v in job.ranks if v.samples]
+    if comm:
+        lines.append((("communication share: ", "dim"),
+                      (", ".join(f"rank {v.rank} {_pct(v.collective)}"
+                                 + (f" in {v.collective_fn}" if v.collective_fn else "") for v in comm), "")))
+    lines += _gpu_lines(job, breakdowns, width)
+    lines += _link_lines(job, nvlink_bps or {}, width)
+    return lines
+
+
+def _gpu_lines(job: JobView, breakdowns: Sequence[object], width: int) -> list[Line]:
+    """Each GPU's breakdown under the rank that owns it (NVML lists the rank on it)."""
+    owner = {v.gpu: v for v in job.ranks if v.gpu is not None}
+    bds = [b for b in breakdowns if getattr(b, "gpu_index", -1) >= 0 and getattr(b, "total_s", 0) > 0]
+    if not bds:
+        return []
+    out: list[Line] = [(), (("GPUs", "head"),)]
+    for bd in sorted(bds, key=lambda b: b.gpu_index):
+        v = owner.get(bd.gpu_index)
+        who = f"rank {v.rank} (pid {v.pid})" if v is not None else "no rank of this job"
+        parts = [(b, bd.get(b) / bd.total_s) for b in Bucket if bd.get(b) > 0]
+        text = " · ".join(f"{BUCKET_LABELS[b]} {_pct(sh)}" for b, sh in sorted(parts, key=lambda x: -x[1])[:4])
+        out.append(((f"GPU {bd.gpu_index}", "num"), (f" · {who}: ", "" if v is not None else "dim"),
+                    (truncate(text, max(10, width - 30)), "")))
+    return out
+
+
+def _link_lines(job: JobView, nvlink: Mapping[int, tuple[float, float]], width: int) -> list[Line]:
+    """The links between the ranks' GPUs (NVML topology and P2P status), NVLink rates if read."""
+    t = job.topology
+    gpus = sorted({v.gpu for v in job.ranks if v.gpu is not None})
+    out: list[Line] = []
+    if t is not None:
+        for i, a in enumerate(gpus):
+            for b in gpus[i + 1:]:
+                link = t.between(a, b)
+                if link is None:
+                    continue
+                kind, p2p = link
+                out.append(((f"GPU {a} ↔ GPU {b}: ", ""), (kind, "num"),
+                            (f", P2P {p2p}", "" if p2p == "ok" else "warn")))
+        for g in gpus:
+            if t.nvlinks.get(g):
+                rate = nvlink.get(g)
+                tail = f", {rate[0] / 1e9:.1f} GB/s out, {rate[1] / 1e9:.1f} GB/s in" if rate else ""
+                out.append(((f"GPU {g}: {t.nvlinks[g]} NVLinks up{tail}", "dim"),))
+    if not out:
+        return []
+    return [(), (("Links", "head"),), *out]
