@@ -30,6 +30,7 @@ from .overview import OverviewBuilder, OverviewRow
 from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
+    STATE_EVENT_SOURCES,
     APPLICATION_ID,
     FLAG_ACTIVE,
     FLAG_GIL,
@@ -623,9 +624,20 @@ class Reader:
         out += self.host_samples(ts - windows.host, ts)
         out += self.proc_samples(ts - windows.procs, ts)
         out += self.stack_samples(ts - windows.stacks, ts)
-        out += self.events(float("-inf"), ts, last=windows.events)
+        events = self.events(float("-inf"), ts, last=windows.events)
+        # The job's shape as of ``ts`` (its rank map, its GPUs' links) is said once, at the start:
+        # a seek past many later events still gets the newest of each.
+        for source in STATE_EVENT_SOURCES:
+            if not any(e.source == source for e in events):
+                events = self._last_event(source, ts) + events
+        out += events
         out += self.findings(float("-inf"), ts, last=windows.findings)
         return out
+
+    def _last_event(self, source: str, ts: float) -> list[Event]:
+        rows = self._rows("SELECT ts, source, level, message FROM events WHERE source = ? AND ts <= ? "
+                          "ORDER BY ts DESC LIMIT 1", (source, ts))
+        return self._decode(rows, codec.event_from_row)
 
     # ----------------------------------------------------------------- overview
 

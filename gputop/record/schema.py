@@ -291,3 +291,8 @@ def unpack_ids(data: object) -> tuple[int, ...]:
     if sys.byteorder != "little":
         a.byteswap()
     return tuple(a)
+
+# Events that state how things are (not what happened): the multi-rank job's rank map, the GPU
+# topology. A recording keeps them however late it starts; a replay and a seek always get the
+# newest as of their time.
+STATE_EVENT_SOURCES = ("ranks", "topology")

@@ -54,6 +54,7 @@ from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
 from .schema import (
+    STATE_EVENT_SOURCES,
     APPLICATION_ID,
     open_session_key,
     DDL,
@@ -723,6 +724,11 @@ class Recorder:
             if store.system is not None:
                 seed.append(store.system)
             seed.extend(store.gpu_info.values())
+            # The newest rank map and GPU topology: said once when the session attached, before
+            # this recording may have started (a replay and the report read the ranks back).
+            events = store.events()
+            for source in STATE_EVENT_SOURCES:
+                seed.extend([e for e in events if e.source == source][-1:])
             if seed:
                 rec.on_batch(seed)
         return rec

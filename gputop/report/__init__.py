@@ -54,4 +54,10 @@ def summary_dict(s: Summary) -> dict:
             }
             for fs in s.findings
         ],
+        "ranks": [
+            {"rank": r.rank, "pid": r.pid, "gpu": r.gpu, "samples": r.samples,
+             "shares": {name: round(sh, 4) for name, sh in r.groups}, "collective": r.collective_fn,
+             "hot": r.hot, "hot_share": round(r.hot_share, 4)}
+            for r in s.ranks
+        ],
     }

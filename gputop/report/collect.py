@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis.idle import poll_slices, util_slices
 from ..model import GpuSample, UtilPoint
 from ..record.reader import Reader
+from .ranks import collect_ranks
 from .summary import RunAccumulator, Summary, summarise_findings
 
 # Work in chunks so a day-long recording never sits in memory at once.
@@ -58,5 +59,6 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         size_bytes=reader.size_bytes(),
         gpu_infos={g.index: g for g in reader.gpu_infos()},
         backfill_s=reader.span.backfill_s,
+        ranks=collect_ranks(reader, chunk_s),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )

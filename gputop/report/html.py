@@ -12,6 +12,7 @@ from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
+from .ranks import rank_html
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
 from .text import clock, hms
 
@@ -130,6 +131,7 @@ def render_html(s: Summary) -> str:
         [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
         hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
+    out += rank_html(s.ranks, e)
     out.append(f"<h2>Findings ({len(s.findings)})</h2>")
     if not s.findings:
         out.append("<p>None recorded.</p>")

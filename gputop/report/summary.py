@@ -144,6 +144,7 @@ class Summary:
     chart_step: float = 1.0  # seconds per chart bucket
     sample_interval: float | None = None  # the recorder's poll interval, when recorded
     backfill_s: float = 0.0  # GPU history in the file from before recording started (not in the span)
+    ranks: tuple = ()  # report.ranks.RankSummary per local rank of a multi-rank job
 
     @property
     def duration(self) -> float:

@@ -9,6 +9,7 @@ from ..present.advice import BUCKET_CHAR, breakdown_rows
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
+from .ranks import rank_text_lines
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -120,6 +121,8 @@ def render_text(s: Summary, width: int = 100) -> str:
                + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
     out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
     out.append("")
+    if s.ranks:
+        out += rank_text_lines(s.ranks) + [""]
     if s.findings:
         out.append(f"findings ({len(s.findings)})")
         wrap = textwrap.TextWrapper(width=width, initial_indent="      ", subsequent_indent="      ")

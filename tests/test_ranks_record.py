@@ -1,0 +1,88 @@
+"""Recordings keep a multi-rank job's ranks: the rank map and topology said before recording
+started are written first, a seek far past them still gets them, and the text, HTML and JSON
+reports have a per-rank section."""
+
+from __future__ import annotations
+
+import json
+
+from gputop.analysis.ranks import rank_map, ranks_message, topology
+from gputop.model import Category, Event, Frame, GpuProcess, GpuSample, StackSample
+from gputop.pipeline import Pipeline
+from gputop.record.reader import Reader
+from gputop.record.writer import Recorder
+from gputop.report import collect, render_html, render_text, summary_dict
+from gputop.session import Session
+from gputop.sources.replay import HistoryWindows
+from gputop.store import Store
+
+T0 = 1_700_000_000.0
+DIST = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
+WAIT = (Frame("all_reduce", DIST, 2501), Frame("main", "/home/u/job/train.py", 90))
+LOAD = (Frame("load_batch", "/home/u/job/train.py", 41), Frame("main", "/home/u/job/train.py", 86))
+FWD = (Frame("forward", "/home/u/job/model.py", 33), Frame("main", "/home/u/job/train.py", 88))
+R0, R1 = 4_194_301, 4_194_302  # above pid_max: never real processes
+
+
+def record_job(path, seconds=30, chatter=0):
+    """Record a 2-rank job (rank 1 the straggler) that named its ranks before recording began,
+    then ``chatter`` routine events."""
+    store = Store()
+    clock = [T0]
+    session = Session(store=store, pipeline=Pipeline(store, [], clock=lambda: clock[0]), clock=lambda: clock[0])
+    store.add([Event(T0, "ranks", ranks_message({R0: 0, R1: 1}, 4_194_300)),
+               Event(T0, "topology", "GPU pairs: 0-1 NVLink, P2P ok")])
+    session.start_recording(path)
+    for i in range(seconds * 5):
+        ts = T0 + 1 + i / 5
+        r0 = (WAIT, Category.COLLECTIVE) if i % 4 else (FWD, Category.FORWARD)
+        r1 = (LOAD, Category.DATA_FETCH) if i % 4 else (WAIT, Category.COLLECTIVE)
+        batch = [StackSample(ts, R0, R0, "MainThread", r0[0], is_main=True, category=r0[1]),
+                 StackSample(ts, R1, R1, "MainThread", r1[0], is_main=True, category=r1[1])]
+        if i % 5 == 0:
+            batch += [GpuSample(ts, 0, util_gpu=30.0), GpuSample(ts, 1, util_gpu=90.0),
+                      GpuProcess(ts, 0, R0), GpuProcess(ts, 1, R1)]
+        session.pipeline.publish(batch)
+    for k in range(chatter):
+        session.pipeline.publish([Event(T0 + seconds + 1 + k * 0.01, "stacks", f"note {k}")])
+    session.stop_recording()
+
+
+def test_the_ranks_survive_a_late_recording_and_a_far_seek(tmp_path):
+    path = tmp_path / "job.gputop"
+    record_job(path, chatter=600)
+    with Reader(path) as r:
+        got = r.history(r.end_ts, HistoryWindows())
+    events = [x for x in got if isinstance(x, Event)]
+    assert rank_map(events) == {R0: 0, R1: 1}
+    assert topology(events).between(0, 1) == ("NVLink", "ok")
+
+
+def test_reports_have_a_per_rank_section(tmp_path):
+    path = tmp_path / "job.gputop"
+    record_job(path)
+    with Reader(path) as r:
+        s = collect(r)
+    text = render_text(s)
+    section = text[text.index("ranks (2)"):].splitlines()
+    assert section[1].split() == ["rank", "pid", "gpu", "samples", "compute", "data", "comm", "ckpt", "other", "hot", "function"]
+    assert section[2].split()[:9] == ["0", str(R0), "0", "150", "25%", "0%", "75%", "0%", "0%"], section[2]
+    assert section[3].split()[:9] == ["1", str(R1), "1", "150", "0%", "75%", "25%", "0%", "0%"], section[3]
+    assert section[3].endswith("load_batch (job/train.py:41) 75%")
+    assert section[4] == "  communication: rank 0 75%, rank 1 25%; the others wait in all_reduce for rank 1 most"
+    html = render_html(s)
+    assert "<h2>Ranks (2)</h2>" in html and "load_batch (job/train.py:41) (75%)" in html
+    ranks = json.loads(json.dumps(summary_dict(s)))["ranks"]
+    assert [(x["rank"], x["gpu"], round(x["shares"]["comm"], 2)) for x in ranks] == [(0, 0, 0.75), (1, 1, 0.25)]
+
+
+def test_a_recording_of_one_process_has_no_rank_section(tmp_path):
+    path = tmp_path / "one.gputop"
+    store = Store()
+    session = Session(store=store, pipeline=Pipeline(store, [], clock=lambda: T0), clock=lambda: T0)
+    session.start_recording(path)
+    session.pipeline.publish([GpuSample(T0 + 1, 0, util_gpu=50.0), GpuSample(T0 + 3, 0, util_gpu=50.0)])
+    session.stop_recording()
+    with Reader(path) as r:
+        s = collect(r)
+    assert s.ranks == () and "ranks (" not in render_text(s) and summary_dict(s)["ranks"] == []
