@@ -82,7 +82,8 @@ def test_straggler_rank_is_named_with_its_function(tmp_path):
 def test_rank_that_never_arrives_is_named_by_the_stuck_finding(tmp_path):
     report, took = _advise_on_job("hang", tmp_path)
     f = next(f for f in report["findings"] if f["id"] == "stuck")
-    assert "waits for rank 1 (pid" in f["title"] and "never_arrives" in f["title"], f["title"]
+    assert "waits in all_reduce for rank 1 (pid" in f["title"] and "never arrives: it is at" in f["title"], f["title"]
+    assert "never_arrives, sleeps instead" in f["title"], f["title"]
     assert any("rank 1 (pid" in e and "is elsewhere" in e for e in f["evidence"]), f["evidence"]
     print(f"hang named in a {took:.1f} s advise run")
 

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Multi-rank jobs on a 2-GPU machine: does ``gputop advise`` on the launcher's PID give the right
+verdict, and how soon after attaching?
+
+Three 2-rank DDP jobs started with ``torchrun --standalone --nproc-per-node 2`` (NCCL on CUDA,
+gloo with ``--device cpu``): ``healthy`` (both ranks do the same work), ``straggler`` (rank 1
+builds each batch in slow pure Python in its main process while rank 0 waits in the gradient
+all-reduce), ``hang`` (rank 1 stops before the all-reduce, rank 0 waits in it forever). Each job
+runs past its warm-up, then ``python -m gputop advise --pid LAUNCHER --duration D --json`` attaches.
+The right verdict: healthy, no warning or critical finding; straggler, ``rank-straggler`` naming
+rank 1; hang, ``stuck`` naming rank 1 as the rank that never arrives. The time to it is the
+advisor's own ``first_seen_s`` (seconds after attaching).
+
+Every job gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1:
+NVLink multicast stays off on the machines this runs on.
+
+    python bench/multi_rank.py --device cuda                 # writes bench/results/multi_rank.{json,md}
+    python bench/multi_rank.py --device cpu --out /tmp/mr    # the same on CPU (gloo): never as GPU results
+
+The script is also the job itself (``--job MODE``, run by torchrun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("healthy", "straggler", "hang")
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Throughput findings wait out a job's first 10 s (gputop.advisor.context.WARMUP_AGE_S): attach
+# after that, as a user past a job's first seconds would.
+ATTACH_AFTER_S = 12.0
+
+
+# --------------------------------------------------------------------------- the job (one rank)
+
+
+def load_batch(n: int):
+    """The slow Python data path of the straggler: per-element work in the interpreter."""
+    total = 0.0
+    for i in range(n):
+        total += ((i * 7) % 13) ** 0.5
+    return total / max(1, n)
+
+
+def never_arrives() -> None:
+    while True:
+        time.sleep(0.05)
+
+
+def _exit_with_the_launcher() -> None:
+    # A benchmark killed mid-run may leave no one to stop the ranks: they would spin on.
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def run_job(mode: str, device: str) -> None:
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    threading.Thread(target=_exit_with_the_launcher, daemon=True).start()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(local)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank()
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    width = 4096 if cuda else 256
+    model = DDP(torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(4))).to(dev),
+                device_ids=[local] if cuda else None)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(64 if cuda else 16, width, device=dev)
+    slow_n = 2_000_000 if cuda else 300_000  # rank 1's extra Python per step: a large share of a step
+    for step in range(10**9):
+        if mode == "straggler" and rank == 1:
+            x.mul_(1.0 + 1e-9 * load_batch(slow_n))
+        if mode == "hang" and rank == 1 and step == 20:
+            print(f"rank {rank} stops before the all-reduce", flush=True)
+            never_arrives()
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # the gradient all-reduce
+        opt.step()
+        if step == 3:
+            if cuda:
+                torch.cuda.synchronize()
+            print(f"rank {rank} ready", flush=True)
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
+    """(right verdict, seconds after attaching it was first shown, the finding's title)."""
+    findings = report.get("findings", [])
+    seen = {s["id"]: s["first_seen_s"] for s in report.get("seen", [])}
+    if mode == "healthy":
+        loud = [f for f in findings if f["severity"] in ("warning", "critical")]
+        return (not loud, None, loud[0]["title"] if loud else "(no warning)")
+    want = "rank-straggler" if mode == "straggler" else "stuck"
+    f = next((f for f in findings if f["id"] == want), None)
+    if f is None:
+        top = findings[0]["title"] if findings else "(nothing)"
+        return False, None, top
+    named = "rank 1 is the straggler" in f["title"] if mode == "straggler" else "rank 1 (pid" in f["title"]
+    return named, seen.get(want), f["title"]
+
+
+def run_one(mode: str, device: str, duration: float, tmp: Path) -> dict:
+    env = dict(os.environ, **NVLS_OFF, OMP_NUM_THREADS="1")
+    log = tmp / f"{mode}.log"
+    with open(log, "w") as out:
+        job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                str(Path(__file__).resolve()), "--job", mode, "--device", device],
+                               stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        t0 = time.monotonic()
+        while log.read_text().count("ready") < 2:
+            if job.poll() is not None or time.monotonic() - t0 > 180:
+                return {"mode": mode, "ok": False, "error": "job did not start: " + log.read_text()[-500:]}
+            time.sleep(0.2)
+        time.sleep(max(0.0, t0 + ATTACH_AFTER_S - time.monotonic()))
+        started = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
+                              str(duration), "--json"], capture_output=True, text=True, timeout=duration + 120,
+                             cwd=ROOT)
+        wall = time.monotonic() - started
+        if res.returncode != 0:
+            return {"mode": mode, "ok": False, "error": res.stderr.strip()[-500:]}
+        report = json.loads(res.stdout)
+        ok, first, title = right(mode, report)
+        return {"mode": mode, "ok": ok, "first_seen_s": first, "title": title, "advise_wall_s": round(wall, 1),
+                "findings": [f["id"] for f in report.get("findings", [])]}
+    finally:
+        kill_job(job)
+
+
+def kill_job(job: subprocess.Popen) -> None:
+    """The launcher and its ranks (torchrun starts each rank in a process group of its own)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in [*procs, job]:
+        try:
+            p.kill()
+        except (psutil.Error, ProcessLookupError):
+            pass
+    job.wait(timeout=30)
+    psutil.wait_procs(procs, timeout=10)
+
+
+def machine(device: str) -> str:
+    host = socket.gethostname()
+    if device != "cuda":
+        return f"{host}, CPU only ({os.cpu_count()} cores), gloo"
+    try:
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=20).stdout.split("\n")
+        gpus = [n.strip() for n in names if n.strip()]
+    except (OSError, subprocess.SubprocessError):
+        gpus = []
+    return f"{host}, {len(gpus)} x {gpus[0] if gpus else 'GPU'}, NCCL, {os.cpu_count()} cores"
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# Multi-rank jobs: the right verdict after attaching to the launcher", "",
+             f"Machine: {doc['machine']}. `python -m gputop advise --pid LAUNCHER --duration {doc['duration_s']:g} --json`, "
+             f"attached {ATTACH_AFTER_S:g} s after the job started; time = the finding's `first_seen_s`.", "",
+             "| job | right | time to the verdict | what gputop said |", "| --- | --- | --- | --- |"]
+    for r in doc["results"]:
+        when = "-" if r.get("first_seen_s") is None else f"{r['first_seen_s']:.1f} s"
+        said = (r.get("title") or r.get("error", "")).replace("|", "\\|")
+        lines.append(f"| {r['mode']} | {'yes' if r['ok'] else 'NO'} | {when} | {said} |")
+    right_n = sum(r["ok"] for r in doc["results"])
+    lines += ["", f"{right_n} of {len(doc['results'])} right."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds each advise run watches")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="folder for multi_rank.{json,md} (default bench/results on CUDA; required on CPU)")
+    ap.add_argument("--job", choices=MODES, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.job:
+        run_job(args.job, args.device)
+        return 0
+    modes = [m for m in args.modes.split(",") if m]
+    if any(m not in MODES for m in modes):
+        print(f"--modes: choose from {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    out = args.out
+    if out is None:
+        if args.device != "cuda":
+            print("--device cpu needs --out: CPU results are not the GPU results in bench/results", file=sys.stderr)
+            return 2
+        out = ROOT / "bench" / "results"
+    if args.device == "cuda" and out.resolve() == (ROOT / "bench" / "results").resolve():
+        try:
+            import torch
+
+            if torch.cuda.device_count() < 2:
+                print("needs 2 GPUs (torch sees fewer)", file=sys.stderr)
+                return 2
+        except ImportError:
+            print("needs torch", file=sys.stderr)
+            return 2
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in modes:
+            r = run_one(m, args.device, args.duration, Path(tmp))
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    doc = {"machine": machine(args.device), "device": args.device, "platform": platform.platform(),
+           "duration_s": args.duration, "attach_after_s": ATTACH_AFTER_S, "nvls_off": NVLS_OFF, "results": results}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "multi_rank.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "multi_rank.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
