@@ -136,3 +136,24 @@ def test_oversubscription_is_not_held_while_the_job_warms_up():
 
     assert "cpu-oversubscribed" not in HELD_WHILE_WARMING
     assert {"data-starved", "workers-saturated", "io-bound", "host-sync"} <= set(HELD_WHILE_WARMING)
+
+
+def test_a_running_forked_worker_is_not_starting():
+    # A forked DataLoader worker's stack as py-spy shows it (torchvision-style job, H100): the
+    # parent's frames down to the fork stay below the worker's own for its whole life.
+    torch_data = f"{LIB}/utils/data"
+    worker = (
+        Frame("Images.__getitem__", "/home/u/train.py", 40),
+        Frame("_MapDatasetFetcher.fetch", f"{torch_data}/_utils/fetch.py", 52),
+        Frame("_worker_loop", f"{torch_data}/_utils/worker.py", 349),
+        Frame("BaseProcess.run", "/usr/lib/python3.12/multiprocessing/process.py", 108),
+        Frame("BaseProcess._bootstrap", "/usr/lib/python3.12/multiprocessing/process.py", 314),
+        Frame("Popen._launch", "/usr/lib/python3.12/multiprocessing/popen_fork.py", 71),
+        Frame("Popen.__init__", "/usr/lib/python3.12/multiprocessing/popen_fork.py", 19),
+        Frame("BaseProcess.start", "/usr/lib/python3.12/multiprocessing/process.py", 121),
+        Frame("_MultiProcessingDataLoaderIter.__init__", f"{torch_data}/dataloader.py", 1120),
+        Frame("main", "/home/u/train.py", 90),
+    )
+    assert warmup_of(stack(0, C.DATA_FETCH, frames=worker)) is None
+    # the same worker before it reached its loop is still starting
+    assert warmup_of(stack(0, C.OTHER, frames=worker[3:])) == "starting DataLoader workers"

@@ -299,6 +299,7 @@ WARMUP_MAX_AGE_S = 600.0
 # run from the frame cache, under eval_frame.py only).
 _COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/output_graph.py",
                   "torch/_inductor/compile_fx.py")
+_WORKER_LOOP = "_worker_loop"  # torch/utils/data/_utils/worker.py
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 _SPAWN_FILES = ("multiprocessing/popen_fork.py", "multiprocessing/popen_spawn_posix.py",
                 "multiprocessing/popen_forkserver.py")
@@ -312,9 +313,12 @@ def warmup_of(s: StackSample) -> str | None:
     names = [f.filename.replace("\\", "/") for f in s.frames]
     if any(n.endswith(c) for n in names for c in _COMPILE_FILES):
         return "compiling (torch.compile)"
-    if any(n.endswith(c) for n in names for c in _SPAWN_FILES) or any(
+    # A forked worker keeps its parent's frames below its own, the fork and the loader's
+    # __init__ among them, for as long as it lives: once it runs its worker loop it has started.
+    started = any(f.name.endswith(_WORKER_LOOP) for f in s.frames)
+    if not started and (any(n.endswith(c) for n in names for c in _SPAWN_FILES) or any(
         f.name.endswith("_MultiProcessingDataLoaderIter.__init__") for f in s.frames
-    ):
+    )):
         return "starting DataLoader workers"
     if any(n in _IMPORT_FILES for n in names[:IMPORT_TOP_FRAMES]):
         return "importing modules"
