@@ -95,6 +95,7 @@ class Job:
     stack_start: float = 0.0  # py-spy attaches this long after the GPU history starts
     target_on_gpu: bool = True
     worker_stack: Callable[[float], StackSample | None] | None = None
+    main_frames: Callable[[float], tuple[Frame, ...]] | None = None  # real frames for the main thread
 
     def store(self) -> Store:
         st = Store()
@@ -117,7 +118,8 @@ class Job:
         if self.main is not None:
             for k in range(1, n_stacks + 1):
                 t = self.stack_start + k / self.stack_rate
-                events.append((T0 + t, stack(T0 + t, self.main(t))))
+                frames = self.main_frames(t) if self.main_frames is not None else None
+                events.append((T0 + t, stack(T0 + t, self.main(t), frames=frames)))
         for sec in range(1, int(self.seconds) + 1):
             t = float(sec)
             ts = T0 + t

@@ -31,7 +31,7 @@ from .distributed import check_collective_wait, check_rank_straggler
 from .host import check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_headroom, check_memory_near_limit
 from .nccl import check_nccl_env
-from .precision import check_no_tensor_cores
+from .precision import check_fp32_training, check_no_tensor_cores
 from .stuck import check_stuck
 from .system import (
     check_cuda_launch_blocking,
@@ -58,6 +58,7 @@ THROUGHPUT_IDS = (
     "rank-straggler",
     "launch-bound",
     "no-tensor-cores",
+    "mixed-precision",
     "memory-headroom",
 )
 
@@ -81,6 +82,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
+    Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),
     Rule("throttling", "GPU clocks throttled", W, check_throttling),
     Rule("ecc-errors", "Uncorrectable ECC errors", C, check_ecc_errors, appear_after_s=0.0),
     Rule("memory-near-limit", "GPU memory near its limit", W, check_memory_near_limit),

@@ -13,6 +13,7 @@ import re
 from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
+from ...analysis.frameworks import framework_of, loader_knob
 from ..context import AnalysisContext, GpuView
 from .base import (
     MIN_COST_S,
@@ -79,9 +80,13 @@ def workers_for(current: int, wait_fraction: float, cap: int) -> int:
     return max(current + 1, min(need, cap))
 
 
-def loader_line(workers: int, prefetch: int = 2, pin: bool = True) -> str:
+def loader_line(workers: int, prefetch: int = 2, pin: bool = True, ctx: AnalysisContext | None = None) -> str:
+    """The DataLoader settings; for a job the stacks show runs under HF Trainer (which builds the
+    DataLoader itself), its TrainingArguments first and the plain form beside them."""
     pin_arg = "pin_memory=True, " if pin else ""
-    return f"DataLoader(..., num_workers={workers}, {pin_arg}persistent_workers=True, prefetch_factor={prefetch})"
+    plain = f"DataLoader(..., num_workers={workers}, {pin_arg}persistent_workers=True, prefetch_factor={prefetch})"
+    knob = loader_knob(framework_of(ctx.main_stacks).name, workers, pin) if ctx is not None else None
+    return f"{knob}; in plain PyTorch: {plain}" if knob else plain
 
 
 def _host_line(ctx: AnalysisContext) -> str | None:
@@ -156,7 +161,7 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
         ev.append(f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: DataLoader workers cannot load faster than "
                   "the training thread does")
     else:
-        action = f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores" + per_gpu
+        action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores" + per_gpu
         expected = gain(frac, limit, f"{n} workers on {cores} cores, {parallel} loading at once ({today})")
     return Hit(
         evidence=tuple(ev),
@@ -252,7 +257,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         # room for the main process and its pin-memory thread
         cap = max(w.count + 1, min(w.count + int(spare), (cores_per_gpu(ctx) or w.count + int(spare)) - 2))
         n = workers_for(w.count, frac, cap)
-        action = f"{loader_line(n, pin=g.index != CPU_DEVICE)}  # was {w.count}; {spare:.0f} cores are idle"
+        action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # was {w.count}; {spare:.0f} cores are idle"
         # A saturated pool delivers in proportion to its workers at best: w.count -> n.
         limit = n / w.count
         expected = gain(frac, limit, f"the pool growing from {w.count} to {n} workers (its rate at most in proportion)")
@@ -405,7 +410,7 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     limit = n / max(1, w.count)
     return Hit(
         evidence=tuple(ev),
-        action=f"{loader_line(n, 4, pin=g.index != CPU_DEVICE)}  # reads overlap; blocked workers cost no CPU. " + closer,
+        action=f"{loader_line(n, 4, pin=g.index != CPU_DEVICE, ctx=ctx)}  # reads overlap; blocked workers cost no CPU. " + closer,
         expected_gain=gain(frac, limit, f"{n} readers instead of {max(1, w.count)} (reads overlap at most in proportion)"),
         gain_bound=bounded(frac, limit),
         cost_s=cost,
@@ -452,7 +457,7 @@ def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
             f"{w.respawned} loader workers exited and {w.count} new ones started in the window (a new epoch)",
             f"{device_name(g)} idle {secs(c)} in the {RESPAWN_STALL_S:.0f} s after the new workers started",
         ),
-        action=loader_line(w.count, pin=g.index != CPU_DEVICE) + "  # persistent_workers=True keeps the workers across epochs",
+        action=loader_line(w.count, pin=g.index != CPU_DEVICE, ctx=ctx) + "  # persistent_workers=True keeps the workers across epochs",
         expected_gain=f"about {secs(c)} of GPU time back at every epoch start: "
         + gain(c / g.breakdown.total_s).replace("steps/s", "steps/s over this window"),
         gain_bound=bounded(c / g.breakdown.total_s),

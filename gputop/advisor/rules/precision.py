@@ -1,16 +1,19 @@
-"""Precision: a GPU busy with fp32 math while its tensor cores idle (no TF32, no bf16/fp16)."""
+"""Precision: a GPU busy with fp32 math on its CUDA cores (no TF32, no bf16/fp16), and a
+framework job that its own stacks show training in fp32."""
 
 from __future__ import annotations
 
+from ...analysis.frameworks import FP32, HALF, MIXED, framework_of, precision_knob
 from ..context import AnalysisContext, GpuView
-from .base import GPM_BUSY_UTIL_PCT, Hit, pct, times, worst
+from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, times, worst
 
-# Tensor-core activity (GPM) at or below this while busy is "not used". Measured: the fp32
-# matmul loop read 0.0 %, the healthy bf16 trainer 62 % (bench/results/harness.md); the 2 % of
-# slack is judgement.
-TENSOR_IDLE_PCT = 2.0
-# ...with the fp32 pipes at least this busy: the math is running, in fp32. Measured: the fp32
-# loop read 76 % (bench/results/advisor_bench.json); 20 is judgement.
+# The fp32 pipes at least this busy, and busier than the tensor cores: the math runs in fp32 on
+# the CUDA cores. Measured (GPM, H100): fp32 loops and fp32 transformers 54-76 % with tensor
+# cores 0-1 %; bf16 and TF32 jobs 1.4-3.4 % (bench/results/advisor_bench.json,
+# bench/results/real_jobs.json); 20 is judgement. "Busier than the tensor cores" and not
+# "tensor cores idle": PyTorch's defaults run convolutions as TF32 (cudnn.allow_tf32) but
+# matmuls in full fp32 (matmul.allow_tf32 off), so a model with a conv stem and fp32 linears
+# shows some tensor activity while most of its math runs on the CUDA cores.
 FP32_BUSY_PCT = 20.0
 # Saved share of busy time when fp32 matmuls move to tensor cores. NVIDIA's H100 SXM datasheet:
 # 67 TFLOPS fp32 vs 989 TFLOPS TF32 with sparsity, ~495 dense (~7x). Real steps are part matmul,
@@ -34,7 +37,8 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
         e = g.efficiency
         if e.tensor_active is None or e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT:
             return 0.0
-        if e.tensor_active > TENSOR_IDLE_PCT or (e.fp32_active or 0.0) < FP32_BUSY_PCT:
+        fp32 = e.fp32_active or 0.0
+        if fp32 < FP32_BUSY_PCT or fp32 <= e.tensor_active:
             return 0.0
         cc = e.compute_capability
         if cc is not None and tuple(cc) < TENSOR_CORE_MIN_CC:
@@ -49,11 +53,12 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
     cc = e.compute_capability
     tf32 = cc is None or tuple(cc) >= TF32_MIN_CC
     ev = [
-        f"{g.name} busy {e.util_busy_mean:.0f} % while tensor cores are active {e.tensor_active:.1f} % "
-        f"and the fp32 pipes {e.fp32_active:.0f} % (GPM, {e.busy_polls} busy polls)",
+        f"{g.name} busy {e.util_busy_mean:.0f} % with the fp32 pipes {e.fp32_active:.0f} % active and the "
+        f"tensor cores {e.tensor_active:.1f} % (GPM, {e.busy_polls} busy polls): the math runs on the CUDA cores",
         f"compute capability {cc[0]}.{cc[1]}: tensor cores{' with TF32' if tf32 else ''} available"
         if cc else "tensor cores available on this GPU",
     ]
+    fw = framework_of(ctx.main_stacks)
     if tf32:
         action = (
             'with torch.autocast("cuda", dtype=torch.bfloat16): around forward and loss; or at least '
@@ -65,6 +70,9 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
             'with torch.autocast("cuda", dtype=torch.float16): around forward and loss, with '
             'scaler = torch.amp.GradScaler("cuda"); scaler.scale(loss).backward(); scaler.step(opt); scaler.update()'
         )
+    knob = precision_knob(fw.name, bf16=tf32)
+    if knob and fw.precision not in (MIXED, HALF):
+        action = f"{knob}; in plain PyTorch: {action}"
     bd = g.breakdown
     # Upper bound: every busy second were fp32 math and ran TENSOR_CORE_MAX_SPEEDUP times faster;
     # the idle time stays. The estimate: TENSOR_CORE_SAVING of the busy time back.
@@ -84,3 +92,65 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
         title=f"{g.name} busy but tensor cores idle: fp32 math",
     )
 
+
+
+# ---------------------------------------------------------------------- fp32 seen in the stacks
+
+# bf16 runs the tensor cores at twice TF32's rate and moves half the bytes per element, so a
+# step whose busy time is all TF32 convs and fp32 elementwise work at most halves: the bound is
+# 2x of the busy time (NVIDIA H100 datasheet: 989 vs 495 dense TFLOPS for bf16 vs TF32; A100
+# 312 vs 156). Real steps have parts neither helps (reductions in fp32, the optimizer).
+BF16_OVER_TF32_MAX = 2.0
+# A GPU this busy (busy polls' mean utilisation) and busy this share of the window: a
+# compute-bound job, where precision is the lever. Judgement: below it the idle time's cause
+# is the finding to make first.
+COMPUTE_BOUND_BUSY_SHARE = 0.8
+
+
+def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
+    """A framework job whose stacks show fp32 training (Lightning "32-true", Trainer without
+    bf16) on a compute-bound GPU that the fp32-pipe check does not already name."""
+    fw = framework_of(ctx.main_stacks)
+    if fw.precision != FP32:
+        return None
+
+    def cost(g: GpuView) -> float:
+        e, bd = g.efficiency, g.breakdown
+        if e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT or bd.total_s <= 0:
+            return 0.0
+        if bd.busy_s / bd.total_s < COMPUTE_BOUND_BUSY_SHARE:
+            return 0.0
+        cc = e.compute_capability
+        if cc is not None and tuple(cc) < TF32_MIN_CC:
+            return 0.0  # no bf16 tensor cores before Ampere; fp16 needs a scaler: another finding
+        if e.fp32_active is not None and e.fp32_active >= FP32_BUSY_PCT and e.fp32_active > (e.tensor_active or 0.0):
+            return 0.0  # no-tensor-cores names it, with its larger bound
+        return g.breakdown.busy_s * (1 - 1 / BF16_OVER_TF32_MAX)
+
+    found = worst(ctx, cost, gpu_only=True)
+    if found is None or found[1] <= 0 or not significant(found[0], found[1]):
+        return None
+    g, c = found
+    e, bd = g.efficiency, g.breakdown
+    bound = bd.total_s / max(1e-9, bd.total_s - c)
+    knob = precision_knob(fw.name, bf16=True)
+    gpm = ""
+    if e.tensor_active is not None and e.fp32_active is not None:
+        gpm = f"; tensor cores {e.tensor_active:.0f} %, fp32 pipes {e.fp32_active:.0f} % (TF32 convolutions look like this)"
+    return Hit(
+        evidence=(
+            f"{fw.evidence}: the job trains in fp32",
+            f"{g.name} busy {pct(bd.busy_s / bd.total_s)} of the last {bd.total_s:.0f} s, "
+            f"{e.util_busy_mean:.0f} % utilisation{gpm}",
+        ),
+        action=f'{knob}; in plain PyTorch: with torch.autocast("cuda", dtype=torch.bfloat16): around forward and loss'
+        + ("; for convolutions also model.to(memory_format=torch.channels_last)" if (e.tensor_active or 0) > 0 else ""),
+        gain_bound=bound,
+        expected_gain=f"bf16 doubles the tensor cores' rate over TF32 and halves the bytes each op moves: at most "
+        f"{times(bound)} steps/s (an upper bound: all of the busy time halved); less where the step is "
+        "reductions, the optimizer or data movement bf16 does not shorten",
+        cost_s=c,
+        confidence=0.7,
+        gpu_index=g.index,
+        title=f"{g.name} compute-bound in fp32: bf16 mixed precision",
+    )
