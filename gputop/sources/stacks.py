@@ -48,6 +48,12 @@ from ..redact import perf_env, redact_cmdline
 
 # The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
+# For the first ATTACH_BURST_S after attaching, main-thread stacks come this often (within the
+# CPU budget's burst): the rules need MIN_MAIN_SAMPLES of them (advisor.rules.base), so a steady
+# problem is named in ~2-3 s instead of waiting on the steady rate. Nonblocking dumps do not stop
+# the target; the burst's ~20 dumps cost ~0.3 s of gputop's own CPU, once. Judgement.
+ATTACH_BURST_RATE = 10.0
+ATTACH_BURST_S = 2.0
 # Routine dumps do not stop the target (see the module's docstring).
 DEFAULT_NONBLOCKING = True
 # The sampler's own CPU, py-spy processes included, as a long-run average in cores. A py-spy
@@ -658,7 +664,10 @@ class PySpySource:
         if self._stacks_off is None and self.exited is None:
             # Over budget: wait until the bucket is back to zero (the steady rate is then
             # budget / CPU per poll), never longer than MAX_INTERVAL_S.
-            self.interval = min(MAX_INTERVAL_S, max(1.0 / self.rate, self._cpu.wait(t)))
+            rate = self.rate
+            if t - self._started < ATTACH_BURST_S and self.rate >= DEFAULT_RATE:
+                rate = max(rate, ATTACH_BURST_RATE)  # a lower --sample-rate is a wish for less: no burst
+            self.interval = min(MAX_INTERVAL_S, max(1.0 / rate, self._cpu.wait(t)))
         if t >= self._next_cost:
             self._next_cost = t + COST_EVERY_S
             self._measure(t, out)
