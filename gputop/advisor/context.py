@@ -25,7 +25,7 @@ from ..analysis.efficiency import (
 )
 from ..analysis.hang import COLLECTIVE, diagnose
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
-from ..analysis.ranks import RankView, moving_ranks, rank_map, rank_views
+from ..analysis.ranks import RankView, as_ranks, moving_ranks, rank_map, rank_views
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
@@ -148,6 +148,11 @@ def context_from_samples(
     procs = {pid: [s for s in ss if s.ts >= now - window_s] for pid, ss in (procs or {}).items()}
     t0 = now - window_s
 
+    # A multi-rank job's ranks are judged as ranks (a CPU rank off the CPU in backward waits in
+    # DDP's gradient all-reduce): the target's breakdown, the ranks' views and the stuck verdict
+    # all read these stacks.
+    pid_rank = rank_map(events)
+    stacks = as_ranks(stacks, pid_rank, gpu_processes, bool(gpu_info or gpu_samples or util_points))
     if target_pid is None:
         target_pid = next((pid for pid, ss in procs.items() if ss and ss[-1].role == "target"), None)
     all_main = sorted((s for s in stacks if s.is_main), key=lambda s: s.ts)
@@ -245,7 +250,6 @@ def context_from_samples(
             tasks=family_tasks(tasks or {}, target_pid),
             gpu_idle_s=min(reaches) if reaches else 0.0,
         )
-    pid_rank = rank_map(events)
     moving = moving_ranks(pid_rank, stacks, stuck.since, target_pid) if stuck is not None and stuck.stuck and stuck.since else []
     if stuck is not None and stuck.diagnosis is not None and stuck.diagnosis.kind == COLLECTIVE and moving:
         stuck = replace(stuck, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "

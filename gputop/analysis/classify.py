@@ -16,15 +16,17 @@ How a stack is judged:
   reducer/gloo/NCCL waits), not any frame under ``torch/distributed/``.
 - Frames outward of ``BaseProcess._bootstrap`` are the parent's stack at fork time (a DataLoader
   worker shows its parent's ``for batch in loader`` below its own loop) and are ignored.
+- A rank of a multi-rank job on the CPU is judged with its on-CPU state as well (``rank_category``):
+  off the CPU in autograd's engine or in DDP's forward prologue it waits for the other ranks.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Collection, Sequence
 
-from ..model import Category, Frame
+from ..model import Category, Frame, StackSample
 
 C = Category
 
@@ -212,6 +214,53 @@ def explain(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] 
 
 def classify(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Category:
     return explain(frames, active, rules).category
+
+
+# --------------------------------------------------------------------------- a rank's main thread
+
+# Where a rank of a multi-rank job training on the CPU (gloo) waits for the other ranks without a
+# torch.distributed frame of its own: DDP's gradient all-reduce runs inside `loss.backward()`
+# (the reducer's hooks in autograd's engine, C++: the Python stack ends in the engine call), and
+# its buffer and parameter broadcasts in its forward prologue (`_pre_forward`, `_sync_buffers`,
+# the Reducer's calls: the stack ends in DDP's Python calling into C). On the CPU the rank's
+# backward computes on its own main thread, so that thread off the CPU there is the wait.
+# (On a GPU it is not: autograd's device threads run the backward while the main thread waits
+# for them, and NCCL's all-reduce does not block the host; a rank on a GPU keeps its category.)
+_ENGINE_WAIT = re.compile(r"/torch/autograd/(graph|__init__)\.py$")
+_DDP_FILE = re.compile(r"/torch/nn/parallel/distributed\.py$")
+
+
+def rank_category(frames: Sequence[Frame], active: bool, category: Category) -> Category:
+    """A CPU rank's main-thread sample judged as a rank's: off the CPU (``active`` False: py-spy's
+    idle flag, or /proc's state where the sampler read it) with its newest frame in autograd's
+    engine call while in backward, or in DDP's own code, it waits in a collective; any other
+    sample keeps ``category`` (its frames' category, ``classify``)."""
+    if active or category not in (C.BACKWARD, C.FORWARD):
+        return category
+    own = own_frames(frames)
+    if not own:
+        return category
+    leaf = own[0].filename.replace("\\", "/")
+    if category is C.BACKWARD and _ENGINE_WAIT.search(leaf):
+        return C.COLLECTIVE
+    if _DDP_FILE.search(leaf):
+        return C.COLLECTIVE
+    return category
+
+
+def rank_samples(stacks: Sequence[StackSample], cpu_ranks: Collection[int]) -> list[StackSample]:
+    """``stacks`` with the main-thread samples of ``cpu_ranks`` (the PIDs of a multi-rank job's
+    ranks that hold no GPU) judged as a rank's (``rank_category``); everything else as it is."""
+    if not cpu_ranks:
+        return list(stacks)
+    out = []
+    for s in stacks:
+        if s.is_main and not s.active and s.pid in cpu_ranks:
+            cat = rank_category(s.frames, s.active, s.category)
+            if cat is not s.category:
+                s = replace(s, category=cat)
+        out.append(s)
+    return out
 
 
 # --------------------------------------------------------------------------- frame helpers

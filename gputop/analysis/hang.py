@@ -174,7 +174,8 @@ def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
     if st is not None and st.state == "R" or (st is None and s.active and s.category is not Category.IDLE):
         return "running", "running on a CPU"
     if s.category is Category.COLLECTIVE:
-        fn = next((f.name for f in own if "/torch/distributed/" in f.filename.replace("\\", "/")), leaf.name if leaf else "?")
+        fn = next((f.name for f in own if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
+        fn = fn or collective_fn(s) or (leaf.name if leaf else "?")
         return "collective", f"waits in a collective ({fn})"
     if s.category is Category.HOST_SYNC:
         return "gpu", "waits for the GPU (a synchronising call)"
@@ -224,9 +225,23 @@ def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample], ranks: M
 
 def collective_fn(s: StackSample) -> str | None:
     """The torch.distributed function a stack is in ("all_reduce"): its newest such frame (the
-    outer ones are decorators such as c10d_logger's ``wrapper``); None outside torch.distributed."""
-    fn = next((f.name for f in own_frames(s.frames) if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
-    return fn.rsplit(".", 1)[-1] if fn else None
+    outer ones are decorators such as c10d_logger's ``wrapper``). A collective wait with no such
+    frame is DDP's: in backward (autograd's engine, or the reducer's native frames) the gradient
+    all-reduce, in DDP's forward prologue a broadcast of buffers or parameters. None for a stack
+    outside collectives."""
+    own = own_frames(s.frames)
+    fn = next((f.name for f in own if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
+    if fn:
+        return fn.rsplit(".", 1)[-1]
+    if s.category is not Category.COLLECTIVE:
+        return None
+    for f in own:
+        path = f.filename.replace("\\", "/")
+        if path.endswith("/torch/nn/parallel/distributed.py"):
+            return "broadcast"
+        if path.endswith(("/torch/autograd/graph.py", "/torch/autograd/__init__.py")) or "Reducer::" in f.name:
+            return "all_reduce"
+    return None
 
 
 def _boring(p: Party) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, ProcSample, StackSample
-from .classify import project_frame, short_path
+from .classify import project_frame, rank_samples, short_path
 from .hang import collective_fn
 from .stacks_summary import category_shares
 
@@ -31,6 +31,26 @@ def rank_map(events: Sequence[Event]) -> dict[int, int]:
         if e.source == RANKS_SOURCE:
             return {int(p): int(r) for r, p in _RANK_PID.findall(e.message)}
     return {}
+
+
+def cpu_ranks(pid_rank: Mapping[int, int], gpu_processes: Sequence[GpuProcess], gpus: bool) -> frozenset[int]:
+    """The ranks that train on the CPU (their main thread computes their backward): NVML lists
+    none of them on a GPU. ``gpus``: the machine has GPUs NVML reads; where it lists no process
+    on them at all (its first poll not in yet, another PID namespace) which rank holds one cannot
+    be told, and none is taken for a CPU rank."""
+    on_gpu = {p.pid for p in gpu_processes}
+    if not pid_rank or (gpus and not on_gpu):
+        return frozenset()
+    return frozenset(p for p in pid_rank if p not in on_gpu)
+
+
+def as_ranks(stacks: Sequence[StackSample], pid_rank: Mapping[int, int], gpu_processes: Sequence[GpuProcess] = (),
+             gpus: bool = False) -> list[StackSample]:
+    """``stacks`` with each CPU rank's main-thread samples judged as a rank's
+    (``classify.rank_category``: off the CPU in backward or in DDP's forward prologue, it waits in
+    a collective). Every reader of a multi-rank job's stacks (the ranks view, the advisor's
+    context, the stuck verdict) takes them from here; one process's stacks pass unchanged."""
+    return rank_samples(stacks, cpu_ranks(pid_rank, gpu_processes, gpus))
 
 
 @dataclass(frozen=True)
@@ -205,7 +225,9 @@ def job_view(store, window_s: float) -> JobView | None:
     now = store.now
     t0 = now - window_s
     procs = {p: store.proc_window(p, t0, now) for p in pid_rank}
-    views = rank_views(pid_rank, store.stack_window(t0, now), t0, store.gpu_processes(), procs)
+    gpu_processes = store.gpu_processes()
+    stacks = as_ranks(store.stack_window(t0, now), pid_rank, gpu_processes, bool(store.gpu_indices()))
+    views = rank_views(pid_rank, stacks, t0, gpu_processes, procs)
     launcher = next((int(m.group(1)) for e in reversed(events) if e.source == RANKS_SOURCE
                      for m in [_LAUNCHER.search(e.message)] if m), None)
     return JobView(launcher, views, window_s, topology(events))

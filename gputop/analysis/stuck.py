@@ -307,17 +307,18 @@ def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample
 
 def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = None) -> StuckVerdict:
     """The verdict for target ``pid`` from what the store holds."""
+    from .ranks import as_ranks, rank_map  # here: analysis.ranks reads stacks_summary, which reads this module
+
     now = store.now if now is None else now
     t0 = now - threshold - LOOKBACK_EXTRA_S
-    samples = store.stack_window(t0, now)
+    pid_rank = rank_map(store.events())
+    # A multi-rank job's ranks judged as ranks: a CPU rank off the CPU in backward waits in DDP's all-reduce.
+    samples = as_ranks(store.stack_window(t0, now), pid_rank, store.gpu_processes(), bool(store.gpu_indices()))
     main = [s for s in samples if s.pid == pid and s.is_main]
     proc = store.latest_proc(pid)
     tc0 = now - CPU_WINDOW_S
     procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
     tasks = family_tasks(store.task_windows(t0, now), pid)
-    from .ranks import rank_map  # here: analysis.ranks reads stacks_summary, which reads this module
-
-    pid_rank = rank_map(store.events())
     v = judge(
         main,
         now,
