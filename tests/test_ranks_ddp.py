@@ -213,3 +213,16 @@ def test_the_advisor_and_the_stuck_watch_reach_one_verdict():
     straggling = straggling_job()
     v = stuck_verdict(straggling, R0, threshold=30.0)
     assert not build_context(straggling, target_pid=R0, stuck_after_s=30.0).stuck.stuck and not v.stuck
+
+
+# --------------------------------------------------------------------------- each rank's own environment
+
+
+def test_the_nccl_env_rule_reads_each_ranks_own_environment():
+    envs = {0: {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"},
+            1: {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "NCCL_P2P_DISABLE": "1"}}
+    ctx = build_context(straggling_job(envs=envs), target_pid=R0)
+    assert dict(ctx.ranks[1].env).get("NCCL_P2P_DISABLE") == "1"
+    f = RULES_BY_ID["nccl-env"].evaluate(ctx)
+    assert f is not None and "NCCL_P2P_DISABLE=1" in f.title
+    assert any(e.startswith("NCCL_P2P_DISABLE=1 on rank 1") for e in f.evidence), f.evidence

@@ -8,7 +8,7 @@ timelines (``context_from_samples``) exactly as they run live or on a replay.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis.breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
@@ -23,15 +23,15 @@ from ..analysis.efficiency import (
     proc_stats,
     worker_stats,
 )
-from ..analysis.hang import COLLECTIVE, diagnose
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
-from ..analysis.ranks import RankView, as_ranks, moving_ranks, rank_map, rank_views
+from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
     GPU_IDLE_WINDOW_S,
     LOOKBACK_EXTRA_S,
     StuckVerdict,
+    across_ranks,
     family_tasks,
     idle_reach,
     judge,
@@ -249,16 +249,10 @@ def context_from_samples(
             procs=procs,
             tasks=family_tasks(tasks or {}, target_pid),
             gpu_idle_s=min(reaches) if reaches else 0.0,
+            ranks=pid_rank or None,
         )
-    moving = moving_ranks(pid_rank, stacks, stuck.since, target_pid) if stuck is not None and stuck.stuck and stuck.since else []
-    if stuck is not None and stuck.diagnosis is not None and stuck.diagnosis.kind == COLLECTIVE and moving:
-        stuck = replace(stuck, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "
-                        "a straggler, not a hang", early=False, confidence=0.0, evidence=(), diagnosis=None)
-    elif stuck is not None and stuck.diagnosis is not None and stuck.diagnosis.kind == COLLECTIVE and pid_rank:
-        # The same diagnosis, its parties named by rank: the rank that never arrives is named.
-        fam = family_tasks(tasks or {}, target_pid)
-        stuck = replace(stuck, diagnosis=diagnose(main_history[-1], stuck.others, target_pid, stuck.gpu,
-                                                  {p: ss[-1] for p, ss in fam.items() if ss}, ranks=pid_rank))
+        # The decision the stuck watch makes too: a rank waiting while another works is a straggler.
+        stuck = across_ranks(stuck, pid_rank, stacks, target_pid)
     return AnalysisContext(
         now=now,
         t0=win_t0,
@@ -278,7 +272,7 @@ def context_from_samples(
         events=tuple(e for e in events if e.ts >= t0),
         stuck_after_s=stuck_after_s,
         window_s=window_s,
-        ranks=rank_views(pid_rank, stacks, t0, gpu_processes) if pid_rank else (),
+        ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs) if pid_rank else (),
     )
 
 
