@@ -41,7 +41,7 @@ class Rows(Dataset):
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--task", choices=("frames", "mlp"), default="frames")
+    p.add_argument("--task", choices=("frames", "mlp", "vit"), default="frames")
     p.add_argument("--mixed-precision", default="bf16")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
@@ -57,6 +57,13 @@ def main() -> None:
         model = torch.nn.Sequential(
             torch.nn.Conv2d(shape[0], 32, 4, stride=4), torch.nn.GELU(), torch.nn.Conv2d(32, 64, 4, stride=4),
             torch.nn.GELU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    elif args.task == "vit":  # timm's ViT on images already in RAM, as its accelerate examples train it
+        import timm
+
+        from vision import Images
+
+        data = Images(256 if args.tiny else 1024, 32 if args.tiny else 224, augment=False)
+        model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000, img_size=32 if args.tiny else 224)
     else:
         dim = 32 if args.tiny else 256
         data = Rows(dim)
@@ -72,6 +79,8 @@ def main() -> None:
     log(f"accelerate: {args.task} {args.mixed_precision} batch {batch} workers {args.workers} pin={args.pin}")
     model.train()
     for x, y in loader:
+        if x.dtype == torch.uint8:
+            x = x.float().div_(255.0)
         loss = F.cross_entropy(model(x), y)
         acc.backward(loss)
         opt.step()

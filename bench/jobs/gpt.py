@@ -5,6 +5,7 @@ batches on the GPU, optional ``torch.compile``, and a checkpoint (model + optimi
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import torch
@@ -50,6 +51,8 @@ def main() -> None:
     p.add_argument("--fused", action="store_true")
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--sync-every-step", action="store_true",
+                   help="print the loss and synchronize each step, as many hand-written loops do")
     args = p.parse_args()
     watchdog(args.seconds)
     dev = torch.device(args.device)
@@ -76,6 +79,9 @@ def main() -> None:
         step += 1
         if args.ckpt_every and step % args.ckpt_every == 0:
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, ckpt)
+        if args.sync_every_step:
+            torch.cuda.synchronize() if dev.type == "cuda" else None
+            print(f"step {step} loss {loss.item():.4f}", file=sys.stderr)
         progress.step()
 
 
