@@ -8,7 +8,9 @@ builds each batch in slow pure Python in its main process while rank 0 waits in 
 all-reduce), ``hang`` (rank 1 stops before the all-reduce, rank 0 waits in it forever). Each job
 runs past its warm-up, then ``python -m gputop advise --pid LAUNCHER --duration D --json`` attaches.
 The right verdict: healthy, no warning or critical finding; straggler, ``rank-straggler`` naming
-rank 1; hang, ``stuck`` naming rank 1 as the rank that never arrives. The time to it is the
+rank 1 and its slow function (``load_batch``); hang, ``stuck`` naming rank 1 as the rank that never
+arrives. With DDP the gradient all-reduce runs inside ``loss.backward()``: rank 0 waits there with
+no torch.distributed frame of its own (on the CPU, off the CPU in backward). The time to it is the
 advisor's own ``first_seen_s`` (seconds after attaching).
 
 Every job gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1:
@@ -119,7 +121,11 @@ def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
     if f is None:
         top = findings[0]["title"] if findings else "(nothing)"
         return False, None, top
-    named = "rank 1 is the straggler" in f["title"] if mode == "straggler" else "rank 1 (pid" in f["title"]
+    if mode == "straggler":
+        # Named with what it does instead: its slow function, from its own stacks.
+        named = "rank 1 is the straggler" in f["title"] and "load_batch" in " ".join(f.get("evidence", []))
+    else:
+        named = "rank 1 (pid" in f["title"] and "never arrives" in f["title"]
     return named, seen.get(want), f["title"]
 
 
@@ -146,7 +152,9 @@ def run_one(mode: str, device: str, duration: float, tmp: Path) -> dict:
             return {"mode": mode, "ok": False, "error": res.stderr.strip()[-500:]}
         report = json.loads(res.stdout)
         ok, first, title = right(mode, report)
+        top = next((f for f in report.get("findings", []) if f["title"] == title), None)
         return {"mode": mode, "ok": ok, "first_seen_s": first, "title": title, "advise_wall_s": round(wall, 1),
+                "evidence": (top or {}).get("evidence", [])[:1],
                 "findings": [f["id"] for f in report.get("findings", [])]}
     finally:
         kill_job(job)
@@ -189,7 +197,8 @@ def markdown(doc: dict) -> str:
              "| job | right | time to the verdict | what gputop said |", "| --- | --- | --- | --- |"]
     for r in doc["results"]:
         when = "-" if r.get("first_seen_s") is None else f"{r['first_seen_s']:.1f} s"
-        said = (r.get("title") or r.get("error", "")).replace("|", "\\|")
+        said = (r.get("title") or r.get("error", "")) + "".join(f" ({e})" for e in r.get("evidence", []) if r["mode"] == "straggler")
+        said = said.replace("|", "\\|")
         lines.append(f"| {r['mode']} | {'yes' if r['ok'] else 'NO'} | {when} | {said} |")
     right_n = sum(r["ok"] for r in doc["results"])
     lines += ["", f"{right_n} of {len(doc['results'])} right."]
