@@ -312,10 +312,18 @@ class AdvisorSource:
         pass
 
 
+# The advisor runs once a second in every mode (the UI, advise, record, replay), whatever the
+# sampling interval: stacks arrive several times a second and NVML's 200 ms buffer comes with each
+# poll, so each second has new evidence, and the 2 s hysteresis then shows a cause ~2 s after its
+# evidence is enough instead of waiting for the next poll of a 2 s interval (the H100 real-jobs
+# run: first findings at 6-8 s after attaching, all on even seconds). An evaluation costs a few
+# milliseconds over a 60 s window.
+ADVISOR_EVERY_S = 1.0
+
+
 def advisor_every(interval: float) -> float:
-    """Seconds between evaluations for a session sampled every ``interval`` seconds: at least
-    once a second's worth of new data, never faster than the samples arrive."""
-    return max(1.0, interval)
+    """Seconds between evaluations for a session sampled every ``interval`` seconds."""
+    return ADVISOR_EVERY_S
 
 
 def add_advisor(session) -> AdvisorSource:
