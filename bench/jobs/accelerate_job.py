@@ -63,7 +63,8 @@ def main() -> None:
         from vision import Images
 
         data = Images(256 if args.tiny else 1024, 32 if args.tiny else 224, augment=False)
-        model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000, img_size=32 if args.tiny else 224)
+        model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000,
+                                  **({"img_size": 32} if args.tiny else {}))
     else:
         dim = 32 if args.tiny else 256
         data = Rows(dim)

@@ -50,7 +50,8 @@ def build_model(name: str, tiny: bool) -> torch.nn.Module:
     if lib == "timm":
         import timm
 
-        return timm.create_model(arch, pretrained=False, num_classes=1000, img_size=32 if tiny else 224)
+        extra = {"img_size": 32} if tiny and arch.startswith("vit") else {}  # only ViTs take a size
+        return timm.create_model(arch, pretrained=False, num_classes=1000, **extra)
     import torchvision
 
     return getattr(torchvision.models, arch)(num_classes=1000)
