@@ -644,7 +644,12 @@ def test_close_frees_gpm_samples_and_shuts_down_once():
 def test_source_protocol_attributes():
     src, _, _ = make()
     assert src.name == "nvml"
-    assert src.interval == 1.0
+    # the first polls come every 0.5 s (GPM readings exist per poll), then the interval asked for
+    seen = []
+    for _ in range(6):
+        seen.append(src.interval)
+        src.poll()
+    assert seen == [0.5] * src.START_POLLS + [1.0] * (6 - src.START_POLLS)
 
 
 # ----------------------------------------------------------------------------- doctor

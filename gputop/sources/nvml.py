@@ -196,6 +196,23 @@ class NvmlSource:
 
     name = SOURCE
 
+    # The first polls come at most this far apart: the GPM readings (tensor cores, fp32 pipes, SM
+    # activity) exist only per poll, and the rules want MIN_BUSY_POLLS of them (advisor.rules.base),
+    # so at a 2 s interval a precision or launch finding could not come before ~6 s after start.
+    # Four polls at 0.5 s cost a few milliseconds of NVML calls, once. Judgement.
+    START_POLLS = 4
+    START_INTERVAL_S = 0.5
+
+    @property
+    def interval(self) -> float:
+        if self._polls < self.START_POLLS:
+            return min(self._interval, self.START_INTERVAL_S)
+        return self._interval
+
+    @interval.setter
+    def interval(self, value: float) -> None:
+        self._interval = value
+
     def __init__(
         self,
         nvml: Any,
@@ -205,6 +222,7 @@ class NvmlSource:
         pcie_interval: float = PCIE_INTERVAL_S,
     ) -> None:
         self.interval = interval
+        self._polls = 0
         self._nv = nvml
         self._clock = clock
         self._pcie_interval = pcie_interval
@@ -319,6 +337,7 @@ class NvmlSource:
         with self._lock:
             if self._closed:
                 return []
+            self._polls += 1
             ts = self._clock()
             out: list[object] = []
             if not self._started:
