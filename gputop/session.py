@@ -147,10 +147,14 @@ class Session:
         """Sample ``target`` (stacks and /proc) and every other rank of ``job``, the sampling
         budget shared among them so the total stays what one process costs. Holds no lock: the
         callers do."""
-        from .sources.stacks import DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET
+        from .sources.stacks import ATTACH_BURST_RATE, DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET, DEFAULT_RATE
 
         n = len(job.ranks) if job is not None else 1
-        share = dict(rate=self.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n)
+        # The attach burst is shared too (the ranks together sample as one process would), and
+        # a --sample-rate below the default gets none.
+        burst = ATTACH_BURST_RATE if self.sample_rate >= DEFAULT_RATE else self.sample_rate
+        share = dict(rate=self.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n,
+                     burst_rate=burst / n)
         if self.stacks is None or getattr(self.stacks, "pid", None) != target:
             if self.stacks is not None:
                 self.pipeline.remove_source(self.stacks)

@@ -430,6 +430,7 @@ class PySpySource:
         is_library: IsLibrary = lambda filename: False,
         cpu_budget: float = DEFAULT_CPU_BUDGET,
         pause_budget: float = DEFAULT_PAUSE_BUDGET,
+        burst_rate: float | None = None,
     ) -> None:
         import psutil
 
@@ -439,6 +440,9 @@ class PySpySource:
         self.clock = clock
         self.rate = rate
         self.interval = 1.0 / rate
+        # The attach burst's rate (None: ATTACH_BURST_RATE when the rate is the default, else none:
+        # a lower --sample-rate is a wish for less). One of n ranks' samplers gets 1/n of it.
+        self.burst_rate = burst_rate if burst_rate is not None else (ATTACH_BURST_RATE if rate >= DEFAULT_RATE else rate)
         self.nonblocking = nonblocking
         self.worker_interval = worker_interval
         self.target_details = target_details
@@ -665,8 +669,8 @@ class PySpySource:
             # Over budget: wait until the bucket is back to zero (the steady rate is then
             # budget / CPU per poll), never longer than MAX_INTERVAL_S.
             rate = self.rate
-            if t - self._started < ATTACH_BURST_S and self.rate >= DEFAULT_RATE:
-                rate = max(rate, ATTACH_BURST_RATE)  # a lower --sample-rate is a wish for less: no burst
+            if t - self._started < ATTACH_BURST_S:
+                rate = max(rate, self.burst_rate)
             self.interval = min(MAX_INTERVAL_S, max(1.0 / rate, self._cpu.wait(t)))
         if t >= self._next_cost:
             self._next_cost = t + COST_EVERY_S
