@@ -465,6 +465,10 @@ def markdown(result: dict) -> str:
         f"is the gain. Under {HEALTHY_BELOW - 1:.0%} the job is healthy and any warning is wrong.",
         "",
     ]
+    if result.get("runs"):
+        out += ["## Runs", ""] + [f"- **{k}**: {v}" for k, v in result["runs"].items()] + [""]
+    if result.get("reading"):
+        out += ["## Reading the results", ""] + [f"- {x}" for x in result["reading"]] + [""]
     for title, held in (("Held out", True), ("In-sample", False)):
         out += [f"## {title}", "",
                 "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) |",
