@@ -112,3 +112,22 @@ def test_io_bound_without_iowait_or_reads_gives_no_storage_advice():
     f = run_rules(loader_job(worker_cpu=5.0, iowait=lambda t: 12.5, disk_read=300e6))[0]["io-bound"]
     assert "local NVMe" in f.action
     assert "upper bound" in f.expected_gain
+
+
+def test_a_wait_the_gpu_hides_is_bounded_by_the_loops_own_share():
+    # NVML calls the GPU busy 60 % of each second, but the training loop waits on the loader 70 %
+    # of its samples (trailing kernels keep "busy" up while it waits) - on the H100 a Lightning
+    # job so read gave a 1.56x bound and measured 3.0x with more workers (bench/results/real_jobs.md). Sampled as synthesised here,
+    # the loop waits in 60 % of its samples
+    job = Job(workers=2, worker_cpu=99.0, host_cpu=lambda t: 15.0, gpu=HEALTHY_GPM,
+              util=periodic(1.0, 0.6), main=phases(1.0, 0.3, C.FORWARD, C.DATA_WAIT))
+    found, ctx = run_rules(job)
+    f = found["workers-saturated"]
+    gpu_idle = frac_of(f, ctx)
+    assert gpu_idle == pytest.approx(0.4, abs=0.05)  # the cost that ranks it stays the GPU's
+    loop = ctx.main_shares()[C.DATA_WAIT]
+    assert loop > gpu_idle + 0.15
+    n = int(f.action.split("num_workers=")[1].split(",")[0])
+    assert f.gain_predicted == pytest.approx(min(wait_bound(loop), n / 2), rel=0.02)
+    assert f.gain_predicted > wait_bound(gpu_idle) + 0.5
+    assert f"{100 * loop:.0f} %" in f.expected_gain

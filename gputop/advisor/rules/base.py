@@ -151,6 +151,20 @@ def times(x: float) -> str:
     return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x" if x < 1.1 else f"{x:.1f}x"
 
 
+def loop_wait(ctx: AnalysisContext, gpu_fraction: float, *cats: Category) -> float:
+    """The share of time a wait costs, for its bound: the GPU's idle share in it, or the
+    training loop's own share of samples blocked in it (``cats``), whichever is larger.
+
+    NVML counts a sampled period busy when any kernel ran in it, so while the loop waits a
+    trailing kernel or a small copy keeps the GPU "busy": its idle share understates the wait.
+    Measured on the H100 (bench/results/real_jobs.md): bounds from the GPU's idle share of
+    1.15-4.15x against measured gains of 1.57-4.71x for more workers and fewer checkpoints.
+    The cost that ranks the finding stays the GPU's."""
+    if not enough_stacks(ctx):
+        return gpu_fraction
+    return max(gpu_fraction, main_share(ctx, *cats))
+
+
 def bounded(fraction: float, limit: float | None = None) -> float:
     """The smaller of the wait's bound and the change's own (``limit``)."""
     b = wait_bound(fraction)

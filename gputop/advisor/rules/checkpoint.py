@@ -6,7 +6,7 @@ from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...analysis.idle import periodicity
 from ...model import Category
 from ..context import AnalysisContext
-from .base import Hit, bounded, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
+from .base import Hit, bounded, loop_wait, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
 
 # Checkpoint stalls are periodic and short, so the bar is lower than other causes' (base's
 # MIN_COST_FRACTION): a few % of the time (one save of ~1 s every 30 s) is already a clear, cheap
@@ -25,7 +25,7 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1], CHECKPOINT_MIN_FRACTION, CHECKPOINT_MIN_S):
         return None
     g, cost = found
-    frac = cost / g.breakdown.total_s
+    frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)
     saves = _runs(ctx, Category.CHECKPOINT_IO)
     ev = [idle_line(g, [Bucket.CHECKPOINT])]
     if saves:

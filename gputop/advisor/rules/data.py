@@ -16,6 +16,7 @@ from ...model import Category, Severity
 from ...analysis.frameworks import framework_of, loader_knob
 from ..context import AnalysisContext, GpuView
 from .base import (
+    loop_wait,
     MIN_COST_S,
     WORTHWHILE_GAIN,
     Hit,
@@ -128,7 +129,7 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1]):
         return None
     g, cost = found
-    frac = cost / g.breakdown.total_s
+    frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_FETCH, Category.DATA_WAIT)
     n = default_workers(ctx)
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
@@ -243,7 +244,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1]):
         return None
     g, cost = found
-    frac = cost / g.breakdown.total_s
+    frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_WAIT)
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
     if line:
@@ -382,7 +383,7 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     ]
     if not any(signals):
         return None
-    frac = cost / bd.total_s
+    frac = loop_wait(ctx, cost / bd.total_s, Category.DATA_WAIT)
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
     if line:
