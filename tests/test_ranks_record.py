@@ -86,3 +86,26 @@ def test_a_recording_of_one_process_has_no_rank_section(tmp_path):
     with Reader(path) as r:
         s = collect(r)
     assert s.ranks == () and "ranks (" not in render_text(s) and summary_dict(s)["ranks"] == []
+
+
+def test_a_cpu_ranks_report_counts_ddps_backward_wait_as_communication(tmp_path):
+    # gloo DDP: rank 0's main thread off the CPU in backward waits in the gradient all-reduce for
+    # rank 1, which loads; the report judges it as the ranks view and the advisor do
+    autograd = "/usr/lib/python3/site-packages/torch/autograd/graph.py"
+    back = (Frame("_engine_run_backward", autograd, 829), Frame("main", "/home/u/job/train.py", 89))
+    path = tmp_path / "cpu.gputop"
+    store = Store()
+    clock = [T0]
+    session = Session(store=store, pipeline=Pipeline(store, [], clock=lambda: clock[0]), clock=lambda: clock[0])
+    store.add([Event(T0, "ranks", ranks_message({R0: 0, R1: 1}, 4_194_300))])
+    session.start_recording(path)
+    for i in range(50):
+        ts = T0 + 1 + i / 5
+        session.pipeline.publish([
+            StackSample(ts, R0, R0, "MainThread", back, active=False, is_main=True, category=Category.BACKWARD),
+            StackSample(ts, R1, R1, "MainThread", LOAD, is_main=True, category=Category.DATA_FETCH)])
+    session.stop_recording()
+    with Reader(path) as r:
+        ranks = {x.rank: dict(x.groups) for x in collect(r).ranks}
+    assert ranks[0]["comm"] == 1.0 and ranks[0]["compute"] == 0.0
+    assert ranks[1]["data"] == 1.0

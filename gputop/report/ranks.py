@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..analysis.classify import project_frame, short_path
 from ..analysis.hang import collective_fn
-from ..analysis.ranks import GROUPS, RANKS_SOURCE, rank_map
+from ..analysis.ranks import GROUPS, RANKS_SOURCE, as_ranks, rank_map
 from ..model import Category
 from ..record.reader import Reader
 
@@ -43,10 +43,15 @@ def collect_ranks(reader: Reader, chunk_s: float = 3600.0) -> tuple[RankSummary,
     fns: dict[int, Counter] = {p: Counter() for p in pid_rank}
     places: dict[int, Counter] = {p: Counter() for p in pid_rank}
     gpu: dict[int, int] = {}
+    has_gpus = bool(reader.gpu_indices())
     t, end = reader.start_ts - 1e-6, reader.end_ts
     while t < end:
         e = min(end, t + chunk_s)
-        for s in reader.stack_samples(t, e, main_only=True):
+        gpu_procs = reader.gpu_processes(t, e)
+        # judged as the ranks view and the advisor judge them: a CPU rank off the CPU in backward
+        # waits in DDP's all-reduce (analysis.ranks.as_ranks)
+        stacks = as_ranks(reader.stack_samples(t, e, main_only=True), pid_rank, gpu_procs, has_gpus)
+        for s in stacks:
             if s.pid not in cats:
                 continue
             cats[s.pid][s.category] += 1
@@ -56,7 +61,7 @@ def collect_ranks(reader: Reader, chunk_s: float = 3600.0) -> tuple[RankSummary,
                 f = project_frame(s.frames)
                 if f is not None:
                     places[s.pid][f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
-        gpu.update({p.pid: p.gpu_index for p in reader.gpu_processes(t, e) if p.pid in cats})
+        gpu.update({p.pid: p.gpu_index for p in gpu_procs if p.pid in cats})
         t = e
     out = []
     for pid, rank in pid_rank.items():
