@@ -448,7 +448,7 @@ def markdown(result: dict) -> str:
     s = result["summary"]
 
     def line(name: str, p: dict) -> str:
-        t = "" if p["median_t_correct_s"] is None else f"; attach -> correct: median {p['median_t_correct_s']:.1f} s, max {p['max_t_correct_s']:.1f} s"
+        t = "" if p["median_t_correct_s"] is None else f"; attach -> correct: median {p['median_t_correct_s']:.2f} s, max {p['max_t_correct_s']:.2f} s"
         return f"- **{name}: {p['correct']} of {p['jobs']} right**{t}"
 
     out = [
