@@ -122,6 +122,11 @@ class Advisor:
         return self._rank(shown)
 
     @property
+    def fresh(self) -> bool:
+        """No evaluation since it was made or reset: the next one starts from nothing."""
+        return self._last_update is None
+
+    @property
     def pending(self) -> list[Finding]:
         """Findings that fired at the last evaluation but have not held long enough to show."""
         return [tr.finding for tr in self._tracks.values()
@@ -272,7 +277,7 @@ class AdvisorSource:
         if self.store.resets != self._resets_seen:
             self._resets_seen = self.store.resets
             self.advisor.reset()  # a replay jumped: what held before the jump does not hold after
-        if self.advisor._last_update is None:
+        if self.advisor.fresh:
             self._look_back()
         self._last_eval = self.store.now
         findings = self.advisor.evaluate(self.store)
