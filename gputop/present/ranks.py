@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
-from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares
+from ..advisor.rules.base import MIN_MAIN_SAMPLES
+from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP
+from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares, straggler
+from ..model import Category
 from ..units import truncate
 
 Seg = tuple[str, str]
 Line = tuple[Seg, ...]
 
-# A share of the time at or above this is shown as what holds the rank (judgement: the same
+# A share of the time at or above this is shown in its group's colour (judgement: the same
 # third of the time the rank-straggler rule calls a pattern of waiting).
 HIGH_SHARE = 0.30
 GROUP_W = 6  # each group column: a share ("100%") under a short name
@@ -37,7 +40,7 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
     gpu = "-" if v.gpu is None else str(v.gpu)
     segs: list[Seg] = [(f"{v.rank:>5} ", "num"), (f"{v.pid:>8} ", ""), (f"{gpu:>4} ", "")]
     now = truncate(doing_now(v), now_w - 1) if now_w > 1 else ""
-    waiting = v.latest is not None and v.latest.category.value == "collective"
+    waiting = v.latest is not None and v.latest.category is Category.COLLECTIVE
     segs.append((f"{now:<{now_w}}", "grp.comm" if waiting else ("bad" if straggler else "")))
     for name, share in group_shares(v.shares) if v.samples else ((n, 0.0) for n, _ in GROUPS):
         text = _pct(share) if v.samples else "-"
@@ -48,13 +51,10 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
 
 
 def _straggler(ranks: Sequence[RankView]) -> int | None:
-    """The rank the others wait for, for highlighting only (the advisor's rule names it)."""
-    seen = [v for v in ranks if v.samples]
-    if len(seen) < 2:
-        return None
-    low = min(seen, key=lambda v: v.collective)
-    others = [v for v in seen if v is not low]
-    return low.rank if min(v.collective for v in others) - low.collective >= HIGH_SHARE else None
+    """The rank the others wait for, by the advisor's own rank-straggler decision (the pane
+    highlights it; the Advisor names it and why): one decision, so the two never disagree."""
+    found = straggler(ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES)
+    return found.slow.rank if found is not None else None
 
 
 def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
