@@ -65,6 +65,7 @@ def test_framework_and_precision_from_real_captures(fixture, name, precision):
     seen = framework_of(ctx.main_stacks)
     assert (seen.name, seen.precision) == (name, precision)
     assert seen.evidence
+    assert ctx.framework == seen  # read once per evaluation, for every rule
 
 
 def test_one_sample_is_not_evidence_of_fp32():

@@ -23,6 +23,7 @@ from ..analysis.efficiency import (
     proc_stats,
     worker_stats,
 )
+from ..analysis.frameworks import FrameworkSeen, framework_of
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
 from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
 from ..analysis.stuck import (
@@ -96,6 +97,9 @@ class AnalysisContext:
     stuck_after_s: float = DEFAULT_STUCK_AFTER_S
     window_s: float = DEFAULT_WINDOW_S
     ranks: tuple[RankView, ...] = ()  # a multi-rank job's local ranks, each from its own stacks
+    # The framework the main thread's stacks show and the precision they say it trains in, read
+    # once per evaluation for every rule that writes a framework's knob or weighs precision.
+    framework: FrameworkSeen = FrameworkSeen(None, None)
 
     @property
     def cores(self) -> int | None:
@@ -273,6 +277,7 @@ def context_from_samples(
         stuck_after_s=stuck_after_s,
         window_s=window_s,
         ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs) if pid_rank else (),
+        framework=framework_of(main),
     )
 
 

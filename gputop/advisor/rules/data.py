@@ -13,7 +13,7 @@ import re
 from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
-from ...analysis.frameworks import framework_of, loader_knob
+from ...analysis.frameworks import loader_knob
 from ..context import AnalysisContext, GpuView
 from .base import (
     loop_wait,
@@ -86,7 +86,7 @@ def loader_line(workers: int, prefetch: int = 2, pin: bool = True, ctx: Analysis
     DataLoader itself), its TrainingArguments first and the plain form beside them."""
     pin_arg = "pin_memory=True, " if pin else ""
     plain = f"DataLoader(..., num_workers={workers}, {pin_arg}persistent_workers=True, prefetch_factor={prefetch})"
-    knob = loader_knob(framework_of(ctx.main_stacks).name, workers, pin) if ctx is not None else None
+    knob = loader_knob(ctx.framework.name, workers, pin) if ctx is not None else None
     return f"{knob}; in plain PyTorch: {plain}" if knob else plain
 
 

@@ -3,7 +3,7 @@ framework job that its own stacks show training in fp32."""
 
 from __future__ import annotations
 
-from ...analysis.frameworks import FP32, HALF, MIXED, framework_of, precision_knob
+from ...analysis.frameworks import FP32, HALF, MIXED, precision_knob
 from ..context import AnalysisContext, GpuView
 from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, times, worst
 
@@ -58,7 +58,7 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
         f"compute capability {cc[0]}.{cc[1]}: tensor cores{' with TF32' if tf32 else ''} available"
         if cc else "tensor cores available on this GPU",
     ]
-    fw = framework_of(ctx.main_stacks)
+    fw = ctx.framework
     if tf32:
         action = (
             'with torch.autocast("cuda", dtype=torch.bfloat16): around forward and loss; or at least '
@@ -110,7 +110,7 @@ COMPUTE_BOUND_BUSY_SHARE = 0.8
 def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
     """A framework job whose stacks show fp32 training (Lightning "32-true", Trainer without
     bf16) on a compute-bound GPU that the fp32-pipe check does not already name."""
-    fw = framework_of(ctx.main_stacks)
+    fw = ctx.framework
     if fw.precision != FP32:
         return None
 
