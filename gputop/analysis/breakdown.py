@@ -173,6 +173,10 @@ class Breakdown:
     idle_samples: int = 0  # main-thread samples taken while the GPU was idle
     # (bucket, label) -> main-thread samples during idle, for the evidence
     idle_labels: Mapping[tuple[Bucket, str], int] = field(default_factory=dict)
+    # The main thread's samples in time order, each as the bucket it stands for (BUSY when
+    # taken while the GPU was busy): whether a cause came back again and again or was one stall
+    # (``recurrences``).
+    sequence: tuple[Bucket, ...] = ()
 
     @property
     def total_s(self) -> float:
@@ -205,6 +209,13 @@ class Breakdown:
         rows = [(lab, c) for (b, lab), c in self.idle_labels.items() if b is bucket]
         rows.sort(key=lambda r: (-r[1], r[0]))
         return [(lab, c / self.idle_samples) for lab, c in rows[:n]]
+
+    def recurrences(self, *buckets: Bucket) -> int:
+        """How many separate times the main thread was seen in these buckets with the GPU idle:
+        runs of consecutive samples. One long stall is one; a wait in most steps, between the
+        samples of the step's work, is one per sampled step."""
+        inside = [b in buckets for b in self.sequence]
+        return sum(1 for k, x in enumerate(inside) if x and (k == 0 or not inside[k - 1]))
 
     def idle_sample_share(self, bucket: Bucket) -> float:
         if not self.idle_samples:
@@ -250,6 +261,7 @@ def attribute(
     # parser shares one frames tuple per distinct stack, so there are few of them)
     during_idle: Counter[tuple[Bucket, tuple]] = Counter()
     idle_samples = 0
+    sequence: list[Bucket] = []
 
     def io_evidence(t: float) -> bool:
         h = hosts.covering(t, POLL_JOIN_S)
@@ -284,12 +296,15 @@ def attribute(
         busy = s.busy_s
         idle = s.duration - busy
         seconds[Bucket.BUSY] += busy
-        if idle <= 0:
-            continue
         inside = stacks.between(s.start, s.end)
+        if idle <= 0:
+            sequence.extend(Bucket.BUSY for _ in inside)
+            continue
         if len(inside) == 1 or not inside:
             x = inside[0] if inside else stacks.nearest(s.mid, STACK_JOIN_S)
-            seconds[refine(bucket_of(x) if x is not None else Bucket.UNKNOWN, s.mid)] += idle
+            b = refine(bucket_of(x) if x is not None else Bucket.UNKNOWN, s.mid)
+            seconds[b] += idle
+            sequence.extend(b for _ in inside)
         else:
             weights: dict[Bucket, int] = {}
             for x in inside:
@@ -297,6 +312,7 @@ def attribute(
                 weights[b] = weights.get(b, 0) + 1
             for b, w in weights.items():
                 seconds[refine(b, s.mid)] += idle * w / len(inside)
+            sequence.extend(refine(bucket_of(x), s.mid) for x in inside)
         if inside and idle >= EVIDENCE_IDLE_FRACTION * s.duration:
             for x in inside:
                 idle_samples += 1
@@ -315,6 +331,7 @@ def attribute(
         attributed=bool(stacks),
         idle_samples=idle_samples,
         idle_labels=dict(labels),
+        sequence=tuple(sequence),
     )
 
 

@@ -21,6 +21,11 @@ from ..context import AnalysisContext, GpuView
 # a user's attention; a second or two is one or two stalls, not a pattern.
 MIN_COST_FRACTION = 0.10
 MIN_COST_S = 1.0
+# ... unless it came back this many separate times: then it is a pattern already, though the
+# window is young (the seconds bar binds only in the first seconds after attaching: over a full
+# window the share bar asks for more). A data wait in every 0.1 s step shows as many short
+# waits within a second or two; one long stall is one. Judgement.
+MIN_RECURRENCES = 4
 # Stack-based claims need this many main-thread samples: 2 s at the sampler's default 5 Hz (the
 # rate bench/results/pyspy_overhead.md recommends: within the 1 % overhead budget, 10 Hz is not).
 # The two seconds are judgement.
@@ -203,13 +208,22 @@ def worst(ctx: AnalysisContext, cost: Callable[[GpuView], float], gpu_only: bool
     return best
 
 
-def significant(g: GpuView, cost_s: float, min_fraction: float = MIN_COST_FRACTION, min_s: float = MIN_COST_S) -> bool:
+def significant(g: GpuView, cost_s: float, min_fraction: float = MIN_COST_FRACTION, min_s: float = MIN_COST_S,
+                buckets: Sequence[Bucket] = ()) -> bool:
+    """Whether a cause costing ``cost_s`` of ``g``'s window is worth reporting: a share of the
+    window, and either enough seconds or (for idle time in ``buckets``) a wait that recurs."""
     total = g.breakdown.total_s
-    return total > 0 and cost_s >= min_s and cost_s / total >= min_fraction
+    if total <= 0 or cost_s <= 0 or cost_s / total < min_fraction:
+        return False
+    return cost_s >= min_s or (bool(buckets) and g.breakdown.recurrences(*buckets) >= MIN_RECURRENCES)
 
 
 def enough_stacks(ctx: AnalysisContext) -> bool:
     return len(ctx.main_stacks) >= MIN_MAIN_SAMPLES
+
+
+# Idle time waiting for input: CPU-bound loading or storage.
+DATA_BUCKETS = (Bucket.DATA, Bucket.IO)
 
 
 def data_wait_s(g: GpuView) -> float:

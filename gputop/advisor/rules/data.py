@@ -22,6 +22,7 @@ from .base import (
     Hit,
     bounded,
     confidence,
+    DATA_BUCKETS,
     data_wait_s,
     device_name,
     enough_stacks,
@@ -126,7 +127,7 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     if main_share(ctx, Category.DATA_FETCH) < main_share(ctx, Category.DATA_WAIT):
         return None  # it waits on a queue: there are workers we cannot see
     found = worst(ctx, data_wait_s)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=DATA_BUCKETS):
         return None
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_FETCH, Category.DATA_WAIT)
@@ -241,7 +242,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     if workers_waiting_for_work(ctx):
         return None  # the pool is ahead of the trainer: more workers cannot help
     found = worst(ctx, data_wait_s)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=DATA_BUCKETS):
         return None
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_WAIT)
@@ -285,7 +286,7 @@ def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
         return None
     threads, cores = over
     found = worst(ctx, lambda g: data_wait_s(g) + g.breakdown.get(Bucket.CPU))
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=(*DATA_BUCKETS, Bucket.CPU)):
         return None
     g, cost = found
     frac = cost / g.breakdown.total_s
@@ -367,7 +368,7 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     if workers_waiting_for_work(ctx):
         return None  # the workers have batches ready: not waiting on reads
     found = worst(ctx, data_wait_s)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=DATA_BUCKETS):
         return None
     g, cost = found
     bd = g.breakdown

@@ -13,7 +13,7 @@ from .base import MIN_MAIN_SAMPLES, Hit, confidence, gain, idle_line, labels_lin
 
 def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.COLLECTIVE), gpu_only=True)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.COLLECTIVE,)):
         return None
     g, cost = found
     frac = cost / g.breakdown.total_s

@@ -116,7 +116,7 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
     # the next step (forward/backward/optimizer with nothing queued): without the sync that
     # dispatch would overlap the GPU's work on the step before.
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.SYNC) + g.breakdown.get(Bucket.CPU), gpu_only=True)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.SYNC, Bucket.CPU)):
         return None
     g, cost = found
     bd = g.breakdown
@@ -162,7 +162,7 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
 
 def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.H2D), gpu_only=True)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
         return None
     g, cost = found
     frac = cost / g.breakdown.total_s
@@ -222,7 +222,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         return starved_sms + (0.0 if synced else bd.get(Bucket.CPU))
 
     found = worst(ctx, cost, gpu_only=True)
-    if found is None or not significant(found[0], found[1]):
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
         return None
     g, c = found
     e, bd = g.efficiency, g.breakdown
