@@ -31,8 +31,8 @@ def feed(adv, seq, t=0.0, dt=1.0):
 def test_a_finding_appears_only_after_it_holds():
     adv = Advisor()
     shown = feed(adv, [[F("data-starved")]] * 4)
-    assert shown == [[], [], ["data-starved"], ["data-starved"]]  # holds 2 s at t=2
-    assert APPEAR_AFTER_S == 2.0
+    assert shown == [[], ["data-starved"], ["data-starved"], ["data-starved"]]  # two evaluations agree at t=1
+    assert APPEAR_AFTER_S == 1.0
 
 
 def test_a_one_second_blip_never_shows():
@@ -43,20 +43,20 @@ def test_a_one_second_blip_never_shows():
 
 def test_it_stays_until_absent_for_longer_and_keeps_its_first_seen():
     adv = Advisor()
-    feed(adv, [[F("host-sync")]] * 3)  # shown at t=2
+    feed(adv, [[F("host-sync")]] * 3)  # shown at t=1, last seen at t=2
     shown = []
     for t in range(3, 3 + int(CLEAR_AFTER_S) + 2):
         shown.append(adv.update([], float(t)))
     # the last sighting was t=2: it is kept up to t=11 and gone from t=12
     assert [bool(s) for s in shown] == [True] * 9 + [False] * 3
-    assert shown[0][0].first_seen == 2.0
+    assert shown[0][0].first_seen == 1.0
 
 
 def test_first_seen_survives_updates_while_shown():
     adv = Advisor()
     feed(adv, [[F("host-sync", cost=c)] for c in (1, 2, 3, 4, 5)])
     (f,) = adv.update([F("host-sync", cost=6)], 5.0)
-    assert f.first_seen == 2.0 and f.cost_s == 6
+    assert f.first_seen == 1.0 and f.cost_s == 6
 
 
 def test_facts_appear_at_once():
@@ -191,7 +191,7 @@ def test_add_advisor_puts_it_on_a_session_pipeline():
 
 @pytest.mark.parametrize("dt", [0.5, 1.0, 2.0, 60.0])
 def test_the_verdict_does_not_depend_on_how_often_the_advisor_runs(dt):
-    # The live UI evaluates every 2 s, `advise` every 1 s, a 60x replay every 60 s of data: a
+    # The live UI and `advise` evaluate every 1 s, a 60x replay every 60 s of data: a
     # finding that holds must appear in all of them, once it has held APPEAR_AFTER_S of data time.
     adv = Advisor()
     steps = int(10 / dt) + 2
