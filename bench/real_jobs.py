@@ -368,6 +368,9 @@ def judge(truth: str, report: dict | None) -> dict:
     out["correct"] = out["top_finding"] in ok
     first = next((e["t_s"] for e in timeline if e.get("top") in ok and e.get("severity") in BLOCKING), None)
     out["t_correct_s"] = first if out["correct"] else None
+    # when the right rule first fired, before it held long enough to show
+    fired = [t for fid, t in (report.get("first_fired_s") or {}).items() if fid in ok]
+    out["t_fired_s"] = min(fired) if fired and out["correct"] else None
     return out
 
 
@@ -471,15 +474,16 @@ def markdown(result: dict) -> str:
         out += ["## Reading the results", ""] + [f"- {x}" for x in result["reading"]] + [""]
     for title, held in (("Held out", True), ("In-sample", False)):
         out += [f"## {title}", "",
-                "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) | rule fired (s) |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in result["jobs"] if r["held_out"] == held):
             g = r.get("gain_measured")
             t = r.get("t_correct_s")
+            tf = r.get("t_fired_s")
             out.append(
                 f"| {r['name']} | {r['framework']} | {r.get('truth', '?')} | {'-' if g is None else f'{g:.2f}x'} | "
                 f"{r.get('top_finding') or '(none)'} | {r.get('gain_predicted') or '-'} | "
-                f"{'yes' if r.get('correct') else 'NO'} | {'-' if t is None else f'{t:.1f}'} |")
+                f"{'yes' if r.get('correct') else 'NO'} | {'-' if t is None else f'{t:.1f}'} | {'-' if tf is None else f'{tf:.1f}'} |")
         out.append("")
     out += ["## Changes measured", ""]
     for r in result["jobs"]:

@@ -17,6 +17,10 @@ def test_advise_json_on_fake_gpus(capsys):
     assert "no-tensor-cores" in ids
     f = out["findings"][ids.index("no-tensor-cores")]
     assert 0 <= f["first_seen_s"] <= 3.5 and "allow_tf32" in f["action"]
+    # its rule fired before it showed: it had to hold first
+    fired = out["first_fired_s"]
+    assert set(ids) <= set(fired)
+    assert 0 <= fired["no-tensor-cores"] < f["first_seen_s"]
     assert {b["device"] for b in out["breakdown"]} == {"GPU 0", "GPU 1"}
     for bd in out["breakdown"]:
         assert sum(b["percent"] for b in bd["buckets"]) == 100

@@ -26,6 +26,9 @@ def test_a_right_verdict_and_when_it_first_came():
                [finding("workers-saturated"), finding("launch-bound")])
     out = R.judge("data", r)
     assert out["correct"] and out["top_finding"] == "workers-saturated" and out["t_correct_s"] == 5.0
+    assert out["t_fired_s"] is None  # an older report without the rules' first firings
+    r["first_fired_s"] = {"launch-bound": 2.0, "workers-saturated": 3.5, "host-sync": 1.0}
+    assert R.judge("data", r)["t_fired_s"] == 3.5
 
 
 def test_a_wrong_final_top_is_wrong_whatever_came_before():

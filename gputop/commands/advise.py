@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
             # When the top finding changed (seconds from the start): how long the verdict took
             # and whether it wavered on the way.
             "top_timeline": progress.timeline,
+            # When each finding's rule first fired (before it had held long enough to show):
+            # how much of a verdict's delay is evidence accruing and how much is the hold.
+            "first_fired_s": progress.first_fired,
             "interrupted": interrupted,
             "target_exited": ended,
             "nvml_error": nvml_error,
@@ -140,13 +143,18 @@ class _Progress:
         self.tty = sys.stderr.isatty()
         self.last_line = float("-inf")
         self.timeline: list[dict] = []
+        self.first_fired: dict[str, float] = {}
 
     def note_top(self) -> None:
         findings = self.session.store.findings()
+        now = round(time.time() - self.start, 2)
+        inner = getattr(self.session.advisor, "advisor", None)
+        for f in [*findings, *(inner.pending if inner is not None else ())]:
+            self.first_fired.setdefault(f.id, now)
         top = (findings[0].id, findings[0].severity.value) if findings else (None, None)
         last = self.timeline[-1] if self.timeline else None
         if last is None or (last["top"], last["severity"]) != top:
-            self.timeline.append({"t_s": round(time.time() - self.start, 2), "top": top[0], "severity": top[1]})
+            self.timeline.append({"t_s": now, "top": top[0], "severity": top[1]})
 
     def __call__(self, elapsed: float) -> None:
         self.note_top()
