@@ -226,11 +226,15 @@ LAUNCH_GPM = {"sm_active": 15.0, "sm_occupancy": 3.0, "tensor_active": 0.5, "fp3
 
 def test_launch_bound_from_gpm():
     job = Job(util=lambda t: 85.0, main=lambda t: [C.FORWARD, C.BACKWARD, C.OPTIMIZER][int(t * 5) % 3], gpu=LAUNCH_GPM)
-    found, _ = run_rules(job)
+    found, ctx = run_rules(job)
     f = found["launch-bound"]
     assert top(found) == "launch-bound"
     assert "torch.compile(model, mode=\"reduce-overhead\")" in f.action
-    assert "a 4x batch fits" in f.action  # 8 GiB of 80 used
+    assert "a 7x batch fits" in f.action  # 8 GiB of 80 used: the batch that fits, as memory-headroom says
+    assert "raise batch_size 7x" in found["memory-headroom"].action
+    # the bound is the larger of what graphs (the idle share) and that batch (the SMs) can give
+    frac = f.cost_s / ctx.gpus[0].breakdown.total_s
+    assert f.gain_predicted == pytest.approx(max(1 / (1 - frac), found["memory-headroom"].gain_predicted), rel=0.01)
     assert any("SMs active only 15 %" in e for e in f.evidence)
     assert "no-tensor-cores" not in found  # the fp32 pipes are not busy either
     assert found["memory-headroom"].severity is Severity.INFO

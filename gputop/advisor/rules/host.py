@@ -25,9 +25,10 @@ from .base import (
     main_share,
     pct,
     significant,
+    times,
     worst,
 )
-from .memory import MEM_HEADROOM
+from .memory import larger_batch
 
 # --------------------------------------------------------------------------- host syncs
 
@@ -235,8 +236,19 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         )
     if bd.get(Bucket.CPU) > 0 and not synced:
         ev.append(idle_line(g, [Bucket.CPU]))
-    mem = e.mem_peak_fraction
-    bigger = f"; GPU memory {pct(mem)} used, so a 4x batch fits" if mem is not None and mem < MEM_HEADROOM else ""
+    # The change is "fewer, larger kernels": CUDA graphs take the launch overhead away (the
+    # idle share's bound), a larger batch also fills SMs that ran small kernels; the bound is
+    # the larger of the two when the batch fits.
+    batch = larger_batch(g)
+    bigger = ""
+    bound, gain_text = bounded(frac), gain(frac) + ": fewer, larger kernels per step"
+    if batch is not None:
+        factor, batch_bound = batch
+        bigger = f"; GPU memory {pct(e.mem_peak_fraction)} used, so a {factor}x batch fits"
+        if batch_bound > bound:
+            bound = batch_bound
+            gain_text = (f"at most {times(bound)} samples/s (an upper bound: a {factor}x batch, with SMs active "
+                         f"{e.sm_active:.0f} % while busy, can at best fill them, the launch overhead per step staying)")
     return Hit(
         evidence=tuple(ev),
         action=(
@@ -244,8 +256,8 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             "as a CUDA graph; or raise batch_size so each launch does more work; "
             "optimizers: torch.optim.AdamW(..., fused=True)" + bigger
         ),
-        expected_gain=gain(frac) + ": fewer, larger kernels per step",
-        gain_bound=bounded(frac),
+        expected_gain=gain_text,
+        gain_bound=bound,
         cost_s=c,
         confidence=confidence(dispatch, len(ctx.main_stacks)),
         gpu_index=g.index,

@@ -23,6 +23,26 @@ BATCH_TARGET_SHARE = 0.8
 MAX_BATCH_FACTOR = 8
 
 
+def larger_batch(g: GpuView) -> tuple[int, float] | None:
+    """The batch factor that fits in ``g``'s spare memory, and the samples/s it can give at most;
+    None without the memory and SM readings to say so.
+
+    The bound: factor x the samples per step, the busy time growing at least as factor x the
+    share of it the SMs were active (full SMs at best), the idle time per step staying at least
+    what it was. Launch overhead and data waits per step do not shrink with the batch, so they
+    stay; SMs that were idle while "busy" are what a larger batch can fill."""
+    e = g.efficiency
+    frac = e.mem_peak_fraction
+    if frac is None or frac >= MEM_HEADROOM or e.sm_active is None:
+        return None
+    factor = max(2, int(MEM_NEAR_LIMIT * BATCH_TARGET_SHARE / max(0.01, frac)))
+    factor = min(factor, MAX_BATCH_FACTOR)
+    bd = g.breakdown
+    busy = bd.busy_s / bd.total_s if bd.total_s else 1.0
+    bound = factor / max(1e-9, (1.0 - busy) + factor * busy * max(1.0, e.sm_active) / 100.0)
+    return factor, bound
+
+
 def check_memory_near_limit(ctx: AnalysisContext) -> Hit | None:
     cands = [g for g in ctx.gpus if (g.efficiency.mem_peak_fraction or 0.0) >= MEM_NEAR_LIMIT]
     if not cands:
@@ -71,14 +91,10 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         return None
     g = min(cands, key=lambda x: x.efficiency.mem_peak_fraction or 1.0)
     e = g.efficiency
-    factor = max(2, int(MEM_NEAR_LIMIT * BATCH_TARGET_SHARE / max(0.01, e.mem_peak_fraction or 0.01)))
-    factor = min(factor, MAX_BATCH_FACTOR)
-    bd = g.breakdown
-    busy = bd.busy_s / bd.total_s if bd.total_s else 1.0
-    # Upper bound for the change named: factor x the samples per step, the busy time growing at
-    # least as factor x the share of it the SMs were active (full SMs at best), the idle time
-    # per step staying at least what it was.
-    bound = factor / max(1e-9, (1.0 - busy) + factor * busy * max(1.0, e.sm_active) / 100.0)
+    found = larger_batch(g)
+    if found is None:
+        return None
+    factor, bound = found
     return Hit(
         evidence=(
             f"{g.name} memory peaked at {fmt_bytes(e.mem_used_peak)} of {fmt_bytes(e.mem_total)} "
