@@ -7,7 +7,7 @@ row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
-``checkpoint``, ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
+``checkpoint``, ``optimizer`` (unfused optimizer steps), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``. Each threshold is a named constant beside the rule that uses it, with a
 comment saying where its number comes from. Shares of the window ("idle 41 %") are shares of the
 time the breakdown covers: since the stack sampler attached, up to the window length.
@@ -31,6 +31,7 @@ from .distributed import check_collective_wait, check_rank_straggler
 from .host import check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_headroom, check_memory_near_limit
 from .nccl import check_nccl_env
+from .optimizer import check_unfused_optimizer
 from .precision import check_fp32_training, check_no_tensor_cores
 from .stuck import check_stuck
 from .system import (
@@ -57,6 +58,7 @@ THROUGHPUT_IDS = (
     "collective-wait",
     "rank-straggler",
     "launch-bound",
+    "unfused-optimizer",
     "no-tensor-cores",
     "mixed-precision",
     "memory-headroom",
@@ -80,6 +82,7 @@ RULES: tuple[Rule, ...] = (
     Rule("rank-straggler", "One rank holds the others back", W, check_rank_straggler),
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
+    Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),

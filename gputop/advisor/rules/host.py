@@ -29,6 +29,7 @@ from .base import (
     worst,
 )
 from .memory import larger_batch
+from .optimizer import optimizer_leads
 
 # --------------------------------------------------------------------------- host syncs
 
@@ -210,6 +211,8 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     dispatch = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
     if dispatch < DISPATCH_MIN_SHARE:
         return None
+    if optimizer_leads(ctx, dispatch):
+        return None  # most of the launching is an unfused optimizer step: unfused-optimizer names it
     # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
     synced = sync_pattern(ctx).claims_dispatch

@@ -1,0 +1,121 @@
+"""The optimizer step: a loop over parameter tensors where one fused kernel would do.
+
+PyTorch's Adam, AdamW, SGD and friends have three implementations, and the stack names the one
+that runs: ``_single_tensor_adam`` (a Python loop, several kernels per parameter tensor:
+``foreach=False``, or the default where foreach cannot be used), ``_multi_tensor_adam`` (the
+default on CUDA: kernels over lists of tensors) and ``_fused_adam`` (one kernel for all of them,
+``fused=True``). The first two are Python that launches kernels: on a job whose GPU waits for
+the CPU to launch work, their time is GPU idle time, and ``fused=True`` takes most of it away.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from ...analysis.breakdown import Bucket
+from ...analysis.frameworks import HF_TRAINER, LIGHTNING
+from ...model import Category
+from ..context import AnalysisContext, GpuView
+from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, significant, worst
+
+_UNFUSED = re.compile(r"^_(single|multi)_tensor_(\w+)$")
+_OPTIM_DIR = "torch/optim/"
+# The unfused step in this share of the main thread's samples: judgement, the bar a cause must
+# clear as a share of the time (base.MIN_COST_FRACTION) plus room for the part fused keeps.
+UNFUSED_MIN_SHARE = 0.15
+# The optimizer is the dispatch's largest part at this share of the samples launching work: the
+# change to name is the optimizer's, not the model's (launch-bound defers to this finding).
+OPTIMIZER_LEADS_SHARE = 0.5
+# Optimizers with a fused implementation in torch.optim (torch >= 2.4 for SGD and Adagrad;
+# older releases give AdamW its own _single_tensor_adamw).
+FUSED_OK = {"adam", "adamw", "sgd", "adagrad"}
+# What to write: AdamW runs Adam's implementation (its stack says _single_tensor_adam), and both
+# take the flag.
+_CLASS = {"adam": "AdamW", "adamw": "AdamW", "sgd": "SGD", "adagrad": "Adagrad"}
+
+
+@dataclass(frozen=True)
+class UnfusedStep:
+    share: float  # of the main thread's samples
+    optimizer: str  # "adam", "sgd", ...
+    loop: bool  # the per-tensor Python loop (foreach=False), not the foreach lists
+    samples: int
+
+
+def unfused_step(ctx: AnalysisContext) -> UnfusedStep | None:
+    """The main thread's time in an unfused torch.optim step, when its stacks show one."""
+    if not enough_stacks(ctx):
+        return None
+    kinds: Counter[tuple[str, str]] = Counter()
+    for s in ctx.main_stacks:
+        for f in s.frames:
+            m = _UNFUSED.match(f.name) if _OPTIM_DIR in f.filename else None
+            if m:
+                kinds[(m.group(2), m.group(1))] += 1
+                break
+    n = sum(kinds.values())
+    if not n:
+        return None
+    (opt, impl), _ = kinds.most_common(1)[0]
+    return UnfusedStep(n / len(ctx.main_stacks), opt, impl == "single", n)
+
+
+def optimizer_leads(ctx: AnalysisContext, dispatch_share: float) -> bool:
+    """The unfused optimizer step is most of what the main thread launches: its own finding
+    names the change (launch-bound defers to it)."""
+    step = unfused_step(ctx)
+    return (step is not None and step.optimizer in FUSED_OK and step.share >= UNFUSED_MIN_SHARE
+            and dispatch_share > 0 and step.share / dispatch_share >= OPTIMIZER_LEADS_SHARE)
+
+
+def optimizer_knob(framework: str | None, cls: str) -> str | None:
+    if framework == HF_TRAINER:
+        return 'TrainingArguments(..., optim="adamw_torch_fused")' if cls == "AdamW" else None
+    if framework == LIGHTNING:
+        return f"in configure_optimizers: torch.optim.{cls}(self.parameters(), ..., fused=True)"
+    return None
+
+
+def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
+    step = unfused_step(ctx)
+    if step is None or step.optimizer not in FUSED_OK or step.share < UNFUSED_MIN_SHARE:
+        return None
+    # Its cost: the GPU's idle time while the main thread launched work (the CPU bucket), the
+    # optimizer's part of it by its share of the samples launching work. A GPU busy meanwhile
+    # (the CPU ahead of it) loses nothing to the loop: no finding.
+    shares = ctx.main_shares()
+    dispatch = sum(shares.get(c, 0.0) for c in (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER))
+    part = min(1.0, step.share / dispatch) if dispatch > 0 else 1.0
+
+    def cost(g: GpuView) -> float:
+        return g.breakdown.get(Bucket.CPU) * part
+
+    found = worst(ctx, cost, gpu_only=True)
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
+        return None
+    g, c = found
+    cls = _CLASS.get(step.optimizer, step.optimizer)
+    impl = (f"_single_tensor_{step.optimizer}: a Python loop over the parameters (foreach=False)" if step.loop
+            else f"_multi_tensor_{step.optimizer}: the foreach default, kernels launched per group of tensors")
+    plain = f"torch.optim.{cls}(model.parameters(), ..., fused=True)  # one kernel for all parameters (CUDA)"
+    if cls == "AdamW":
+        plain += "; Adam takes the same flag"
+    knob = optimizer_knob(ctx.framework.name, cls)
+    # The bound: the optimizer's launching time gone entirely (the fused kernel's own GPU time
+    # is in the busy time either way).
+    frac = max(c / g.breakdown.total_s, step.share)
+    return Hit(
+        evidence=(
+            f"main thread in the optimizer step {pct(step.share)} of its samples, in {impl}",
+            idle_line(g, [Bucket.CPU]),
+        ),
+        action=(f"{knob}; in plain PyTorch: {plain}" if knob else plain),
+        expected_gain=gain(frac) + ": the step's per-tensor launches become one kernel",
+        gain_bound=bounded(frac),
+        cost_s=c,
+        confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
+        gpu_index=g.index,
+        title=f"Unfused optimizer: {cls}'s step launches kernels per tensor while {g.name} waits",
+    )

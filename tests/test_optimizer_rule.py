@@ -1,0 +1,94 @@
+"""The unfused optimizer step: named from the implementation the stack shows, only when the
+GPU waits for the CPU to launch it, and with the framework's own knob."""
+
+import pytest
+
+from gputop.advisor.context import build_context
+from gputop.advisor.engine import Advisor
+from gputop.advisor.rules.base import wait_bound
+from gputop.model import Category as C
+from gputop.model import Frame
+
+from synth import STACKS, Job
+
+LAUNCH_GPM = {"sm_active": 15.0, "sm_occupancy": 3.0, "tensor_active": 0.5, "fp32_active": 4.0}
+USER = Frame("<module>", "/home/u/train.py", 7)
+
+
+def optim_frames(impl: str) -> tuple[Frame, ...]:
+    # as py-spy reads torch 2.13's AdamW(foreach=False) step (captured on CPU)
+    return (
+        Frame(impl, "/usr/lib/python3.12/site-packages/torch/optim/adam.py", 544),
+        Frame("adam", "/usr/lib/python3.12/site-packages/torch/optim/adam.py", 970),
+        Frame("_disable_dynamo_if_unsupported.<locals>.wrapper.<locals>.maybe_fallback",
+              "/usr/lib/python3.12/site-packages/torch/optim/optimizer.py", 148),
+        Frame("Adam.step", "/usr/lib/python3.12/site-packages/torch/optim/adam.py", 248),
+        Frame("Optimizer.profile_hook_step.<locals>.wrapper", "/usr/lib/python3.12/site-packages/torch/optim/optimizer.py", 530),
+        USER,
+    )
+
+
+def job(impl="_single_tensor_adam", optimizer_every=2, util=lambda t: 30.0, extra_frames=()):
+    """Every ``optimizer_every``-th sample in the optimizer step, the rest forward/backward."""
+    def cat(t):
+        k = round(t * 5)
+        return C.OPTIMIZER if k % optimizer_every == 0 else (C.FORWARD if k % 2 else C.BACKWARD)
+
+    def frames(t):
+        c = cat(t)
+        return optim_frames(impl) if c is C.OPTIMIZER else tuple(extra_frames) + STACKS[c]
+
+    return Job(util=util, main=cat, main_frames=frames, gpu=LAUNCH_GPM)
+
+
+def findings(j: Job):
+    ctx = build_context(j.store(), window_s=60.0, stuck_after_s=30.0)
+    adv = Advisor()
+    found = {f.id: f for f in adv.run_rules(ctx)}
+    assert adv.errors == {}
+    return found, ctx
+
+
+def test_a_python_loop_over_the_parameters_is_named_with_its_flag():
+    found, ctx = findings(job())
+    f = found["unfused-optimizer"]
+    assert "torch.optim.AdamW(model.parameters(), ..., fused=True)" in f.action
+    assert any("_single_tensor_adam" in e and "foreach=False" in e for e in f.evidence)
+    assert any("50 %" in e for e in f.evidence)  # half the main thread's samples
+    # the bound: the step's launching gone entirely, half the loop's time
+    assert f.gain_predicted == pytest.approx(wait_bound(0.5), rel=0.02)
+    # most of what the thread launches is the optimizer: launch-bound defers to it
+    assert "launch-bound" not in found
+
+
+def test_the_foreach_default_is_named_as_such():
+    found, _ = findings(job(impl="_multi_tensor_adam"))
+    assert any("foreach default" in e for e in found["unfused-optimizer"].evidence)
+
+
+def test_a_fused_step_or_a_busy_gpu_says_nothing():
+    found, _ = findings(job(impl="_fused_adam"))
+    assert "unfused-optimizer" not in found
+    # the GPU busy throughout: the CPU is ahead, the loop costs the GPU nothing
+    found, _ = findings(job(util=lambda t: 100.0))
+    assert "unfused-optimizer" not in found
+
+
+def test_a_small_optimizer_share_leaves_the_step_to_launch_bound():
+    # one sample in five in the step (20 %): the model's launches lead, launch-bound names them
+    found, _ = findings(job(optimizer_every=5))
+    assert "launch-bound" in found and "unfused-optimizer" in found
+    assert found["launch-bound"].cost_s > found["unfused-optimizer"].cost_s
+    # under the share bar: nothing of its own
+    found, _ = findings(job(optimizer_every=10))
+    assert "unfused-optimizer" not in found and "launch-bound" in found
+
+
+def test_hf_trainer_gets_its_optim_argument():
+    trainer = (Frame("Trainer.training_step", "/usr/lib/python3.12/site-packages/transformers/trainer.py", 2044),
+               Frame("Trainer._inner_training_loop", "/usr/lib/python3.12/site-packages/transformers/trainer.py", 1602))
+    found, ctx = findings(job(extra_frames=trainer))
+    assert ctx.framework.name == "transformers"
+    f = found["unfused-optimizer"]
+    assert f.action.startswith('TrainingArguments(..., optim="adamw_torch_fused")')
+    assert "fused=True" in f.action  # the plain form beside it
