@@ -9,7 +9,7 @@ from gputop.advisor.rules.base import wait_bound
 from gputop.model import Category as C
 from gputop.model import Frame
 
-from synth import STACKS, Job
+from synth import STACKS, GiB, Job
 
 LAUNCH_GPM = {"sm_active": 15.0, "sm_occupancy": 3.0, "tensor_active": 0.5, "fp32_active": 4.0}
 USER = Frame("<module>", "/home/u/train.py", 7)
@@ -28,7 +28,7 @@ def optim_frames(impl: str) -> tuple[Frame, ...]:
     )
 
 
-def job(impl="_single_tensor_adam", optimizer_every=2, util=lambda t: 30.0, extra_frames=()):
+def job(impl="_single_tensor_adam", optimizer_every=2, util=lambda t: 30.0, extra_frames=(), mem_gib=60, gpm=LAUNCH_GPM):
     """Every ``optimizer_every``-th sample in the optimizer step, the rest forward/backward."""
     def cat(t):
         k = round(t * 5)
@@ -38,7 +38,8 @@ def job(impl="_single_tensor_adam", optimizer_every=2, util=lambda t: 30.0, extr
         c = cat(t)
         return optim_frames(impl) if c is C.OPTIMIZER else tuple(extra_frames) + STACKS[c]
 
-    return Job(util=util, main=cat, main_frames=frames, gpu=LAUNCH_GPM)
+    # 60 of 80 GiB used: no larger batch fits
+    return Job(util=util, main=cat, main_frames=frames, gpu={**gpm, "mem_used": mem_gib * GiB})
 
 
 def findings(j: Job):
@@ -57,8 +58,20 @@ def test_a_python_loop_over_the_parameters_is_named_with_its_flag():
     assert any("50 %" in e for e in f.evidence)  # half the main thread's samples
     # the bound: the step's launching gone entirely, half the loop's time
     assert f.gain_predicted == pytest.approx(wait_bound(0.5), rel=0.02)
-    # most of what the thread launches is the optimizer: launch-bound defers to it
+    # most of what the thread launches is the optimizer and no larger batch fits: launch-bound
+    # defers to it
     assert "launch-bound" not in found
+    # the same on a GPU "busy" with kernels too small for its SMs: what launching costs counts
+    found, _ = findings(job(util=lambda t: 85.0))
+    assert "unfused-optimizer" in found and "launch-bound" not in found
+
+
+def test_with_memory_to_spare_a_larger_batch_amortises_the_step_too():
+    # "busy" 85 % with its SMs active 15 %: small kernels (GPM), and 8 of 80 GiB used
+    found, _ = findings(job(mem_gib=8, util=lambda t: 85.0))
+    lb, uo = found["launch-bound"], found["unfused-optimizer"]
+    assert "batch fits" in lb.action and lb.cost_s > uo.cost_s  # ranked first
+    assert lb.gain_predicted > uo.gain_predicted
 
 
 def test_the_foreach_default_is_named_as_such():
@@ -69,8 +82,8 @@ def test_the_foreach_default_is_named_as_such():
 def test_a_fused_step_or_a_busy_gpu_says_nothing():
     found, _ = findings(job(impl="_fused_adam"))
     assert "unfused-optimizer" not in found
-    # the GPU busy throughout: the CPU is ahead, the loop costs the GPU nothing
-    found, _ = findings(job(util=lambda t: 100.0))
+    # the GPU busy throughout with its SMs full: the CPU is ahead, the loop costs the GPU nothing
+    found, _ = findings(job(util=lambda t: 100.0, gpm={**LAUNCH_GPM, "sm_active": 90.0}))
     assert "unfused-optimizer" not in found
 
 

@@ -14,7 +14,6 @@ from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
-    GPM_BUSY_UTIL_PCT,
     Hit,
     bounded,
     confidence,
@@ -25,6 +24,7 @@ from .base import (
     main_share,
     pct,
     significant,
+    starved_sm_s,
     times,
     worst,
 )
@@ -198,11 +198,6 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
 # samples: it is the one thing the GPU waits for. Judgement; the launch-bound workload dispatched
 # in 100 % of them (bench/results/advisor_bench.json).
 DISPATCH_MIN_SHARE = 0.50
-# A busy GPU (GPM_BUSY_UTIL_PCT) whose SMs are active at most this share of the time runs
-# kernels too small to fill it. Measured SM activity (bench/results/harness.md): the healthy
-# bf16 trainer 92.6 %, the fp32 matmul loop 97.4 %, the launch-bound loop 0.1 %; 40 is
-# judgement between them.
-LAUNCH_BOUND_SM_ACTIVE_PCT = 40.0
 
 
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
@@ -211,24 +206,22 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     dispatch = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
     if dispatch < DISPATCH_MIN_SHARE:
         return None
-    if optimizer_leads(ctx, dispatch):
-        return None  # most of the launching is an unfused optimizer step: unfused-optimizer names it
     # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
     synced = sync_pattern(ctx).claims_dispatch
 
     def cost(g: GpuView) -> float:
-        e, bd = g.efficiency, g.breakdown
-        starved_sms = 0.0
-        if e.sm_active is not None and e.util_busy_mean and e.util_busy_mean >= GPM_BUSY_UTIL_PCT:
-            if e.sm_active <= LAUNCH_BOUND_SM_ACTIVE_PCT:
-                starved_sms = bd.busy_s * max(0.0, 1.0 - e.sm_active / e.util_busy_mean)
-        return starved_sms + (0.0 if synced else bd.get(Bucket.CPU))
+        return starved_sm_s(g) + (0.0 if synced else g.breakdown.get(Bucket.CPU))
 
     found = worst(ctx, cost, gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
         return None
     g, c = found
+    # Most of the launching is an unfused optimizer step and no larger batch fits to amortise
+    # it: the change is the optimizer's own (unfused-optimizer names it). With memory to spare
+    # a larger batch amortises the step as well and fills the SMs: launch-bound stays.
+    if optimizer_leads(ctx, dispatch) and larger_batch(g) is None:
+        return None
     e, bd = g.efficiency, g.breakdown
     frac = c / bd.total_s
     ev = [f"main thread dispatching (forward/backward/optimizer Python) in {pct(dispatch)} of its samples"]

@@ -18,7 +18,7 @@ from ...analysis.breakdown import Bucket
 from ...analysis.frameworks import HF_TRAINER, LIGHTNING
 from ...model import Category
 from ..context import AnalysisContext, GpuView
-from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, significant, worst
+from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, significant, starved_sm_s, worst
 
 _UNFUSED = re.compile(r"^_(single|multi)_tensor_(\w+)$")
 _OPTIM_DIR = "torch/optim/"
@@ -26,7 +26,8 @@ _OPTIM_DIR = "torch/optim/"
 # clear as a share of the time (base.MIN_COST_FRACTION) plus room for the part fused keeps.
 UNFUSED_MIN_SHARE = 0.15
 # The optimizer is the dispatch's largest part at this share of the samples launching work: the
-# change to name is the optimizer's, not the model's (launch-bound defers to this finding).
+# change to name is the optimizer's, not the model's (launch-bound defers to this finding unless
+# a larger batch fits, which amortises the step too).
 OPTIMIZER_LEADS_SHARE = 0.5
 # Optimizers with a fused implementation in torch.optim (torch >= 2.4 for SGD and Adagrad;
 # older releases give AdamW its own _single_tensor_adamw).
@@ -63,8 +64,7 @@ def unfused_step(ctx: AnalysisContext) -> UnfusedStep | None:
 
 
 def optimizer_leads(ctx: AnalysisContext, dispatch_share: float) -> bool:
-    """The unfused optimizer step is most of what the main thread launches: its own finding
-    names the change (launch-bound defers to it)."""
+    """The unfused optimizer step is most of what the main thread launches."""
     step = unfused_step(ctx)
     return (step is not None and step.optimizer in FUSED_OK and step.share >= UNFUSED_MIN_SHARE
             and dispatch_share > 0 and step.share / dispatch_share >= OPTIMIZER_LEADS_SHARE)
@@ -82,15 +82,16 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     step = unfused_step(ctx)
     if step is None or step.optimizer not in FUSED_OK or step.share < UNFUSED_MIN_SHARE:
         return None
-    # Its cost: the GPU's idle time while the main thread launched work (the CPU bucket), the
-    # optimizer's part of it by its share of the samples launching work. A GPU busy meanwhile
+    # Its cost: what launching costs the GPU (idle while the main thread launched work, and
+    # busy time with SMs starved by small kernels, as launch-bound counts it), the optimizer's
+    # part of it by its share of the samples launching work. A GPU busy meanwhile with full SMs
     # (the CPU ahead of it) loses nothing to the loop: no finding.
     shares = ctx.main_shares()
     dispatch = sum(shares.get(c, 0.0) for c in (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER))
     part = min(1.0, step.share / dispatch) if dispatch > 0 else 1.0
 
     def cost(g: GpuView) -> float:
-        return g.breakdown.get(Bucket.CPU) * part
+        return (starved_sm_s(g) + g.breakdown.get(Bucket.CPU)) * part
 
     found = worst(ctx, cost, gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
