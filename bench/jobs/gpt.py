@@ -51,20 +51,27 @@ def main() -> None:
     p.add_argument("--fused", action="store_true")
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--foreach-off", action="store_true",
+                   help="AdamW(foreach=False): the per-parameter loop some codebases pick (determinism, memory)")
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--dim", type=int, default=768)
     p.add_argument("--sync-every-step", action="store_true",
                    help="print the loss and synchronize each step, as many hand-written loops do")
     args = p.parse_args()
     watchdog(args.seconds)
     dev = torch.device(args.device)
-    vocab, seq, dim, layers, heads = (1000, 32, 64, 2, 2) if args.tiny else (50304, 1024, 768, 12, 12)
+    vocab, seq, dim, layers, heads = (1000, 32, 64, 2, 2) if args.tiny else (50304, args.seq, args.dim, args.layers, 12)
     batch = 2 if args.tiny else args.batch
     model = GPT(vocab, seq, dim, layers, heads).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=args.fused or None)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=args.fused or None,
+                            foreach=False if args.foreach_off and not args.fused else None)
     step_fn = torch.compile(model) if args.compile else model
     data = torch.randint(0, vocab, (64, seq + 1), device=dev)
     ckpt = os.path.join(tempfile.mkdtemp(prefix="gpt-job-"), "ckpt.pt")
     progress = Progress(batch, warm_s=8.0 if args.compile else 4.0)
-    log(f"gpt: compile={args.compile} fused={args.fused} ckpt_every={args.ckpt_every} batch {batch}")
+    log(f"gpt: compile={args.compile} fused={args.fused} foreach_off={args.foreach_off} ckpt_every={args.ckpt_every} "
+        f"batch {batch} seq {seq} dim {dim} layers {layers}")
     step = 0
     while True:
         i = (step * batch) % (len(data) - batch)
