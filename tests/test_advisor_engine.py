@@ -35,6 +35,17 @@ def test_a_finding_appears_only_after_it_holds():
     assert APPEAR_AFTER_S == 1.0
 
 
+def test_two_evaluations_a_second_apart_agree_though_data_time_jitters():
+    # by the wall clock a second apart; by the data's clock 0.9 s (a poll landed late)
+    adv = Advisor()
+    assert adv.update([F("data-starved")], 10.0) == []
+    assert [f.id for f in adv.update([F("data-starved")], 10.9)] == ["data-starved"]
+    # but not a half-second later: that is the same moment twice
+    adv = Advisor()
+    adv.update([F("data-starved")], 10.0)
+    assert adv.update([F("data-starved")], 10.5) == []
+
+
 def test_a_one_second_blip_never_shows():
     adv = Advisor()
     shown = feed(adv, [[F("io-bound")], [], [F("io-bound")], [], [F("io-bound")], []])
