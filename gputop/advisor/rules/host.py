@@ -243,8 +243,9 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         bigger = f"; GPU memory {pct(e.mem_peak_fraction)} used, so a {factor}x batch fits"
         if batch_bound > bound:
             bound = batch_bound
-            gain_text = (f"at most {times(bound)} samples/s (an upper bound: a {factor}x batch, with SMs active "
-                         f"{e.sm_active:.0f} % while busy, can at best fill them, the launch overhead per step staying)")
+            sms = f", with SMs active {e.sm_active:.0f} % while busy," if e.sm_active is not None else ""
+            gain_text = (f"at most {times(bound)} samples/s (an upper bound: a {factor}x batch{sms} can at best "
+                         "fill the GPU while the launch overhead per step stays)")
     return Hit(
         evidence=tuple(ev),
         action=(

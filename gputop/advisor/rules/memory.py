@@ -25,21 +25,23 @@ MAX_BATCH_FACTOR = 8
 
 def larger_batch(g: GpuView) -> tuple[int, float] | None:
     """The batch factor that fits in ``g``'s spare memory, and the samples/s it can give at most;
-    None without the memory and SM readings to say so.
+    None without a memory reading that says it fits.
 
-    The bound: factor x the samples per step, the busy time growing at least as factor x the
-    share of it the SMs were active (full SMs at best), the idle time per step staying at least
-    what it was. Launch overhead and data waits per step do not shrink with the batch, so they
-    stay; SMs that were idle while "busy" are what a larger batch can fill."""
+    The bound: a step of factor x the samples takes at least as long as the work that does not
+    grow with the batch (the time the GPU idled per step: launching, waiting; the CPU may
+    overlap it with the GPU's work, so it is a floor, not a sum) and at least as long as the
+    GPU's busy time grown by the batch (factor x the share of it the SMs were active, SMs full
+    at best; without GPM, at least what it was)."""
     e = g.efficiency
     frac = e.mem_peak_fraction
-    if frac is None or frac >= MEM_HEADROOM or e.sm_active is None:
+    if frac is None or frac >= MEM_HEADROOM:
         return None
     factor = max(2, int(MEM_NEAR_LIMIT * BATCH_TARGET_SHARE / max(0.01, frac)))
     factor = min(factor, MAX_BATCH_FACTOR)
     bd = g.breakdown
     busy = bd.busy_s / bd.total_s if bd.total_s else 1.0
-    bound = factor / max(1e-9, (1.0 - busy) + factor * busy * max(1.0, e.sm_active) / 100.0)
+    growth = max(1.0, factor * e.sm_active / 100.0) if e.sm_active is not None else 1.0
+    bound = factor / max(1e-9, 1.0 - busy, busy * growth)
     return factor, bound
 
 
@@ -104,7 +106,8 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         action=f"raise batch_size {factor}x (and scale the learning rate, e.g. linearly with warm-up)",
         gain_bound=bound,
         expected_gain=f"more work per kernel launch and per step: at most {times(bound)} samples/s (an upper bound: "
-        f"{factor}x the samples per step, with SMs active {e.sm_active:.0f} % while busy, can at best fill them)",
+        f"{factor}x the samples per step, with SMs active {e.sm_active:.0f} % while busy, can at best fill them, "
+        "and the step's idle time stays)",
         cost_s=0.0,
         confidence=0.6,
         gpu_index=g.index,
