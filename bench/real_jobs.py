@@ -186,6 +186,29 @@ JOBS: tuple[Job, ...] = (
     Job("accelerate-vit-fp32", "accelerate", True, "accelerate_job.py",
         ("--task", "vit", "--mixed-precision", "no", "--batch", "128", "--workers", "6"),
         (Change("precision", "Accelerator(mixed_precision='bf16')", ("--mixed-precision", "bf16")),)),
+    # written in the shapes of public example scripts without reading the advisor's rules, before
+    # any measurement of them; each change is what an engineer would try on that script
+    Job("hf-trainer-bert-small-accum-fp32", "transformers", True, "hf_glue.py",
+        ("--batch", "32", "--grad-accum", "4", "--workers", "0"),
+        (Change("precision", "TrainingArguments(bf16=True)", ("--bf16",)),
+         Change("data", "TrainingArguments(dataloader_num_workers=4)", ("--workers", "4")))),
+    Job("lightning-audio-mel-bf16", "lightning", True, "lightning_audio.py",
+        ("--precision", "bf16-mixed", "--batch", "256", "--workers", "2"),
+        (Change("data", "DataLoader(num_workers=14) in the LightningDataModule", ("--workers", "14")),)),
+    Job("accelerate-llama-clm-accum-bf16", "accelerate", True, "accelerate_clm.py",
+        ("--mixed-precision", "bf16", "--batch", "8", "--grad-accum", "4", "--workers", "0"),
+        (Change("data", "DataLoader(num_workers=4) (the knob a false alarm would name)", ("--workers", "4")),
+         Change("launch", "per_device_train_batch_size=32 with gradient_accumulation_steps=1, the same effective "
+                "batch (samples/s; the knob a false alarm would name)", ("--batch", "32", "--grad-accum", "1")))),
+    Job("plain-probe-pageable-features", "pytorch", True, "features_probe.py", ("--batch", "4096"),
+        (Change("pageable", "feats.pin_memory() once, then .to(device, non_blocking=True)", ("--pin",)),
+         Change("precision", BF16, ("--precision", "bf16")))),
+    Job("ddp-cifar-resnet18-loss-allreduce", "DDP", True, "ddp_cifar.py", ("--batch", "128", "--workers", "4"),
+        (Change("host-sync", "all_reduce and .item() the loss every 50 steps instead of every step",
+                ("--log-every", "50")),
+         Change("launch", "batch 512 per GPU instead of 128 (samples/s)", ("--batch", "512")),
+         Change("data", "DataLoader(num_workers=8, persistent_workers=True)", ("--workers", "8", "--persistent-workers"))),
+        torchrun=True),
 )
 
 

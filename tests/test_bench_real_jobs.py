@@ -84,3 +84,13 @@ def test_the_committed_results_meet_the_targets_they_state():
         best = max(c["gain"] for c in r["changes"] if c.get("gain") is not None)
         assert r["gain_measured"] == best
         assert (r["truth"] == "healthy") == (best < R.HEALTHY_BELOW)
+
+
+@pytest.mark.parametrize("job", R.JOBS, ids=[j.name for j in R.JOBS])
+def test_every_option_a_job_or_change_names_is_one_its_script_takes(job):
+    with open(os.path.join(R.JOBS_DIR, job.script)) as f:
+        source = f.read()
+    for ch in job.changes:
+        for opt in (a for a in (*job.args, *ch.args, *ch.removes, *job.tiny_args) if a.startswith("--")):
+            assert f'"{opt}"' in source, f"{job.name}: {opt} is not an option of {job.script}"
+        assert job.argv(ch, "cpu", False) != job.argv(None, "cpu", False), f"{job.name}: {ch.text} changes nothing"
