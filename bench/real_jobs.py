@@ -56,6 +56,7 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("checkpoint-stall",),
     "host-sync": ("host-sync",),
     "launch": ("launch-bound",),
+    "optimizer": ("unfused-optimizer",),
 }
 
 # Every job we start on a shared multi-GPU host keeps NVLink multicast off.
@@ -157,6 +158,11 @@ JOBS: tuple[Job, ...] = (
          Change("launch", "batch 128 instead of 32 (samples/s)", ("--batch", "128"))),
         note=MOVED.format(what="called launch-bound while its only measured change was dropping the .item()",
                           why="the change launch-bound names (a larger batch) was added to its measurements")),
+    # written with the unfused-optimizer rule (in-sample): AdamW(foreach=False), as codebases set
+    # it for determinism or memory, on a small-batch GPT-2 whose step launches more than it computes
+    Job("plain-gpt-adamw-loop", "pytorch", False, "gpt.py", ("--batch", "4", "--seq", "128", "--foreach-off"),
+        (Change("optimizer", "torch.optim.AdamW(..., fused=True)", ("--fused",), removes=("--foreach-off",)),
+         Change("launch", "batch 32 instead of 4 (samples/s)", ("--batch", "32")))),
     # ---------------------------------------------------------------- held out
     Job("lightning-resnet50-bf16-augment", "lightning", True, "lightning_job.py",
         ("--model", "torchvision:resnet50", "--precision", "bf16-mixed", "--batch", "128", "--workers", "2",
