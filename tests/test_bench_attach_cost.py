@@ -1,9 +1,11 @@
-"""Mechanics of bench/attach_cost.py that can be checked without a GPU (its statistics, its
-window plan, the sampler's clocks standing still while detached)."""
+"""Mechanics of bench/attach_cost.py that can be checked without a GPU (its statistics and
+verdicts, its window plan, budget split, warm-up and CPU plan, the probe's blind time, the
+sampler's clocks standing still while detached)."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import statistics
 import sys
@@ -73,10 +75,37 @@ def test_summary_and_verdict(bench):
     s["sampler_cpu_pct"] = 2.5
     assert bench.verdict(s) == "NOT met (sampler CPU)"
     s["sampler_cpu_pct"] = 1.0
-    s["ci95_pct"] = [0.0, 1.2]
-    assert bench.verdict(s) == "NOT met (interval)"
-    s["ci95_pct"], s["lost_ci95_pct"] = [0.0, 0.9], [0.0, 1.1]
-    assert bench.verdict(s) == "NOT met (lost time)"
+    # An interval too wide to tell is "not resolved", not a cost above the target.
+    s["ci95_pct"] = [-0.8, 1.2]
+    assert bench.verdict(s) == "not resolved (slowdown)"
+    s["ci95_pct"], s["lost_ci95_pct"] = [0.0, 0.9], [-0.2, 1.1]
+    assert bench.verdict(s) == "not resolved (lost time)"
+
+
+def test_verdict_tells_a_measured_cost_from_an_unresolved_one(bench):
+    assert bench.judge(0.2, [-0.1, 0.5]) == "met"
+    assert bench.judge(0.5, [0.0, 1.0]) == "met"  # the targets' edges are in
+    assert bench.judge(0.7, [0.2, 1.2]) == "above"  # a cost measured over 0.5 %
+    assert bench.judge(0.7, [0.4, 0.95]) == "above"  # the upper end alone does not make it met
+    assert bench.judge(2.5, [-2.4, 7.3]) == "unresolved"  # the H100's launch-bound: cannot tell
+    assert bench.judge(0.3, [-0.5, 1.1]) == "unresolved"
+    # Under 1 % at the top but +-6 % wide: noise, not a resolved cost.
+    assert bench.judge(-5.2, [-11.4, 0.9]) == "unresolved"
+    assert bench.judge(-0.4, [-1.4, 0.6]) == "met"  # +-1.0 %: resolved
+    assert bench.judge(float("nan"), [float("nan")] * 2) == "unresolved"
+    # One pair has no t interval: its interval is unknown, whatever the bootstrap says.
+    one = bench.summarize([100.0, 98.0, 100.0], [0.0, 0.0, 0.0])
+    assert one["pairs"] == 1 and one["slowdown_pct"] == pytest.approx(2.0)
+    assert all(math.isnan(x) for x in one["ci95_pct"])
+    assert bench.judge(one["slowdown_pct"], one["ci95_pct"]) == "unresolved"
+    t = {"slowdown_pct": 2.5, "ci95_pct": [-2.4, 7.3], "lost_pct": 0.9, "lost_ci95_pct": [0.3, 1.5],
+         "sampler_cpu_pct": 2.4}
+    assert bench.verdict(t) == "NOT met (lost time, sampler CPU); not resolved (slowdown)"
+    # A probe that sees too little of the time (blind inside saves) is left out of the verdict.
+    t.update(sampler_cpu_pct=1.0, ci95_pct=[-0.2, 0.6], slowdown_pct=0.2, probe_seen_pct=10.0)
+    assert bench.verdict(t) == "met"
+    t["probe_seen_pct"] = 60.0
+    assert bench.verdict(t) == "NOT met (lost time)"
 
 
 def test_window_plan_fits_the_budget(bench):
@@ -84,14 +113,139 @@ def test_window_plan_fits_the_budget(bench):
     assert n == 39
     # A cycle longer than the window, a budget too small: never fewer than D A D.
     assert bench.plan_windows(2.0, 0.6, 1.0) == 3
-    ends = bench.target_deadlines(1000.0, 280.0, 5)
-    assert len(ends) == 5 and ends[-1] == 1000.0 + 280.0 - bench.CLOSE_MARGIN_S
-    assert all(b - a == pytest.approx(56.0) for a, b in zip(ends, ends[1:]))
+
+
+def test_window_length_holds_cycles_and_stacks_but_keeps_pairs(bench):
+    # Quiet GPU job, 1.5 stacks/s: two stacks need 1.33 s; the budget has room.
+    assert bench.window_length(60.0, 0.035, 1.0, 1.5) == pytest.approx(2 / 1.5)
+    # No rate known: the base.
+    assert bench.window_length(60.0, 0.035, 1.0, None) == 1.0
+    # A 0.55 s checkpoint period: at least 5 periods, whatever the stacks want.
+    assert bench.window_length(60.0, 0.55, 1.0, 1.5) == pytest.approx(5 * 0.55)
+    # many-threads at 0.85 stacks/s wants 2.35 s windows; in 30 s that leaves 5 pairs, so the
+    # stacks give way until MIN_PAIRS fit...
+    w = bench.window_length(30.0, 0.034, 1.0, 0.85)
+    assert 1.0 < w < 2 / 0.85
+    assert bench.plan_windows(30.0, 0.034, w) >= 2 * bench.MIN_PAIRS + 1
+    # ... but never below the base window or the cycles' floor.
+    assert bench.window_length(5.0, 0.034, 1.0, 0.85) == 1.0
+    assert bench.window_length(5.0, 0.55, 1.0, 0.85) == pytest.approx(5 * 0.55)
+    # Sized again during the run (the rate the A windows saw): with 3 pairs done, 5 more are
+    # needed in what is left; with MIN_PAIRS done, the stacks alone decide.
+    w = bench.window_length(20.0, 0.034, 1.0, 0.6, pairs_done=3)
+    assert 1.0 < w < 2 / 0.6
+    assert 20.0 / (w + 0.017) - 2 * (bench.PAIR_RESERVE - 1) >= 2 * (bench.MIN_PAIRS - 3)
+    assert bench.window_length(20.0, 0.034, 1.0, 0.6, pairs_done=bench.MIN_PAIRS) == pytest.approx(2 / 0.6)
+    assert bench.window_length(20.0, 0.034, 1.0, 0.6, pairs_done=3) < bench.window_length(20.0, 0.034, 1.0, 0.6, pairs_done=6)
+
+
+def test_budget_split_by_weight_and_leftovers_go_on(bench):
+    w = [bench.WEIGHTS[n] for n in bench.TARGETS]
+    run_end = 1000.0 + 280.0
+    d0 = bench.target_deadline(1000.0, run_end, w)
+    assert d0 == pytest.approx(1000.0 + 280.0 * w[0] / sum(w) - bench.CLOSE_MARGIN_S)
+    # Equal weights: equal shares.
+    assert bench.target_deadline(0.0, 100.0, [1.0] * 4) == pytest.approx(25.0 - bench.CLOSE_MARGIN_S)
+    # The last target gets all that is left; one that ends early leaves its rest to the next.
+    assert bench.target_deadline(1250.0, run_end, [w[-1]]) == pytest.approx(run_end - bench.CLOSE_MARGIN_S)
+    early = bench.target_deadline(1040.0, run_end, w[1:]) - 1040.0
+    on_time = bench.target_deadline(d0 + bench.CLOSE_MARGIN_S, run_end, w[1:]) - (d0 + bench.CLOSE_MARGIN_S)
+    assert early > on_time
+    # The noisy CPU-bound targets get more than the quiet GPU-bound ones.
+    wt = bench.WEIGHTS
+    assert min(wt["cpu-loading"], wt["launch-bound"], wt["checkpoint"]) > max(wt["healthy-bf16"], 1.0)
+    # Shares put end to end fill the run.
+    now, ends = 1000.0, []
+    for k in range(len(w)):
+        ends.append(bench.target_deadline(now, run_end, w[k:]))
+        now = ends[-1] + bench.CLOSE_MARGIN_S
+    assert ends[-1] == pytest.approx(run_end - bench.CLOSE_MARGIN_S)
+
+
+def test_warm_up_waits_for_a_steady_rate(bench):
+    # Cycles of 10 steps; 50 ms each at first, speeding up by a quarter (as launch-bound did in
+    # its first 12 s on the H100), then steady.
+    bounds, t, steps = [], 100.0, 0
+    for i in range(400):
+        t += 0.05 * (1.0 - 0.25 * min(i, 200) / 200)
+        steps += 10
+        bounds.append((steps, t, 0.0, 0.0))
+    rates = bench.chunk_rates(bounds, 100.0)
+    assert all(b >= a - 1e-9 for a, b in zip(rates, rates[1:]))  # it speeds up, then holds
+    assert rates[0] == pytest.approx(200.0, rel=0.05)
+    # Chunks are whole cycles of at least 0.5 s.
+    assert len(rates) == pytest.approx((bounds[-1][1] - bounds[0][1]) / 0.5, abs=2)
+    assert not bench.warmed(bench.chunk_rates(bounds[:150], 100.0))  # still speeding up
+    assert bench.warmed(rates)  # the last chunks are flat
+    assert bench.warmed([102.0, 98.0, 102.0, 98.0, 102.0, 98.0])  # noisy (2 %) but flat
+    assert not bench.warmed([110.0, 90.0, 110.0, 90.0, 110.0, 90.0])  # too noisy to say (10 %)
+    assert not bench.warmed([100.0] * 5)  # too few chunks
+    assert not bench.warmed([100.0, 100.0, 100.0, 104.0, 104.0, 104.0])  # a step up of 4 %
+
+
+def test_steady_rate_from_the_settle(bench):
+    # many-threads on the H100: ~17.7 ms of CPU per main stack, 1.5 % of a core: 0.85 stacks/s.
+    assert bench.steady_rate(0.0354, 2, 0.015, 5.0) == pytest.approx(0.847, abs=0.01)
+    assert bench.steady_rate(0.001, 2, 0.015, 5.0) == 5.0  # the rate's cap
+    assert bench.steady_rate(0.0, 0, 0.015, 5.0) is None
+
+
+def test_cpu_plan(bench):
+    assert bench.parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    # 8 cores with 2 hyperthreads each (siblings i and i + 8).
+    p = bench.plan_cpus([[i, i + 8] for i in range(8)])
+    assert p["mode"] == "full"
+    assert p["harness"] == [0, 8] and p["job_main"] == [1]
+    assert 9 in p["free"]  # the main thread's sibling is left idle
+    parts = [set(p["harness"]), set(p["job_main"]), set(p["job_other"]), set(p["free"])]
+    assert sum(len(x) for x in parts) == len(set().union(*parts)) == 16  # disjoint, all placed
+    assert p["sampler"] == list(range(16))  # gputop pins nothing: the bench does not pin it either
+    # 16 single-thread cores.
+    p = bench.plan_cpus([[i] for i in range(16)])
+    assert p["job_main"] == [1] and len(p["job_other"]) == 7 and len(p["free"]) == 7
+    # A small box degrades and says so; one CPU pins nothing.
+    p = bench.plan_cpus([[0], [1]])
+    assert p["mode"] == "degraded" and p["job_main"] == [1] and p["job_other"] == [0] == p["harness"]
+    assert bench.plan_cpus([[0]])["mode"] == "off"
+
+
+def test_probe_is_blind_inside_saves(bench):
+    st = {"lost": 0.0, "blind": 0.0, "saving": False, "saves": 0}
+    bench.probe_account(st, 0.0, 0.0025, False, 0)  # 0.5 ms late: timer slack
+    assert st["lost"] == 0.0
+    bench.probe_account(st, 0.0, 0.010, False, 0)  # 8 ms late, no save: lost
+    assert st["lost"] == pytest.approx(0.007)
+    st["saving"] = True
+    bench.probe_account(st, 0.0, 0.050, False, 0)  # a save began during the sleep
+    st["saving"], st["saves"] = False, 1
+    bench.probe_account(st, 0.0, 0.030, True, 0)  # one was in progress when it began
+    bench.probe_account(st, 0.0, 0.020, False, 0)  # one began and ended inside the sleep
+    assert st["lost"] == pytest.approx(0.007)
+    assert st["blind"] == pytest.approx(0.100)
+
+
+def test_window_lost_time_over_what_the_probe_sees(bench):
+    # 1 s windows: the probe blind 0.4 s of each (saves), losing 6 ms in the 0.6 s it sees.
+    bounds = [(20 * i, 10.0 + i, 0.006 * i, 0.4 * i) for i in range(5)]
+    w = bench.window_stats(bounds, 1, 3)
+    assert w["probe_seen_pct"] == pytest.approx(60.0)
+    assert w["lost_pct"] == pytest.approx(1.0)
+    assert w["rate"] == pytest.approx(20.0)
+
+
+def test_sched_delta(bench):
+    a = {"t": 10.0, "run_ns": 0, "wait_ns": 0, "steal_s": 1.0}
+    b = {"t": 12.0, "run_ns": int(1.8e9), "wait_ns": int(0.1e9), "steal_s": 1.02}
+    d = bench.sched_delta(a, b)
+    assert d["main_run_pct"] == pytest.approx(90.0)
+    assert d["main_wait_pct"] == pytest.approx(5.0)
+    assert d["steal_pct"] == pytest.approx(1.0)
+    assert "main_run_pct" not in bench.sched_delta({"t": 0.0}, {"t": 1.0})
 
 
 def test_window_stats_on_cycle_boundaries(bench):
     # 10 steps a cycle, 0.1 s each, the probe losing 1 ms a cycle.
-    bounds = [(10 * i, 5.0 + 0.1 * i, 0.001 * i) for i in range(30)]
+    bounds = [(10 * i, 5.0 + 0.1 * i, 0.001 * i, 0.0) for i in range(30)]
     w = bench.window_stats(bounds, 3, 13)
     assert w["steps"] == 100 and w["cycles"] == 10
     assert w["rate"] == pytest.approx(100.0)
