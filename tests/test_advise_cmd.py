@@ -21,6 +21,11 @@ def test_advise_json_on_fake_gpus(capsys):
     fired = out["first_fired_s"]
     assert set(ids) <= set(fired)
     assert 0 <= fired["no-tensor-cores"] < f["first_seen_s"]
+    log = out["evaluation_log"]
+    assert 2 <= len(log) <= out["evaluations"] + 1
+    assert [e["t_s"] for e in log] == sorted(e["t_s"] for e in log)
+    shown_at = next(e for e in log if "no-tensor-cores" in e["shown"])
+    assert "no-tensor-cores" in shown_at["fired"] and shown_at["warmup"] is None
     assert {b["device"] for b in out["breakdown"]} == {"GPU 0", "GPU 1"}
     for bd in out["breakdown"]:
         assert sum(b["percent"] for b in bd["buckets"]) == 100

@@ -18,6 +18,8 @@ from .options import add_live_options, add_stuck_after, parse_duration
 DEFAULT_DURATION_S = 30.0
 # A line of progress on a non-terminal stderr this often (a terminal gets one updating line).
 PROGRESS_EVERY_S = 5.0
+# The JSON logs this many evaluations from the start (the seconds a verdict takes), no more.
+EVALUATION_LOG_MAX = 60
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
             # When each finding's rule first fired (before it had held long enough to show):
             # how much of a verdict's delay is evidence accruing and how much is the hold.
             "first_fired_s": progress.first_fired,
+            # What each of the first evaluations saw: why a verdict is not there yet (too few
+            # stacks, the job warming up, a rule firing but not yet held).
+            "evaluation_log": progress.evaluations,
             "interrupted": interrupted,
             "target_exited": ended,
             "nvml_error": nvml_error,
@@ -144,6 +149,8 @@ class _Progress:
         self.last_line = float("-inf")
         self.timeline: list[dict] = []
         self.first_fired: dict[str, float] = {}
+        self.evaluations: list[dict] = []
+        self._last_ctx = None
 
     def note_top(self) -> None:
         findings = self.session.store.findings()
@@ -151,6 +158,14 @@ class _Progress:
         inner = getattr(self.session.advisor, "advisor", None)
         for f in [*findings, *(inner.pending if inner is not None else ())]:
             self.first_fired.setdefault(f.id, now)
+        ctx = getattr(inner, "last_context", None)
+        if ctx is not None and ctx is not self._last_ctx and len(self.evaluations) < EVALUATION_LOG_MAX:
+            self._last_ctx = ctx
+            self.evaluations.append({
+                "t_s": now, "main_stacks": len(ctx.main_stacks), "warmup": ctx.warmup,
+                "fired": sorted(f.id for f in [*findings, *inner.pending]),
+                "shown": [f.id for f in findings],
+            })
         top = (findings[0].id, findings[0].severity.value) if findings else (None, None)
         last = self.timeline[-1] if self.timeline else None
         if last is None or (last["top"], last["severity"]) != top:
