@@ -23,5 +23,13 @@ shot dataloader-starved live-attached-starved "" 8
 shot dataloader-starved advisor-starved 2 14
 shot dataloader-starved stacks-starved 3 8
 shot fp32-no-tensor-cores advisor-fp32 2 12
+# A real job's shape: GPT-2 with AdamW(foreach=False) at batch 4 (launch-bound, unfused optimizer)
+python3 bench/jobs/gpt.py --batch 4 --seq 128 --foreach-off --device cuda --seconds 120 > "$out/gpt.log" 2>&1 &
+gpt=$!
+for _ in $(seq 60); do grep -q "rate" "$out/gpt.log" && break; sleep 1; done
+sleep 6
+python3 scripts/screenshot.py --out "$out" --name advisor-launch-optimizer --size 160x48 --seconds 8 --pid "$gpt" --keys 2
+python3 scripts/screenshot.py --out "$out" --name live-attached-launch --size 160x48 --seconds 6 --pid "$gpt"
+kill "$gpt" 2>/dev/null; wait "$gpt" 2>/dev/null
 python3 scripts/screenshot.py --out "$out" --name replay-checkpoint-stall --size 160x48 --seconds 3 \
     --replay tests/fixtures/recordings/h100-checkpoint-stall.gputop --start 40%
