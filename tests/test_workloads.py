@@ -174,7 +174,10 @@ def _kill_tree(proc: subprocess.Popen) -> None:
                 pass
 
 
-def run_cpu(name: str, duration: float = SMOKE_S, probe_after_rates: int = 1) -> Result:
+def run_cpu(name: str, duration: float = SMOKE_S, probe_after_rates: int = 1, measured=None) -> Result:
+    """Run ``name`` for ``duration`` s of training; ``measured()`` is called once what its tests
+    read depends no more on what else runs: at its summary line (or once it stalled, for a
+    scenario that then sits idle), not after its exit."""
     errfile = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: it can never fill up
     env = {"OMP_NUM_THREADS": "1"} if name in _ONE_INTRA_OP_THREAD else None
     proc = _start(name, "--duration", str(duration), stderr=errfile, env=env)
@@ -190,6 +193,11 @@ def run_cpu(name: str, duration: float = SMOKE_S, probe_after_rates: int = 1) ->
                 rates += 1
                 if rates == probe_after_rates:
                     res.probe = _probe_children(proc.pid)
+            if measured is not None and (
+                line.kind == "done"
+                or (name in _IDLE_ONCE_STALLED and line.kind == "rate" and line.num("steps_per_s") == 0)
+            ):
+                measured()
         res.returncode = proc.wait(timeout=60)
         errfile.seek(0)
         res.stderr = errfile.read()
@@ -207,39 +215,91 @@ def run_cpu(name: str, duration: float = SMOKE_S, probe_after_rates: int = 1) ->
 _CACHE: dict[str, Future] = {}
 # Two scenario runs at a time: most of a run is starting torch and the loader workers, and two
 # overlap well even on a 2-core machine. Runs whose tests depend on their own speed run alone:
-# the healthy/starved comparison, steps before the stall, a save within the smoke duration.
+# the healthy/starved comparison, steps before the stall, a save within the smoke duration; and
+# the oversubscribed job, whose threads take every core by design (beside another run its step
+# rate fell to 2 a second on 2 cores: a few steps in its smoke duration).
 _PARALLEL_RUNS = 2
-_RUN_ALONE = {"healthy", "dataloader-starved", "stuck", "checkpoint-stall"}
+_RUN_ALONE = {"healthy", "dataloader-starved", "stuck", "checkpoint-stall", "oversubscribed"}
 # The two runs whose speeds are compared use one intra-op thread each. With torch's default pool
 # (a thread per core) every op ends at a barrier, and on a machine others are loading a step
 # waits for whichever pool thread the scheduler left out: the small CPU model's step went from
 # 6 ms to 300 ms (a load of 2.5 on 2 cores), slower than the starved job's, whose time is mostly
 # its single-threaded data path. With one thread a step costs the same CPU however busy the box.
 _ONE_INTRA_OP_THREAD = {"healthy", "dataloader-starved"}
-_slots = threading.Semaphore(_PARALLEL_RUNS)
-_alone = threading.Lock()
+# Once stalled, the stuck job uses no CPU until its duration ends: what its test reads from then
+# on (no step completes, the duration is honoured) holds however busy the machine is, so the next
+# run may start.
+_IDLE_ONCE_STALLED = {"stuck"}
+
+
+class _Schedule:
+    """Up to ``slots`` shared runs at once, or one run alone. A run waiting to be alone lets no
+    new shared run start, so the shared ones cannot starve it (a semaphore let one thread take
+    its place back again and again: the runs went one at a time). A run gives its place back
+    once it is measured (``_Slot.release``), before its process has exited: the next one starts
+    while it tears down."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._alone_waiting = 0
+
+    def enter(self, alone: bool) -> _Slot:
+        with self._cond:
+            if alone:
+                self._alone_waiting += 1
+                self._cond.wait_for(lambda: self._shared == 0 and not self._alone)
+                self._alone_waiting -= 1
+                self._alone = True
+            else:
+                self._cond.wait_for(
+                    lambda: not self._alone and not self._alone_waiting and self._shared < self.slots)
+                self._shared += 1
+        return _Slot(self, alone)
+
+    def leave(self, alone: bool) -> None:
+        with self._cond:
+            if alone:
+                self._alone = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
+
+
+class _Slot:
+    def __init__(self, schedule: _Schedule, alone: bool) -> None:
+        self._schedule, self._alone = schedule, alone
+        self._held = True
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._schedule.leave(self._alone)
+
+
+_schedule = _Schedule(_PARALLEL_RUNS)
 
 
 def _scheduled_run(name: str) -> Result:
     # The stuck job stalls 1 s after it is ready, then drains the batches its workers had
     # prefetched; 5 s leaves several readings after that on a loaded machine too (3 s did not).
     duration = 5.0 if name == "stuck" else SMOKE_S
-    if name not in _RUN_ALONE:
-        with _slots:
-            return run_cpu(name, duration=duration)
-    with _alone:
-        for _ in range(_PARALLEL_RUNS):  # every slot: nothing else runs meanwhile
-            _slots.acquire()
-        try:
-            return run_cpu(name, duration=duration)
-        finally:
-            for _ in range(_PARALLEL_RUNS):
-                _slots.release()
+    slot = _schedule.enter(alone=name in _RUN_ALONE)
+    try:
+        return run_cpu(name, duration=duration, measured=slot.release)
+    finally:
+        slot.release()
 
 
 @pytest.fixture(scope="session")
 def cpu_run():
-    pool = ThreadPoolExecutor(max_workers=_PARALLEL_RUNS)
+    # A thread per run: the schedule decides what runs when (a run's thread outlives its place
+    # while its process exits).
+    pool = ThreadPoolExecutor(max_workers=len(CPU_SCENARIOS))
 
     def start(name: str) -> None:
         if name not in _CACHE:
@@ -247,7 +307,10 @@ def cpu_run():
 
     def get_run(name: str) -> Result:
         if not _CACHE:
-            for n in CPU_SCENARIOS:  # the tests ask for them in this order: start them all now
+            # Start them all now: the runs that share the machine first, two at a time, then
+            # those that run alone, one after the other; the stuck job first of those, so the
+            # runs after it start while it sits stalled until its duration ends.
+            for n in sorted(CPU_SCENARIOS, key=lambda n: (n in _RUN_ALONE, n not in _IDLE_ONCE_STALLED)):
                 start(n)
         start(name)
         return _CACHE[name].result()
@@ -404,12 +467,27 @@ def _wait_for_stall(proc: subprocess.Popen) -> list[int]:
     raise AssertionError("stuck never stalled")
 
 
+@pytest.fixture(scope="module")
+def stalled():
+    """Two stuck jobs, started together (starting torch is most of their cost; once stalled they
+    are idle), for the two ways of stopping one: name -> (process, a future of its workers' PIDs
+    once it has stalled)."""
+    procs = {how: _start("stuck") for how in ("sigterm", "sigkill")}
+    pool = ThreadPoolExecutor(max_workers=len(procs))
+    try:
+        yield {how: (p, pool.submit(_wait_for_stall, p)) for how, p in procs.items()}
+    finally:
+        for p in procs.values():
+            _kill_tree(p)
+        pool.shutdown(wait=True)
+
+
 @torch_missing
 @pytest.mark.slow
-def test_stuck_is_killable_with_sigterm():
-    proc = _start("stuck")
+def test_stuck_is_killable_with_sigterm(stalled):
+    proc, stall = stalled["sigterm"]
     try:
-        workers = _wait_for_stall(proc)
+        workers = stall.result(timeout=90)
         assert len(workers) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -423,11 +501,11 @@ def test_stuck_is_killable_with_sigterm():
 
 @torch_missing
 @pytest.mark.slow
-def test_stuck_workers_exit_when_the_trainer_is_sigkilled():
-    proc = _start("stuck")
+def test_stuck_workers_exit_when_the_trainer_is_sigkilled(stalled):
+    proc, stall = stalled["sigkill"]
     workers: list[psutil.Process] = []
     try:
-        workers = [psutil.Process(p) for p in _wait_for_stall(proc)]
+        workers = [psutil.Process(p) for p in stall.result(timeout=90)]
         proc.kill()
         proc.wait()
         # The blocked workers notice the orphaning within a second or two and leave.
