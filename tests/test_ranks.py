@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -43,33 +44,85 @@ def test_straggler_is_the_rank_that_does_not_wait():
     assert straggler([r0, r0], 0.3, 0.25) is None
 
 
-def _advise_on_job(mode: str, tmp_path: Path, duration: int = 10, past_warmup: bool = False) -> tuple[dict, float]:
+# Each mode's job and how long `advise` watches it. The straggler is watched past its warm-up
+# (throughput findings, the straggler among them, wait out a job's first seconds).
+DURATION_S = {"straggler": 10, "hang": 10, "healthy": 8}
+PAST_WARMUP = {"straggler"}
+
+
+def _start_job(mode: str, tmp: Path) -> tuple[subprocess.Popen, Path, float]:
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                OMP_NUM_THREADS="1")
-    log = tmp_path / f"{mode}.log"
+    log = tmp / f"{mode}.log"
     with open(log, "w") as out:
         job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                 str(JOB), mode], stdout=out, stderr=subprocess.STDOUT, env=env)
+    return job, log, time.monotonic()
+
+
+def _wait_ready(job: subprocess.Popen, log: Path, t0: float) -> None:
+    while log.read_text().count("ready") < 2:  # both ranks past their first all_reduce
+        assert job.poll() is None and time.monotonic() - t0 < 60, log.read_text()[-2000:]
+        time.sleep(0.1)
+
+
+def _advise(job: subprocess.Popen, duration: int) -> tuple[dict, float]:
+    t1 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
+                          str(duration), "--json"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout), time.monotonic() - t1
+
+
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory):
+    """``advise`` attached to the launcher of each 2-rank job: mode -> (report, seconds it took).
+
+    The hung job and the straggler start together (starting torch is most of a job's cost) and
+    are watched side by side: the hung job is idle. The healthy job is started and watched last,
+    alone, once the straggler (which keeps a core busy) is gone, and as young as before: its
+    watch starts when it is ready. A mode whose job or watch failed gives its exception, raised
+    by the test that reads it."""
+    tmp = tmp_path_factory.mktemp("ranks")
+    jobs: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+    results: dict[str, object] = {}
+
+    def watch(mode: str) -> None:
+        job, log, t0 = jobs[mode]
+        try:
+            _wait_ready(job, log, t0)
+            if mode in PAST_WARMUP:
+                time.sleep(max(0.0, t0 + WARMUP_AGE_S + 0.5 - time.monotonic()))
+            results[mode] = _advise(job, DURATION_S[mode])
+        except BaseException as exc:  # noqa: BLE001 (handed to the mode's test)
+            results[mode] = exc
+        finally:
+            kill_tree(job)
+
     try:
-        t0 = time.monotonic()
-        while log.read_text().count("ready") < 2:  # both ranks past their first all_reduce
-            assert job.poll() is None and time.monotonic() - t0 < 60, log.read_text()[-2000:]
-            time.sleep(0.1)
-        if past_warmup:
-            # Throughput findings wait out a job's first seconds (its warm-up): attach after it.
-            time.sleep(max(0.0, t0 + WARMUP_AGE_S + 0.5 - time.monotonic()))
-        t1 = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
-                              str(duration), "--json"], capture_output=True, text=True, timeout=60)
-        assert res.returncode == 0, res.stderr
-        return json.loads(res.stdout), time.monotonic() - t1
+        for mode in ("hang", "straggler"):
+            jobs[mode] = _start_job(mode, tmp)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for f in [pool.submit(watch, "hang"), pool.submit(watch, "straggler")]:
+                f.result()
+        jobs["healthy"] = _start_job("healthy", tmp)
+        watch("healthy")
+        yield results
     finally:
-        kill_tree(job)
+        for job, _, _ in jobs.values():
+            kill_tree(job)
+
+
+def _report(advised: dict, mode: str) -> tuple[dict, float]:
+    got = advised[mode]
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 @pytest.mark.slow
-def test_straggler_rank_is_named_with_its_function(tmp_path):
-    report, took = _advise_on_job("straggler", tmp_path, past_warmup=True)
+def test_straggler_rank_is_named_with_its_function(advised):
+    report, took = _report(advised, "straggler")
     ids = [f["id"] for f in report["findings"]]
     assert "stuck" not in ids, report["findings"]
     f = next(f for f in report["findings"] if f["id"] == "rank-straggler")
@@ -79,8 +132,8 @@ def test_straggler_rank_is_named_with_its_function(tmp_path):
 
 
 @pytest.mark.slow
-def test_rank_that_never_arrives_is_named_by_the_stuck_finding(tmp_path):
-    report, took = _advise_on_job("hang", tmp_path)
+def test_rank_that_never_arrives_is_named_by_the_stuck_finding(advised):
+    report, took = _report(advised, "hang")
     f = next(f for f in report["findings"] if f["id"] == "stuck")
     assert "waits in all_reduce for rank 1 (pid" in f["title"] and "never arrives: it is at" in f["title"], f["title"]
     assert "never_arrives, sleeps instead" in f["title"], f["title"]
@@ -89,7 +142,7 @@ def test_rank_that_never_arrives_is_named_by_the_stuck_finding(tmp_path):
 
 
 @pytest.mark.slow
-def test_healthy_two_rank_job_is_silent(tmp_path):
-    report, took = _advise_on_job("healthy", tmp_path, duration=8)
+def test_healthy_two_rank_job_is_silent(advised):
+    report, took = _report(advised, "healthy")
     loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
     assert not loud, loud
