@@ -164,7 +164,11 @@ def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
 def test_item_every_step_is_host_sync(targets):
     t = targets["item"]
     src = stack_sampler(t.pid)
-    out = poll_for(src, 3.0)
+    try:
+        out = poll_for(src, 3.0)
+    finally:
+        # No other test watches it, and it keeps a core busy: the tests after it get the core back.
+        t.kill()
     main = stacks(out, t.pid, main=True)
     # In a live session the host source reports the target's process details, not this one.
     assert not [p for p in out if isinstance(p, ProcSample)]
@@ -177,7 +181,8 @@ def test_item_every_step_is_host_sync(targets):
 # --------------------------------------------------------------------------- stuck
 
 
-def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
+def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets, busy_watch):
+    # busy_watch: started here, so the busy job's watch runs during this test and the next ones.
     t = targets["deadlock"]
     store = Store()
     src = stack_sampler(t.pid)
@@ -213,29 +218,6 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets):
     text = plain(pane_lines(view))
     assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text
     assert "metrics-writer" in text and "press n for a native" in text
-
-
-def test_busy_job_with_an_unchanged_stack_is_not_stuck(targets):
-    # One line that computes for ever (C code under one Python line): the stack never moves,
-    # as in a slow __getitem__ with num_workers=0, but the process burns a core.
-    spin = Target("-c", "print('ready', flush=True)\nwhile True: x = sum(range(100000))")
-    try:
-        spin.wait_ready()
-        store = Store()
-        src = stack_sampler(spin.pid, target_details=True)
-        pipe = Pipeline(store, [src, IdleGpu(spin.pid), StuckWatch(store, spin.pid, STUCK_AFTER)])
-        pipe.start()
-        try:
-            time.sleep(STUCK_AFTER + 4.0)
-        finally:
-            pipe.stop()
-        verdict = stuck_verdict(store, spin.pid, STUCK_AFTER, now=store.now)
-    finally:
-        spin.kill()
-    assert verdict.held_s >= STUCK_AFTER, verdict.reason  # the stack did not move...
-    assert not verdict.stuck and "% CPU" in verdict.reason, verdict.reason  # ...yet it works
-    assert verdict.tree_cores is not None and verdict.tree_cores >= 0.2
-    assert [e.message for e in store.events() if e.source == "stuck"] == []
 
 
 async def test_pane_native_dump_runs_off_the_event_loop(targets):
@@ -297,6 +279,56 @@ def test_target_exit_is_reported_with_its_code_and_history_kept(targets):
     view = stacks_view(store, t.pid, 30.0)
     assert view.exited and view.fault is not None and "code 3" in view.fault.message
     assert not view.verdict.stuck
+
+
+class BusyWatch:
+    """A job that computes for ever on one line (C code under one Python line): the stack never
+    moves, as in a slow __getitem__ with num_workers=0, but the process burns a core. Watched with
+    the stuck threshold from the moment the first test asks for it."""
+
+    def __init__(self) -> None:
+        self.spin = Target("-c", "print('ready', flush=True)\nwhile True: x = sum(range(100000))")
+        self.pipe = None
+        try:
+            self.spin.wait_ready()
+            self.store = Store()
+            src = stack_sampler(self.spin.pid, target_details=True)
+            self.pipe = Pipeline(self.store, [src, IdleGpu(self.spin.pid), StuckWatch(self.store, self.spin.pid, STUCK_AFTER)])
+            self.pipe.start()
+            self.started = time.monotonic()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.pipe is not None:
+            self.pipe.stop()
+        self.spin.kill()
+
+
+@pytest.fixture(scope="module")
+def busy_watch(targets):
+    """Asked for by the deadlock test, which starts it, and read by the busy-job test at the end
+    of this section: the watch runs during the tests between them."""
+    watch = BusyWatch()
+    try:
+        yield watch
+    finally:
+        watch.close()
+
+
+def test_busy_job_with_an_unchanged_stack_is_not_stuck(busy_watch):
+    w = busy_watch
+    try:
+        time.sleep(max(0.0, w.started + STUCK_AFTER + 4.0 - time.monotonic()))
+        w.pipe.stop()
+        verdict = stuck_verdict(w.store, w.spin.pid, STUCK_AFTER, now=w.store.now)
+    finally:
+        w.close()
+    assert verdict.held_s >= STUCK_AFTER, verdict.reason  # the stack did not move...
+    assert not verdict.stuck and "% CPU" in verdict.reason, verdict.reason  # ...yet it works
+    assert verdict.tree_cores is not None and verdict.tree_cores >= 0.2
+    assert [e.message for e in w.store.events() if e.source == "stuck"] == []
 
 
 def test_not_python_process(targets):
