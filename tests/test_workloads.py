@@ -459,67 +459,6 @@ def test_unknown_scenario_is_a_usage_error():
     assert proc.returncode == 2 and "unknown scenario" in proc.stderr
 
 
-def _wait_for_stall(proc: subprocess.Popen) -> list[int]:
-    for text in proc.stdout:
-        line = parse_line(text)
-        if line and line.kind == "rate" and line.num("steps_per_s") == 0:
-            return [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
-    raise AssertionError("stuck never stalled")
-
-
-@pytest.fixture(scope="module")
-def stalled():
-    """Two stuck jobs, started together (starting torch is most of their cost; once stalled they
-    are idle), for the two ways of stopping one: name -> (process, a future of its workers' PIDs
-    once it has stalled)."""
-    procs = {how: _start("stuck") for how in ("sigterm", "sigkill")}
-    pool = ThreadPoolExecutor(max_workers=len(procs))
-    try:
-        yield {how: (p, pool.submit(_wait_for_stall, p)) for how, p in procs.items()}
-    finally:
-        for p in procs.values():
-            _kill_tree(p)
-        pool.shutdown(wait=True)
-
-
-@torch_missing
-@pytest.mark.slow
-def test_stuck_is_killable_with_sigterm(stalled):
-    proc, stall = stalled["sigterm"]
-    try:
-        workers = stall.result(timeout=90)
-        assert len(workers) == 2
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        tail = [parse_line(t) for t in proc.stdout.read().splitlines()]
-        assert any(ln and ln.kind == "done" and ln.fields["reason"] == "signal" for ln in tail)
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in workers if psutil.pid_exists(p)], timeout=10)
-        assert not alive
-    finally:
-        _kill_tree(proc)
-
-
-@torch_missing
-@pytest.mark.slow
-def test_stuck_workers_exit_when_the_trainer_is_sigkilled(stalled):
-    proc, stall = stalled["sigkill"]
-    workers: list[psutil.Process] = []
-    try:
-        workers = [psutil.Process(p) for p in stall.result(timeout=90)]
-        proc.kill()
-        proc.wait()
-        # The blocked workers notice the orphaning within a second or two and leave.
-        _, alive = psutil.wait_procs(workers, timeout=15)
-        assert not alive
-    finally:
-        _kill_tree(proc)
-        for w in workers:
-            try:
-                w.kill()
-            except psutil.Error:
-                pass
-
-
 # --------------------------------------------------------------------------- gputop demo
 
 
@@ -718,7 +657,8 @@ def test_harness_judges_the_advisor_against_the_registry(harness):
 
 @torch_missing
 @pytest.mark.slow
-def test_harness_end_to_end_on_cpu(harness, tmp_path, monkeypatch):
+def test_harness_end_to_end_on_cpu(harness, tmp_path, monkeypatch, stalled):
+    # stalled: the stuck jobs of the last tests start here (see there).
     # No gputop attached here (the attach modes are exercised on the GPU machine): this checks
     # the windows, the numbers, a crash being recorded, and the files.
     monkeypatch.setattr(harness, "detect_attach_mode", lambda: ("none", False))
@@ -750,3 +690,68 @@ def test_harness_records_a_crashing_workload(harness, monkeypatch):
     res = harness.run_scenario(get("healthy"), args, harness.GpuSampler(None), harness.Attacher("none", False), None)
     assert res["status"] == "crashed: exited before ready (status 1): CUDA error"
     assert "plain" not in res
+
+
+# --------------------------------------------------------------------------- stopping a stuck job
+
+
+def _wait_for_stall(proc: subprocess.Popen) -> list[int]:
+    for text in proc.stdout:
+        line = parse_line(text)
+        if line and line.kind == "rate" and line.num("steps_per_s") == 0:
+            return [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+    raise AssertionError("stuck never stalled")
+
+
+@pytest.fixture(scope="module")
+def stalled():
+    """Two stuck jobs, started together (starting torch is most of their cost; once stalled they
+    are idle), for the two ways of stopping one: name -> (process, a future of its workers' PIDs
+    once it has stalled). The harness's end-to-end test asks for them first, so they start and
+    stall during its windows, which only need the job they measure to make progress."""
+    procs = {how: _start("stuck") for how in ("sigterm", "sigkill")}
+    pool = ThreadPoolExecutor(max_workers=len(procs))
+    try:
+        yield {how: (p, pool.submit(_wait_for_stall, p)) for how, p in procs.items()}
+    finally:
+        for p in procs.values():
+            _kill_tree(p)
+        pool.shutdown(wait=True)
+
+
+@torch_missing
+@pytest.mark.slow
+def test_stuck_is_killable_with_sigterm(stalled):
+    proc, stall = stalled["sigterm"]
+    try:
+        workers = stall.result(timeout=90)
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        tail = [parse_line(t) for t in proc.stdout.read().splitlines()]
+        assert any(ln and ln.kind == "done" and ln.fields["reason"] == "signal" for ln in tail)
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in workers if psutil.pid_exists(p)], timeout=10)
+        assert not alive
+    finally:
+        _kill_tree(proc)
+
+
+@torch_missing
+@pytest.mark.slow
+def test_stuck_workers_exit_when_the_trainer_is_sigkilled(stalled):
+    proc, stall = stalled["sigkill"]
+    workers: list[psutil.Process] = []
+    try:
+        workers = [psutil.Process(p) for p in stall.result(timeout=90)]
+        proc.kill()
+        proc.wait()
+        # The blocked workers notice the orphaning within a second or two and leave.
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive
+    finally:
+        _kill_tree(proc)
+        for w in workers:
+            try:
+                w.kill()
+            except psutil.Error:
+                pass
