@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -137,10 +138,26 @@ def stacks(samples, pid=None, main=None):
 # --------------------------------------------------------------------------- categories
 
 
-def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
+@pytest.fixture(scope="module")
+def sampled(targets):
+    """3 s of samples of the DataLoader job and of the host-sync job, taken side by side (each
+    sampler watches its own process). The host-sync job is stopped then: no other test watches it,
+    and it keeps a core busy."""
+    sources = {
+        "loader": stack_sampler(targets["loader"].pid, worker_interval=0.2, target_details=True),
+        "item": stack_sampler(targets["item"].pid),
+    }
+    try:
+        with ThreadPoolExecutor(max_workers=len(sources)) as pool:
+            futures = {name: pool.submit(poll_for, src, 3.0) for name, src in sources.items()}
+            return {name: f.result() for name, f in futures.items()}
+    finally:
+        targets["item"].kill()
+
+
+def test_dataloader_job_waits_on_data_and_workers_fetch(targets, sampled):
     t = targets["loader"]
-    src = stack_sampler(t.pid, worker_interval=0.2, target_details=True)
-    out = poll_for(src, 3.0)
+    out = sampled["loader"]
     main = stacks(out, t.pid, main=True)
     assert len(main) >= 8
     shares = dict(category_shares(main))
@@ -161,14 +178,9 @@ def test_dataloader_job_waits_on_data_and_workers_fetch(targets):
     assert abs(main[-1].ts - time.time()) < 5
 
 
-def test_item_every_step_is_host_sync(targets):
+def test_item_every_step_is_host_sync(targets, sampled):
     t = targets["item"]
-    src = stack_sampler(t.pid)
-    try:
-        out = poll_for(src, 3.0)
-    finally:
-        # No other test watches it, and it keeps a core busy: the tests after it get the core back.
-        t.kill()
+    out = sampled["item"]
     main = stacks(out, t.pid, main=True)
     # In a live session the host source reports the target's process details, not this one.
     assert not [p for p in out if isinstance(p, ProcSample)]
