@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -174,6 +175,22 @@ def secret_child():
     yield p
     p.kill()
     p.wait()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def recordings(tmp_path_factory):
+    """The two recordings some tests below read, made in the background from the start of the
+    module: each is seconds of waiting on fake GPUs (the headless recorder's --duration, the live
+    UI's refreshes), spent while the tests before them run. Name -> a future of what the fixture
+    of that name returns."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        yield {
+            "recorded": pool.submit(_make_recorded, tmp_path_factory.mktemp("recorded")),
+            "live": pool.submit(_make_live_recording, tmp_path_factory.mktemp("rec")),
+        }
+    finally:
+        pool.shutdown(wait=True)
 
 
 # --------------------------------------------------------------------------- 1. arguments
@@ -623,14 +640,18 @@ def test_record_never_overwrites_what_is_not_a_recording(kind, mode, tmp_path):
     assert sorted(os.listdir(tmp_path)) == [path.name]
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """A 2-second headless recording of two fake GPUs, made once for the tests that read one."""
+def _make_recorded(folder: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    """A 2-second headless recording of two fake GPUs."""
     need("record")
-    folder = tmp_path_factory.mktemp("recorded")
     path = folder / "run.gputop"
     proc = run_cli("record", "-o", str(path), "--fake", "2", "--duration", "2s", timeout=60)
     return path, proc
+
+
+@pytest.fixture(scope="module")
+def recorded(recordings):
+    """A 2-second headless recording of two fake GPUs, made once for the tests that read one."""
+    return recordings["recorded"].result()
 
 
 def test_record_then_info(recorded):
@@ -905,9 +926,13 @@ def test_secrets_never_shown_by_native_dump(secret_child):
 
 
 @pytest.fixture(scope="module")
-def live_recording(tmp_path_factory):
+def live_recording(recordings):
     """One live session with --fake 2 --record, quit with q after a few refreshes."""
-    path = tmp_path_factory.mktemp("rec") / "session.gputop"
+    return recordings["live"].result()
+
+
+def _make_live_recording(folder: Path) -> tuple[Path, int, str, str]:
+    path = folder / "session.gputop"
     with PtyProcess([*GPUTOP, "--fake", "2", "--record", str(path)], cols=120, rows=40, env=env(), cwd=str(ROOT)) as p:
         p.wait_for("[1]", timeout=START_TIMEOUT)
         screen = p.wait_for("RECORDING", timeout=START_TIMEOUT)
