@@ -9,7 +9,7 @@ from gputop.cli import main
 
 @pytest.mark.timeout(60)
 def test_advise_json_on_fake_gpus(capsys):
-    assert main(["advise", "--fake", "2", "--interval", "0.5", "--duration", "5", "--json", "--window", "30"]) == 0
+    assert main(["advise", "--fake", "2", "--interval", "0.5", "--duration", "4", "--json", "--window", "30"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "fake" and out["window_s"] == 30.0 and out["evaluations"] >= 2
     ids = [f["id"] for f in out["findings"]]
