@@ -171,3 +171,16 @@ def periodic(period: float, busy_for: float, busy: float = 100.0, idle: float = 
 def phases(period: float, busy_for: float, busy_cat: Category, idle_cat: Category) -> Callable[[float], Category]:
     """The main thread's category in step with ``periodic``: computing while the GPU is busy."""
     return lambda t: busy_cat if (t % period) < busy_for - 1e-9 else idle_cat
+
+
+def rule_findings(job: Job, window_s: float = 60.0, stuck_after_s: float = 30.0):
+    """Every rule's raw finding on ``job``'s store (no hysteresis), by id, and the context; no
+    rule may raise."""
+    from gputop.advisor.context import build_context
+    from gputop.advisor.engine import Advisor
+
+    ctx = build_context(job.store(), window_s=window_s, stuck_after_s=stuck_after_s)
+    adv = Advisor()
+    found = {f.id: f for f in adv.run_rules(ctx)}
+    assert adv.errors == {}
+    return found, ctx

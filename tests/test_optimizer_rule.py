@@ -3,13 +3,11 @@ GPU waits for the CPU to launch it, and with the framework's own knob."""
 
 import pytest
 
-from gputop.advisor.context import build_context
-from gputop.advisor.engine import Advisor
 from gputop.advisor.rules.base import wait_bound
 from gputop.model import Category as C
 from gputop.model import Frame
 
-from synth import STACKS, GiB, Job
+from synth import STACKS, GiB, Job, rule_findings
 
 LAUNCH_GPM = {"sm_active": 15.0, "sm_occupancy": 3.0, "tensor_active": 0.5, "fp32_active": 4.0}
 USER = Frame("<module>", "/home/u/train.py", 7)
@@ -42,16 +40,10 @@ def job(impl="_single_tensor_adam", optimizer_every=2, util=lambda t: 30.0, extr
     return Job(util=util, main=cat, main_frames=frames, gpu={**gpm, "mem_used": mem_gib * GiB})
 
 
-def findings(j: Job):
-    ctx = build_context(j.store(), window_s=60.0, stuck_after_s=30.0)
-    adv = Advisor()
-    found = {f.id: f for f in adv.run_rules(ctx)}
-    assert adv.errors == {}
-    return found, ctx
 
 
 def test_a_python_loop_over_the_parameters_is_named_with_its_flag():
-    found, ctx = findings(job())
+    found, ctx = rule_findings(job())
     f = found["unfused-optimizer"]
     assert "torch.optim.AdamW(model.parameters(), ..., fused=True)" in f.action
     assert any("_single_tensor_adam" in e and "foreach=False" in e for e in f.evidence)
@@ -62,45 +54,45 @@ def test_a_python_loop_over_the_parameters_is_named_with_its_flag():
     # defers to it
     assert "launch-bound" not in found
     # the same on a GPU "busy" with kernels too small for its SMs: what launching costs counts
-    found, _ = findings(job(util=lambda t: 85.0))
+    found, _ = rule_findings(job(util=lambda t: 85.0))
     assert "unfused-optimizer" in found and "launch-bound" not in found
 
 
 def test_with_memory_to_spare_a_larger_batch_amortises_the_step_too():
     # "busy" 85 % with its SMs active 15 %: small kernels (GPM), and 8 of 80 GiB used
-    found, _ = findings(job(mem_gib=8, util=lambda t: 85.0))
+    found, _ = rule_findings(job(mem_gib=8, util=lambda t: 85.0))
     lb, uo = found["launch-bound"], found["unfused-optimizer"]
     assert "batch fits" in lb.action and lb.cost_s > uo.cost_s  # ranked first
     assert lb.gain_predicted > uo.gain_predicted
 
 
 def test_the_foreach_default_is_named_as_such():
-    found, _ = findings(job(impl="_multi_tensor_adam"))
+    found, _ = rule_findings(job(impl="_multi_tensor_adam"))
     assert any("foreach default" in e for e in found["unfused-optimizer"].evidence)
 
 
 def test_a_fused_step_or_a_busy_gpu_says_nothing():
-    found, _ = findings(job(impl="_fused_adam"))
+    found, _ = rule_findings(job(impl="_fused_adam"))
     assert "unfused-optimizer" not in found
     # the GPU busy throughout with its SMs full: the CPU is ahead, the loop costs the GPU nothing
-    found, _ = findings(job(util=lambda t: 100.0, gpm={**LAUNCH_GPM, "sm_active": 90.0}))
+    found, _ = rule_findings(job(util=lambda t: 100.0, gpm={**LAUNCH_GPM, "sm_active": 90.0}))
     assert "unfused-optimizer" not in found
 
 
 def test_a_small_optimizer_share_leaves_the_step_to_launch_bound():
     # one sample in five in the step (20 %): the model's launches lead, launch-bound names them
-    found, _ = findings(job(optimizer_every=5))
+    found, _ = rule_findings(job(optimizer_every=5))
     assert "launch-bound" in found and "unfused-optimizer" in found
     assert found["launch-bound"].cost_s > found["unfused-optimizer"].cost_s
     # under the share bar: nothing of its own
-    found, _ = findings(job(optimizer_every=10))
+    found, _ = rule_findings(job(optimizer_every=10))
     assert "unfused-optimizer" not in found and "launch-bound" in found
 
 
 def test_hf_trainer_gets_its_optim_argument():
     trainer = (Frame("Trainer.training_step", "/usr/lib/python3.12/site-packages/transformers/trainer.py", 2044),
                Frame("Trainer._inner_training_loop", "/usr/lib/python3.12/site-packages/transformers/trainer.py", 1602))
-    found, ctx = findings(job(extra_frames=trainer))
+    found, ctx = rule_findings(job(extra_frames=trainer))
     assert ctx.framework.name == "transformers"
     f = found["unfused-optimizer"]
     assert f.action.startswith('TrainingArguments(..., optim="adamw_torch_fused")')

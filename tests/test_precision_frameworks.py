@@ -8,15 +8,13 @@ import os
 
 import pytest
 
-from gputop.advisor.context import build_context
-from gputop.advisor.engine import Advisor
 from gputop.analysis.classify import classify, is_library
 from gputop.analysis.frameworks import (FP32, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob,
                                         precision_knob)
 from gputop.model import Category as C
 from gputop.sources.stacks import StackParser
 
-from synth import Job
+from synth import Job, rule_findings
 
 HERE = os.path.join(os.path.dirname(__file__), "fixtures", "stacks")
 # GPM as the H100 read it (bench/results/real_jobs.json): an fp32 conv net (TF32 convolutions),
@@ -37,12 +35,6 @@ def fixture_main(name: str):
     return s.frames, s.category
 
 
-def run(job: Job):
-    ctx = build_context(job.store(), window_s=60.0, stuck_after_s=30.0)
-    adv = Advisor()
-    found = {f.id: f for f in adv.run_rules(ctx)}
-    assert adv.errors == {}
-    return found, ctx
 
 
 def framework_job(fixture: str | None, gpm: dict, util: float = 99.0) -> Job:
@@ -61,7 +53,7 @@ def framework_job(fixture: str | None, gpm: dict, util: float = 99.0) -> Job:
 ])
 def test_framework_and_precision_from_real_captures(fixture, name, precision):
     frames, cat = fixture_main(fixture)
-    _, ctx = run(Job(main=lambda t: cat, main_frames=lambda t: frames))
+    _, ctx = rule_findings(Job(main=lambda t: cat, main_frames=lambda t: frames))
     seen = framework_of(ctx.main_stacks)
     assert (seen.name, seen.precision) == (name, precision)
     assert seen.evidence
@@ -70,26 +62,26 @@ def test_framework_and_precision_from_real_captures(fixture, name, precision):
 
 def test_one_sample_is_not_evidence_of_fp32():
     frames, cat = fixture_main("fw-hf-trainer-forward")
-    _, ctx = run(Job(main=lambda t: cat, main_frames=lambda t: frames))
+    _, ctx = rule_findings(Job(main=lambda t: cat, main_frames=lambda t: frames))
     assert framework_of(ctx.main_stacks[:2]).precision is None
     assert framework_of(()).name is None
 
 
 def test_fp32_pipes_busier_than_tensor_cores_is_named_even_with_a_conv_stem():
-    f = run(framework_job(None, FP32_LINEARS_WITH_CONV_STEM))[0]["no-tensor-cores"]
+    f = rule_findings(framework_job(None, FP32_LINEARS_WITH_CONV_STEM))[0]["no-tensor-cores"]
     assert any("fp32 pipes 58 %" in e and "tensor cores 2.7 %" in e for e in f.evidence)
     assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in f.action
 
 
 @pytest.mark.parametrize("gpm", [TF32_CONVS, BF16])
 def test_tensor_core_work_alone_is_not_called_fp32(gpm):
-    found = run(framework_job(None, gpm))[0]
+    found = rule_findings(framework_job(None, gpm))[0]
     assert "no-tensor-cores" not in found
     assert "mixed-precision" not in found  # plain PyTorch: the stacks cannot tell fp32 from bf16
 
 
 def test_lightning_32_true_on_a_busy_gpu_gets_bf16_mixed_in_its_own_knob():
-    found = run(framework_job("fw-lightning-auto-item", TF32_CONVS))[0]
+    found = rule_findings(framework_job("fw-lightning-auto-item", TF32_CONVS))[0]
     f = found["mixed-precision"]
     assert f.action.startswith('Trainer(..., precision="bf16-mixed")')
     assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in f.action  # the plain form beside it
@@ -101,19 +93,19 @@ def test_lightning_32_true_on_a_busy_gpu_gets_bf16_mixed_in_its_own_knob():
 
 def test_bf16_mixed_lightning_and_hf_jobs_stay_silent():
     for fixture in ("fw-lightning-bf16-item", "fw-hf-trainer-bf16-forward"):
-        found = run(framework_job(fixture, BF16))[0]
+        found = rule_findings(framework_job(fixture, BF16))[0]
         assert "mixed-precision" not in found and "no-tensor-cores" not in found, fixture
 
 
 def test_hf_trainer_fp32_gets_training_arguments_bf16():
-    found = run(framework_job("fw-hf-trainer-forward", {"sm_active": 85.0, "tensor_active": 1.0, "fp32_active": 54.0}))[0]
+    found = rule_findings(framework_job("fw-hf-trainer-forward", {"sm_active": 85.0, "tensor_active": 1.0, "fp32_active": 54.0}))[0]
     f = found["no-tensor-cores"]
     assert f.action.startswith("TrainingArguments(..., bf16=True); in plain PyTorch:")
     assert "mixed-precision" not in found  # one finding for one change
 
 
 def test_a_starved_gpu_is_not_a_precision_problem():
-    found = run(framework_job("fw-lightning-auto-item", TF32_CONVS, util=40.0))[0]
+    found = rule_findings(framework_job("fw-lightning-auto-item", TF32_CONVS, util=40.0))[0]
     assert "mixed-precision" not in found
 
 
@@ -134,6 +126,6 @@ def test_a_starved_hf_trainer_job_gets_training_arguments_workers():
         return C.FORWARD if t % 1.0 < 0.4 else C.DATA_FETCH
 
     job = Job(util=periodic(1.0, 0.4), main=cat, main_frames=lambda t: frames if cat(t) == C.FORWARD else None)
-    f = run(job)[0]["data-starved"]
+    f = rule_findings(job)[0]["data-starved"]
     assert f.action.startswith("TrainingArguments(..., dataloader_num_workers=")
     assert "in plain PyTorch: DataLoader(..., num_workers=" in f.action

@@ -1,24 +1,16 @@
 """The first seconds after attaching: a wait that recurs is a pattern before it adds up to a
 second; one stall of the same size is not."""
 
-from gputop.advisor.context import build_context
-from gputop.advisor.engine import Advisor
 from gputop.advisor.rules.base import MIN_COST_S, MIN_RECURRENCES
 from gputop.analysis.breakdown import Breakdown, Bucket
 from gputop.model import Category as C
 
-from synth import Job, phases
+from synth import Job, phases, rule_findings
 
 GPM = {"sm_active": 85.0, "sm_occupancy": 40.0, "tensor_active": 45.0, "fp32_active": 5.0, "fp16_active": 30.0}
 ATTACHED_S = 2.0  # seconds of stacks: the sampler's burst at 10 Hz
 
 
-def findings(job: Job):
-    ctx = build_context(job.store(), window_s=60.0, stuck_after_s=30.0)
-    adv = Advisor()
-    found = {f.id: f for f in adv.run_rules(ctx)}
-    assert adv.errors == {}
-    return found, ctx
 
 
 def young(util, main, **kw) -> Job:
@@ -42,7 +34,7 @@ def test_a_wait_in_every_step_is_reported_before_it_adds_up_to_a_second():
     # the 4th of each 4); the GPU idles 0.12 s of the 0.2 s before each step's end
     tenth = lambda t: round(t * 10) % 4  # noqa: E731
     main = lambda t: C.DATA_FETCH if tenth(t) in (3, 0) else C.FORWARD  # noqa: E731
-    found, ctx = findings(young(lambda t: 40.0 if tenth(t) == 0 else 100.0, main))
+    found, ctx = rule_findings(young(lambda t: 40.0 if tenth(t) == 0 else 100.0, main))
     g = ctx.gpus[0]
     wait = g.breakdown.get(Bucket.DATA)
     assert wait < MIN_COST_S and wait / g.breakdown.total_s > 0.2
@@ -54,7 +46,7 @@ def test_one_stall_of_the_same_size_is_not_a_pattern_yet():
     # the same 0.8 s of loading, in one piece at the end of the window
     stall = lambda t: 20.0 - 0.9 <= t < 20.0 - 0.1  # noqa: E731
     job = young(lambda t: 0.0 if stall(t) else 100.0, lambda t: C.DATA_FETCH if stall(t) else C.FORWARD)
-    found, ctx = findings(job)
+    found, ctx = rule_findings(job)
     g = ctx.gpus[0]
     assert g.breakdown.get(Bucket.DATA) < MIN_COST_S and g.breakdown.get(Bucket.DATA) / g.breakdown.total_s > 0.3
     assert g.breakdown.recurrences(Bucket.DATA) == 1
@@ -63,6 +55,6 @@ def test_one_stall_of_the_same_size_is_not_a_pattern_yet():
 
 def test_a_recurring_wait_under_the_share_bar_stays_silent():
     # waits in every step, but ~4 % of the time: healthy, however often it recurs
-    found, ctx = findings(young(lambda t: 92.0, phases(0.4, 0.2, C.FORWARD, C.DATA_FETCH)))
+    found, ctx = rule_findings(young(lambda t: 92.0, phases(0.4, 0.2, C.FORWARD, C.DATA_FETCH)))
     assert ctx.gpus[0].breakdown.recurrences(Bucket.DATA) >= MIN_RECURRENCES
     assert not {"data-starved", "workers-saturated", "io-bound"} & set(found)
