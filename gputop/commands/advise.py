@@ -155,15 +155,17 @@ class _Progress:
     def note_top(self) -> None:
         findings = self.session.store.findings()
         now = round(time.time() - self.start, 2)
-        inner = getattr(self.session.advisor, "advisor", None)
-        for f in [*findings, *(inner.pending if inner is not None else ())]:
+        # From the store (the advisor's published verdict), not the advisor itself: it runs on
+        # the pipeline's thread.
+        pending = self.session.store.pending_findings()
+        for f in [*findings, *pending]:
             self.first_fired.setdefault(f.id, now)
-        ctx = getattr(inner, "last_context", None)
+        ctx = getattr(getattr(self.session.advisor, "advisor", None), "last_context", None)
         if ctx is not None and ctx is not self._last_ctx and len(self.evaluations) < EVALUATION_LOG_MAX:
             self._last_ctx = ctx
             self.evaluations.append({
                 "t_s": now, "main_stacks": len(ctx.main_stacks), "warmup": ctx.warmup,
-                "fired": sorted(f.id for f in [*findings, *inner.pending]),
+                "fired": sorted(f.id for f in [*findings, *pending]),
                 "shown": [f.id for f in findings],
             })
         top = (findings[0].id, findings[0].severity.value) if findings else (None, None)
