@@ -235,7 +235,8 @@ def test_ui_advise_record_and_replay_reach_the_same_verdict(starved, tmp_path):
             if advise.poll() is None:
                 advise.kill()
                 advise.wait()
-        assert advise.returncode == 0, err
+        job_exit = work.proc.poll()  # the job must outlive both watches
+        assert advise.returncode == 0, (err, f"job exit status {job_exit}", work.stderr_tail())
     finally:
         starved.stop()
 
