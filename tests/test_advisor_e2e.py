@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -133,8 +134,7 @@ class StarvedJob:
 
 @pytest.fixture(scope="module")
 def starved():
-    """The shared starved job. The test that asks for it first starts it; the stuck test asks so
-    that the job's start and warm-up overlap that test's watch (the stuck job is idle)."""
+    """The shared starved job, started when first asked for (see ``watched``)."""
     job = StarvedJob()
     try:
         yield job
@@ -146,18 +146,34 @@ def blocking(findings):
     return [f for f in findings if f.severity is not Severity.INFO]
 
 
+@pytest.fixture(scope="module")
+def watched(starved):
+    """The healthy job and the stuck job, each watched from the moment it is ready, side by side
+    from the start of the module: name -> a future of (findings, advisor). The shared starved job
+    (``starved``) starts with them and is past its warm-up when they are done. The healthy job is
+    young through its watch, so its throughput findings are held whatever else runs; the stuck
+    job is idle once stalled."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        yield {
+            "healthy": pool.submit(watch, "healthy", 9.0),
+            # The CPU variant stalls 1 s after it is ready; the finding must come within the 8 s watch.
+            "stuck": pool.submit(watch, "stuck", 8.0, stuck_after=3.0, until=top_is("stuck")),
+        }
+    finally:
+        pool.shutdown(wait=True)
+
+
 @pytest.mark.timeout(90)
-def test_healthy_job_raises_no_warning():
-    # First in the module: nothing else of this module runs beside it.
-    findings, advisor = watch("healthy", 9.0)  # 4+ evaluations at the 2 s cadence
+def test_healthy_job_raises_no_warning(watched):
+    findings, advisor = watched["healthy"].result()  # 9 s: 4+ evaluations
     assert blocking(findings) == [], [(f.id, f.evidence) for f in findings]
     assert advisor.evaluations >= 4
 
 
 @pytest.mark.timeout(90)
-def test_stuck_job_is_diagnosed(starved):
-    # The CPU variant stalls 1 s after it is ready; the finding must come within the 8 s watch.
-    findings, _ = watch("stuck", 8.0, stuck_after=3.0, until=top_is("stuck"))
+def test_stuck_job_is_diagnosed(watched):
+    findings, _ = watched["stuck"].result()
     assert findings and findings[0].id == "stuck", [f.id for f in findings]
     assert findings[0].severity is Severity.CRITICAL
     assert "timeout=" in findings[0].action
