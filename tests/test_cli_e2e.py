@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -193,12 +193,64 @@ def recordings(tmp_path_factory):
         pool.shutdown(wait=True)
 
 
+class CliRuns:
+    """Command lines run ahead of the tests that read them, two at a time: each still a fresh
+    interpreter with the same arguments and environment as ``run_cli``, its exit code and output
+    read by its own test. ``in_empty_dir``: run in a fresh empty directory (the test checks that
+    nothing was written there; it is the result's ``cwd``)."""
+
+    def __init__(self, tmp_path_factory) -> None:
+        self._tmp = tmp_path_factory
+        self._pool = ThreadPoolExecutor(max_workers=2)
+        self._runs: dict[tuple[tuple[str, ...], bool], Future] = {}
+
+    def start(self, *args: str, in_empty_dir: bool = False) -> None:
+        key = (args, in_empty_dir)
+        if key not in self._runs:
+            cwd = self._tmp.mktemp("cwd") if in_empty_dir else ROOT
+            self._runs[key] = self._pool.submit(self._run, args, cwd)
+
+    @staticmethod
+    def _run(args: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess:
+        proc = run_cli(*args, cwd=cwd)
+        proc.cwd = cwd
+        return proc
+
+    def get(self, *args: str, in_empty_dir: bool = False) -> subprocess.CompletedProcess:
+        self.start(*args, in_empty_dir=in_empty_dir)
+        return self._runs[(args, in_empty_dir)].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_runs(tmp_path_factory):
+    """The argument tests' command lines (each a fresh interpreter, a fraction of a second of
+    start-up), started together when the module starts."""
+    runs = CliRuns(tmp_path_factory)
+    try:
+        for flag in ("--version", "-V", "--help"):
+            runs.start(flag)
+        for name in sorted(SUBCOMMANDS):
+            runs.start(name, "--help")
+        for args, _ in BAD_ARGUMENTS:
+            runs.start(*args)
+        for name, args, _ in SUBCOMMAND_BAD_ARGUMENTS:
+            runs.start(name, *args, in_empty_dir=True)
+        runs.start("demo", "--list")
+        runs.start("stacks")
+        yield runs
+    finally:
+        runs.close()
+
+
 # --------------------------------------------------------------------------- 1. arguments
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V", "--help"])
-def test_version_and_help_exit_zero(flag):
-    proc = run_cli(flag)
+def test_version_and_help_exit_zero(flag, cli_runs):
+    proc = cli_runs.get(flag)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     if flag == "--help":
@@ -208,39 +260,39 @@ def test_version_and_help_exit_zero(flag):
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
-def test_every_subcommand_help_exits_zero(name):
-    proc = run_cli(name, "--help")
+def test_every_subcommand_help_exits_zero(name, cli_runs):
+    proc = cli_runs.get(name, "--help")
     assert proc.returncode == 0, proc.stderr
     assert f"usage: gputop {name}" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize(
-    "args, names",
-    [
-        (["--interval", "0"], ["--interval", "'0'"]),
-        (["--interval", "abc"], ["--interval", "'abc'"]),
-        (["--interval", "-1"], ["--interval", "'-1'"]),
-        (["--pid", "-3"], ["--pid", "'-3'"]),
-        (["--pid", "abc"], ["--pid", "'abc'"]),
-        (["--pid", "0"], ["--pid", "'0'"]),
-        (["--no-such-option"], ["--no-such-option"]),
-        # Numbers Python parses but nothing downstream can use: rejected as arguments, not
-        # met later as an OverflowError or a blank UI.
-        (["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
-        (["--pid", str(2**31)], ["--pid", f"'{2**31}'"]),
-        (["--interval", "inf"], ["--interval", "'inf'"]),
-        (["--interval", "nan"], ["--interval", "'nan'"]),
-        (["--interval", "1e999"], ["--interval", "'1e999'"]),
-        (["--interval", "2h"], ["--interval", "'2h'"]),
-        (["--stuck-after", "nan"], ["--stuck-after", "'nan'"]),
-        (["--fake", "-3"], ["--fake", "'-3'"]),
-        (["--fake", "0"], ["--fake", "'0'"]),
-        (["--fake", "1000"], ["--fake", "'1000'"]),
-    ],
-)
-def test_bad_arguments_exit_2_with_one_error_line(args, names):
-    proc = run_cli(*args)
+BAD_ARGUMENTS = [
+    (["--interval", "0"], ["--interval", "'0'"]),
+    (["--interval", "abc"], ["--interval", "'abc'"]),
+    (["--interval", "-1"], ["--interval", "'-1'"]),
+    (["--pid", "-3"], ["--pid", "'-3'"]),
+    (["--pid", "abc"], ["--pid", "'abc'"]),
+    (["--pid", "0"], ["--pid", "'0'"]),
+    (["--no-such-option"], ["--no-such-option"]),
+    # Numbers Python parses but nothing downstream can use: rejected as arguments, not
+    # met later as an OverflowError or a blank UI.
+    (["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+    (["--pid", str(2**31)], ["--pid", f"'{2**31}'"]),
+    (["--interval", "inf"], ["--interval", "'inf'"]),
+    (["--interval", "nan"], ["--interval", "'nan'"]),
+    (["--interval", "1e999"], ["--interval", "'1e999'"]),
+    (["--interval", "2h"], ["--interval", "'2h'"]),
+    (["--stuck-after", "nan"], ["--stuck-after", "'nan'"]),
+    (["--fake", "-3"], ["--fake", "'-3'"]),
+    (["--fake", "0"], ["--fake", "'0'"]),
+    (["--fake", "1000"], ["--fake", "'1000'"]),
+]
+
+
+@pytest.mark.parametrize("args, names", BAD_ARGUMENTS)
+def test_bad_arguments_exit_2_with_one_error_line(args, names, cli_runs):
+    proc = cli_runs.get(*args)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert_one_line_error(proc, *names)
@@ -382,63 +434,63 @@ def test_advise_on_non_python_process(sleeper):
         assert f"PID {sleeper.pid} is not a Python process" in " ".join(proc.stdout.split())
 
 
-@pytest.mark.parametrize(
-    "name, args, names",
-    [
-        ("advise", ["--duration", "0"], ["--duration", "'0'"]),
-        ("advise", ["--duration", "abc"], ["--duration", "'abc'"]),
-        ("advise", ["--window", "-1"], ["--window", "'-1'"]),
-        ("advise", ["--pid", "abc"], ["--pid", "'abc'"]),
-        ("advise", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
-        ("advise", ["--fake", "-3"], ["--fake", "'-3'"]),
-        ("advise", ["--fake", "0"], ["--fake", "'0'"]),
-        ("advise", ["--duration", "inf"], ["--duration", "'inf'"]),
-        ("advise", ["--window", "nan"], ["--window", "'nan'"]),
-        ("advise", ["--interval", "inf"], ["--interval", "'inf'"]),
-        ("attach", ["99999999999999999999"], ["'99999999999999999999'"]),
-        ("stacks", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
-        ("record", ["-o", "x.gputop", "--interval", "nan"], ["--interval", "'nan'"]),
-        ("record", ["-o", "x.gputop", "--duration", "1e999"], ["--duration", "'1e999'"]),
-        ("record", ["-o", "x.gputop", "--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
-        ("demo", ["--interval", "inf"], ["--interval", "'inf'"]),
-        ("attach", [], ["pid"]),
-        ("attach", ["abc"], ["'abc'"]),
-        ("attach", ["1234", "--interval", "0"], ["--interval"]),
-        ("stacks", ["--pid", "-1"], ["--pid", "'-1'"]),
-        ("demo", ["no-such-scenario"], ["'no-such-scenario'"]),
-        ("demo", ["--device", "tpu"], ["--device", "'tpu'"]),
-        ("record", ["--interval", "0"], ["--interval"]),
-        ("record", [], ["-o"]),
-        ("record", ["-o", "x.gputop", "--duration", "abc"], ["--duration", "'abc'"]),
-        ("record", ["-o", "x.gputop", "--duration", "0"], ["--duration"]),
-        ("record", ["-o", "x.gputop", "--max-size", "lots"], ["--max-size", "'lots'"]),
-        ("record", ["-o", "x.gputop", "--force", "--append"], ["--append"]),
-        ("replay", [], []),
-        ("report", [], []),
-        ("info", ["x.gputop", "--no-such-option"], ["--no-such-option"]),
-        ("info", [], ["FILE"]),
-        ("doctor", ["--bogus"], ["--bogus"]),
-        ("report", ["x.gputop", "-o"], ["-o"]),
-    ],
-)
-def test_subcommand_bad_arguments(name, args, names, tmp_path):
+SUBCOMMAND_BAD_ARGUMENTS = [
+    ("advise", ["--duration", "0"], ["--duration", "'0'"]),
+    ("advise", ["--duration", "abc"], ["--duration", "'abc'"]),
+    ("advise", ["--window", "-1"], ["--window", "'-1'"]),
+    ("advise", ["--pid", "abc"], ["--pid", "'abc'"]),
+    ("advise", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+    ("advise", ["--fake", "-3"], ["--fake", "'-3'"]),
+    ("advise", ["--fake", "0"], ["--fake", "'0'"]),
+    ("advise", ["--duration", "inf"], ["--duration", "'inf'"]),
+    ("advise", ["--window", "nan"], ["--window", "'nan'"]),
+    ("advise", ["--interval", "inf"], ["--interval", "'inf'"]),
+    ("attach", ["99999999999999999999"], ["'99999999999999999999'"]),
+    ("stacks", ["--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+    ("record", ["-o", "x.gputop", "--interval", "nan"], ["--interval", "'nan'"]),
+    ("record", ["-o", "x.gputop", "--duration", "1e999"], ["--duration", "'1e999'"]),
+    ("record", ["-o", "x.gputop", "--pid", "99999999999999999999"], ["--pid", "'99999999999999999999'"]),
+    ("demo", ["--interval", "inf"], ["--interval", "'inf'"]),
+    ("attach", [], ["pid"]),
+    ("attach", ["abc"], ["'abc'"]),
+    ("attach", ["1234", "--interval", "0"], ["--interval"]),
+    ("stacks", ["--pid", "-1"], ["--pid", "'-1'"]),
+    ("demo", ["no-such-scenario"], ["'no-such-scenario'"]),
+    ("demo", ["--device", "tpu"], ["--device", "'tpu'"]),
+    ("record", ["--interval", "0"], ["--interval"]),
+    ("record", [], ["-o"]),
+    ("record", ["-o", "x.gputop", "--duration", "abc"], ["--duration", "'abc'"]),
+    ("record", ["-o", "x.gputop", "--duration", "0"], ["--duration"]),
+    ("record", ["-o", "x.gputop", "--max-size", "lots"], ["--max-size", "'lots'"]),
+    ("record", ["-o", "x.gputop", "--force", "--append"], ["--append"]),
+    ("replay", [], []),
+    ("report", [], []),
+    ("info", ["x.gputop", "--no-such-option"], ["--no-such-option"]),
+    ("info", [], ["FILE"]),
+    ("doctor", ["--bogus"], ["--bogus"]),
+    ("report", ["x.gputop", "-o"], ["-o"]),
+]
+
+
+@pytest.mark.parametrize("name, args, names", SUBCOMMAND_BAD_ARGUMENTS)
+def test_subcommand_bad_arguments(name, args, names, cli_runs):
     need(name)
-    proc = run_cli(name, *args, cwd=tmp_path)
+    proc = cli_runs.get(name, *args, in_empty_dir=True)
     assert proc.returncode == 2
     assert_one_line_error(proc, *names)
-    assert os.listdir(tmp_path) == [], "bad arguments, yet a file was written"
+    assert os.listdir(proc.cwd) == [], "bad arguments, yet a file was written"
 
 
-def test_demo_list_names_the_scenarios():
+def test_demo_list_names_the_scenarios(cli_runs):
     need("demo")
-    proc = run_cli("demo", "--list")
+    proc = cli_runs.get("demo", "--list")
     assert proc.returncode == 0, proc.stderr
     assert "dataloader-starved" in proc.stdout and "Traceback" not in proc.stderr
 
 
-def test_stacks_without_pid_says_how():
+def test_stacks_without_pid_says_how(cli_runs):
     need("stacks")
-    proc = run_cli("stacks")
+    proc = cli_runs.get("stacks")
     assert_one_line_error(proc, "--pid")
 
 
