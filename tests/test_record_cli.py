@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,43 +47,56 @@ def wait_for_data(out: Path, seconds: float, proc: subprocess.Popen) -> None:
     raise AssertionError("the recorder wrote nothing")
 
 
-@pytest.fixture
-def reaper():
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
-
-
-def test_sigkill_loses_at_most_about_a_second(tmp_path, reaper):
-    out = tmp_path / "killed.gputop"
+def _killed_by(sig: int, folder: Path) -> dict:
+    """A recorder stopped by ``sig`` once it has written a while: what the tests below read."""
+    out = folder / ("killed.gputop" if sig == signal.SIGKILL else "stopped.gputop")
     proc = start_recorder(out)
-    reaper.append(proc)
-    wait_for_data(out, 2.0, proc)
-    time.sleep(1.0)
-    killed_at = time.time()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
-    assert proc.returncode == -signal.SIGKILL
-    r = Reader(out)  # still opens
-    got = r.gpu_samples(0, 2e10)
-    assert got, "samples survived"
+    try:
+        if sig == signal.SIGKILL:
+            wait_for_data(out, 2.0, proc)
+            time.sleep(1.0)
+            killed_at = time.time()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            return {"out": out, "returncode": proc.returncode, "killed_at": killed_at}
+        wait_for_data(out, 1.0, proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        return {"out": out, "returncode": proc.returncode, "stderr": err}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """Recorders stopped by SIGKILL, SIGTERM and SIGINT, run side by side (each mostly waits on
+    its fake GPU's polls): signal -> a future of ``_killed_by``."""
+    sigs = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+    pool = ThreadPoolExecutor(max_workers=len(sigs))
+    try:
+        yield {sig: pool.submit(_killed_by, sig, tmp_path_factory.mktemp(f"sig{int(sig)}")) for sig in sigs}
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_sigkill_loses_at_most_about_a_second(stopped):
+    got = stopped[signal.SIGKILL].result()
+    assert got["returncode"] == -signal.SIGKILL
+    r = Reader(got["out"])  # still opens
+    samples = r.gpu_samples(0, 2e10)
+    assert samples, "samples survived"
     # Commits every 0.5 s, polls every 0.2 s: the newest sample is at most ~1 s old.
-    assert killed_at - got[-1].ts <= 1.3
+    assert got["killed_at"] - samples[-1].ts <= 1.3
     assert r.damage is None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_and_sigint_stop_cleanly(tmp_path, reaper, sig):
-    out = tmp_path / "stopped.gputop"
-    proc = start_recorder(out)
-    reaper.append(proc)
-    wait_for_data(out, 1.0, proc)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+def test_sigterm_and_sigint_stop_cleanly(stopped, sig):
+    got = stopped[sig].result()
+    out, err = got["out"], got["stderr"]
+    assert got["returncode"] == 0, err
     assert "Traceback" not in err
     assert "recorded" in err.splitlines()[-1]
     assert not Path(f"{out}-wal").exists()  # closed, checkpointed
