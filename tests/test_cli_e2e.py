@@ -643,18 +643,41 @@ def make_bad_file(kind: str, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", sorted(BAD_FILES))
-@pytest.mark.parametrize("name", ["replay", "report", "info"])
-def test_file_commands_reject_bad_recordings(name, kind, tmp_path):
-    argv = file_argv(name, tmp_path / "x")
-    path = make_bad_file(kind, tmp_path)
+FILE_COMMANDS = ["replay", "report", "info"]
+
+
+def _read_bad_file(name: str, kind: str, folder: Path) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    """``name`` run on a bad recording of ``kind``: (the run, the file, the folder's listing before)."""
+    argv = file_argv(name, folder / "x")
+    path = make_bad_file(kind, folder)
     argv[-1] = str(path)
-    before = sorted(os.listdir(tmp_path))
-    proc = run_cli(*argv, timeout=60)
+    before = sorted(os.listdir(folder))
+    return run_cli(*argv, timeout=60), path, before
+
+
+@pytest.fixture(scope="module")
+def bad_file_reads(tmp_path_factory):
+    """Every file command on every bad recording, two at a time, when the first test asks: (name,
+    kind) -> a future of ``_read_bad_file`` (each a fresh interpreter in a folder of its own)."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        yield {
+            (name, kind): pool.submit(_read_bad_file, name, kind, tmp_path_factory.mktemp("bad"))
+            for name in FILE_COMMANDS if name in SUBCOMMANDS for kind in sorted(BAD_FILES)
+        }
+    finally:
+        pool.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+@pytest.mark.parametrize("name", FILE_COMMANDS)
+def test_file_commands_reject_bad_recordings(name, kind, bad_file_reads):
+    need(name)
+    proc, path, before = bad_file_reads[(name, kind)].result()
     line = assert_one_line_error(proc, path.name)
     assert ALT_SCREEN not in proc.stdout
     # Reading a bad file must not create or change files beside it (no stray -wal/-journal).
-    assert sorted(os.listdir(tmp_path)) == before, line
+    assert sorted(os.listdir(path.parent)) == before, line
     if kind == "missing":
         assert not path.exists()
 
@@ -853,10 +876,11 @@ def capture_fake_screen(extra_env: dict[str, str]) -> str:
 def test_no_color_draws_in_greys_only():
     """Textual's NO_COLOR support renders in monochrome: it still writes 256-colour codes,
     but every one is a grey. Without NO_COLOR the same screen uses hues (so this can fail)."""
-    coloured = colours(capture_fake_screen({}))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two screens side by side
+        normal, mono = pool.submit(capture_fake_screen, {}), pool.submit(capture_fake_screen, {"NO_COLOR": "1"})
+        coloured, plain = colours(normal.result()), colours(mono.result())
     hues = {c for c in coloured if not is_grey(c)}
     assert hues, "the normal screen had no colour at all: the check below proves nothing"
-    plain = colours(capture_fake_screen({"NO_COLOR": "1"}))
     assert plain, "no SGR colours at all under NO_COLOR (fine, but then update this test)"
     assert {c for c in plain if not is_grey(c)} == set()
 
