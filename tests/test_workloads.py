@@ -430,24 +430,44 @@ def test_host_sync_times_its_syncs(cpu_run):
 # --------------------------------------------------------------------------- errors and stopping
 
 
-@torch_missing
-@pytest.mark.parametrize("numpy", ["as installed", "missing"])
-def test_cuda_only_scenario_refuses_cpu_with_one_line(numpy, tmp_path):
+def _refusal(numpy: str, folder: Path) -> tuple[int, str]:
+    """The CUDA-only scenario run on the CPU: (exit status, stderr)."""
     env = None
     if numpy == "missing":
         # What the CPU wheel of torch gives on a fresh machine: torch without numpy, which makes
         # importing torch warn. A numpy that cannot be imported stands in for the missing one.
-        (tmp_path / "numpy").mkdir()
-        (tmp_path / "numpy" / "__init__.py").write_text(
+        (folder / "numpy").mkdir()
+        (folder / "numpy" / "__init__.py").write_text(
             "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
         )
-        env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {"PYTHONPATH": os.pathsep.join([str(folder), str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = _start("fp32-no-tensor-cores", env=env)
     try:
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         _kill_tree(proc)
-    assert proc.returncode == 2
+    return proc.returncode, err
+
+
+NUMPY = ["as installed", "missing"]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Both refusals, started together when the first of their tests runs (each is mostly
+    importing torch): numpy -> a future of ``_refusal``."""
+    pool = ThreadPoolExecutor(max_workers=len(NUMPY))
+    try:
+        yield {numpy: pool.submit(_refusal, numpy, tmp_path_factory.mktemp("refusal")) for numpy in NUMPY}
+    finally:
+        pool.shutdown(wait=True)
+
+
+@torch_missing
+@pytest.mark.parametrize("numpy", NUMPY)
+def test_cuda_only_scenario_refuses_cpu_with_one_line(numpy, refusals):
+    returncode, err = refusals[numpy].result()
+    assert returncode == 2
     assert "needs a CUDA GPU" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
 
