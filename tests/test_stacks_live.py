@@ -6,6 +6,7 @@ are killed at the end whatever happens. Needs py-spy and ptrace rights (root in 
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -21,7 +22,6 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 psutil = pytest.importorskip("psutil")
-pytest.importorskip("torch")
 
 from gputop.analysis.stacks_summary import category_shares, stacks_view  # noqa: E402
 from gputop.analysis.stuck import StuckWatch, stuck_verdict  # noqa: E402
@@ -45,6 +45,9 @@ from proc_helpers import kill_tree  # noqa: E402
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(180),
+    # Looked up, not imported: torch in this process would make every later test's garbage
+    # collections walk its objects (the targets import it, in their own processes).
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the targets need torch"),
     pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed"),
 ]
 

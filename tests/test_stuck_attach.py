@@ -9,6 +9,7 @@ start-up and one 8 s watch (about 20 s on two cores).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,7 +20,6 @@ import time
 import pytest
 
 psutil = pytest.importorskip("psutil")
-pytest.importorskip("torch")
 
 from gputop.sources.stacks import AttachError, check_attachable, find_pyspy  # noqa: E402
 from proc_helpers import kill_tree  # noqa: E402
@@ -27,6 +27,9 @@ from proc_helpers import kill_tree  # noqa: E402
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(180),
+    # Looked up, not imported: torch in this process would make every later test's garbage
+    # collections walk its objects (the targets import it, in their own processes).
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the targets need torch"),
     pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed"),
     pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc"),
 ]
