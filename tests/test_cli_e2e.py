@@ -155,9 +155,10 @@ def sleeper():
     p.wait()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def secret_child():
-    """A Python process with secrets on its command line."""
+    """A Python process with secrets on its command line (idle; one for the module: the tests
+    only read it)."""
     p = subprocess.Popen(
         [PY, "-c", "import time; time.sleep(60)", "--api-key", "SEKRIT123", "--token=SEKRIT456"],
         env={"PATH": os.environ.get("PATH", ""), "API_TOKEN": "SEKRIT789"},
