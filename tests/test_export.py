@@ -4,11 +4,13 @@ and the command's bad inputs."""
 from __future__ import annotations
 
 import os
+import http.client
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -22,7 +24,7 @@ from gputop.analysis.breakdown import Bucket  # noqa: E402
 from gputop.export.attach import Attacher  # noqa: E402
 from gputop.export.collector import THROTTLE_REASONS, GputopCollector  # noqa: E402
 from gputop.export.jobs import Placement, parse_cgroup, script_of  # noqa: E402
-from gputop.export.server import parse_listen  # noqa: E402
+from gputop.export.server import bind, parse_listen  # noqa: E402
 from gputop.errors import UserError  # noqa: E402
 from gputop.model import Category, Finding, GpuSample, Severity, StackSample, SystemInfo, Verdict  # noqa: E402
 from gputop.sources.fake import FAKE_PID_BASE, FakeGpuSource  # noqa: E402
@@ -221,6 +223,70 @@ def test_listen_addresses():
             parse_listen(bad)
 
 
+def _request(port: int, method: str, path: str, headers=None) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def served(clock):
+    """The exporter's HTTP server on a free port, over two fake GPUs."""
+    store, _ = fake_session(clock, gpus=2, seconds=5)
+    reg = CollectorRegistry()
+    reg.register(collector_for(store, clock, clock()))
+    httpd = bind("127.0.0.1", 0, reg)
+    try:
+        yield httpd.server_port
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_metrics_only_at_metrics_and_a_one_line_404_elsewhere(served):
+    status, headers, body = _request(served, "GET", "/metrics")
+    assert status == 200
+    assert headers["content-type"].startswith("text/plain; version=")
+    assert int(headers["content-length"]) == len(body)
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert "gputop_gpu_utilization_ratio" in names and "gputop_exporter_info" in names
+    # prometheus-client's exposition is kept (content negotiation), and a query string is no new path.
+    status, headers, body = _request(served, "GET", "/metrics", {"Accept": "application/openmetrics-text"})
+    assert status == 200 and headers["content-type"].startswith("application/openmetrics-text")
+    assert body.rstrip().endswith(b"# EOF")
+    status, _, body = _request(served, "GET", "/metrics?x=1")
+    assert status == 200 and b"gputop_gpu_utilization_ratio{" in body
+
+    status, headers, body = _request(served, "GET", "/")
+    assert status == 200 and b"/metrics" in body and body.count(b"\n") == 1
+    for path in ("/nope", "/metrics/", "/metricsx", "/favicon.ico", "/healthz", "/%0Aevil"):
+        status, headers, body = _request(served, "GET", path)
+        assert status == 404, path
+        assert headers["content-type"].startswith("text/plain")
+        assert body.count(b"\n") == 1 and body.startswith(b"404") and b"evil" not in body, (path, body)
+        assert b"gputop_" not in body
+
+
+def test_head_is_get_without_the_body_and_other_methods_are_refused(served):
+    _, get_headers, get_body = _request(served, "GET", "/metrics")
+    status, headers, body = _request(served, "HEAD", "/metrics")
+    assert status == 200 and body == b""
+    assert headers["content-type"] == get_headers["content-type"]
+    assert int(headers["content-length"]) > 0  # the length a GET has (the gauges move, so not byte-equal)
+    status, headers, body = _request(served, "HEAD", "/")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+    status, headers, body = _request(served, "HEAD", "/nope")
+    assert status == 404 and body == b""
+    status, headers, body = _request(served, "OPTIONS", "/metrics")
+    assert status == 200 and "HEAD" in headers["allow"]
+    status, headers, body = _request(served, "POST", "/metrics")
+    assert status == 405 and "GET" in headers["allow"] and body.count(b"\n") == 1
+
+
 class _Pipeline:
     def __init__(self):
         self.sources = []
@@ -290,6 +356,9 @@ def test_serves_and_stops_cleanly_on_sigterm():
         gpus = {s.labels["gpu"] for f in text_string_to_metric_families(text) for s in f.samples
                 if s.name == "gputop_gpu_utilization_ratio"}
         assert gpus == {"0", "1"}
+        with pytest.raises(urllib.error.HTTPError) as err:  # only /metrics (and /) are served
+            urllib.request.urlopen(url.replace("/metrics", "/metric"), timeout=5)
+        assert err.value.code == 404
         t = time.monotonic()
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10) == 0

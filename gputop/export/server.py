@@ -40,16 +40,86 @@ def open_session(interval: float, fake: int | None, pid: int | None, stuck_after
     return session, lambda p: stack_sampler(p, clock=session.clock)
 
 
+# The paths served. prometheus-client's own app answers every path with the metrics (and a
+# HEAD with 405), so a typo in a scrape config or a probe of /healthz would look like success.
+# We keep its exposition (content negotiation, gzip, ?name[]= filtering) and put a small router
+# in front: /metrics is the metrics, / a one-line pointer to it, anything else a one-line 404.
+METRICS_PATH = "/metrics"
+_ALLOW = "GET, HEAD, OPTIONS"
+_INDEX = f"gputop export: Prometheus metrics at {METRICS_PATH}\n".encode()
+_NOT_FOUND = f"404 Not Found: gputop export serves only {METRICS_PATH}\n".encode()
+
+
+def make_app(registry):
+    """The WSGI app: prometheus-client's exposition at /metrics, behind a strict path router.
+
+    HEAD is answered like GET without the body (the same status and headers, Content-Length
+    included, so it runs a collection like a GET); OPTIONS says what is allowed; other methods
+    get 405. The 404 body is one fixed line: the request's path is not echoed back."""
+    from prometheus_client import make_wsgi_app
+
+    metrics = make_wsgi_app(registry)
+
+    def reply(start_response, status: str, body: bytes, head: bool, headers=(), content_type="text/plain; charset=utf-8"):
+        start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers])
+        return [] if head else [body]
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET")
+        head = method == "HEAD"
+        if path not in (METRICS_PATH, "/"):
+            return reply(start_response, "404 Not Found", _NOT_FOUND, head)
+        if method == "OPTIONS":
+            return reply(start_response, "200 OK", b"", False, [("Allow", _ALLOW)])
+        if method not in ("GET", "HEAD"):
+            return reply(start_response, "405 Method Not Allowed",
+                         f"405 Method Not Allowed: {path} takes {_ALLOW}\n".encode(), False, [("Allow", _ALLOW)])
+        if path == "/":
+            return reply(start_response, "200 OK", _INDEX, head)
+        # The exporter's app only knows GET: ask it for GET, and for a HEAD send its headers alone.
+        got: list = []
+
+        def keep(status, headers, exc_info=None):
+            got[:] = [status, headers]
+
+        body = b"".join(metrics({**environ, "REQUEST_METHOD": "GET"}, keep))
+        status, headers = got
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"] + [("Content-Length", str(len(body)))]
+        start_response(status, headers)
+        return [] if head else [body]
+
+    return app
+
+
 def bind(host: str, port: int, registry):
-    """The HTTP server (serving in a daemon thread), or a one-line UserError."""
-    from prometheus_client import start_http_server
+    """The HTTP server (serving in a daemon thread), or a one-line UserError.
+
+    The same machinery as prometheus-client's start_http_server (wsgiref, a thread per request
+    that never blocks shutdown, no request log, the address family the host asks for), written
+    out here only so that it serves make_app's router instead of the bare exposition app."""
+    import socket
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format, *args):  # no line per scrape on stderr
+            pass
 
     try:
-        httpd, _thread = start_http_server(port, addr=host, registry=registry)
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                       flags=socket.AI_PASSIVE)[0]
+
+        class Server(ThreadingMixIn, WSGIServer):
+            address_family = family
+            daemon_threads = True  # a scrape in flight does not hold up the exit
+
+        httpd = make_server(sockaddr[0], port, make_app(registry), Server, handler_class=Quiet)
     except OSError as exc:  # in use, not an address of this machine, no permission, unknown name
         why = exc.strerror or str(exc)
         shown = f"[{host}]" if ":" in host else host
         raise UserError(f"cannot listen on {shown}:{port}: {why}") from None
+    threading.Thread(target=httpd.serve_forever, name="gputop-export-http", daemon=True).start()
     return httpd
 
 
