@@ -291,6 +291,18 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class PaneViews:
+    """What the Stacks and Ranks panes show at ``ts``, computed from the store by a derived stage
+    (``analysis.views``) on the pipeline's thread, so the UI only lays it out. Like ``Verdict``,
+    the store keeps the latest and it is not recorded (a replay derives it again)."""
+
+    ts: float
+    target_pid: int | None = None  # whose stacks ``stacks`` shows (None: no target)
+    stacks: object | None = None  # analysis.stacks_summary.StacksView of the target
+    job: object | None = None  # analysis.ranks.JobView; None: not a multi-rank job
+
+
+@dataclass(frozen=True, slots=True)
 class Reset:
     """Forget everything held so far: a replay jumping in time sends it first in the batch that
     refills the store at the new position."""

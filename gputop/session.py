@@ -48,6 +48,9 @@ class Config:
     # not depend on it (the advisor's hysteresis counts evaluations), only how soon it comes.
     advisor_idle_every: float = 0.0
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ  # the attached job's stacks per second, at most
+    # The Stacks and Ranks panes' views, computed on the pipeline (analysis.views): only the UI
+    # shows them, so the headless commands leave them out.
+    views: bool = False
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Session:
     replay: Source | None = None
     advisor: Source | None = None
     stuck_watch: Source | None = None
+    views: Source | None = None  # the Stacks and Ranks panes' views (analysis.views), UI sessions only
     # One sampler per other local rank of a multi-rank job (``stacks`` samples the target rank).
     rank_stacks: tuple[Source, ...] = ()
     job: object | None = None  # the multi-rank job attached to (sources.ranks.Job), None: one process
@@ -318,12 +322,16 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
             session.pipeline.add_source(src)
     if config.advisor:
         _add_advisor(session)
+    if config.views:
+        _add_views(session)
     return session
 
 
 def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, paused: bool = False,
-                advisor: bool = True) -> Session:
-    """A session whose only source is the recording. Raises UserError for a bad file or time."""
+                advisor: bool = True, views: bool = False) -> Session:
+    """A session whose only source is the recording, and the derived stages a live session has:
+    the advisor, and with ``views`` the panes' views (as ``Config.views``). Raises UserError for a
+    bad file or time."""
     from .record.navigate import Navigator
     from .record.reader import Reader
     from .sources.replay import ReplaySource, parse_position
@@ -348,6 +356,8 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
         raise
     if advisor:
         _add_advisor(session)
+    if views:
+        _add_views(session)
     return session
 
 
@@ -409,6 +419,16 @@ def _add_advisor(session: Session) -> None:
     from .advisor.engine import add_advisor
 
     session.advisor = add_advisor(session)
+
+
+def _add_views(session: Session) -> None:
+    """The panes' views as a derived stage: what the Stacks and Ranks panes show is computed on the
+    pipeline's thread and published through the store, live and in a replay alike, never on the
+    UI's event loop. It follows the session's target and uses its stuck threshold."""
+    from .analysis.views import ViewsStage
+
+    session.views = ViewsStage(session.store, lambda: session.target_pid, session.stuck_after)
+    session.pipeline.add_source(session.views)
 
 
 def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None, list[object]]:

@@ -22,6 +22,7 @@ from .model import (
     StackSample,
     SystemInfo,
     UtilPoint,
+    PaneViews,
     Verdict,
     Reset,
     TaskSample,
@@ -145,6 +146,7 @@ class Store:
         self._stacks: Ring[StackSample] = Ring(self.retention.stack_samples)
         self._events: Ring[Event] = Ring(self.retention.events)
         self._verdict: Verdict | None = None  # the advisor's latest: findings, breakdowns
+        self._views: PaneViews | None = None  # the views stage's latest: what the Stacks and Ranks panes show
         self._findings_seen: Ring[Finding] = Ring(self.retention.events)  # as recorded
         self.now = 0.0  # newest timestamp seen: the store's clock (live or replayed)
 
@@ -197,6 +199,10 @@ class Store:
                 elif isinstance(s, Verdict):
                     self._verdict = s
                     self.analysis_version += 1
+                elif isinstance(s, PaneViews):
+                    # Not an analysis_version change: the advisor's pane need not redraw for it;
+                    # the Stacks and Ranks panes tell one PaneViews from the next by identity.
+                    self._views = s
             if poll_ts is not None:
                 self._gpu_procs = [p for p in procs if p.ts >= poll_ts]
             self.version += 1
@@ -211,6 +217,11 @@ class Store:
         """What the advisor sees but has not confirmed yet (it must hold a few seconds)."""
         with self._lock:
             return list(self._verdict.pending) if self._verdict is not None else []
+
+    def pane_views(self) -> PaneViews | None:
+        """The latest views of the Stacks and Ranks panes (``analysis.views``), None before the first."""
+        with self._lock:
+            return self._views
 
     def breakdowns(self) -> tuple[object, ...]:
         """Where each device's time went over the advisor's window (its latest ``Verdict``)."""

@@ -62,7 +62,7 @@ def test_the_session_keeps_the_reason_and_the_event(sleeper):
 async def test_the_stacks_tab_shows_why_there_are_no_stacks(sleeper):
     from gputop.ui.app import GputopApp
 
-    session = open_live(Config(pid=sleeper.pid))
+    session = open_live(Config(pid=sleeper.pid, views=True))  # a UI session: the panes' views on the pipeline
     session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)
     try:

@@ -9,7 +9,7 @@ from gputop.model import Category, Event, Frame, GpuProcess, StackSample, Verdic
 from gputop.present.ranks import pane_lines
 from gputop.ui.app import GputopApp
 
-from test_snapshots import fake_session, fixed_environment, open_tab  # noqa: F401 (fixture)
+from test_snapshots import fake_session, fixed_environment, open_tab, publish_views  # noqa: F401 (fixture)
 
 DIST = "/usr/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py"
 TRAIN = "/home/ml/job/train.py"
@@ -36,6 +36,7 @@ def two_rank_session(clock):
     t = store.now
     store.add([Verdict(t, (), (Breakdown(0, t - 60, t, {Bucket.BUSY: 18.0, Bucket.COLLECTIVE: 40.0, Bucket.UNKNOWN: 2.0}, attributed=True),
                                Breakdown(1, t - 60, t, {Bucket.BUSY: 45.0, Bucket.DATA: 12.0, Bucket.UNKNOWN: 3.0}, attributed=True)))])
+    publish_views(session)
     return session
 
 

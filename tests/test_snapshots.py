@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gputop.analysis.breakdown import Breakdown, Bucket
+from gputop.analysis.views import ViewsStage
 from gputop.session import open_replay
 from gputop.session import Session
 from gputop.model import CoreTimes, Finding, HostSample, Severity, Verdict
@@ -75,6 +76,12 @@ def fake_session(clock, gpus: int, polls: int = 5) -> Session:
         session.pipeline.poll_once()
         store.add([host_sample(clock.t)])
     return session
+
+
+def publish_views(session: Session) -> None:
+    """What a UI session's views stage (gputop.analysis.views) publishes, once, by hand: the Stacks
+    and Ranks panes lay out the latest, as they do live and in a replay."""
+    session.pipeline.publish(ViewsStage(session.store, lambda: session.target_pid, session.stuck_after).poll())
 
 
 def test_processes_tab_two_gpus_120x40(snap_compare, clock):
@@ -142,6 +149,7 @@ def test_stacks_tab_attached_to_a_data_starved_job(snap_compare, clock):
         for k in range(5):
             session.store.add(parser.samples(doc["dump"], clock.t - 0.8 + 0.2 * k))
     session.target_pid = doc["dump"][0]["pid"]
+    publish_views(session)
     app = GputopApp(session, interval=1.0, refresh=60)
     assert snap_compare(app, run_before=lambda pilot: open_tab(pilot, "3"), terminal_size=(120, 40))
 

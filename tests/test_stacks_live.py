@@ -241,14 +241,17 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
 
     from gputop.ui.stacks_pane import StacksPane
 
+    from gputop.analysis.views import ViewsStage
+
     t = targets["deadlock"]
     store = Store()
     src = stack_sampler(t.pid)
     store.add(src.poll())
+    store.add(ViewsStage(store, t.pid, STUCK_AFTER).poll())  # what the UI session's views stage publishes
 
     class Host(App):
         def compose(self):
-            yield StacksPane(stuck_after=STUCK_AFTER, native_dump=native_dump, id="stacks-pane")
+            yield StacksPane(native_dump=native_dump, id="stacks-pane")
 
     app = Host()
     async with app.run_test(size=(120, 50)) as pilot:

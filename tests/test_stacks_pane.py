@@ -1,4 +1,5 @@
-"""The stacks pane widget, mounted in a small Textual app and fed a store."""
+"""The stacks pane widget, mounted in a small Textual app and fed a store the views stage
+(gputop.analysis.views) published to."""
 
 import json
 import os
@@ -6,6 +7,7 @@ import os
 from textual.app import App
 
 from gputop.analysis.classify import classify, is_library
+from gputop.analysis.views import ViewsStage
 from gputop.sources.stacks import StackParser, native_dump
 from gputop.present.stacks import plain
 from gputop.store import Store
@@ -13,6 +15,11 @@ from gputop.ui.stacks_pane import StacksPane, to_text
 
 T0 = 1_700_000_000.0
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "stacks", "deadlock.json")
+
+
+def publish_views(store, pid, stuck_after):
+    """What a UI session's views stage publishes: the pane lays it out."""
+    store.add(ViewsStage(store, pid, stuck_after).poll())
 
 
 def deadlock_store(seconds=5.0):
@@ -42,9 +49,10 @@ async def test_not_attached_says_how_to_attach():
     assert "Not attached" in text and "gputop --pid PID" in text
 
 
-async def test_stuck_job_shown_with_threshold_from_the_pane():
+async def test_stuck_job_shown_with_threshold_from_the_views_stage():
     store, pid = deadlock_store(5.0)
-    pane = StacksPane(stuck_after=3.0)
+    publish_views(store, pid, 3.0)
+    pane = StacksPane()
     async with Host(pane).run_test(size=(120, 40)):
         pane.update_view(store, pid)
         text = plain(pane.last_lines)
@@ -52,15 +60,17 @@ async def test_stuck_job_shown_with_threshold_from_the_pane():
     assert "STUCK: PID" in text and "in mode_deadlock" in text
     assert "STUCK: PID" in rendered
     # Same store, default threshold (30 s): not stuck yet.
+    store2, _ = deadlock_store(5.0)
+    publish_views(store2, pid, 30.0)
     pane2 = StacksPane()
     async with Host(pane2).run_test(size=(120, 40)):
-        pane2.update_view(store, pid)
+        pane2.update_view(store2, pid)
         assert "STUCK" not in plain(pane2.last_lines)
 
 
 async def test_native_dump_failure_is_a_message_in_the_pane():
     gone = 4_000_000  # above Linux's pid_max: no such process
-    pane = StacksPane(stuck_after=3.0, native_dump=native_dump)
+    pane = StacksPane(native_dump=native_dump)
     async with Host(pane).run_test(size=(120, 40)) as pilot:
         pane.update_view(Store(), gone)
         pane.request_native_dump(gone)

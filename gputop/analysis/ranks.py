@@ -216,13 +216,14 @@ class JobView:
 _LAUNCHER = re.compile(r"\(launcher (\d+)\)")
 
 
-def job_view(store, window_s: float) -> JobView | None:
-    """The attached multi-rank job as the ranks pane shows it, None when there is none."""
+def job_view(store, window_s: float, now: float | None = None) -> JobView | None:
+    """The attached multi-rank job as the ranks pane shows it at ``now`` (the store's clock by
+    default), None when there is none."""
     events = store.events()
     pid_rank = rank_map(events)
     if not pid_rank:
         return None
-    now = store.now
+    now = store.now if now is None else now
     t0 = now - window_s
     procs = {p: store.proc_window(p, t0, now) for p in pid_rank}
     gpu_processes = store.gpu_processes()

@@ -17,6 +17,7 @@ def run_live(args: argparse.Namespace) -> int:
         stuck_after=args.stuck_after,
         advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S,
         sample_rate=getattr(args, "sample_rate", DEFAULT_SAMPLE_RATE_HZ),
+        views=True,  # the Stacks and Ranks panes' views, computed off the UI thread
     ))
     record = getattr(args, "record", None)
     if record:

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..session import open_replay
 
-    session = open_replay(args.file, args.speed, args.start, args.paused)
+    session = open_replay(args.file, args.speed, args.start, args.paused, views=True)
     try:
         require_terminal(replay=True)  # a bad file or --start is said first; nothing has started yet
     except UserError:

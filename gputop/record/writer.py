@@ -41,6 +41,7 @@ from ..model import (
     GpuProcess,
     GpuSample,
     HostSample,
+    PaneViews,
     ProcSample,
     StackSample,
     Reset,
@@ -94,9 +95,10 @@ _STOP = object()
 
 Notify = Callable[[Sequence[object]], None]
 
-# Derived state is not recorded: a replay derives the advisor's verdicts again from the samples
-# (its findings are recorded as they change); a reset only ever comes from a replay.
-NOT_RECORDED = (Verdict, Reset)
+# Derived state is not recorded: a replay derives the advisor's verdicts and the panes' views
+# again from the samples (the findings are recorded as they change); a reset only ever comes from
+# a replay.
+NOT_RECORDED = (Verdict, PaneViews, Reset)
 
 
 class OutputExists(UserError):

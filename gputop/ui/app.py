@@ -150,8 +150,7 @@ class GputopApp(ReplayControls, App[int]):
         yield Input(placeholder="filter: pid, user, gpuN or command text", id="filter")
         yield AdvisorPane(id="advisor-pane", classes="pane")
         # The pane asks the session for native dumps: the UI itself runs no py-spy.
-        yield StacksPane(stuck_after=self.session.stuck_after, native_dump=self.session.native_dump,
-                         id="stacks-pane", classes="pane")
+        yield StacksPane(native_dump=self.session.native_dump, id="stacks-pane", classes="pane")
         yield RanksPane(id="ranks-pane", classes="pane")
         yield LinesView(id="status")
         yield Footer()

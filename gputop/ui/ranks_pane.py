@@ -2,16 +2,15 @@
 its time went, its hot function), each GPU's breakdown under the rank that owns it, and the links
 between the ranks' GPUs.
 
-It renders ``analysis.ranks.job_view`` through ``present.ranks``; it computes nothing itself.
+It lays out the store's latest ``PaneViews`` (``analysis.views``: ``analysis.ranks.job_view``,
+computed on the pipeline's thread) through ``present.ranks``; it analyses nothing itself.
 """
 
 from __future__ import annotations
 
 from .lines_pane import LinesPane
 
-from ..analysis.ranks import job_view
-from ..analysis.stacks_summary import DEFAULT_WINDOW_S
-from ..present.ranks import pane_lines
+from ..present.ranks import pane_lines, waiting_lines
 from .stacks_pane import STYLES as STACK_STYLES
 from .advisor_pane import STYLES as ADVICE_STYLES
 
@@ -34,13 +33,18 @@ class RanksPane(LinesPane):
     STYLES = STYLES
     BODY_ID = "ranks-body"
 
-    def __init__(self, *, window_s: float = DEFAULT_WINDOW_S, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.window_s = window_s
+        self._views = None  # the PaneViews shown: held so its id, in the redraw key, is not reused
 
     def update_view(self, store, nvlink_bps=None) -> None:
-        key = (store.version, getattr(store, "analysis_version", None), self.size.width)
+        # Redraw when the views stage or the advisor (the GPUs' breakdowns) published.
+        views = store.pane_views()
+        key = (id(views), getattr(store, "analysis_version", None), self.size.width)
         if key == self._last:
             return
-        self._last = key
-        self.show(pane_lines(job_view(store, self.window_s), self.text_width, store.breakdowns(), nvlink_bps))
+        self._last, self._views = key, views
+        if views is None:
+            self.show(waiting_lines())
+            return
+        self.show(pane_lines(views.job, self.text_width, store.breakdowns(), nvlink_bps))

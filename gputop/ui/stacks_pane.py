@@ -1,7 +1,9 @@
 """The stacks pane: what the attached job's threads and workers are doing, and whether it is stuck.
 
-It renders ``gputop.analysis.stacks_summary`` through ``gputop.present.stacks``; the only work
-of its own is the on-demand native dump, which runs py-spy (~0.6 s) in a worker thread.
+It lays out the store's latest ``PaneViews`` (``gputop.analysis.views``: the target's
+``stacks_summary.StacksView``, computed on the pipeline's thread) through ``gputop.present.stacks``;
+it analyses nothing on the event loop. The only work of its own is the on-demand native dump,
+which runs py-spy (~0.6 s) in a worker thread.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from textual.binding import Binding
 from .lines_pane import LinesPane
 from .styled_lines import lines_to_text
 
-from ..analysis.stacks_summary import stacks_view
-from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
-from ..present.stacks import Line, clock_time, pane_lines
+from ..present.stacks import Line, clock_time, pane_lines, waiting_lines
 
 
 # Semantic style names of gputop.present.stacks -> Rich styles (terminal colours, so the
@@ -61,16 +61,15 @@ class StacksPane(LinesPane):
 
     BINDINGS = [Binding("n", "native_dump", "Native dump")]
 
-    def __init__(self, *, stuck_after: float = DEFAULT_STUCK_AFTER_S, native_dump=None, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(self, *, native_dump=None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.stuck_after = stuck_after
         # ``native_dump(pid) -> text`` (raises UserError): given by whoever owns the session.
         self._native_dump = native_dump
         self._pid: int | None = None
         self._native: list[str] = []
         self._native_busy = False
         self._store = None
+        self._views = None  # the PaneViews shown: held so its id, in the redraw key, is not reused
 
     # ----------------------------------------------------------------- rendering
 
@@ -79,22 +78,26 @@ class StacksPane(LinesPane):
         if target_pid != self._pid:
             self._pid = target_pid
             self._native = []
-        # Redraw when data arrived or a second passed (durations such as "stuck for" grow).
-        key = (store.version, target_pid, int(time.time()), len(self._native), self._native_busy, self.size.width)
+        # Redraw when the views stage published (each second while data comes; durations such as
+        # "stuck for" are its, by the store's clock), or the native dump or the width changed.
+        views = store.pane_views()
+        key = (id(views), target_pid, len(self._native), self._native_busy, self.size.width)
         if key == self._last:
             return
-        self._last = key
+        self._last, self._views = key, views
         if target_pid is None:
             lines: list[Line] = [
                 (("Not attached to a training process.", "title"),),
                 (("Select its row in the process table and press Enter, or run: gputop --pid PID", "dim"),),
             ]
         else:
-            view = stacks_view(store, target_pid, self.stuck_after)
             native = list(self._native)
             if self._native_busy:
                 native = ["running py-spy dump --native …"]
-            lines = pane_lines(view, self.text_width, native)
+            if views is None or views.target_pid != target_pid or views.stacks is None:
+                lines = waiting_lines(target_pid, native)  # just attached: the stage looks within a second
+            else:
+                lines = pane_lines(views.stacks, self.text_width, native)
         self.show(lines)
 
     # ----------------------------------------------------------------- native dump
