@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import random
 import statistics
 import sys
+import threading
+import time
 from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
@@ -277,3 +280,400 @@ def test_pyspy_source_has_the_shifted_fields():
     for name in ("_next_cost", "_started", "_main_since", "_confirmed_at", "_next_proc", "_next_worker",
                  "_retry_at", "_history", "self._cpu = _Bucket", "self._pause = _Bucket"):
         assert name in src, name
+
+
+# --------------------------------------------------------------------------- at the polls
+
+
+def _job(t0, t1, stalls=(), dt=0.005, jitter=0.0, seed=0):
+    """A synthetic job's progress records (steps, t): a step every ``dt`` of the job's own time,
+    the job standing still through each stall ``(start, length)`` (wall time); ``jitter``: each
+    record's time off by up to that much (the steps' own noise)."""
+    rng = random.Random(seed)
+    recs, k, off, stalls = [], 0, 0.0, sorted(stalls)
+    si = 0
+    while True:
+        r = t0 + k * dt + off
+        while si < len(stalls) and stalls[si][0] < r:
+            off += stalls[si][1]
+            si += 1
+            r = t0 + k * dt + off
+        if r > t1 + 0.1:
+            return recs
+        recs.append((k, r + (rng.uniform(-jitter, jitter) if 0 < k else 0.0)))
+        k += 1
+
+
+# A 4 s window, a poll (3 ms) every 0.8 s: far enough apart for the wide span's 0.3 s.
+_T = 4.0
+_STARTS = [0.3 + 0.8 * i for i in range(5)]
+_POLLS = [(s, s + 0.003) for s in _STARTS]
+
+
+def test_progress_at_interpolates_between_records_and_clamps(bench):
+    bounds = [(0, 1.0, 0.0, 0.0, 0.0), (10, 2.0, 0.0, 0.0, 0.0), (30, 3.0, 0.0, 0.0, 0.0)]
+    assert bench.progress_at(bounds, 0.5) == 0.0  # before the first: the first
+    assert bench.progress_at(bounds, 1.0) == 0.0
+    assert bench.progress_at(bounds, 1.5) == pytest.approx(5.0)
+    assert bench.progress_at(bounds, 2.0) == pytest.approx(10.0)
+    assert bench.progress_at(bounds, 2.25) == pytest.approx(15.0)
+    assert bench.progress_at(bounds, 3.0) == 30.0
+    assert bench.progress_at(bounds, 99.0) == 30.0  # after the last: the last
+    assert isinstance(bench.progress_at(bounds, 0.0), float)
+    # The per-step records (steps, t) work as well as the boundary ones; two records at the
+    # same time do not divide by zero.
+    assert bench.progress_at([(0, 1.0), (5, 2.0), (10, 2.0), (20, 3.0)], 2.0) == 10.0
+    assert bench.progress_at([(0, 1.0), (5, 2.0), (10, 2.0), (20, 3.0)], 2.5) == pytest.approx(15.0)
+
+
+def test_near_spans_merge_clip_and_snap_to_records(bench):
+    ns = bench.near_spans
+    assert ns([(1.0, 1.1)], 0.0, 10.0, 0.05, 0.25) == [pytest.approx((0.95, 1.35))]
+    # Overlapping spans merge, whatever order the polls come in; a poll far off stands alone.
+    got = ns([(5.0, 5.1), (1.3, 1.4), (1.0, 1.1)], 0.0, 10.0, 0.05, 0.25)
+    assert got == [pytest.approx((0.95, 1.65)), pytest.approx((4.95, 5.35))]
+    # A span inside a longer one's reach (a long poll first) does not cut it short.
+    assert ns([(1.0, 2.0), (1.1, 1.2)], 0.0, 10.0, 0.0, 0.0) == [(1.0, 2.0)]
+    # Clipped to the window; a poll wholly outside it gives nothing.
+    assert ns([(0.01, 0.02)], 0.0, 10.0, 0.05, 0.25) == [pytest.approx((0.0, 0.27))]
+    assert ns([(9.9, 10.5)], 0.0, 10.0, 0.05, 0.25) == [pytest.approx((9.85, 10.0))]
+    assert ns([(20.0, 20.1), (-5.0, -4.0)], 0.0, 10.0, 0.05, 0.25) == []
+    assert ns([], 0.0, 10.0) == []
+    # With the step records' times: out to ``around`` records beyond [start - pre, end + post].
+    times = [float(i) for i in range(21)]
+    assert ns([(10.0, 10.5)], 0.0, 20.0, 0.5, 0.5, times) == [(8.0, 13.0)]  # 9.5 -> 8, 11 -> 13
+    assert ns([(10.0, 10.5)], 0.0, 20.0, 0.5, 0.5, times, around=1) == [(9.0, 12.0)]
+    assert ns([(10.0, 10.5)], 0.0, 20.0, 0.0, 0.0, times) == [(8.0, 12.0)]  # on a record: 2 beyond it
+    # Every span then starts and ends on a record (unless clipped by the window).
+    for lo, hi in ns([(3.3, 3.4), (12.2, 12.9)], 0.0, 20.0, 0.02, 0.02, times):
+        assert lo in times and hi in times
+    # Near the ends of the records: the first / last record, then the window's clip.
+    assert ns([(0.5, 0.6)], 0.0, 20.0, 0.0, 0.0, times) == [(0.0, 2.0)]
+    assert ns([(19.5, 19.6)], 0.0, 19.8, 0.0, 0.0, times) == [(18.0, 19.8)]
+    # Widening can merge spans that would otherwise be apart.
+    assert len(ns([(5.0, 5.1), (7.0, 7.1)], 0.0, 20.0, 0.0, 0.0)) == 2
+    assert ns([(5.0, 5.1), (7.0, 7.1)], 0.0, 20.0, 0.0, 0.0, times) == [(3.0, 9.0)]
+    # Records are only ever added time: never a span narrower than [start - pre, end + post].
+    sparse = [0.0, 10.0, 20.0]
+    assert ns([(4.0, 5.0)], 0.0, 20.0, 0.5, 0.5, sparse, around=0) == [(3.5, 5.5)]
+
+
+def test_at_polls_finds_a_stall_at_each_poll(bench):
+    L = 0.008
+    stalls = [(s + 0.001, L) for s in _STARTS]  # stopped 8 ms, from inside each poll
+    lost_pct = 100.0 * len(stalls) * L / _T  # 1 %: what the job lost over the window
+    recs = _job(0.0, _T, stalls)
+    snap = bench.at_polls(recs, 0.0, _T, _POLLS, 0.02, 0.02, snap=True)
+    wide = bench.at_polls(recs, 0.0, _T, _POLLS, bench.NEAR_PRE_S, bench.WIDE_POST_S)
+    assert snap["slowdown_pct"] == pytest.approx(lost_pct, abs=0.01)
+    assert wide["slowdown_pct"] == pytest.approx(lost_pct, abs=0.01)
+    # The near share: 5 x (40 ms + 3 ms + 4 records of 5 ms + the stall's record gap) of 4 s
+    # snapped; 5 x 303 ms of 4 s wide.
+    assert 5 < snap["near_share_pct"] < 10
+    assert wide["near_share_pct"] == pytest.approx(100 * 5 * 0.303 / _T)
+    # A window whose edges fall between records, and steps with 1 ms of jitter: still ~L/T.
+    recs = _job(0.0, _T + 0.5, stalls, jitter=0.001, seed=5)
+    got = bench.at_polls(recs, 0.0123, _T, _POLLS, 0.02, 0.02, snap=True)
+    assert got["slowdown_pct"] == pytest.approx(100.0 * len(stalls) * L / (_T - 0.0123), abs=0.1)
+    # Bigger stalls, 20 ms at each poll (2.5 %): the same.
+    stalls = [(s + 0.002, 0.02) for s in _STARTS]
+    recs = _job(0.0, _T, stalls)
+    for kw in ({"pre": 0.02, "post": 0.02, "snap": True}, {}):
+        assert bench.at_polls(recs, 0.0, _T, _POLLS, **kw)["slowdown_pct"] == pytest.approx(2.5, abs=0.01)
+
+
+def test_at_polls_without_a_cost_gives_zero(bench):
+    recs = _job(0.0, _T)
+    for kw in ({"pre": 0.02, "post": 0.02, "snap": True}, {"pre": bench.NEAR_PRE_S, "post": bench.WIDE_POST_S}):
+        got = bench.at_polls(recs, 0.0, _T, _POLLS, **kw)
+        assert got["slowdown_pct"] == pytest.approx(0.0, abs=1e-9)
+    # No polls at all: nothing near, nothing measured.
+    assert bench.at_polls(recs, 0.0, _T, []) == {"slowdown_pct": pytest.approx(0.0, abs=1e-9), "near_share_pct": 0.0}
+
+
+def test_at_polls_puts_a_stall_away_from_the_polls_in_the_away_part(bench):
+    # Stalls 0.4 s after each poll: outside both spans. The window's rate and the away rate both
+    # lose them, the away rate by more (over less time): the result is slightly negative,
+    # -L N / (T (A - L)) for near time N and away time A = T - N, not the 1 % the job lost.
+    # (What the method cannot see: the windows' slowdown is what catches a cost away from polls.)
+    L = 0.008
+    stalls = [(s + 0.4, L) for s in _STARTS]
+    recs = _job(0.0, _T, stalls)
+    lost = len(stalls) * L
+    for kw in ({"pre": 0.02, "post": 0.02, "snap": True}, {"pre": bench.NEAR_PRE_S, "post": bench.WIDE_POST_S}):
+        got = bench.at_polls(recs, 0.0, _T, _POLLS, **kw)
+        near = got["near_share_pct"] / 100 * _T
+        away = _T - near
+        assert got["slowdown_pct"] == pytest.approx(-100 * lost * near / (_T * (away - lost)), abs=1e-6)
+        assert -1.0 < got["slowdown_pct"] <= 0.0
+
+
+def test_at_polls_snaps_a_slow_jobs_steps_whole(bench):
+    # A step every 50 ms: a poll's 8 ms stop makes a record gap wider than 20 ms before and after;
+    # interpolated, part of the stop lands away and the cost is underestimated; snapped to the
+    # records, the slowed step is inside whole.
+    stalls = [(s + 0.001, 0.008) for s in _STARTS]
+    recs = _job(0.0, _T, stalls, dt=0.05)
+    snapped = bench.at_polls(recs, 0.0, _T, _POLLS, 0.02, 0.02, snap=True)["slowdown_pct"]
+    interp = bench.at_polls(recs, 0.0, _T, _POLLS, 0.02, 0.02, snap=False)["slowdown_pct"]
+    assert snapped == pytest.approx(1.0, abs=0.01)
+    assert interp < 0.8
+
+
+def test_at_polls_needs_time_away(bench):
+    recs = _job(0.0, _T)
+    dense = [(0.1 * i, 0.1 * i + 0.003) for i in range(40)]  # a poll every 0.1 s, 0.3 s wide spans
+    got = bench.at_polls(recs, 0.0, _T, dense, bench.NEAR_PRE_S, bench.WIDE_POST_S)
+    assert math.isnan(got["slowdown_pct"])
+    assert got["near_share_pct"] > 90
+    # Just over 10 % away: measured. Just under: not.
+    span = [(0.0, 3.55)]
+    assert not math.isnan(bench.at_polls(recs, 0.0, _T, span, 0.0, 0.0)["slowdown_pct"])
+    span = [(0.0, 3.65)]
+    assert math.isnan(bench.at_polls(recs, 0.0, _T, span, 0.0, 0.0)["slowdown_pct"])
+    # An empty window: nan, and no share either.
+    got = bench.at_polls(recs, 1.0, 1.0, _POLLS)
+    assert math.isnan(got["slowdown_pct"]) and math.isnan(got["near_share_pct"])
+
+
+def test_virtual_polls_copy_the_adjacent_attached_offsets(bench):
+    a1 = [[1.1, 1.15], [1.6, 1.62]]
+    a3 = [[3.3, 3.31]]
+    wins = [
+        {"attached": False, "t0": 0.0},
+        {"attached": True, "t0": 1.0, "polls": a1},
+        {"attached": False, "t0": 2.05},
+        {"attached": True, "t0": 3.0, "polls": a3},
+        {"attached": False, "t0": 4.2},
+    ]
+    v = bench.virtual_polls(wins)
+    assert len(v) == 5
+    assert v[1] == [(1.1, 1.15), (1.6, 1.62)] and all(isinstance(p, tuple) for p in v[1])
+    assert v[3] == [(3.3, 3.31)]
+    # The first D: the A after it; every other D: the A before it.
+    assert v[0] == [pytest.approx((0.1, 0.15)), pytest.approx((0.6, 0.62))]
+    assert v[2] == [pytest.approx((2.15, 2.2)), pytest.approx((2.65, 2.67))]
+    assert v[4] == [pytest.approx((4.5, 4.51))]
+    # A lone D window has none; an A with no polls gives its D neighbours none.
+    assert bench.virtual_polls([{"attached": False, "t0": 0.0}]) == [[]]
+    assert bench.virtual_polls([{"attached": False, "t0": 0.0}, {"attached": True, "t0": 1.0, "polls": []},
+                                {"attached": False, "t0": 2.0}]) == [[], [], []]
+
+
+def test_summarize_pairs_the_at_polls_slowdowns(bench):
+    rates = [100.0, 99.0, 100.0, 99.0, 100.0]
+    lost = [0.0] * 5
+    polls = [0.1, 1.1, 0.3, 1.3, 0.1]  # controls 0.1 / 0.3 / 0.1: the As 0.9 and 1.1 above them
+    s = bench.summarize(rates, lost, polls)
+    assert s["per_window_polls_pct"] == [pytest.approx(0.9), pytest.approx(1.1)]
+    assert s["polls_slowdown_pct"] == pytest.approx(1.0)
+    assert s["polls_ci95_pct"] == bench.union(s["polls_ci95_boot_pct"], s["polls_ci95_t_pct"])
+    assert s["polls_ci95_pct"][0] <= 1.0 <= s["polls_ci95_pct"][1]
+    assert s["polls_ci95_halfwidth_pct"] == pytest.approx((s["polls_ci95_pct"][1] - s["polls_ci95_pct"][0]) / 2)
+    assert s["polls_control_sd_pct"] == pytest.approx(statistics.stdev([0.1, 0.3, 0.1]))
+    # The windows' own measures are unchanged by it.
+    plain = bench.summarize(rates, lost)
+    assert not any(k.startswith("polls_") for k in plain) and "per_window_polls_pct" not in plain
+    assert {k: v for k, v in s.items() if k in plain} == plain
+    # A window without an at-polls value (too little time away) drops its pair, not the rest.
+    s = bench.summarize(rates + [99.0, 100.0], lost + [0.0, 0.0], polls + [float("nan"), 0.2])
+    assert math.isnan(s["per_window_polls_pct"][2])
+    assert s["polls_slowdown_pct"] == pytest.approx(1.0)
+    s = bench.summarize(rates, lost, [0.1, 1.1, float("nan"), 1.3, 0.1])
+    assert all(math.isnan(x) for x in s["per_window_polls_pct"])
+    assert math.isnan(s["polls_slowdown_pct"])
+    assert s["polls_control_sd_pct"] == pytest.approx(0.0)
+    # Many pairs: the at-polls interval narrows around the paired mean.
+    rng = random.Random(7)
+    n = 41
+    polls = [rng.gauss(0, 0.1) + (0.5 if w % 2 else 0.0) for w in range(n)]
+    s = bench.summarize([100.0] * n, [0.0] * n, polls)
+    assert s["polls_ci95_pct"][0] < 0.5 < s["polls_ci95_pct"][1]
+    assert s["polls_ci95_halfwidth_pct"] < 0.15
+
+
+def test_interval_is_the_union_of_bootstrap_and_t(bench):
+    xs = [0.1, 0.5, -0.2, 0.3, 0.4, 0.0, 0.2]
+    got = bench.interval(xs)
+    assert got["mean_pct"] == pytest.approx(statistics.fmean(xs))
+    assert got["ci95_pct"] == bench.union(bench.bootstrap_ci(xs), bench.t_ci(xs))
+    assert got["per_pair_pct"] == xs
+    one = bench.interval([0.4])
+    assert one["mean_pct"] == 0.4 and all(math.isnan(x) for x in one["ci95_pct"])
+
+
+# --------------------------------------------------------------------------- the speed reference
+
+
+def test_adjusted_takes_out_the_shared_noise(bench):
+    # (A 95 % interval: about 1 seed in 20 misses 0.3; over 300 seeds this one covered 94 %.)
+    rng = random.Random(3)
+    n = 40
+    xs = [rng.gauss(0, 1.0) for _ in range(n)]  # the reference's paired slowdowns: the host's noise
+    s = [0.3 + 0.9 * x + rng.gauss(0, 0.05) for x in xs]
+    adj = bench.adjusted(s, xs)
+    plain = bench.union(bench.bootstrap_ci(s), bench.t_ci(s))
+    assert adj["usable"] is True
+    assert adj["theta"] == pytest.approx(0.9, abs=0.05)
+    assert adj["r"] > 0.99
+    assert adj["ci95_pct"][0] <= 0.3 <= adj["ci95_pct"][1]
+    assert adj["slowdown_pct"] == pytest.approx(0.3, abs=0.05)
+    assert (adj["ci95_pct"][1] - adj["ci95_pct"][0]) * 5 < plain[1] - plain[0]
+    assert adj["ci95_pct"] == bench.union(adj["ci95_boot_pct"], adj["ci95_t_pct"])
+    assert len(adj["per_window_pct"]) == n
+    # The adjusted values are s - theta x: their mean moves by theta times the reference's mean.
+    assert adj["slowdown_pct"] == pytest.approx(statistics.fmean(s) - adj["theta"] * statistics.fmean(xs))
+    assert adj["ref_slowdown_pct"] == pytest.approx(statistics.fmean(xs))
+    # The sampler slowing the reference as well (its slowdowns clearly above 0): not usable.
+    shifted = [x * 0.2 + 1.0 for x in xs]
+    bad = bench.adjusted([0.3 + 0.9 * x for x in shifted], shifted)
+    assert bad["ref_ci95_pct"][0] > 0 and bad["usable"] is False
+    # Too few pairs (nan pairs left out): None.
+    assert bench.adjusted([0.1, 0.2, 0.3], [0.0, 0.1, -0.1]) is None
+    assert bench.adjusted([0.1, 0.2, 0.3, float("nan")], [0.0, 0.1, -0.1, 0.2]) is None
+    assert bench.adjusted([0.1, 0.2, 0.3, 0.4], [0.0, 0.1, -0.1, float("nan")]) is None
+    assert bench.adjusted([0.1, 0.2, 0.3, 0.4], [0.0, 0.1, -0.1, 0.05]) is not None
+    # A reference that did not move at all: theta 0, the plain values.
+    flat = bench.adjusted([0.1, 0.2, 0.3, 0.4], [0.0] * 4)
+    assert flat["theta"] == 0.0 and flat["per_window_pct"] == [0.1, 0.2, 0.3, 0.4]
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_calibration_names(bench):
+    assert bench.calibration_ms("cpu-loading@stop4ms") == 4.0
+    assert bench.calibration_ms("launch-bound@stop2.5ms") == 2.5
+    assert bench.calibration_ms("cpu-loading") is None
+    assert bench.base_target("cpu-loading@stop4ms") == "cpu-loading"
+    assert bench.base_target("healthy-bf16") == "healthy-bf16"
+    for bad in ("cpu-loading@stopXms", "cpu-loading@stopms", "nosuch@stop4ms", "cpu-loading@stop0ms",
+                "cpu-loading@stop-1ms", "cpu-loading@stop101ms", "cpu-loading@stopnanms", "cpu-loading@stopinfms",
+                "@stop4ms"):
+        with pytest.raises(ValueError):
+            bench.calibration_ms(bad)
+    assert bench.calibration_ms("cpu-loading@stop100ms") == 100.0  # the edge is in
+
+
+def test_found_tells_what_a_measure_made_of_an_injected_cost(bench):
+    assert bench.found(1.0, [0.7, 1.3], 1.1) == "found"
+    assert bench.found(1.0, [0.7, 1.3], 0.7) == "found"  # the edges are in
+    assert bench.found(0.4, [0.2, 0.6], 1.1) == "seen, off"  # above 0, but short of it
+    assert bench.found(2.0, [1.5, 2.5], 1.1) == "seen, off"  # above 0, past it
+    assert bench.found(1.0, [-0.5, 2.5], 1.1) == "missed"  # not above 0
+    assert bench.found(1.0, [0.0, 2.5], 1.1) == "missed"
+    nan = float("nan")
+    assert bench.found(nan, [0.7, 1.3], 1.0) == "missed"
+    assert bench.found(1.0, [nan, nan], 1.0) == "missed"
+
+
+def _meets():
+    return {"slowdown_pct": 0.1, "ci95_pct": [-0.3, 0.5], "polls_slowdown_pct": 0.05, "polls_ci95_pct": [-0.2, 0.3],
+            "lost_pct": 0.01, "lost_ci95_pct": [-0.05, 0.07], "sampler_cpu_pct": 1.0}
+
+
+def test_verdict_with_the_slowdown_at_the_polls(bench):
+    t = _meets()
+    assert bench.verdict(t) == "met"
+    # The windows cannot tell; at the polls and the probe meet it.
+    t.update(slowdown_pct=0.3, ci95_pct=[-1.5, 2.1])
+    assert bench.verdict(t) == "met at the polls (slowdown over windows: not resolved)"
+    # ... with the probe not applicable, at the polls alone.
+    assert bench.verdict(dict(t, probe_seen_pct=10.0)) == "met at the polls (slowdown over windows: not resolved)"
+    # ... but not when the probe cannot tell either, nor without an at-polls measure.
+    assert bench.verdict(dict(t, lost_ci95_pct=[-1.5, 1.6])) == "not resolved (slowdown, lost time)"
+    assert bench.verdict({k: v for k, v in t.items() if not k.startswith("polls_")}) == "not resolved (slowdown)"
+    assert bench.verdict(dict(t, polls_ci95_pct=[float("nan")] * 2)) == "not resolved (slowdown, slowdown at the polls)"
+    # Nor with the sampler's CPU over its target.
+    assert bench.verdict(dict(t, sampler_cpu_pct=3.0)) == "NOT met (sampler CPU); not resolved (slowdown)"
+    # A cost measured at the polls above the target.
+    t = _meets()
+    t.update(polls_slowdown_pct=0.8, polls_ci95_pct=[0.5, 1.1])
+    assert bench.verdict(t) == "NOT met (slowdown at the polls)"
+    t.update(ci95_pct=[-1.5, 2.1])
+    assert bench.verdict(t) == "NOT met (slowdown at the polls); not resolved (slowdown)"
+    # At the polls unresolved while the windows meet: not resolved.
+    t = _meets()
+    t["polls_ci95_pct"] = [-1.4, 1.5]
+    assert bench.verdict(t) == "not resolved (slowdown at the polls)"
+
+
+def test_verdict_uses_the_adjusted_interval_over_windows(bench):
+    t = _meets()
+    t.update(slowdown_pct=0.3, ci95_pct=[-1.5, 2.1], slowdown_adj_pct=0.3, adj_ci95_pct=[0.0, 0.6])
+    assert bench.verdict(t) == "met"  # the adjusted interval resolves it
+    # The adjusted interval is judged, not the plain one, either way.
+    t.update(ci95_pct=[-0.3, 0.5], slowdown_pct=0.1, slowdown_adj_pct=0.9, adj_ci95_pct=[0.6, 1.2])
+    assert bench.verdict(t) == "NOT met (slowdown)"
+    t.update(adj_ci95_pct=[-1.5, 3.3])
+    assert bench.verdict(t) == "met at the polls (slowdown over windows: not resolved)"
+    # Not there (no reference, or not usable): the plain interval.
+    t = _meets()
+    t.update(slowdown_pct=0.9, ci95_pct=[0.6, 1.2], adj_ci95_pct=None)
+    assert bench.verdict(t) == "NOT met (slowdown)"
+
+
+def test_verdict_of_a_calibration(bench):
+    t = _meets()
+    t.update(injected_pct=1.0, polls_slowdown_pct=0.95, polls_ci95_pct=[0.7, 1.2], slowdown_pct=0.9,
+             ci95_pct=[-2.0, 4.0], lost_pct=0.4, lost_ci95_pct=[0.3, 0.5], sampler_cpu_pct=5.0)
+    assert bench.verdict(t) == "calibration (1.00 % injected): at the polls found, windows missed, probe seen, off"
+    # The probe left out where it sees too little of the time.
+    t["probe_seen_pct"] = 10.0
+    assert bench.verdict(t) == "calibration (1.00 % injected): at the polls found, windows missed"
+    t.update(injected_pct=0.25, polls_ci95_pct=[-0.1, 0.3], ci95_pct=[0.1, 0.3], probe_seen_pct=100.0,
+             lost_ci95_pct=[0.05, 0.3])
+    assert bench.verdict(t) == "calibration (0.25 % injected): at the polls missed, windows found, probe found"
+
+
+# --------------------------------------------------------------------------- the job's records
+
+
+def test_record_carries_every_step_and_marks_the_boundaries(bench):
+    assert bench.RECORD.size == 8 + 4 * 8 + 1
+    rec = bench.RECORD.unpack(bench.RECORD.pack(7, 1.5, 0.01, 0.02, 0.03, True))
+    assert rec == (7, 1.5, 0.01, 0.02, 0.03, True)
+
+
+def test_job_reader_keeps_every_step_and_the_boundaries_apart(bench):
+    job = bench.Job.__new__(bench.Job)
+    job.name = "fake"
+    job.bounds, job.steps = [], []
+    job.cond = threading.Condition()
+    job.eof = False
+    job.proc = SimpleNamespace(poll=lambda: 0)
+    rfd, wfd = os.pipe()
+    reader = threading.Thread(target=job._read, args=(rfd,), daemon=True)
+    reader.start()
+    n = 3000  # ~120 KB: more than one read, more than the pipe holds
+    recs = [(k, 10.0 + 0.001 * k, 1e-4 * k, 2e-4 * k, 3e-4 * k, k % 10 == 0) for k in range(1, n + 1)]
+    data = b"".join(bench.RECORD.pack(*r) for r in recs)
+    # A record split over two writes, the reader woken between them.
+    cut = 5 * bench.RECORD.size + 17
+    os.write(wfd, data[:cut])
+    time.sleep(0.02)
+    view = memoryview(data)[cut:]
+    while view:
+        view = view[os.write(wfd, view):]
+    os.close(wfd)
+    reader.join(5)
+    assert not reader.is_alive()
+    assert job.eof
+    assert job.steps == [(r[0], r[1]) for r in recs]
+    assert job.bounds == [r[:5] for r in recs if r[5]]
+    assert len(job.bounds) == n // 10 and all(len(b) == 5 for b in job.bounds)
+    with pytest.raises(OSError):
+        os.fstat(rfd)  # the reader closed its end
+    # The harness's waits run on the boundaries; with the job gone they stop waiting.
+    assert job.first_after(10.0505) == 5  # the boundary of step 60
+    with pytest.raises(RuntimeError):
+        job.first_after(99.0)
+    # A record cut short at the end (the job killed mid-write) is dropped, not misread.
+    job2 = bench.Job.__new__(bench.Job)
+    job2.bounds, job2.steps, job2.cond, job2.eof = [], [], threading.Condition(), False
+    rfd, wfd = os.pipe()
+    whole, cut_short = bench.RECORD.pack(10, 1.0, 0.0, 0.0, 0.0, True), bench.RECORD.pack(11, 1.1, 0.0, 0.0, 0.0, False)
+    os.write(wfd, whole + cut_short[:20])
+    os.close(wfd)
+    job2._read(rfd)
+    assert job2.steps == [(10, 1.0)] and job2.bounds == [(10, 1.0, 0.0, 0.0, 0.0)] and job2.eof
