@@ -100,12 +100,14 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import json
 import math
 import os
 import platform
 import random
 import resource
+import signal
 import statistics
 import struct
 import subprocess
@@ -124,7 +126,10 @@ TARGET_SLOWDOWN_PCT = 0.5  # the issue's target: the job loses at most this
 TARGET_WORST_PCT = 1.0  # worst slowdown + its interval
 RESOLUTION_PCT = 1.0  # a measure resolves the target when its 95 % interval is within +-1 %
 TARGET_CPU_PCT = 2.0  # the sampler's own CPU, % of one core
-RECORD = struct.Struct("=qddd")  # steps, monotonic time, probe's lost s, probe's blind s: one per boundary
+# steps, monotonic time, probe's lost s, probe's blind s, s in the garbage collector, and whether
+# it is a cycle boundary: one record per step (the steps between boundaries place the polls'
+# cost to a step; the windows use the boundaries only).
+RECORD = struct.Struct("=qdddd?")
 PROBE_SLEEP_S = 0.002
 PROBE_SLACK_S = 0.001  # a wake-up later than this (timer slack, GIL hand-over) counts as lost
 PROBE_MIN_SEEN_PCT = 25.0  # below this share of the time seen, the probe is not applicable
@@ -146,6 +151,22 @@ WARM_TREND_PCT = 1.0  # halves' means within this, or within 2 standard errors i
 WARM_CV_PCT = 5.0
 WARM_MAX_SHARE = 0.25  # of the target's share
 INTRA_OP_MANY = 64  # many-threads' pool; the other targets run 1 intra-op thread
+# At the polls: "near" a poll is from two of the job's steps (and NEAR_SLACK_S) before its start
+# to two steps and NEAR_SLACK_S after its end: the job's progress is known per step, so a cost
+# inside the poll shows whole in the steps around it; the slack covers what a dump leaves behind
+# (caches refilled in microseconds, not tens of milliseconds). The rest of an attached window is
+# "away". The estimate's variance grows with the near share p as p / (1 - p): the first H100
+# run, with 50 ms before and 250 ms after (p 40 %), could not resolve ±1 %. WIDE_POST_S is that
+# run's span after a poll, still reported as the check on a cost that lingers.
+NEAR_STEPS = 2
+NEAR_SLACK_S = 0.02
+NEAR_PRE_S = 0.05  # the defaults of the functions below, and the wide check's span before
+WIDE_POST_S = 0.25
+NEAR_POST_S = WIDE_POST_S
+# A calibration target: "<target>@stop<ms>ms" runs <target> with the sampler also stopping the
+# job (SIGSTOP ... SIGCONT) for that long after each poll that dumped: a known cost the method
+# must find.
+CALIBRATION_SEP = "@stop"
 
 
 # --------------------------------------------------------------------------- statistics
@@ -168,6 +189,85 @@ def paired_differences(values: list[float]) -> list[float]:
     if len(values) < 3 or len(values) % 2 == 0:
         raise ValueError("need D A D ... A D: an odd number of windows, at least 3")
     return [values[i] - (values[i - 1] + values[i + 1]) / 2 for i in range(1, len(values), 2)]
+
+
+def progress_at(bounds: list[tuple], t: float) -> float:
+    """The job's step count at monotonic ``t``, linear between its boundary records (``bounds``:
+    (steps, t, ...) in time order; clamped to the first and last)."""
+    i = bisect.bisect_right(bounds, t, key=lambda r: r[1])
+    if i == 0:
+        return float(bounds[0][0])
+    if i == len(bounds):
+        return float(bounds[-1][0])
+    (s0, t0), (s1, t1) = bounds[i - 1][:2], bounds[i][:2]
+    return s0 + (s1 - s0) * (t - t0) / (t1 - t0) if t1 > t0 else float(s1)
+
+
+def near_spans(polls: list[tuple[float, float]], t0: float, t1: float, pre: float = NEAR_PRE_S,
+               post: float = NEAR_POST_S, times: list[float] | None = None,
+               around: int = NEAR_STEPS) -> list[tuple[float, float]]:
+    """The time near the polls, merged where they overlap and clipped to the window
+    ``[t0, t1]``. Each poll ``(start, end)``: ``[start - pre, end + post]``; with the job's
+    step ``times`` (sorted), widened out to ``around`` step records beyond that on each side,
+    so that every span starts and ends on a record: the steps in it are counted, not
+    interpolated, and a step the poll slowed is inside whole."""
+    spans: list[list[float]] = []
+    for a, b in sorted(polls):
+        lo, hi = a - pre, b + post
+        if times:
+            i = max(0, bisect.bisect_left(times, lo) - around)
+            j = min(len(times) - 1, bisect.bisect_right(times, hi) + around - 1)
+            lo, hi = min(lo, times[i]), max(hi, times[j])
+        lo, hi = max(t0, lo), min(t1, hi)
+        if hi <= lo:
+            continue
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], hi)
+        else:
+            spans.append([lo, hi])
+    return [(a, b) for a, b in spans]
+
+
+def at_polls(bounds: list[tuple], t0: float, t1: float, polls: list[tuple[float, float]],
+             pre: float = NEAR_PRE_S, post: float = NEAR_POST_S, snap: bool = False) -> dict:
+    """One window's slowdown at the polls: ``1 - rate over the window / rate away from the
+    polls``, in %. If sampling costs the job L seconds near its polls and nothing away from
+    them, the window's rate is ``away * (1 - L / T)``: this is ``L / T``, the same quantity the
+    windows' slowdown measures, but against the job's speed in the same second instead of in the
+    windows before and after, so the job's slow drifts cancel. With ``polls`` at the same
+    offsets in a detached window ("virtual" polls) it measures nothing but the method's bias and
+    the job's noise at that scale: the control. ``bounds``: the job's progress records (steps,
+    t, ...); ``snap``: spans end on records (see ``near_spans``)."""
+    times = [r[1] for r in bounds] if snap else None
+    spans = near_spans(polls, t0, t1, pre, post, times)
+    total_s = t1 - t0
+    total_steps = progress_at(bounds, t1) - progress_at(bounds, t0)
+    near_s = sum(b - a for a, b in spans)
+    near_steps = sum(progress_at(bounds, b) - progress_at(bounds, a) for a, b in spans)
+    away_s, away_steps = total_s - near_s, total_steps - near_steps
+    if total_s <= 0 or away_s <= 0.1 * total_s or away_steps <= 0:
+        return {"slowdown_pct": float("nan"), "near_share_pct": 100.0 * near_s / total_s if total_s > 0 else float("nan")}
+    return {"slowdown_pct": 100.0 * (1.0 - (total_steps / total_s) / (away_steps / away_s)),
+            "near_share_pct": 100.0 * near_s / total_s}
+
+
+def virtual_polls(windows: list[dict]) -> list[list[tuple[float, float]]]:
+    """Each window's polls: an attached window's own; a detached one's at the offsets (from the
+    window's start) of the attached window before it (the first: the one after), so the control
+    sees the same pattern of near and away time."""
+    out: list[list[tuple[float, float]]] = []
+    for i, w in enumerate(windows):
+        if w["attached"]:
+            out.append([tuple(p) for p in w["polls"]])
+            continue
+        src = windows[i - 1] if i > 0 and windows[i - 1]["attached"] else (
+            windows[i + 1] if i + 1 < len(windows) and windows[i + 1]["attached"] else None)
+        if src is None:
+            out.append([])
+            continue
+        d = w["t0"] - src["t0"]
+        out.append([(a + d, b + d) for a, b in src["polls"]])
+    return out
 
 
 def _finite(xs: list[float]) -> list[float]:
@@ -241,6 +341,12 @@ def union(a: tuple[float, float], b: tuple[float, float]) -> list[float]:
     return [min(a[0], b[0]), max(a[1], b[1])]
 
 
+def interval(xs: list[float]) -> dict:
+    """The mean of per-pair values with the union interval (as ``summarize`` gives each measure)."""
+    ci = union(bootstrap_ci(xs), t_ci(xs))
+    return {"mean_pct": nanmean(xs), "ci95_pct": ci, "per_pair_pct": xs}
+
+
 def cv_pct(xs: list[float]) -> float:
     xs = _finite(xs)
     if len(xs) < 2 or statistics.fmean(xs) == 0:
@@ -248,15 +354,31 @@ def cv_pct(xs: list[float]) -> float:
     return 100.0 * statistics.stdev(xs) / statistics.fmean(xs)
 
 
-def summarize(rates: list[float], lost_pct: list[float]) -> dict:
-    """Slowdown with its intervals from the windows' step rates and probe lost time. Each
-    ``*ci95_pct`` is the union of the block bootstrap's and the t interval (both kept apart)."""
+def summarize(rates: list[float], lost_pct: list[float], polls_pct: list[float] | None = None) -> dict:
+    """Slowdown with its intervals from the windows' step rates and probe lost time, and (given
+    each window's ``at_polls`` slowdown, attached against their detached controls) the slowdown
+    at the polls. Each ``*ci95_pct`` is the union of the block bootstrap's and the t interval
+    (both kept apart)."""
     slow = paired_slowdowns(rates)
     lost = paired_differences(lost_pct)
     boot, t = bootstrap_ci(slow), t_ci(slow)
     lboot, lt = bootstrap_ci(lost), t_ci(lost)
     ci = union(boot, t)
-    return {
+    extra = {}
+    if polls_pct is not None:
+        near = paired_differences(polls_pct)
+        nboot, nt = bootstrap_ci(near), t_ci(near)
+        nci = union(nboot, nt)
+        extra = {
+            "polls_slowdown_pct": nanmean(near),
+            "polls_ci95_pct": nci,
+            "polls_ci95_boot_pct": list(nboot),
+            "polls_ci95_t_pct": list(nt),
+            "polls_ci95_halfwidth_pct": (nci[1] - nci[0]) / 2,
+            "polls_control_sd_pct": statistics.stdev(_finite(polls_pct[0::2])) if len(_finite(polls_pct[0::2])) > 1 else float("nan"),
+            "per_window_polls_pct": near,
+        }
+    return extra | {
         "slowdown_pct": statistics.fmean(slow),
         "ci95_pct": ci,
         "ci95_halfwidth_pct": (ci[1] - ci[0]) / 2,
@@ -293,11 +415,56 @@ def probe_applies(t: dict) -> bool:
     return seen is None or not seen < PROBE_MIN_SEEN_PCT
 
 
+def calibration_ms(name: str) -> float | None:
+    """The stop a calibration target injects after each poll, ms; None for a plain target."""
+    if CALIBRATION_SEP not in name:
+        return None
+    base, _, rest = name.partition(CALIBRATION_SEP)
+    try:
+        if not rest.endswith("ms") or rest != rest.strip():
+            raise ValueError
+        ms = float(rest[:-2])
+    except ValueError:
+        raise ValueError(f"calibration target {name!r}: want <target>{CALIBRATION_SEP}<ms>ms") from None
+    if base not in TARGETS or not 0 < ms <= 100:
+        raise ValueError(f"calibration target {name!r}: unknown target or a stop outside (0, 100] ms")
+    return ms
+
+
+def base_target(name: str) -> str:
+    return name.partition(CALIBRATION_SEP)[0]
+
+
+def found(mean: float, ci: list[float], injected: float) -> str:
+    """What a measure made of a known, injected cost: "found" (its interval holds the injected
+    cost and is above 0), "seen, off" (above 0, but the interval misses it), "missed"."""
+    if any(math.isnan(x) for x in (mean, *ci)) or ci[0] <= 0:
+        return "missed"
+    return "found" if ci[0] <= injected <= ci[1] else "seen, off"
+
+
 def verdict(t: dict) -> str:
     """"met"; "NOT met (what)": a cost measured above the target; "not resolved (what)": an
-    interval too wide to say. Both can show: "NOT met (sampler CPU); not resolved (slowdown)"."""
+    interval too wide to say. Both can show: "NOT met (sampler CPU); not resolved (slowdown)".
+    "met at the polls (...)": the windows' slowdown could not tell, but the slowdown at the
+    polls and the probe (where it applies) both meet the target, and nothing is above it. A
+    calibration target is judged on whether its measures found the cost injected."""
+    if t.get("injected_pct") is not None:
+        inj = t["injected_pct"]
+        parts = [f"at the polls {found(t['polls_slowdown_pct'], t['polls_ci95_pct'], inj)}",
+                 f"windows {found(t['slowdown_pct'], t['ci95_pct'], inj)}"]
+        if probe_applies(t):
+            parts.append(f"probe {found(t['lost_pct'], t['lost_ci95_pct'], inj)}")
+        return f"calibration ({inj:.2f} % injected): " + ", ".join(parts)
     above, unresolved = [], []
-    measures = [("slowdown", t["slowdown_pct"], t["ci95_pct"])]
+    # Over windows: the interval with the speed reference as a control variate where there is one
+    # (the same mean; only the host's shared noise taken out).
+    if t.get("adj_ci95_pct"):
+        measures = [("slowdown", t["slowdown_adj_pct"], t["adj_ci95_pct"])]
+    else:
+        measures = [("slowdown", t["slowdown_pct"], t["ci95_pct"])]
+    if t.get("polls_ci95_pct") is not None:
+        measures.append(("slowdown at the polls", t["polls_slowdown_pct"], t["polls_ci95_pct"]))
     if probe_applies(t):
         measures.append(("lost time", t["lost_pct"], t["lost_ci95_pct"]))
     for label, mean, ci in measures:
@@ -311,6 +478,8 @@ def verdict(t: dict) -> str:
     parts = []
     if above:
         parts.append(f"NOT met ({', '.join(above)})")
+    if unresolved == ["slowdown"] and not above and len(measures) > 1 and measures[1][0] == "slowdown at the polls":
+        return "met at the polls (slowdown over windows: not resolved)"
     if unresolved:
         parts.append(f"not resolved ({', '.join(unresolved)})")
     return "; ".join(parts) or "met"
@@ -508,7 +677,13 @@ def run_target(name: str, fd: int, device: str, ckpt: str | None, cpus: dict | N
     dev = torch.device(device)
     # saving: a checkpoint in progress; saves: finished ones (counted at the end, so a save that
     # starts and ends inside one probe sleep still shows).
-    state = {"lost": 0.0, "blind": 0.0, "saving": False, "saves": 0}
+    state = {"lost": 0.0, "blind": 0.0, "saving": False, "saves": 0, "gc": 0.0, "gc_t0": 0.0}
+
+    def gc_time(phase: str, info: dict) -> None:
+        if phase == "start":
+            state["gc_t0"] = time.perf_counter()
+        else:
+            state["gc"] += time.perf_counter() - state["gc_t0"]
 
     def probe() -> None:
         while True:
@@ -636,6 +811,9 @@ def run_target(name: str, fd: int, device: str, ckpt: str | None, cpus: dict | N
         step(i)
     if cuda:
         torch.cuda.synchronize()
+    # The time the job spends in its garbage collector goes into each record: a full pass over
+    # the objects torch made would be the job's own noise (on these loops it measured ~0).
+    gc.callbacks.append(gc_time)
     threading.Thread(target=probe, name="lost-time-probe", daemon=True).start()
     pinned = pin_job(cpus["job_main"], cpus["job_other"]) if cpus else 0
     desc = torch.cuda.get_device_name() if cuda else f"cpu ({os.cpu_count()} cores)"
@@ -647,8 +825,8 @@ def run_target(name: str, fd: int, device: str, ckpt: str | None, cpus: dict | N
     while True:
         steps += 1
         step(steps)
-        if steps % record_every == 0:
-            os.write(fd, RECORD.pack(steps, time.monotonic(), state["lost"], state["blind"]))
+        os.write(fd, RECORD.pack(steps, time.monotonic(), state["lost"], state["blind"], state["gc"],
+                                 steps % record_every == 0))
 
 
 # --------------------------------------------------------------------------- the harness
@@ -685,7 +863,8 @@ class Job:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, pass_fds=(wfd,))
         os.close(wfd)
         self.pid = self.proc.pid
-        self.bounds: list[tuple[int, float, float, float]] = []  # (steps, monotonic s, lost s, blind s)
+        self.bounds: list[tuple[int, float, float, float, float]] = []  # (steps, monotonic s, lost s, blind s, gc s)
+        self.steps: list[tuple[int, float]] = []  # (steps, monotonic s) after every step
         self.cond = threading.Condition()
         self.eof = False
         self.reader = threading.Thread(target=self._read, args=(rfd,), daemon=True)
@@ -709,7 +888,8 @@ class Job:
             recs = [RECORD.unpack_from(buf, i * RECORD.size) for i in range(n)]
             buf = buf[n * RECORD.size:]
             with self.cond:
-                self.bounds.extend(recs)
+                self.steps.extend((r[0], r[1]) for r in recs)
+                self.bounds.extend(r[:5] for r in recs if r[5])
                 self.cond.notify_all()
         os.close(rfd)
         with self.cond:
@@ -795,13 +975,18 @@ class Sampler:
     metered per attached window. Its thread (and so the py-spy processes it starts) runs on
     ``cpus``: every CPU, as gputop, which sets no affinity, runs."""
 
-    def __init__(self, pid: int, cpus: list[int] | None = None) -> None:
+    def __init__(self, pid: int, cpus: list[int] | None = None, inject_stop_s: float = 0.0) -> None:
         from gputop.session import stack_sampler
         from gputop.store import Store
 
         self.src = stack_sampler(pid)
         self.store = Store()
         self.cpus = cpus
+        # Each poll that dumped, (start, end) on the monotonic clock, the job's clock too; and
+        # for a calibration, the job stopped that long after each of them (what was applied).
+        self.poll_log: list[tuple[float, float]] = []
+        self.inject_stop_s = inject_stop_s
+        self.stopped_s = 0.0
         self.on = threading.Event()
         self.gate = threading.Lock()  # held for a whole poll: detach waits on it
         self.quit = False
@@ -821,8 +1006,22 @@ class Sampler:
         from gputop.model import StackSample
 
         t0 = time.thread_time()
+        tot = getattr(self.src, "_totals", None)
+        dumps0 = tot.dumps if tot is not None else 0
+        w0 = time.monotonic()
         out = self.src.poll()
         self.cpu += time.thread_time() - t0
+        w1 = time.monotonic()
+        if (tot.dumps if tot is not None else 0) != dumps0 or w1 - w0 >= 0.002:
+            if self.inject_stop_s > 0:
+                # The known cost of a calibration: the job stopped outright, after the dump.
+                os.kill(self.src.pid, signal.SIGSTOP)
+                s0 = time.monotonic()
+                time.sleep(self.inject_stop_s)
+                os.kill(self.src.pid, signal.SIGCONT)
+                w1 = time.monotonic()
+                self.stopped_s += w1 - s0
+            self.poll_log.append((w0, w1))
         self.stacks += sum(1 for s in out if isinstance(s, StackSample) and s.is_main and s.pid == self.src.pid)
         self.store.add(out)
         self.polls += 1
@@ -934,6 +1133,109 @@ def sched_delta(a: dict, b: dict, ncpu: int = 1) -> dict:
     return out
 
 
+# The speed reference: a pure-Python loop on a free CPU of its own, counting its work per second
+# of its own CPU time (so that being preempted does not slow it, only a slower CPU does).
+SPEED_REF_PERIOD_S = 0.05
+SPEED_REF = struct.Struct("=ddq")  # monotonic s, the loop's CPU s, iterations
+_SPEED_REF_CODE = """
+import os, struct, sys, time
+fd, cpu, period = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+os.sched_setaffinity(0, [cpu])
+rec = struct.Struct("=ddq")
+table = list(range(4096))
+n = 0
+nxt = time.monotonic()
+while True:
+    acc = 0
+    for i in range(2000):
+        acc += table[(i * 7 + n) & 4095] ^ i
+    n += 1
+    now = time.monotonic()
+    if now >= nxt:
+        os.write(fd, rec.pack(now, time.thread_time(), n))
+        nxt = now + period
+"""
+
+
+class SpeedRef:
+    """How fast a CPU of this machine runs right now, beside the job: the host's own slow and
+    fast spells (other tenants, frequency) are what the CPU-bound targets' step rates vary
+    with, and what the sampler does not cause. Its windows' speeds are a covariate of the step
+    rates (see ``adjusted``); the sampler could also slow it (a shared cache), which the
+    reference's own attached-minus-detached change shows."""
+
+    def __init__(self, cpu: int) -> None:
+        rfd, wfd = os.pipe()
+        self.cpu = cpu
+        self.proc = subprocess.Popen([sys.executable, "-c", _SPEED_REF_CODE, str(wfd), str(cpu), str(SPEED_REF_PERIOD_S)],
+                                     pass_fds=(wfd,))
+        os.close(wfd)
+        self.recs: list[tuple[float, float, int]] = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, args=(rfd,), daemon=True)
+        self.reader.start()
+
+    @classmethod
+    def start(cls, plan: dict) -> SpeedRef | None:
+        free = plan.get("free") or []
+        return cls(free[-1]) if free else None
+
+    def _read(self, rfd: int) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(rfd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            n = len(buf) // SPEED_REF.size
+            recs = [SPEED_REF.unpack_from(buf, i * SPEED_REF.size) for i in range(n)]
+            buf = buf[n * SPEED_REF.size:]
+            with self.lock:
+                self.recs.extend(recs)
+        os.close(rfd)
+
+    def window(self, t0: float, t1: float) -> dict:
+        """Iterations per CPU second between the records nearest ``t0`` and ``t1``."""
+        with self.lock:
+            recs = self.recs
+            i = bisect.bisect_left(recs, t0, key=lambda r: r[0])
+            j = bisect.bisect_right(recs, t1, key=lambda r: r[0]) - 1
+            if i >= len(recs) or j <= i:
+                return {}
+            (_, c0, n0), (_, c1, n1) = recs[i][:3], recs[j][:3]
+        return {"ref_speed": (n1 - n0) / (c1 - c0)} if c1 > c0 else {}
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.reader.join(5)
+
+
+def adjusted(slowdowns: list[float], ref_slowdowns: list[float]) -> dict | None:
+    """The paired slowdowns with the reference's own paired slowdowns as a control variate:
+    ``s - theta x``, theta the least-squares slope of s on x. With the sampler leaving the
+    reference alone, x has mean 0 and this takes out only the noise the two share (by r²);
+    ``ref_ci95_pct`` is the check: an interval of x above 0 says the sampler slowed the
+    reference too (a shared cache), and then the adjusted mean would hide part of a real cost
+    (``usable`` is False: the verdict keeps the plain interval). None without 4 pairs."""
+    pts = [(a, b) for a, b in zip(slowdowns, ref_slowdowns) if not (math.isnan(a) or math.isnan(b))]
+    if len(pts) < 4:
+        return None
+    xs, ys = [b for _, b in pts], [a for a, _ in pts]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    theta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    adj = [y - theta * x for x, y in zip(xs, ys)]
+    boot, t = bootstrap_ci(adj), t_ci(adj)
+    ref_ci = union(bootstrap_ci(xs), t_ci(xs))
+    return {"slowdown_pct": statistics.fmean(adj), "ci95_pct": union(boot, t), "ci95_boot_pct": list(boot),
+            "ci95_t_pct": list(t), "theta": theta, "r": correlation(xs, ys), "per_window_pct": adj,
+            "ref_slowdown_pct": mx, "ref_ci95_pct": ref_ci, "usable": not ref_ci[0] > 0}
+
+
 class GpuClock:
     """The GPU's SM clock and utilization (NVML), ten times a second on a thread of the
     harness, for the windows' diagnostics: a job that leaves the GPU idle much of the time
@@ -1002,6 +1304,7 @@ def window_stats(bounds: list[tuple], i0: int, i1: int) -> dict:
     s0, t0, l0 = b0[:3]
     s1, t1, l1 = b1[:3]
     blind = (b1[3] - b0[3]) if len(b0) > 3 else 0.0
+    gc_s = (b1[4] - b0[4]) if len(b0) > 4 else 0.0
     dur = t1 - t0
     seen = max(0.0, dur - blind)
     cyc = [bounds[i + 1][1] - bounds[i][1] for i in range(i0, i1)]
@@ -1010,7 +1313,7 @@ def window_stats(bounds: list[tuple], i0: int, i1: int) -> dict:
         "t0": t0, "dur_s": dur, "steps": s1 - s0, "rate": (s1 - s0) / dur,
         "rate_median_cycle": per / statistics.median(cyc),
         "lost_pct": 100.0 * (l1 - l0) / seen if seen > 0 else float("nan"),
-        "probe_seen_pct": 100.0 * seen / dur, "cycles": i1 - i0,
+        "probe_seen_pct": 100.0 * seen / dur, "cycles": i1 - i0, "gc_pct": 100.0 * gc_s / dur if dur > 0 else float("nan"),
     }
 
 
@@ -1020,12 +1323,13 @@ def _mean_of(wins: list[dict], key: str, attached: bool) -> float | None:
 
 
 def measure(name: str, device: str, args: argparse.Namespace, deadline: float, cpus: dict | None, log,
-            gpu: GpuClock | None = None) -> dict:
+            gpu: GpuClock | None = None, ref: SpeedRef | None = None) -> dict:
     started = time.monotonic()
-    job = Job(name, device, cpus)
+    stop_ms = calibration_ms(name)
+    job = Job(base_target(name), device, cpus)
     try:
         ready = time.monotonic()
-        sampler = Sampler(job.pid, cpus["sampler"] if cpus else None)
+        sampler = Sampler(job.pid, cpus["sampler"] if cpus else None, (stop_ms or 0.0) / 1000.0)
         look = sampler.first_look(args.settle)
         # Warm-up, detached, until the step rate is steady (capped).
         since = time.monotonic()
@@ -1068,6 +1372,7 @@ def measure(name: str, device: str, args: argparse.Namespace, deadline: float, c
                 cpu0, st0 = sampler.spent(), sampler.stacks
                 tot = getattr(sampler.src, "_totals", None)
                 dumps0, pause0, block0 = (tot.dumps, tot.pause, tot.blocking) if tot is not None else (0, 0.0, 0)
+                polls0, stopped0 = len(sampler.poll_log), sampler.stopped_s
                 sampler.attach()
                 time.sleep(max(0.0, job.bounds[i0][1] + window - time.monotonic()))
                 sampler.detach()
@@ -1082,8 +1387,12 @@ def measure(name: str, device: str, args: argparse.Namespace, deadline: float, c
             win.update(sched_delta(snap, snap1, ncpu))
             if gpu is not None:
                 win.update(gpu.window(win["t0"], win["t0"] + win["dur_s"]))
+            if ref is not None:
+                win.update(ref.window(win["t0"], win["t0"] + win["dur_s"]))
             snap = snap1
             if attached:
+                win["polls"] = sampler.poll_log[polls0:]
+                win["injected_s"] = sampler.stopped_s - stopped0
                 win["sampler_cpu_s"] = sampler.spent() - cpu0
                 win["stacks"] = sampler.stacks - st0
                 if tot is not None:
@@ -1115,12 +1424,26 @@ def measure(name: str, device: str, args: argparse.Namespace, deadline: float, c
                     window = window_length(deadline - time.monotonic(), cycle_s, args.window, seen or None, pairs)
         own, total = job.threads()
         sampler.close()
+        with job.cond:
+            steps = list(job.steps)
+        for win, polls in zip(wins, virtual_polls(wins)):
+            t0, t1 = win["t0"], win["t0"] + win["dur_s"]
+            near = at_polls(steps, t0, t1, polls, NEAR_SLACK_S, NEAR_SLACK_S, snap=True)
+            wide = at_polls(steps, t0, t1, polls, NEAR_PRE_S, WIDE_POST_S)
+            win.update(at_polls_pct=near["slowdown_pct"], near_share_pct=near["near_share_pct"],
+                       wide_pct=wide["slowdown_pct"], wide_share_pct=wide["near_share_pct"])
         info = job.info
         ckpt_dir = os.path.dirname(job.ckpt) if job.ckpt else None
     finally:
         job.close()
     rates = [x["rate"] for x in wins]
-    res = summarize(rates, [x["lost_pct"] for x in wins])
+    res = summarize(rates, [x["lost_pct"] for x in wins], [x["at_polls_pct"] for x in wins])
+    speeds = [x.get("ref_speed") for x in wins]
+    adj = adjusted(res["per_window_slowdown_pct"], paired_slowdowns(speeds)) if all(speeds) else None
+    res["ref_adjusted"] = adj
+    if adj is not None and adj["usable"]:
+        res["slowdown_adj_pct"] = adj["slowdown_pct"]
+        res["adj_ci95_pct"] = adj["ci95_pct"]
     med = paired_slowdowns([x["rate_median_cycle"] for x in wins])
     a = [x for x in wins if x["attached"]]
     a_s = sum(x["dur_s"] for x in a)
@@ -1128,9 +1451,19 @@ def measure(name: str, device: str, args: argparse.Namespace, deadline: float, c
     stacks = [x["stacks"] for x in a]
     res.update(
         name=name,
+        raw={"steps": [[n, round(t, 6)] for n, t in steps], "polls": [x.get("polls", []) for x in wins],
+             "windows": [[x["t0"], x["dur_s"], x["attached"]] for x in wins]},
         threads=own,
         threads_with_children=total,
         sampler_cpu_pct=100.0 * sum(x["sampler_cpu_s"] for x in a) / a_s,
+        injected_pct=100.0 * sum(x["injected_s"] for x in a) / a_s if stop_ms else None,
+        injected_stop_ms=stop_ms,
+        polls_per_s=sum(len(x["polls"]) for x in a) / a_s,
+        near_share_pct=statistics.fmean(x["near_share_pct"] for x in a),
+        near_span={"steps_around": NEAR_STEPS, "slack_s": NEAR_SLACK_S, "wide_s": [NEAR_PRE_S, WIDE_POST_S]},
+        poll_s_median=statistics.median([b - a for x in a for a, b in x["polls"]] or [float("nan")]),
+        wide=interval(paired_differences([x["wide_pct"] for x in wins])),
+        wide_share_pct=statistics.fmean(x["wide_share_pct"] for x in a),
         shown_cost_pct=statistics.fmean(shown) if shown else None,
         stacks_per_s=sum(stacks) / a_s,
         stacks_per_a_window={"mean": statistics.fmean(stacks), "min": min(stacks),
@@ -1146,7 +1479,9 @@ def measure(name: str, device: str, args: argparse.Namespace, deadline: float, c
         sm_mhz={"detached": _mean_of(wins, "sm_mhz", False), "attached": _mean_of(wins, "sm_mhz", True)},
         # What the step rate's own noise follows, over every window (r; None where unknown).
         rate_correlation={k: correlation(rates, [x.get(k) for x in wins])
-                          for k in ("main_run_pct", "main_wait_pct", "steal_pct", "sm_mhz", "gpu_util_pct")},
+                          for k in ("main_run_pct", "main_wait_pct", "steal_pct", "sm_mhz", "gpu_util_pct", "gc_pct",
+                                    "ref_speed")},
+        gc_pct={"detached": _mean_of(wins, "gc_pct", False), "attached": _mean_of(wins, "gc_pct", True)},
         device=info["device"],
         torch=info.get("torch"),
         intra_op_threads=info.get("intra_op_threads"),
@@ -1189,7 +1524,14 @@ def _md_row(t: dict) -> str:
     return (
         f"| {t['name']} | {t['threads']} ({t['threads_with_children']}) | {t['pairs']} × {t['window_s']:.2f} s | "
         f"{t['steps_per_s_detached']:.1f} | {t['detached_cv_pct']:.2f} % | "
-        f"{p(t['slowdown_pct'])} {ci(t['ci95_pct'])} | "
+        f"{p(t['slowdown_pct'])} {ci(t['ci95_pct'])}"
+        + (f"; with the reference {p(t['slowdown_adj_pct'])} {ci(t['adj_ci95_pct'])} (r {t['ref_adjusted']['r']:+.2f})"
+           if t.get("adj_ci95_pct") and t["ref_adjusted"].get("r") is not None else "")
+        + " | "
+        f"{p(t.get('polls_slowdown_pct'))} {ci(t.get('polls_ci95_pct') or [None, None])} "
+        f"({t.get('polls_per_s', 0):.2f} polls/s of {1000 * t.get('poll_s_median', float('nan')):.0f} ms, near {t.get('near_share_pct', float('nan')):.0f} %"
+        + (f"; wide: {p(t['wide']['mean_pct'])} {ci(t['wide']['ci95_pct'])}" if t.get("wide") else "") + ") | "
+        f"{'—' if t.get('injected_pct') is None else format(t['injected_pct'], '.2f') + ' %'} | "
         f"{p(t['slowdown_trimmed_pct'])} {ci(t['trimmed_ci95_pct'])} | {lost} | "
         f"{t['sampler_cpu_pct']:.2f} % | {t['stacks_per_s']:.2f} ({spw['mean']:.1f}, min {spw['min']}) | {waits} | "
         f"{'n/a' if t['shown_cost_pct'] is None else format(t['shown_cost_pct'], '.2f') + ' %'} | {verdict(t)} |"
@@ -1211,7 +1553,10 @@ def write_md(path: str, env: dict, targets: list[dict]) -> None:
     counts = {}
     for t in targets:
         v = verdict(t)
-        key = "met" if v == "met" else ("NOT met" if v.startswith("NOT met") else "not resolved")
+        if v.startswith("calibration"):
+            continue
+        key = ("met" if v == "met" else "met at the polls" if v.startswith("met at the polls")
+               else "NOT met" if v.startswith("NOT met") else "not resolved")
         counts[key] = counts.get(key, 0) + 1
     text = f"""# What attaching gputop's stack sampler costs the job
 
@@ -1221,8 +1566,8 @@ Run: {env['when']} on {env['host']}: {env['cpus']} CPUs, {targets[0]['device'] i
 detached and attached windows alternating on one running job per target. Produced by
 `python bench/attach_cost.py {env['argv']}`.
 
-| target | threads (with workers) | pairs × window | steps/s detached | detached CV | slowdown, mean [95 % CI] | trimmed mean [95 % CI] | lost time, probe [95 % CI] | sampler CPU, % of a core | stacks/s (per A window: mean, min) | job's main thread waiting for a CPU, D / A | gputop shows | verdict |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| target | threads (with workers) | pairs × window | steps/s detached | detached CV | slowdown over windows, mean [95 % CI] | slowdown at the polls [95 % CI] | injected | trimmed mean [95 % CI] | lost time, probe [95 % CI] | sampler CPU, % of a core | stacks/s (per A window: mean, min) | job's main thread waiting for a CPU, D / A | gputop shows | verdict |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(_md_row(t) for t in targets)}
 
 Verdicts: {', '.join(f'{v} {k}' for k, v in counts.items())}.
@@ -1246,6 +1591,35 @@ Verdicts: {', '.join(f'{v} {k}' for k, v in counts.items())}.
   pairs, as neighbouring pairs share a detached window) and a t interval with the lag-1
   covariance added (both are in the JSON). *trimmed mean*: {int(TRIM * 100)} % cut each side, a check on outliers only (it would
   hide a rare long stop).
+- *with the reference*: a pure-Python loop on a free CPU of its own ({env.get('speed_ref_cpu')}) counts its work per second
+  of its own CPU time: how fast this machine's CPUs run in each window (other tenants,
+  frequency), which the sampler does not cause and the CPU-bound loops' step rates follow.
+  Its paired slowdowns are a control variate: each pair's slowdown minus theta × the
+  reference's paired slowdown, theta the least-squares slope; the noise the two share goes,
+  by r². That holds while the sampler leaves the reference alone (its own slowdown then has
+  mean 0): where the reference's interval lies above 0 (a cost on a shared cache, say, that
+  the adjustment would take off the job's) the verdict keeps the plain interval; otherwise
+  it uses this one. The reference's own change is in the JSON (`ref_adjusted.ref_ci95_pct`).
+- *slowdown at the polls*: gputop's sampler does its work in polls (a py-spy process reading
+  the job, /proc reads); between them its thread sleeps. Each attached window's polls are
+  logged (start, end) and the job reports every step, and the window's rate is compared with
+  its rate *away* from the polls, in the same window: `1 - steps/s over the window ÷ steps/s
+  away from the polls`. "Near" a poll runs from {NEAR_STEPS} of the job's steps and {NEAR_SLACK_S * 1000:.0f} ms before it
+  starts to {NEAR_STEPS} steps and {NEAR_SLACK_S * 1000:.0f} ms after it ends, on step records, so a step the poll slowed
+  is inside whole and the steps are counted, not interpolated. A sampler that costs the job L
+  s near its polls makes this L ÷ the window's length, the windows' slowdown, but measured
+  against the job's speed in the same second, so its slow drifts and the machine's spells
+  cancel. The detached windows are the control: the same computation with "virtual" polls at
+  the offsets of the attached window's beside them (it finds the method's bias and the job's
+  noise at that scale); the slowdown is attached minus the mean of the two controls beside it,
+  with the intervals as above. Its variance grows with the near share p as p ÷ (1 − p): the
+  first H100 run of it, with a fixed {NEAR_PRE_S * 1000:.0f} ms before and {WIDE_POST_S * 1000:.0f} ms after each poll (p about 40 %),
+  could not resolve ±1 %; that span is still computed (*wide*), the check on a cost that
+  lingers after a poll. What it cannot see: a cost spread evenly over the time away from the
+  polls (the windows' slowdown can). The *calibration* rows check it sees what it must: the
+  same target, with the sampler also stopping the job (SIGSTOP … SIGCONT) for a fixed time
+  after each poll; *injected* is the time stopped over the attached time, what a right method
+  reports.
 - *lost time*: a probe thread in the job sleeps 2 ms at a time and adds up how late it wakes;
   attached minus detached, % of the time the probe sees. A job stopped by py-spy shows here
   first. In `checkpoint` the probe is blind inside each save (the job marks it; torch.save holds
@@ -1256,14 +1630,17 @@ Verdicts: {', '.join(f'{v} {k}' for k, v in counts.items())}.
 - *waiting for a CPU*: the job's main thread's run-queue wait (/proc schedstat), % of the
   window, detached / attached: a sampler taking the job's core shows as a larger A.
 - *gputop shows*: the cost the sampler estimates for itself (the status line, `advise`).
-- *verdict*, for the slowdown and the lost time each: *met*: mean ≤ {TARGET_SLOWDOWN_PCT} %, the
+- *verdict*, for each slowdown and the lost time: *met*: mean ≤ {TARGET_SLOWDOWN_PCT} %, the
   interval's upper end ≤ {TARGET_WORST_PCT} % and its half-width ≤ {RESOLUTION_PCT} %; *NOT met*: a cost measured
   above the target (mean > {TARGET_SLOWDOWN_PCT} %, the interval's lower end above 0); *not resolved*: neither,
   the interval is too wide to say (the job's own noise, not a measured cost). The sampler's
-  CPU: ≤ {TARGET_CPU_PCT} % of a core, else NOT met.
+  CPU: ≤ {TARGET_CPU_PCT} % of a core, else NOT met. *met at the polls*: every measure met but
+  the slowdown over windows, which could not tell. A calibration: *found* where the interval
+  is above 0 and holds the injected cost, *seen, off* above 0 but missing it, else *missed*.
 """
     labels = {"main_run_pct": "main thread on a CPU", "main_wait_pct": "main thread waiting for one",
-              "steal_pct": "host steal", "sm_mhz": "GPU SM clock", "gpu_util_pct": "GPU busy"}
+              "steal_pct": "host steal", "sm_mhz": "GPU SM clock", "gpu_util_pct": "GPU busy",
+              "gc_pct": "job's time in the garbage collector", "ref_speed": "the speed reference"}
     noise = []
     for t in targets:
         r = {k: v for k, v in (t.get("rate_correlation") or {}).items() if v is not None}
@@ -1272,12 +1649,27 @@ Verdicts: {', '.join(f'{v} {k}' for k, v in counts.items())}.
     if noise:
         text += ("- *What the step rate follows* (Pearson r over all windows, to tell the job's own noise apart: the\n"
                  "  host, the GPU's clock, its main thread's CPU): " + "; ".join(noise) + ".\n")
-    if targets:
-        worst = max(targets, key=lambda t: t["ci95_pct"][1])
-        text += (f"\nWorst upper bound: `{worst['name']}`, "
+    plain = [t for t in targets if t.get("injected_pct") is None]
+    if plain:
+        worst = max(plain, key=lambda t: t["ci95_pct"][1])
+        text += (f"\nWorst upper bound over windows: `{worst['name']}`, "
                  f"{_fmt_pct(worst['ci95_pct'][1])} (slowdown {_fmt_pct(worst['slowdown_pct'])}).\n")
+        near = [t for t in plain if t.get("polls_ci95_pct")]
+        if near:
+            w = max(near, key=lambda t: t["polls_ci95_pct"][1])
+            text += (f"Worst upper bound at the polls: `{w['name']}`, "
+                     f"{_fmt_pct(w['polls_ci95_pct'][1])} (slowdown {_fmt_pct(w['polls_slowdown_pct'])}).\n")
     with open(path, "w") as f:
         f.write(text)
+
+
+def slim(t: dict) -> dict:
+    """A target's result for attach_cost.json: without the raw steps and the polls' times
+    (attach_cost_raw.json has them)."""
+    out = {k: v for k, v in t.items() if k != "raw"}
+    out["windows"] = [{k: v for k, v in w.items() if k != "polls"} | {"polls": len(w.get("polls", []))}
+                      for w in t["windows"]]
+    return out
 
 
 def environment(args: argparse.Namespace, plan: dict) -> dict:
@@ -1328,9 +1720,14 @@ def main() -> int:
         run_target(args.run_target, args.fd, args.device, args.ckpt, json.loads(args.cpus) if args.cpus else None)
         return 0
     names = [n for n in args.targets.split(",") if n]
-    unknown = [n for n in names if n not in TARGETS]
+    unknown = [n for n in names if base_target(n) not in TARGETS]
     if unknown:
         ap.error(f"unknown targets: {', '.join(unknown)}")
+    for n in names:
+        try:
+            calibration_ms(n)
+        except ValueError as e:
+            ap.error(str(e))
     if args.device == "auto":
         import torch
 
@@ -1358,13 +1755,22 @@ def main() -> int:
     log(f"CPUs: {plan['mode']}: {plan.get('note', '')}"
         + (f" (harness {plan['harness']}, job main {plan['job_main']}, job other {plan['job_other']})" if cpus else ""))
     gpu = GpuClock.start() if args.device == "cuda" else None
+    ref = SpeedRef.start(plan) if cpus else None
+    env["speed_ref_cpu"] = ref.cpu if ref else None
+    if ref is not None and cpus is not None:
+        # Its CPU is no longer free for the job or the harness (the sampler may still go there).
+        plan["free"] = [c for c in plan["free"] if c != ref.cpu]
     env["gpu_clock_diagnostics"] = gpu is not None
     for k, name in enumerate(names):
-        deadline = target_deadline(time.monotonic(), run_end, [WEIGHTS[n] for n in names[k:]])
-        t = measure(name, args.device, args, deadline, cpus, log, gpu)
+        deadline = target_deadline(time.monotonic(), run_end, [WEIGHTS[base_target(n)] for n in names[k:]])
+        t = measure(name, args.device, args, deadline, cpus, log, gpu, ref)
         log(f"== {name}: slowdown {t['slowdown_pct']:+.2f} % [{t['ci95_pct'][0]:+.2f}, {t['ci95_pct'][1]:+.2f}] "
             f"(t {t['ci95_t_pct'][0]:+.2f}, {t['ci95_t_pct'][1]:+.2f}), trimmed {t['slowdown_trimmed_pct']:+.2f} %, "
-            f"lost {t['lost_pct']:+.3f} % [{t['lost_ci95_pct'][0]:+.3f}, {t['lost_ci95_pct'][1]:+.3f}], "
+            f"at the polls {t['polls_slowdown_pct']:+.2f} % [{t['polls_ci95_pct'][0]:+.2f}, {t['polls_ci95_pct'][1]:+.2f}]"
+            + (f" (injected {t['injected_pct']:.2f} %)" if t.get("injected_pct") is not None else "") + ", "
+            + (f"with the speed reference {t['slowdown_adj_pct']:+.2f} % [{t['adj_ci95_pct'][0]:+.2f}, {t['adj_ci95_pct'][1]:+.2f}] "
+               f"(r {t['ref_adjusted']['r'] if t['ref_adjusted']['r'] is not None else float('nan'):+.2f}), " if t.get("adj_ci95_pct") else "")
+            + f"lost {t['lost_pct']:+.3f} % [{t['lost_ci95_pct'][0]:+.3f}, {t['lost_ci95_pct'][1]:+.3f}], "
             f"detached CV {t['detached_cv_pct']:.2f} %, sampler {t['sampler_cpu_pct']:.2f} % of a core, "
             f"{t['stacks_per_a_window']['mean']:.1f} stacks per A window, "
             f"{t['threads']} threads, {t['pairs']} pairs, {t['verdict']}")
@@ -1373,11 +1779,16 @@ def main() -> int:
         env["wall_s"] = time.monotonic() - run_start
         if args.out:  # after each target: a run cut short keeps what it measured
             os.makedirs(args.out, exist_ok=True)
+            # The steps and polls themselves apart (large): what every figure can be recomputed from.
+            with open(os.path.join(args.out, "attach_cost_raw.json"), "w") as f:
+                json.dump({t["name"]: t["raw"] for t in results}, f)
             with open(os.path.join(args.out, "attach_cost.json"), "w") as f:
-                json.dump({"environment": env, "targets": results}, f, indent=1)
+                json.dump({"environment": env, "targets": [slim(t) for t in results]}, f, indent=1)
             write_md(os.path.join(args.out, "attach_cost.md"), env, results)
     if gpu is not None:
         gpu.close()
+    if ref is not None:
+        ref.close()
     log(f"done in {time.monotonic() - run_start:.1f} s (budget {args.budget_s:g} s)")
     return 0
 
