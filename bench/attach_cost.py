@@ -1663,10 +1663,31 @@ Verdicts: {', '.join(f'{v} {k}' for k, v in counts.items())}.
         f.write(text)
 
 
+def headline(t: dict) -> tuple[float, list[float], str]:
+    """The slowdown a target's verdict rests on, the simplest that resolves it (met or above):
+    over windows; over windows with the speed reference (where usable); at the polls; else the
+    windows' own (unresolved). A calibration's: at the polls."""
+    win = (t["slowdown_pct"], t["ci95_pct"], "windows")
+    polls = (t.get("polls_slowdown_pct"), t.get("polls_ci95_pct"), "at the polls")
+    if t.get("injected_pct") is not None and polls[1] is not None:
+        return polls
+    tries = [win]
+    if t.get("adj_ci95_pct"):
+        tries.append((t["slowdown_adj_pct"], t["adj_ci95_pct"], "windows, with the speed reference"))
+    if polls[1] is not None:
+        tries.append(polls)
+    return next((m for m in tries if judge(m[0], m[1]) != "unresolved"), win)
+
+
 def slim(t: dict) -> dict:
-    """A target's result for attach_cost.json: without the raw steps and the polls' times
+    """A target's result for attach_cost.json: ``slowdown_pct``/``ci95_pct`` are the measure
+    its verdict rests on (``slowdown_measure`` names it; the windows' own are
+    ``windows_slowdown_pct``/``windows_ci95_pct``), without the raw steps and the polls' times
     (attach_cost_raw.json has them)."""
     out = {k: v for k, v in t.items() if k != "raw"}
+    mean, ci, measure = headline(t)
+    out.update(windows_slowdown_pct=t["slowdown_pct"], windows_ci95_pct=t["ci95_pct"],
+               slowdown_pct=mean, ci95_pct=ci, slowdown_measure=measure)
     out["windows"] = [{k: v for k, v in w.items() if k != "polls"} | {"polls": len(w.get("polls", []))}
                       for w in t["windows"]]
     return out

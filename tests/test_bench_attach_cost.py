@@ -677,3 +677,28 @@ def test_job_reader_keeps_every_step_and_the_boundaries_apart(bench):
     os.close(wfd)
     job2._read(rfd)
     assert job2.steps == [(10, 1.0)] and job2.bounds == [(10, 1.0, 0.0, 0.0, 0.0)] and job2.eof
+
+
+def test_the_json_headline_is_the_simplest_measure_that_resolves(bench):
+    base = {"slowdown_pct": 0.2, "ci95_pct": [-0.3, 0.7], "polls_slowdown_pct": 0.1, "polls_ci95_pct": [-0.2, 0.4],
+            "windows": [{"t0": 0.0, "polls": [[0.1, 0.2]]}], "raw": {"steps": []}}
+    # The windows resolve it: they are the headline.
+    assert bench.headline(base) == (0.2, [-0.3, 0.7], "windows")
+    # Too wide over windows: the polls' measure, if it resolves.
+    wide = dict(base, slowdown_pct=1.4, ci95_pct=[-2.0, 4.8])
+    assert bench.headline(wide) == (0.1, [-0.2, 0.4], "at the polls")
+    # The speed reference comes before the polls when it resolves.
+    adj = dict(wide, slowdown_adj_pct=0.3, adj_ci95_pct=[-0.4, 0.9])
+    assert bench.headline(adj)[2] == "windows, with the speed reference"
+    # Nothing resolves: the windows' own, unresolved.
+    none = dict(wide, polls_ci95_pct=[-1.5, 1.7])
+    assert bench.headline(none) == (1.4, [-2.0, 4.8], "windows")
+    # A measured cost above the target is a resolution too (it is not hidden behind the polls).
+    above = dict(base, slowdown_pct=1.2, ci95_pct=[0.4, 2.0])
+    assert bench.headline(above)[2] == "windows"
+    # A calibration is read at the polls.
+    assert bench.headline(dict(base, injected_pct=0.5))[2] == "at the polls"
+    out = bench.slim(wide)
+    assert "raw" not in out and out["windows"] == [{"t0": 0.0, "polls": 1}]
+    assert (out["slowdown_pct"], out["slowdown_measure"]) == (0.1, "at the polls")
+    assert (out["windows_slowdown_pct"], out["windows_ci95_pct"]) == (1.4, [-2.0, 4.8])
