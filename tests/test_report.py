@@ -219,3 +219,35 @@ def test_text_sparklines_are_not_dotted_by_buckets_shorter_than_the_polls():
     assert None not in _resample(polls_every_other_bucket, 80)
     long_silence = [50.0] + [None] * 10 + [50.0]
     assert _resample(long_silence, 80).count(None) == 10  # a real gap stays a gap
+
+
+# --------------------------------------------------------------------------- -o - is standard output
+
+
+@pytest.mark.parametrize("extra, check", [
+    ([], lambda out: "where the idle time went" in out),
+    (["--json"], lambda out: json.loads(out)["gpus"][0]["index"] == 0),
+    (["--html"], lambda out: out.startswith("<!DOCTYPE html>")),
+])
+def test_report_dash_output_is_stdout_not_a_file(recording, tmp_path, monkeypatch, capsys, extra, check):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(recording), "-o", "-", *extra]) == 0
+    cap = capsys.readouterr()
+    assert check(cap.out)
+    assert "wrote" not in cap.err
+    assert not (tmp_path / "-").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_report_dash_output_when_a_file_named_dash_exists(recording, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("keep me")
+    assert main(["report", str(recording), "-o", "-"]) == 0  # not "already exists"
+    assert "where the idle time went" in capsys.readouterr().out
+    assert (tmp_path / "-").read_text() == "keep me"
+
+
+def test_report_formats_to_print_are_exclusive(recording, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(recording), "--json", "--html"])
+    assert e.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err

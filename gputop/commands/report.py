@@ -3,7 +3,8 @@
 Per-GPU busy and idle time and where the idle time went, the longest idle periods and their
 cause, the findings with their evidence, timeline charts. Text on the terminal by default;
 ``-o x.html`` writes one self-contained page (inline SVG, no scripts), ``-o x.txt`` the text,
-``-o x.json`` / ``--json`` the numbers.
+``-o x.json`` / ``--json`` the numbers. ``-o -`` is standard output: the text, or with
+``--json`` / ``--html`` that format (nothing named ``-`` is written).
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "self-contained HTML page with charts.",
     )
     p.add_argument("file", metavar="FILE", help="the recording")
-    p.add_argument("-o", "--output", metavar="OUT", help="write to OUT: .html (default for other names), .txt or .json")
-    p.add_argument("--text", action="store_true", help="print the text report (also when -o is given)")
-    p.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="write to OUT: .html (default for other names), .txt or .json; - is standard output "
+                   "(text, or the format --json/--html picks)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--text", action="store_true", help="print the text report (also when -o is given)")
+    shown.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    shown.add_argument("--html", action="store_true", help="print the HTML page (e.g. with -o - into a pipe)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=run)
 
@@ -37,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from ..record.reader import Reader
     from ..report import collect, render_html, render_text, summary_dict
 
-    out = Path(args.output) if args.output else None
+    # `-o -` is standard output, as for most tools: never a file named "-".
+    out = Path(args.output) if args.output and args.output != "-" else None
     if out is not None:
         if out.is_dir():
             raise UserError(f"{out} is a directory: give a file name, e.g. {out / 'report.html'}")
@@ -63,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(summary_dict(summary), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
+    elif args.html:
+        sys.stdout.write(render_html(summary))
     elif out is None or args.text:
         sys.stdout.write(render_text(summary, min(width, 140)))
     return 0
