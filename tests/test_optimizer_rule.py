@@ -3,7 +3,7 @@ GPU waits for the CPU to launch it, and with the framework's own knob."""
 
 import pytest
 
-from gputop.advisor.rules.base import wait_bound
+from gputop.advisor.rules.base import share_upper, wait_bound
 from gputop.model import Category as C
 from gputop.model import Frame
 
@@ -48,8 +48,10 @@ def test_a_python_loop_over_the_parameters_is_named_with_its_flag():
     assert "torch.optim.AdamW(model.parameters(), ..., fused=True)" in f.action
     assert any("_single_tensor_adam" in e and "foreach=False" in e for e in f.evidence)
     assert any("50 %" in e for e in f.evidence)  # half the main thread's samples
-    # the bound: the step's launching gone entirely, half the loop's time
-    assert f.gain_predicted == pytest.approx(wait_bound(0.5), rel=0.02)
+    # the bound: the step's launching gone entirely, half the loop's time (50 of 100 samples:
+    # the bound takes the share's upper confidence limit, 58 %)
+    assert len(ctx.main_stacks) == 100
+    assert f.gain_predicted == pytest.approx(wait_bound(share_upper(50, 100)), rel=0.02)
     # most of what the thread launches is the optimizer and no larger batch fits: launch-bound
     # defers to it
     assert "launch-bound" not in found

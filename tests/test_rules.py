@@ -62,7 +62,9 @@ def test_data_starved_without_workers():
     assert any("idle 60 %" in e for e in f.evidence)
     assert any("Images.__getitem__ (data.py:52) 100 % of samples" in e for e in f.evidence)
     assert "num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=2" in f.action  # 16 cores
-    assert "2.5x" in f.expected_gain
+    # 60 % of the time is 2.5x; the bound takes the loop's share at its upper limit
+    assert ("at most 3.1x steps/s (an upper bound: if the 60 % of the time this costs, "
+            "up to 68 % at 95 % confidence from about 100 stack samples, came back in full)") in f.expected_gain
 
 
 def test_data_starved_explains_a_busy_host_made_by_the_training_process_itself():

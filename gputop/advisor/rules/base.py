@@ -7,8 +7,9 @@ apply the same way (the cost bar, how many stacks make a claim) are here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ...analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
 from ...model import Category, Finding, Severity
@@ -147,6 +148,47 @@ MIN_REMAINING = 0.01
 WORTHWHILE_GAIN = 1.1
 
 
+# A share of the time read from k of n stack samples is an estimate: the bound a finding states
+# uses its upper confidence limit (Wilson's score interval, one-sided), not the estimate itself.
+# Measured on the H100 (bench/results/real_jobs.md, "Bounds"): from 20-60 samples early in a
+# session, bounds from the share itself fell below the measured gain (data-starved 1.83 vs 1.93x;
+# unfused-optimizer read live at 1.6x from 38 % of ~40 samples vs 1.77x). The level, 95 %
+# one-sided, is judgement: a benchmark round states ~17 bounds, so at 90 % about two would
+# undershoot from sampling alone, and samples 0.2 s apart in a periodic step loop are not
+# independent draws (the nominal level overstates the coverage); what it costs is a looser stated
+# bound (18 of 40: 2.4x at 95 %, 2.2x at 90 %, 1.8x from the share itself), which decides nothing.
+SHARE_UPPER_LEVEL = 0.95
+SHARE_UPPER_Z = 1.6449  # the standard normal's 95th percentile: one-sided 95 %
+
+
+def share_upper(k: float, n: int, z: float = SHARE_UPPER_Z) -> float:
+    """Wilson score upper confidence limit of a share seen in ``k`` of ``n`` samples, one-sided
+    at the level ``z`` stands for (SHARE_UPPER_LEVEL by default): the largest true share p under
+    which (k/n - p) / sqrt(p (1 - p) / n) >= -z. In [k/n, 1], and tends to k/n as n grows; 1
+    without samples."""
+    if n <= 0:
+        return 1.0
+    p = min(1.0, max(0.0, k / n))
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return min(1.0, max(p, (centre + half) / (1 + z2 / n)))
+
+
+class ShareLimit(NamedTuple):
+    """The share of time a stated bound uses, and the stack samples it comes from."""
+
+    upper: float  # the upper confidence limit (or the share itself where it is not sampled)
+    samples: int  # 0: not from stack samples (a GPU's idle share): no interval to state
+
+
+def sampled_upper(share: float, n: int, gpu_fraction: float = 0.0) -> ShareLimit:
+    """The upper limit of a share read from ``n`` stack samples (``share`` = k / n), or, where
+    the GPU's idle share (``gpu_fraction``: NVML's many polls, no interval) is larger, that."""
+    loop = ShareLimit(share_upper(share * n, n), n)
+    return loop if loop.upper > gpu_fraction else ShareLimit(gpu_fraction, 0)
+
+
 def wait_bound(fraction: float) -> float:
     """Steps/s if a wait of ``fraction`` of the time disappeared entirely: 1 / (1 - f)."""
     return 1.0 / max(MIN_REMAINING, 1.0 - fraction)
@@ -170,20 +212,53 @@ def loop_wait(ctx: AnalysisContext, gpu_fraction: float, *cats: Category) -> flo
     return max(gpu_fraction, main_share(ctx, *cats))
 
 
-def bounded(fraction: float, limit: float | None = None) -> float:
-    """The smaller of the wait's bound and the change's own (``limit``)."""
-    b = wait_bound(fraction)
+def loop_wait_upper(ctx: AnalysisContext, gpu_fraction: float, *cats: Category) -> ShareLimit:
+    """``loop_wait`` for the stated bound only: the loop's share of samples at its upper
+    confidence limit (share_upper); the GPU's idle share, from NVML's many polls, as it is.
+    Whether a finding fires, its cost and its ranking stay with ``loop_wait``."""
+    if not enough_stacks(ctx):
+        return ShareLimit(gpu_fraction, 0)
+    return sampled_upper(main_share(ctx, *cats), len(ctx.main_stacks), gpu_fraction)
+
+
+def bounded(fraction: float, limit: float | None = None, upper: ShareLimit | None = None) -> float:
+    """The smaller of the wait's bound and the change's own (``limit``). With ``upper`` the
+    wait's bound is taken at the share's upper confidence limit; ``limit`` is unaffected."""
+    b = wait_bound(fraction if upper is None else max(fraction, upper.upper))
     return b if limit is None else min(b, limit)
 
 
-def gain(fraction: float, limit: float | None = None, limited_by: str = "", unit: str = "steps/s") -> str:
+def _costs(fraction: float, upper: ShareLimit | None) -> str:
+    """The phrase "the 45 % of the time this costs", with the upper limit the bound uses where
+    that is from samples and reads differently."""
+    text = f"the {pct(fraction)} of the time this costs"
+    if upper is not None and upper.samples and pct(upper.upper) != pct(fraction):
+        text += (f", up to {pct(upper.upper)} at {100 * SHARE_UPPER_LEVEL:.0f} % confidence "
+                 f"from {_count(upper.samples)} stack samples,")
+    return text
+
+
+def _count(n: int) -> str:
+    """A sample count as the text states it: exact while it is small (it grows as the window
+    fills), to two figures beyond that, so a full window's count moving by a sample or two does
+    not change the words (a recording starts a new finding row when they change)."""
+    if n < 100:
+        return str(n)
+    return f"about {round(n, 2 - len(str(n))):,}"
+
+
+def gain(fraction: float, limit: float | None = None, limited_by: str = "", unit: str = "steps/s",
+         upper: ShareLimit | None = None) -> str:
     """The gain as an upper bound: what removing the whole wait would give, or, when the change
-    itself can give less (``limit``, with ``limited_by`` saying why), that smaller bound."""
-    b = wait_bound(fraction)
+    itself can give less (``limit``, with ``limited_by`` saying why), that smaller bound. With
+    ``upper`` (a share read from stack samples) the wait's bound is taken at the share's upper
+    confidence limit and the text says so; the limit is unaffected."""
+    b = bounded(fraction, upper=upper)
+    costs = _costs(fraction, upper)
     if limit is not None and limit < b:
         return (f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; "
-                f"the {pct(fraction)} of the time this costs would allow {times(b)}")
-    return f"at most {times(b)} {unit} (an upper bound: if the {pct(fraction)} of the time this costs came back in full)"
+                f"{costs} would allow {times(b)}")
+    return f"at most {times(b)} {unit} (an upper bound: if {costs} came back in full)"
 
 
 # --------------------------------------------------------------------------- weighing

@@ -6,7 +6,7 @@ from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...analysis.idle import periodicity
 from ...model import Category
 from ..context import AnalysisContext
-from .base import Hit, bounded, loop_wait, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
+from .base import Hit, bounded, loop_wait, loop_wait_upper, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
 
 # Checkpoint stalls are periodic and short, so the bar is lower than other causes' (base's
 # MIN_COST_FRACTION): a few % of the time (one save of ~1 s every 30 s) is already a clear, cheap
@@ -26,6 +26,7 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
         return None
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)
+    upper = loop_wait_upper(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)  # the stated bound's only
     saves = _runs(ctx, Category.CHECKPOINT_IO)
     ev = [idle_line(g, [Bucket.CHECKPOINT])]
     if saves:
@@ -45,8 +46,8 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
             "({k: v.detach().cpu() for k, v in sd.items()}) and torch.save it in a thread; "
             "or save less often"
         ),
-        expected_gain=gain(frac),
-        gain_bound=bounded(frac),
+        expected_gain=gain(frac, upper=upper),
+        gain_bound=bounded(frac, upper=upper),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.CHECKPOINT) or frac * 5, g.breakdown.idle_samples + 10),
         gpu_index=gpu_index(g),

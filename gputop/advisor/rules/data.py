@@ -17,6 +17,7 @@ from ...analysis.frameworks import loader_knob
 from ..context import AnalysisContext, GpuView
 from .base import (
     loop_wait,
+    loop_wait_upper,
     MIN_COST_S,
     WORTHWHILE_GAIN,
     Hit,
@@ -131,6 +132,9 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
         return None
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_FETCH, Category.DATA_WAIT)
+    # The stated bound only: the loop's share at its upper confidence limit. The worker count,
+    # the workers' own limit and whether that limit is worth naming use the share itself.
+    upper = loop_wait_upper(ctx, cost / g.breakdown.total_s, Category.DATA_FETCH, Category.DATA_WAIT)
     n = default_workers(ctx)
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
@@ -159,17 +163,17 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
         # Workers cannot load faster than the training thread already does on these cores.
         action = CHEAPER_SAMPLES
         expected = gain(frac, limit, f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: workers would only move "
-                        "the loading, not speed it up") + "; cheaper samples are bounded by how much cheaper they get"
+                        "the loading, not speed it up", upper=upper) + "; cheaper samples are bounded by how much cheaper they get"
         ev.append(f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: DataLoader workers cannot load faster than "
                   "the training thread does")
     else:
         action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores" + per_gpu
-        expected = gain(frac, limit, f"{n} workers on {cores} cores, {parallel} loading at once ({today})")
+        expected = gain(frac, limit, f"{n} workers on {cores} cores, {parallel} loading at once ({today})", upper=upper)
     return Hit(
         evidence=tuple(ev),
         action=action,
         expected_gain=expected,
-        gain_bound=bounded(frac, limit),
+        gain_bound=bounded(frac, limit, upper),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
         gpu_index=gpu_index(g),
@@ -246,6 +250,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         return None
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.DATA_WAIT)
+    upper = loop_wait_upper(ctx, cost / g.breakdown.total_s, Category.DATA_WAIT)  # the stated bound's only
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
     if line:
@@ -262,17 +267,18 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # was {w.count}; {spare:.0f} cores are idle"
         # A saturated pool delivers in proportion to its workers at best: w.count -> n.
         limit = n / w.count
-        expected = gain(frac, limit, f"the pool growing from {w.count} to {n} workers (its rate at most in proportion)")
+        expected = gain(frac, limit, f"the pool growing from {w.count} to {n} workers (its rate at most in proportion)",
+                        upper=upper)
     else:
         # No spare cores: more workers would share the same cores; only cheaper samples help.
         action = CHEAPER_SAMPLES
         limit = None
-        expected = gain(frac) + "; cheaper samples get at most that, bounded by how much cheaper each one gets"
+        expected = gain(frac, upper=upper) + "; cheaper samples get at most that, bounded by how much cheaper each one gets"
     return Hit(
         evidence=tuple(ev),
         action=action,
         expected_gain=expected,
-        gain_bound=bounded(frac, limit),
+        gain_bound=bounded(frac, limit, upper),
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
         gpu_index=gpu_index(g),
@@ -388,6 +394,7 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     if not any(signals):
         return None
     frac = loop_wait(ctx, cost / bd.total_s, Category.DATA_WAIT)
+    upper = loop_wait_upper(ctx, cost / bd.total_s, Category.DATA_WAIT)  # the stated bound's only
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
     line = labels_line(g, Bucket.DATA)
     if line:
@@ -416,8 +423,9 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(ev),
         action=f"{loader_line(n, 4, pin=g.index != CPU_DEVICE, ctx=ctx)}  # reads overlap; blocked workers cost no CPU. " + closer,
-        expected_gain=gain(frac, limit, f"{n} readers instead of {max(1, w.count)} (reads overlap at most in proportion)"),
-        gain_bound=bounded(frac, limit),
+        expected_gain=gain(frac, limit, f"{n} readers instead of {max(1, w.count)} (reads overlap at most in proportion)",
+                           upper=upper),
+        gain_bound=bounded(frac, limit, upper),
         cost_s=cost,
         confidence=confidence(max(io_share, blocked, 1.0 if signals[1] else 0.0), bd.idle_samples),
         gpu_index=gpu_index(g),

@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from ...model import Severity
 from ..context import AnalysisContext
-from .base import Hit, bounded, gain, pct
+from .base import Hit, bounded, gain, pct, sampled_upper
 
 Env = Mapping[str, str]
 
@@ -132,6 +132,12 @@ def check_nccl_env(ctx: AnalysisContext) -> Hit | None:
         ev.append(f"{text} on {on}: {st.why}")
     coll = [v.collective for v in ctx.ranks if v.samples]
     share = sum(coll) / len(coll) if coll else None
+    # The stated bound only: the ranks' mean share at its upper confidence limit. A mean of R
+    # shares from n_i samples each varies as one share from R^2 / sum(1 / n_i) samples (all of
+    # them when the ranks have as many; fewer, so a wider limit, when they differ).
+    seen = [v for v in ctx.ranks if v.samples]
+    n_eff = int(len(seen) ** 2 / sum(1 / v.samples for v in seen)) if seen else 0
+    upper = sampled_upper(share, n_eff) if share and n_eff else None
     if share is not None:
         ev.append(f"the ranks spend {pct(share)} of their time in collectives over the window "
                   "(" + ", ".join(f"rank {v.rank} {pct(v.collective)}" for v in ctx.ranks if v.samples) + ")")
@@ -144,8 +150,8 @@ def check_nccl_env(ctx: AnalysisContext) -> Hit | None:
         evidence=tuple(ev),
         action="; ".join(dict.fromkeys(st.fix for st, _, _ in found.values()))
         + "; then compare the ranks' collective share here (NCCL_DEBUG=INFO once shows the transport chosen)",
-        expected_gain=(gain(share) if share else "faster collectives: their share of the time is not measured yet"),
-        gain_bound=bounded(share) if share else None,
+        expected_gain=(gain(share, upper=upper) if share else "faster collectives: their share of the time is not measured yet"),
+        gain_bound=bounded(share, upper=upper) if share else None,
         cost_s=(share or 0.0) * window * len(coll),
         confidence=1.0 if transport else 0.9,
         severity=Severity.WARNING if transport else Severity.INFO,

@@ -18,7 +18,7 @@ from ...analysis.breakdown import Bucket
 from ...analysis.frameworks import HF_TRAINER, LIGHTNING
 from ...model import Category
 from ..context import AnalysisContext, GpuView
-from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, significant, starved_sm_s, worst
+from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, worst
 
 _UNFUSED = re.compile(r"^_(single|multi)_tensor_(\w+)$")
 _OPTIM_DIR = "torch/optim/"
@@ -107,14 +107,17 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     # The bound: the optimizer's launching time gone entirely (the fused kernel's own GPU time
     # is in the busy time either way).
     frac = max(c / g.breakdown.total_s, step.share)
+    # The stated bound takes the step's share of samples at its upper confidence limit; the GPU's
+    # part (NVML's polls) as it is.
+    upper = sampled_upper(step.share, len(ctx.main_stacks), c / g.breakdown.total_s)
     return Hit(
         evidence=(
             f"main thread in the optimizer step {pct(step.share)} of its samples, in {impl}",
             idle_line(g, [Bucket.CPU]),
         ),
         action=(f"{knob}; in plain PyTorch: {plain}" if knob else plain),
-        expected_gain=gain(frac) + ": the step's per-tensor launches become one kernel",
-        gain_bound=bounded(frac),
+        expected_gain=gain(frac, upper=upper) + ": the step's per-tensor launches become one kernel",
+        gain_bound=bounded(frac, upper=upper),
         cost_s=c,
         confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
         gpu_index=g.index,
