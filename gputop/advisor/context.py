@@ -124,6 +124,26 @@ class AnalysisContext:
         return [(lab, k / total) for lab, k in c.most_common(n)]
 
 
+def holds_no_gpu(target_pid: int | None, family: set[int], pid_rank: Mapping[int, object],
+                 gpu_processes: Sequence[GpuProcess], procs: Mapping[int, Sequence[ProcSample]],
+                 main: Sequence[StackSample]) -> bool:
+    """Whether the attached job demonstrably uses none of the GPUs: NVML lists processes on
+    them, read since the job's stacks began (the list is read every few seconds), and every one
+    of them is a process this machine's /proc shows (the same PID namespace: from another one
+    no PID would match, and the job's GPUs cannot be told), none of them the job's own (itself,
+    its workers, its ranks, or a child of it: a launcher's ranks). Then the GPUs' idle time is
+    someone else's, and the job's stacks would explain it wrongly."""
+    if target_pid is None or not main or not gpu_processes:
+        return False
+    if max(p.ts for p in gpu_processes) < main[0].ts:
+        return False
+    for pid in {p.pid for p in gpu_processes}:
+        seen = procs.get(pid)
+        if not seen or pid in family or pid in pid_rank or seen[-1].ppid == target_pid:
+            return False
+    return True
+
+
 def context_from_samples(
     *,
     now: float,
@@ -191,11 +211,16 @@ def context_from_samples(
         for i in gpu_idx
     }
     target_gpus = {p.gpu_index for p in gpu_processes if p.pid in family}
-    job_gpus = (
-        target_gpus
-        or {p.gpu_index for p in gpu_processes}
-        or {i for i in gpu_idx if any(s.util > 0 for s in slices_by[i])}
-    )
+    if holds_no_gpu(target_pid, family, pid_rank, gpu_processes, procs, main):
+        # Other people's GPUs: their idle time is not this job's to explain, and its stacks
+        # are not theirs. The job is judged on its own time line (the CPU device, below).
+        job_gpus: set[int] = set()
+    else:
+        job_gpus = (
+            target_gpus
+            or {p.gpu_index for p in gpu_processes}
+            or {i for i in gpu_idx if any(s.util > 0 for s in slices_by[i])}
+        )
 
     views: list[GpuView] = []
     for i in gpu_idx:
