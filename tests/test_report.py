@@ -251,3 +251,36 @@ def test_report_formats_to_print_are_exclusive(recording, capsys):
         main(["report", str(recording), "--json", "--html"])
     assert e.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the GPU named once per finding
+
+
+def _finding_summary(title: str, gpu: int | None):
+    from gputop.report.summary import summarise_findings
+
+    f = Finding(id="x", title=title, severity=Severity.WARNING, confidence=0.5, evidence=(), action="",
+                gpu_index=gpu, ts=T0)
+    return summarise_findings([(f, T0 + 10)])
+
+
+@pytest.mark.parametrize("title, gpu, heading", [
+    ("GPU 1 busy but tensor cores idle: fp32 math", 1, "[warning] GPU 1 busy but tensor cores idle"),
+    ("GPU 0 idle 22 % of the time, cause unknown", 0, "[warning] GPU 0 idle 22 %"),
+    ("GPU 10 throttled", 1, "[warning] GPU 1 GPU 10 throttled"),  # names another GPU: say which
+    ("DataLoader workers restart every epoch", 2, "[warning] GPU 2 DataLoader workers restart"),
+    ("CPU (no GPU) waits for data 40 % of the time", -1, "[warning] CPU (no GPU) waits"),
+    ("Debug settings in the job's environment", None, "[warning] Debug settings"),
+])
+def test_report_names_the_gpu_of_a_finding_once(summary, title, gpu, heading):
+    import dataclasses
+
+    s = dataclasses.replace(summary, findings=_finding_summary(title, gpu))
+    text = render_text(s, 100)
+    assert heading in text
+    assert not re.search(r"\b(GPU \d+) \1\b", text) and "GPU -1" not in text
+    page = render_html(s)
+    assert "GPU -1" not in page
+    block = re.search(r'<div class="finding">.*?</div>', page, re.S).group(0)
+    named = len(re.findall(rf"\bGPU {gpu}\b", block))
+    assert named == (1 if gpu is not None and gpu >= 0 else 0)

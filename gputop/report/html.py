@@ -13,7 +13,7 @@ from ..units import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
 from .ranks import rank_html
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, finding_device, gpus_text
 from .text import clock, hms
 
 BUCKET_COLORS = {
@@ -138,7 +138,8 @@ def render_html(s: Summary) -> str:
     for fs in s.findings:
         f = fs.finding
         sev = f.severity.value
-        gpu = f" · GPU {f.gpu_index}" if f.gpu_index is not None else ""
+        dev = finding_device(f)
+        gpu = f" · {dev}" if dev else ""
         out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
                    f"<div class=\"small\">first {e(clock(fs.first_seen))}, last {e(clock(fs.last_seen))}{e(gpu)}"
                    f" · confidence {100 * f.confidence:.0f}%"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -390,6 +391,16 @@ def cost_text(fs: FindingSummary, s: Summary) -> str:
     if fs.finding.gpu_index is not None and s.gpus:
         return f"up to {fs.max_cost_s:.0f} GPU-s per window"
     return f"up to {fs.max_cost_s:.0f} s of the job's time per window"
+
+
+def finding_device(f: Finding) -> str:
+    """The GPU to name beside a finding's title: "" when the title already names it (the rules
+    write most titles as "GPU 1 busy but ..."), when it is about no GPU, or about the CPU
+    standing in for one (``gpu_index`` -1, CPU_DEVICE)."""
+    i = f.gpu_index
+    if i is None or i < 0 or re.search(rf"\bGPU {i}\b", f.title):
+        return ""
+    return f"GPU {i}"
 
 
 def summarise_findings(rows: Iterable[tuple[Finding, float]]) -> list[FindingSummary]:

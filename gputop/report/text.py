@@ -10,7 +10,7 @@ from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
 from .ranks import rank_text_lines
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, finding_device, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -128,7 +128,8 @@ def render_text(s: Summary, width: int = 100) -> str:
         wrap = textwrap.TextWrapper(width=width, initial_indent="      ", subsequent_indent="      ")
         for fs in s.findings:
             f = fs.finding
-            gpu = f" GPU {f.gpu_index}" if f.gpu_index is not None else ""
+            dev = finding_device(f)
+            gpu = f" {dev}" if dev else ""
             out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
             out.append(f"      first {clock(fs.first_seen)}, last {clock(fs.last_seen)}"
                        + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
