@@ -284,3 +284,23 @@ def test_report_names_the_gpu_of_a_finding_once(summary, title, gpu, heading):
     block = re.search(r'<div class="finding">.*?</div>', page, re.S).group(0)
     named = len(re.findall(rf"\bGPU {gpu}\b", block))
     assert named == (1 if gpu is not None and gpu >= 0 else 0)
+
+
+# --------------------------------------------------------------------------- reports are private
+
+
+@pytest.mark.parametrize("name", ["r.html", "r.txt", "r.json"])
+def test_report_files_are_owner_only(recording, tmp_path, name):
+    import os
+    import stat
+
+    out = tmp_path / name
+    old = os.umask(0o022)
+    try:
+        assert main(["report", str(recording), "-o", str(out)]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        out.chmod(0o644)  # overwritten with --force: private again
+        assert main(["report", str(recording), "-o", str(out), "--force"]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -81,12 +81,15 @@ def _write(path: Path, body: str, force: bool) -> None:
     try:
         if force and path.is_symlink():
             path.unlink()
-        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)  # a report is for sharing: umask decides
+        # 0600, as for recordings: a report holds the job's command line, stack frames and
+        # file paths. Share it on purpose (chmod), not by a default that lets every local user read it.
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
         raise UserError(f"{path} already exists: use --force to overwrite it") from None
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
+        os.fchmod(fd, 0o600)  # --force over an existing file: O_CREAT's mode does not apply to it
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
     except OSError as exc:
