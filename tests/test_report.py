@@ -304,3 +304,96 @@ def test_report_files_are_owner_only(recording, tmp_path, name):
         assert stat.S_IMODE(out.stat().st_mode) == 0o600
     finally:
         os.umask(old)
+
+
+# --------------------------------------------------------------------------- a job that used no GPU
+
+
+@pytest.fixture(scope="module")
+def cpu_recording(tmp_path_factory):
+    from synth_recording import TARGET_PID, Rates
+
+    p = tmp_path_factory.mktemp("cpu") / "cpu.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(target_pid=TARGET_PID, target_cmdline="python train.py --device cpu"))
+    for b in SyntheticSession(t0=T0, rates=Rates(gpus=0), checkpoint_every_s=300, checkpoint_len_s=30).seconds(120):
+        w.flush(b)
+    w.finish()
+    return p
+
+
+def test_cpu_only_report_has_the_breakdown_advise_shows(cpu_recording):
+    """live, advise and the report reach one verdict on the same data: the report's CPU device
+    is advise's (context_from_samples' CPU view) over the whole recording."""
+    from synth_recording import TARGET_PID
+
+    from gputop.advisor.context import context_from_samples
+    from gputop.analysis.breakdown import CPU_DEVICE, Bucket
+
+    with Reader(cpu_recording) as r:
+        s = collect(r)
+        start, end = r.start_ts, r.end_ts
+        procs: dict = {}
+        for p in r.proc_samples(start - 1, end):
+            procs.setdefault(p.pid, []).append(p)
+        ctx = context_from_samples(now=end, window_s=end - start + 1, host=r.host_samples(start - 1, end),
+                                   procs=procs, stacks=r.stack_samples(start - 1, end), target_pid=TARGET_PID,
+                                   system=r.system_info())
+    (view,) = ctx.gpus
+    assert view.index == CPU_DEVICE
+    assert s.gpus == [] and s.cpu is not None and s.cpu.samples == 600
+    mine, theirs = s.cpu.breakdown, view.breakdown
+    assert mine.total_s == pytest.approx(theirs.total_s, rel=0.01)
+    for b in Bucket:
+        assert mine.get(b) == pytest.approx(theirs.get(b), abs=0.5), b
+    assert mine.get(Bucket.BUSY) > 0 and mine.idle_s > 0
+
+
+def test_cpu_only_report_text_json_and_html(cpu_recording, capsys):
+    assert main(["report", str(cpu_recording)]) == 0
+    text = capsys.readouterr().out
+    assert "CPU (no GPU): where the time went over" in text
+    assert "600 stack samples" in text and "no GPU in the recording" in text
+    assert re.search(r"█ busy\s+\S+\s+\d+ %", text)
+    assert main(["report", str(cpu_recording), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["cpu_device"]
+    assert d["device"] == "CPU (no GPU)" and d["stack_samples"] == 600
+    assert sum(b["percent"] for b in d["buckets"]) == 100
+    assert main(["report", str(cpu_recording), "--html"]) == 0
+    assert "CPU (no GPU): where the time went</h2>" in capsys.readouterr().out
+
+
+def test_gpu_report_has_no_cpu_device(summary):
+    assert summary.cpu is None and summary_dict(summary)["cpu_device"] is None
+    assert "CPU (no GPU)" not in render_text(summary)
+
+
+def test_report_of_a_job_on_someone_elses_gpu_adds_its_own_time_line(tmp_path):
+    """NVML lists only another user's process on the GPU: advise judges the job on its own time
+    line (holds_no_gpu); so does the report, beside the GPU's own numbers."""
+    import dataclasses
+
+    from synth_recording import TARGET_PID
+
+    from gputop.model import GpuProcess, ProcSample
+
+    other = 777
+    p = tmp_path / "elsewhere.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(target_pid=TARGET_PID))
+    for batch in SyntheticSession(t0=T0).seconds(60):
+        out = []
+        for x in batch:
+            if isinstance(x, GpuProcess):
+                out.append(dataclasses.replace(x, pid=other))
+                out.append(ProcSample(ts=x.ts, pid=other, ppid=1, name="someone-else", user="other", cmdline="x",
+                                      cpu_percent=100.0, rss=1, num_threads=1, status="running",
+                                      create_time=T0 - 500, io_read_bps=0.0, io_write_bps=0.0, role="other"))
+            else:
+                out.append(x)
+        w.flush(out)
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    assert len(s.gpus) == 1
+    assert s.cpu is not None and s.cpu.why == "the job held none of the GPUs"

@@ -39,6 +39,8 @@ def summary_dict(s: Summary) -> dict:
             }
             for g in s.gpus
         ],
+        # The job used no GPU: its main thread's time line, as advise --json's "breakdown" shows it.
+        "cpu_device": _cpu_device(s),
         "host": {"cpu_mean": s.host_cpu_mean, "cpu_max": s.host_cpu_max, "iowait_mean": s.host_iowait_mean},
         "findings": [
             {
@@ -61,3 +63,19 @@ def summary_dict(s: Summary) -> dict:
             for r in s.ranks
         ],
     }
+
+
+def _cpu_device(s: Summary) -> dict | None:
+    from ..analysis.breakdown import Bucket
+    from ..present.advice import breakdown_dict
+
+    if s.cpu is None:
+        return None
+    bd = s.cpu.breakdown
+    d = breakdown_dict(bd)
+    d["why"] = s.cpu.why
+    d["stack_samples"] = s.cpu.samples
+    # What the main thread was in while not computing, per bucket id (share of those samples).
+    d["top_labels"] = {b.value: [{"label": lab, "share": round(f, 4)} for lab, f in bd.top_labels(b, 2)]
+                       for b in Bucket if bd.top_labels(b, 2)}
+    return d

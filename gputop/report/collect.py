@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ..advisor.context import holds_no_gpu
+from ..analysis.breakdown import stack_slices
+from ..analysis.efficiency import is_worker
 from ..analysis.idle import poll_slices, util_slices
-from ..model import GpuSample, UtilPoint
+from ..analysis.ranks import rank_map
+from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from ..record.reader import Reader
 from .ranks import collect_ranks
 from .summary import RunAccumulator, Summary, summarise_findings
@@ -23,6 +29,13 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     # The first util point's period reaches back before the chunk: read a little earlier.
     t = start - 1e-6
     carry: dict[int, UtilPoint] = {}
+    # The CPU device (advise's "CPU (no GPU)"): the job's main thread as its own time line.
+    job_pid = target
+    main_carry: StackSample | None = None
+    first_main: StackSample | None = None
+    latest_proc: dict[int, ProcSample] = {}
+    latest_gpu_proc: dict[int, GpuProcess] = {}
+    family: set[int] = set()
     while t < end:
         e = min(end, t + chunk_s)
         pts: dict[int, list[UtilPoint]] = {}
@@ -42,9 +55,32 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         stacks = reader.stack_samples(t, e, main_only=True, pid=target)
         if not stacks and target is not None:
             stacks = reader.stack_samples(t, e, main_only=True)
-        acc.add_chunk(slices, polls, stacks, reader.host_samples(t, e), reader.proc_samples(t, e))
+        host, procs = reader.host_samples(t, e), reader.proc_samples(t, e)
+        acc.add_chunk(slices, polls, stacks, host, procs)
+
+        if job_pid is None and stacks:
+            # No target named: the process sampled most is the one watched (as in advise).
+            job_pid = Counter(x.pid for x in stacks).most_common(1)[0][0]
+        main = [x for x in stacks if x.pid == job_pid]
+        for p in procs:
+            latest_proc[p.pid] = p
+        for gp in reader.gpu_processes(t, e):
+            latest_gpu_proc[gp.pid] = gp
+        family = {job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid)} if job_pid else set()
+        if main:
+            first_main = first_main or main[0]
+            cpu_sl = stack_slices(([main_carry] if main_carry else []) + main, t, e)
+            acc.add_cpu_chunk(cpu_sl, main, host, [p for p in procs if p.pid in family])
+            main_carry = main[-1]
         t = e
-    events = [ev for ev in reader.events(float("-inf"), float("inf")) if ev.level in EVENT_LEVELS][-MAX_EVENTS:]
+    all_events = reader.events(float("-inf"), float("inf"))
+    events = [ev for ev in all_events if ev.level in EVENT_LEVELS][-MAX_EVENTS:]
+    cpu_why = None
+    if first_main is not None and holds_no_gpu(
+        job_pid, family, rank_map(all_events), list(latest_gpu_proc.values()),
+        {pid: [p] for pid, p in latest_proc.items()}, [first_main],
+    ):
+        cpu_why = "the job held none of the GPUs"
     sysinfo = reader.system_info()
     return acc.summary(
         path=str(reader.path),
@@ -58,6 +94,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         damage=reader.damage,
         size_bytes=reader.size_bytes(),
         gpu_infos={g.index: g for g in reader.gpu_infos()},
+        cpu_why=cpu_why,
         backfill_s=reader.span.backfill_s,
         ranks=collect_ranks(reader, chunk_s),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,

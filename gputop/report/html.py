@@ -7,7 +7,7 @@ opens anywhere.
 from __future__ import annotations
 
 from .. import __version__
-from ..present.advice import breakdown_rows
+from ..present.advice import breakdown_rows, device_name
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes
 from ..record.span import backfill_note
@@ -45,6 +45,32 @@ th { color: #555; font-weight: 600; } .num { text-align: right; font-variant-num
 code { background: #f5f5f5; padding: 1px 4px; border-radius: 3px; }
 .small { color: #666; font-size: 12px; }
 """
+
+
+def _breakdown_table(bd, e) -> list[str]:
+    rows = breakdown_rows(bd)
+    out = [svg.stacked_bar([(BUCKET_LABELS[b], sec / bd.total_s, BUCKET_COLORS[b]) for b, sec, _ in rows],
+                           title="time breakdown")]
+    out.append("<table><tr><th>activity</th><th class=\"num\">share</th><th class=\"num\">time</th>"
+               "<th>main thread was in</th></tr>")
+    for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
+        labels = ", ".join(f"{lab} ({100 * f:.0f}%)" for lab, f in bd.top_labels(b, 2) if f >= 0.01)
+        out.append(f"<tr><td><span class=\"sw\" style=\"background:{BUCKET_COLORS[b]}\"></span>"
+                   f"{e(BUCKET_LABELS[b])}</td><td class=\"num\">{100 * sec / bd.total_s:.1f}%</td>"
+                   f"<td class=\"num\">{e(hms(sec))}</td><td>{e(labels)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _cpu_device_html(s: Summary) -> list[str]:
+    """The job used no GPU: its main thread's time line, as advise shows the CPU device."""
+    e = svg.esc
+    c = s.cpu
+    bd = c.breakdown
+    out = [f"<h2>{e(device_name(bd))}: where the time went</h2>",
+           f"<p class=\"small\">{e(c.why)}: the job's main thread stands in for the device "
+           f"({c.samples} stack samples over {e(hms(bd.total_s))}).</p>"]
+    return out + _breakdown_table(bd, e)
 
 
 def render_html(s: Summary) -> str:
@@ -90,18 +116,8 @@ def render_html(s: Summary) -> str:
         out.append("<div class=\"small\">green: mean utilisation per interval; thin red line: its lowest "
                    "200 ms sample; red bands: the longest idle periods (hover for the cause); triangles: findings.</div>")
         if bd.total_s > 0:
-            rows = breakdown_rows(bd)
             out.append("<h3>Where the time went</h3>")
-            out.append(svg.stacked_bar([(BUCKET_LABELS[b], sec / bd.total_s, BUCKET_COLORS[b]) for b, sec, _ in rows],
-                                       title="time breakdown"))
-            out.append("<table><tr><th>activity</th><th class=\"num\">share</th><th class=\"num\">time</th>"
-                       "<th>main thread was in</th></tr>")
-            for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
-                labels = ", ".join(f"{lab} ({100 * f:.0f}%)" for lab, f in bd.top_labels(b, 2) if f >= 0.01)
-                out.append(f"<tr><td><span class=\"sw\" style=\"background:{BUCKET_COLORS[b]}\"></span>"
-                           f"{e(BUCKET_LABELS[b])}</td><td class=\"num\">{100 * sec / bd.total_s:.1f}%</td>"
-                           f"<td class=\"num\">{e(hms(sec))}</td><td>{e(labels)}</td></tr>")
-            out.append("</table>")
+            out += _breakdown_table(bd, e)
             if not bd.attributed:
                 out.append("<p class=\"small\">No stack samples were recorded (no --pid): idle time is not "
                            "attributed to a cause.</p>")
@@ -120,6 +136,8 @@ def render_html(s: Summary) -> str:
         if any(v is not None for _, v in power[0][1]):
             out.append(svg.line_chart(t0, t1, power, hi=g.power_limit_w or None, unit="W", title="GPU power",
                                       max_gap=gap))
+    if s.cpu is not None:
+        out += _cpu_device_html(s)
     out.append("<h2>Host</h2>")
     out.append(f"<p>CPU mean {_pct(s.host_cpu_mean)} (max {_pct(s.host_cpu_max)})"
                + (f" of {s.host_cores} cores" if s.host_cores else "")

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from ..analysis.breakdown import BUCKET_LABELS, Breakdown, Bucket, attribute, bucket_of
+from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
 from ..analysis.idle import IDLE_UTIL_PCT, Slice, idle_intervals
 from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
 
@@ -111,6 +111,17 @@ class GpuSummary:
 
 
 @dataclass
+class CpuSummary:
+    """The job's own time line when it used no GPU: its main thread stands in for the device
+    (``analysis.breakdown.stack_slices``), the analysis advise and the live view use for the
+    "CPU (no GPU)" device, run here over the whole recording."""
+
+    breakdown: Breakdown
+    samples: int  # main-thread stack samples it rests on
+    why: str  # why the job is judged on its own time line
+
+
+@dataclass
 class FindingSummary:
     finding: Finding
     first_seen: float
@@ -146,6 +157,7 @@ class Summary:
     sample_interval: float | None = None  # the recorder's poll interval, when recorded
     backfill_s: float = 0.0  # GPU history in the file from before recording started (not in the span)
     ranks: tuple = ()  # report.ranks.RankSummary per local rank of a multi-rank job
+    cpu: CpuSummary | None = None  # the job used no GPU: where its main thread's time went
 
     @property
     def duration(self) -> float:
@@ -235,6 +247,23 @@ class RunAccumulator:
         self.host_mem_total: int | None = None
         self.cores: int | None = None
         self.attributed = False
+        self.cpu_breakdown: Breakdown | None = None
+        self.cpu_samples = 0
+
+    def add_cpu_chunk(
+        self,
+        slices: Sequence[Slice],
+        main_stacks: Sequence[StackSample],
+        host: Sequence[HostSample],
+        job_procs: Sequence[ProcSample] = (),
+    ) -> None:
+        """The target's main-thread time line (``stack_slices``) for this chunk, attributed as
+        advise attributes the CPU device: the same ``attribute`` call, on the job's processes."""
+        if not slices:
+            return
+        self.cpu_samples += len(main_stacks)
+        bd = attribute(CPU_DEVICE, slices, main_stacks, host=host, procs=job_procs, cores=self.cores)
+        self.cpu_breakdown = _merge(self.cpu_breakdown, bd)
 
     def _bucket(self, t: float) -> int:
         return min(self.n_buckets - 1, max(0, int((t - self.start) / self.step)))
@@ -331,6 +360,13 @@ class RunAccumulator:
 
     def summary(self, **meta) -> Summary:
         infos: Mapping[int, GpuInfo] = meta.pop("gpu_infos", {})
+        # Why the job is judged on its own time line, or None when it is judged by its GPUs.
+        cpu_why = meta.pop("cpu_why", None)
+        if cpu_why is None and not self.gpus:
+            cpu_why = "no GPU in the recording"
+        cpu = None
+        if cpu_why and self.cpu_breakdown is not None and self.cpu_breakdown.total_s > 0:
+            cpu = CpuSummary(self.cpu_breakdown, self.cpu_samples, cpu_why)
         gpus = []
         for idx in sorted(self.gpus):
             acc = self.gpus[idx]
@@ -369,6 +405,7 @@ class RunAccumulator:
             host_cores=self.cores,
             host_chart=host_chart,
             attributed=self.attributed,
+            cpu=cpu,
             chart_step=self.step,
             start=self.start,
             end=self.end,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 import time
 
-from ..present.advice import BUCKET_CHAR, breakdown_rows
+from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
@@ -54,6 +54,24 @@ def _resample(values: list[float | None], width: int) -> list[float | None]:
     for i in range(width):
         chunk = [v for v in values[i * len(values) // width : (i + 1) * len(values) // width] if v is not None]
         out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def cpu_device_lines(s: Summary) -> list[str]:
+    """The job's own time line when it used no GPU: the breakdown advise prints for the
+    "CPU (no GPU)" device (``present.advice.breakdown_rows``), over the whole recording."""
+    c = s.cpu
+    if c is None:
+        return []
+    bd = c.breakdown
+    out = ["", f"{device_name(bd)}: where the time went over {hms(bd.total_s)} "
+               f"({c.why}: the job's main thread, {c.samples} stack samples)"]
+    out.append("  " + bar_text(bd, 50))
+    for b, sec, p in breakdown_rows(bd):
+        out.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {hms(sec):>9}  {p:3d} %")
+        for label, frac in bd.top_labels(b, 2):
+            if frac >= 0.01:
+                out.append(f"      {label}  ({100 * frac:.0f}% of samples while not computing)")
     return out
 
 
@@ -114,6 +132,8 @@ def render_text(s: Summary, width: int = 100) -> str:
             facts.append(f"clocks held back {100 * g.throttled_fraction:.0f}% of the time")
         if facts:
             out.append("  " + ", ".join(facts))
+    if s.cpu is not None:
+        out += cpu_device_lines(s)
     out.append("")
     cpu = [b.cpu for _, b in s.host_chart]
     out.append(f"host   CPU mean {pct(s.host_cpu_mean)} (max {pct(s.host_cpu_max)})"
