@@ -33,7 +33,10 @@ from gputop.sources.stacks import (  # noqa: E402
     PYSPY_ENV,
     AttachError,
     PySpySource,
+    PtraceFacts,
     _classify_failure,
+    permission_advice,
+    ptrace_facts,
     check_attachable,
     find_pyspy,
     native_dump,
@@ -406,9 +409,58 @@ def test_permission_denied_message_says_how_to_fix():
     err = _classify_failure(os.getpid(), "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'", 1)
     assert err.kind == "permission"
     msg = str(err)
+    assert "\n" not in msg and msg.startswith(f"permission denied reading PID {os.getpid()}'s stacks: ")
+    assert msg.endswith(permission_advice(os.getpid()))
+
+
+ROOT_UID, ME, OTHER = 0, 4_242_424, 4_242_425  # uids no box has a name for
+
+
+def _facts(**kw):
+    base = dict(euid=ME, target_uid=ME, ptrace_scope=None, cap_sys_ptrace=False, exe_readable=True)
+    return PtraceFacts(**{**base, **kw})
+
+
+@pytest.mark.parametrize("facts, says, never", [
+    # The new user's case: root, with the capability, no Yama, /proc/1/exe unreadable.
+    (_facts(euid=ROOT_UID, target_uid=ROOT_UID, cap_sys_ptrace=True, exe_readable=False),
+     ["runs as root with CAP_SYS_PTRACE, no kernel.yama.ptrace_scope", "/proc/1/exe is unreadable",
+      "another container or PID namespace"],
+     ["same user", "sysctl", "--cap-add", "run gputop as root"]),
+    # Another user's process: that is the cause, not Yama or a capability.
+    (_facts(target_uid=OTHER, exe_readable=False, ptrace_scope=1),
+     ["belongs to uid 4242425", "run gputop as uid 4242425 or as root"], ["ptrace_scope", "CAP_SYS_PTRACE", "exe"]),
+    # Root without the capability (a container) reading another user's process.
+    (_facts(target_uid=ROOT_UID, exe_readable=False),
+     ["belongs to root and gputop runs as uid 4242424: run gputop as root"], ["or as root", "ptrace_scope"]),
+    (_facts(euid=ROOT_UID, target_uid=OTHER, exe_readable=False),
+     ["runs as root without CAP_SYS_PTRACE", "--cap-add SYS_PTRACE"], ["sysctl", "exe"]),
+    # Same user, Yama 1: only its children.
+    (_facts(ptrace_scope=1), ["kernel.yama.ptrace_scope=1", "run gputop as root", "ptrace_scope=0"],
+     ["--cap-add", "same user"]),
+    (_facts(ptrace_scope=2), ["kernel.yama.ptrace_scope=2", "only CAP_SYS_PTRACE"], ["ptrace_scope=0"]),
+    (_facts(euid=ROOT_UID, target_uid=ROOT_UID, cap_sys_ptrace=True, ptrace_scope=3),
+     ["kernel.yama.ptrace_scope=3", "reboot"], ["--cap-add", "run gputop as root"]),
+    # Yama 1 does not stop a process holding CAP_SYS_PTRACE: not blamed.
+    (_facts(euid=ROOT_UID, target_uid=ROOT_UID, ptrace_scope=1, cap_sys_ptrace=True),
+     ["kernel.yama.ptrace_scope=1 and /proc/1/exe readable", "security module"], ["sysctl", "--cap-add"]),
+    (_facts(euid=ROOT_UID, target_uid=ROOT_UID), ["without CAP_SYS_PTRACE", "--cap-add SYS_PTRACE"], ["sysctl"]),
+])
+def test_permission_advice_says_which_applies(facts, says, never):
+    msg = permission_advice(1, facts)
     assert "\n" not in msg
-    for hint in ("same user", "root", "CAP_SYS_PTRACE", "kernel.yama.ptrace_scope"):
-        assert hint in msg
+    for s in says:
+        assert s in msg, (s, msg)
+    for s in never:
+        assert s not in msg, (s, msg)
+
+
+def test_ptrace_facts_read_this_process():
+    f = ptrace_facts(os.getpid())
+    assert f.euid == os.geteuid() and f.target_uid == os.geteuid() and f.exe_readable
+    assert (f.ptrace_scope is None) == (not os.path.exists("/proc/sys/kernel/yama/ptrace_scope"))
+    assert ptrace_facts(2**31 - 2).target_uid is None  # no such process
+    assert not ptrace_facts(2**31 - 2).exe_readable
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser")
@@ -426,7 +478,8 @@ def test_permission_denied_for_real(targets):
         os.chmod(wrapper, 0o755)
         with pytest.raises(AttachError) as exc:
             check_attachable(targets["plain"].pid, pyspy=wrapper)
-        assert exc.value.kind == "permission" and "CAP_SYS_PTRACE" in str(exc.value)
+        # py-spy ran as nobody, gputop as root: the message is gputop's view, on one line.
+        assert exc.value.kind == "permission" and "\n" not in str(exc.value)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
