@@ -180,3 +180,41 @@ def test_procfs_source_sees_threads_blocked_on_a_lock_a_pipe_and_a_socket():
             os.close(fd)
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("sampled, running, line", [
+    (1, 2, "1 of 2 DataLoader workers sampled: blocked inside the dataset (socket)"),
+    (2, 3, "2 of 3 DataLoader workers sampled: all blocked inside the dataset (socket)"),
+    (2, 2, "2 of 2 DataLoader workers blocked inside the dataset (socket)"),
+    (2, None, "2 of 2 DataLoader workers blocked inside the dataset (socket)"),  # no /proc readings
+])
+def test_hung_workers_are_counted_against_those_the_os_shows(sampled, running, line):
+    main = stack(T0, WAIT_DATA, cat=Category.DATA_WAIT)
+    workers = [stack(T0, RECV, pid=PID + k, cat=Category.DATA_FETCH) for k in range(1, sampled + 1)]
+    d = diagnose(main, workers, PID, workers_running=running)
+    assert d.kind == WORKER and d.evidence[0].startswith(line)
+
+
+def test_the_stuck_finding_counts_the_workers_once():
+    """Two workers, one of them sampled so far (a worker's stacks come every few seconds): the
+    hang's line and the workers' CPU line say the same number of workers."""
+    from gputop.advisor.context import context_from_samples
+    from gputop.advisor.rules.stuck import check_stuck
+    from gputop.model import ProcSample
+
+    now = T0 + 12.0
+    main = [stack(T0 + i / 5, WAIT_DATA, cat=Category.DATA_WAIT) for i in range(61)]
+    worker = stack(now - 1.0, RECV, pid=PID + 1, cat=Category.DATA_FETCH)
+    procs = {PID: [ProcSample(ts=T0 + i, pid=PID, ppid=1, name="python", role="target", cpu_percent=0.0)
+                   for i in range(13)]}
+    for k in (1, 2):
+        procs[PID + k] = [ProcSample(ts=T0 + i, pid=PID + k, ppid=PID, name="pt_data_worker", role="worker",
+                                     cpu_percent=0.0) for i in range(13)]
+    ctx = context_from_samples(now=now, window_s=60.0, procs=procs, stacks=main + [worker], target_pid=PID,
+                               stuck_after_s=30.0)
+    hit = check_stuck(ctx)
+    assert hit is not None, ctx.stuck
+    ev = " | ".join(hit.evidence)
+    assert "1 of 2 DataLoader workers sampled: blocked inside the dataset" in ev, ev
+    assert "2 loader workers at 0 % CPU each" in ev, ev
+    assert "1 of 1 DataLoader workers" not in ev

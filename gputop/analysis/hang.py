@@ -265,10 +265,24 @@ def _at(p: Party) -> str:
     return f"{p.label} at {p.where}"
 
 
+def _hung_workers_line(hung: int, sampled: int, running: int | None) -> str:
+    """How many workers are blocked, out of those whose stacks were read; and, when the OS shows
+    more workers than were sampled, that only some were (the others' stacks are not in yet)."""
+    if running is None or running <= sampled:
+        return f"{hung} of {sampled} DataLoader workers blocked inside the dataset"
+    head = f"{sampled} of {running} DataLoader workers sampled"
+    if hung == sampled:
+        return f"{head}: {'all ' if sampled > 1 else ''}blocked inside the dataset"
+    return f"{head}: {hung} blocked inside the dataset"
+
+
 def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu: str = "unknown",
-             tasks: Mapping[int, TaskSample] | None = None, ranks: Mapping[int, int] | None = None) -> Diagnosis:
+             tasks: Mapping[int, TaskSample] | None = None, ranks: Mapping[int, int] | None = None,
+             workers_running: int | None = None) -> Diagnosis:
     """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid;
-    ``ranks``: pid -> rank of a multi-rank job's processes (the others are named by rank)."""
+    ``ranks``: pid -> rank of a multi-rank job's processes (the others are named by rank);
+    ``workers_running``: the target's DataLoader workers the OS shows (``worker_stats``), of
+    which ``others`` may hold only some (a worker is sampled every few seconds)."""
     tasks = tasks or {}
     ps = parties(main, others, target, tasks, ranks)
     m = ps[0]
@@ -313,8 +327,8 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
         hung = [p for p in worker_mains if p.category is Category.DATA_FETCH and p.waits != "running"]
         if hung:
             w = hung[0]
-            ev = [f"{len(hung)} of {len(worker_mains)} DataLoader workers blocked inside the dataset "
-                  f"({', '.join(sorted({p.waits for p in hung}))}); the main thread waits for its batch"]
+            ev = [_hung_workers_line(len(hung), len(worker_mains), workers_running)
+                  + f" ({', '.join(sorted({p.waits for p in hung}))}); the main thread waits for its batch"]
             on = {"socket": " on a socket", "event": " on an event", "lock": " on a lock", "file": " on a file",
                   "child": " on a child process"}.get(w.waits, "")
             return Diagnosis(

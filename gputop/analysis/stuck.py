@@ -34,7 +34,7 @@ from ..model import Category, Event, Frame, ProcSample, StackSample, TaskSample
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
 from ..store import Store
-from .efficiency import is_worker
+from .efficiency import is_worker, worker_stats
 
 # A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
 # longer than a checkpoint save or an evaluation pass on most jobs, short enough to be noticed
@@ -199,10 +199,17 @@ def judge(
         cores = prog.cores  # the kernel's CPU time: exact, and there after one second
     base.update(held_s=held, held_exact=exact, tree_cores=cores, proc=prog)
     latest_tasks = {p: ss[-1] for p, ss in family.items()}
+    # The workers the OS shows, counted as the advisor's worker line counts them (worker_stats),
+    # so "k of N workers" and "N loader workers at x % CPU" agree; the stacks may hold fewer.
+    main_by_pid: dict[int, list[StackSample]] = {}
+    for s in others:
+        if s.is_main:
+            main_by_pid.setdefault(s.pid, []).append(s)
+    running = worker_stats(procs, last.pid, now, stacks=main_by_pid).count if procs else None
 
     def stuck(reason: str, held_s: float, held_exact: bool, early: bool, confidence: float,
               evidence: list[str]) -> StuckVerdict:
-        d = diagnose(last, others, last.pid, gpu, latest_tasks, ranks=ranks)
+        d = diagnose(last, others, last.pid, gpu, latest_tasks, ranks=ranks, workers_running=running)
         fields = dict(base, held_s=held_s, held_exact=held_exact)
         return StuckVerdict(True, reason, early=early, confidence=confidence, evidence=tuple(evidence),
                             diagnosis=d, **fields)
