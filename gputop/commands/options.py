@@ -59,7 +59,14 @@ def _seconds(text: str) -> float:
 
 
 def _fmt(seconds: float) -> str:
-    return f"{seconds:g} s"
+    """A limit for people: '0.01 s', '45 s', '1h (3,600 s)', '366d (31,622,400 s)': the largest
+    unit of the duration syntax that divides it, and the plain seconds (never '3.16224e+07 s')."""
+    if seconds < 60 or seconds != int(seconds):
+        return f"{seconds:,.10g} s"
+    for unit in ("d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{int(seconds) // _UNITS[unit]:,}{unit} ({int(seconds):,} s)"
+    return f"{int(seconds):,} s"
 
 
 def duration_between(low: float, high: float, low_inclusive: bool = True):
