@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from . import __version__
-from .commands.options import DEFAULT_INTERVAL, add_live_options, add_stuck_after, require_terminal
+from .commands.options import DEFAULT_INTERVAL, add_live_options, add_stuck_after, force_problem, require_terminal
 from .errors import UserError
 
 __all__ = ["COMMANDS", "DEFAULT_INTERVAL", "build_parser", "main"]
@@ -66,6 +66,9 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    problem = force_problem(args)
+    if problem:
+        parser.error(problem)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

@@ -35,3 +35,23 @@ def test_limit_errors_have_no_exponent(argv, says, capsys, tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert says in err
     assert not re.search(r"\de[+-]\d", err), err
+
+
+@pytest.mark.parametrize("argv", [["--force"], ["--force", "attach", "1"], ["--force", "info", "x.gputop"],
+                                  ["--force", "--fake"]])
+def test_force_without_record_is_refused(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]
+    assert errors == ["gputop: error: --force only applies with --record FILE (to overwrite an old recording)"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--force", "--record", "x.gputop"], ["--force", "--record", "x.gputop", "attach", "1"],
+                                  ["report", "x.gputop", "--force"], ["record", "-o", "x.gputop", "--force"]])
+def test_force_with_something_to_overwrite_parses(argv):
+    from gputop.cli import build_parser
+
+    assert options.force_problem(build_parser().parse_args(argv)) is None

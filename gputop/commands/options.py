@@ -183,6 +183,17 @@ def add_stuck_after(p: argparse.ArgumentParser, help: str, default: object = DEF
     )
 
 
+def force_problem(args: argparse.Namespace) -> str | None:
+    """The top-level ``--force`` only lets ``--record`` replace an old recording: alone it would
+    be accepted and do nothing, and a user who typed it believes something was overwritten.
+    ``report`` and ``record`` have their own ``-f/--force``, which sets the same attribute."""
+    if getattr(args, "command", None) in ("report", "record"):
+        return None
+    if getattr(args, "force", False) and not getattr(args, "record", None):
+        return "--force only applies with --record FILE (to overwrite an old recording)"
+    return None
+
+
 def terminal_problem() -> str | None:
     """Why the full-screen UI cannot run here, or None. It reads keys from stdin and draws on
     the terminal; with output redirected (``gputop > log``, nohup, a job script) it would write
