@@ -22,10 +22,11 @@ from gputop.ui.app import GputopApp  # noqa: E402
 async def shoot(args: argparse.Namespace) -> Path:
     w, h = (int(x) for x in args.size.split("x"))
     if args.replay:
-        session = open_replay(args.replay, speed=args.speed, start=args.start)
+        session = open_replay(args.replay, speed=args.speed, start=args.start, views=True)
     else:
         session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid,
-                                   advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S))
+                                   advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S,
+                                   views=True))  # the Stacks and Ranks panes' views, as `gputop` has them
     app = GputopApp(session, interval=args.interval)
     session.pipeline.start()
     try:
