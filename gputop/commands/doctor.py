@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+import warnings
 from pathlib import Path
 
 from .. import __version__
@@ -15,7 +16,13 @@ Check = tuple[str, bool, str]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check the environment: driver, NVML, GPUs, py-spy, ptrace, torch")
+    p = sub.add_parser(
+        "doctor",
+        help="check the environment: driver, NVML, GPUs, py-spy, ptrace, torch",
+        description="Check whether this machine can be monitored: Python packages, the NVIDIA driver and "
+        "NVML, each GPU, py-spy and ptrace permissions, /dev/shm, and with --torch PyTorch's view of the "
+        "GPUs. Prints one line per check; exits 1 when any check fails.",
+    )
     p.add_argument("--torch", action="store_true", help="also import torch and run a small matmul on each GPU")
     p.set_defaults(func=run)
 
@@ -72,11 +79,44 @@ def host_checks() -> list[Check]:
     return out
 
 
+# What torch warns (from C++, as a UserWarning) when it cannot import numpy: the CPU wheels do not
+# depend on it. gputop needs no numpy; doctor says so as a line rather than print torch's warning.
+NUMPY_WARNING = "Failed to initialize NumPy"
+
+
+def _import_torch():
+    """``import torch`` with its numpy warning caught and returned (None without one); any other
+    warning is shown as usual."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import torch
+    numpy_warning = None
+    for w in caught:
+        if issubclass(w.category, UserWarning) and NUMPY_WARNING in str(w.message):
+            numpy_warning = str(w.message).split(" (Triggered internally", 1)[0]
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return torch, numpy_warning
+
+
+def numpy_check(numpy_warning: str | None) -> Check:
+    v = _version("numpy")
+    if v is None:
+        return ("numpy", True, "not installed (torch warns without it; gputop does not need it)")
+    if numpy_warning:
+        return ("numpy", False, f"{v} installed, but torch cannot use it: {numpy_warning}")
+    return ("numpy", True, v)
+
+
 def torch_checks() -> list[Check]:
     try:
-        import torch
+        torch, numpy_warning = _import_torch()
     except ImportError:
         return [("torch", True, "not installed (optional)")]
+    return _torch_device_checks(torch) + [numpy_check(numpy_warning)]
+
+
+def _torch_device_checks(torch) -> list[Check]:
     built_for = getattr(torch.version, "cuda", None)
     if built_for is None:
         # torch.version.cuda is None for the CPU-only wheels (and ROCm builds say so in .hip).
