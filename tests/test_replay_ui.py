@@ -206,3 +206,26 @@ def test_a_paused_replay_after_a_jump_shows_the_findings_at_once(recording):
         assert [f.id for f in session.store.findings()][:1] == ["checkpoint-stall"]
     finally:
         session.stop()
+
+
+@pytest.mark.parametrize("start, says", [
+    ("+99h", "--start: +99h is after the end of the recording, which is "),
+    ("-99h", "--start: -99h is before the start of the recording, which is "),
+    ("2001-01-01 00:00", "is before the start of the recording"),
+    ("2099-01-01 00:00", "is after the end of the recording"),
+])
+def test_replay_start_outside_the_recording_is_refused_not_clamped(recording, capsys, start, says):
+    from gputop.cli import main
+
+    assert main(["replay", str(recording), "--start", start]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gputop: error: --start: {start} is ") and says in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("start", ["+0", "-1s", "100%", "0%"])
+def test_replay_start_at_the_edges_is_accepted(recording, start):
+    from gputop.commands.replay import outside_problem
+    from gputop.record.reader import Reader
+
+    with Reader(recording) as r:
+        outside_problem(start, r.start_ts, r.end_ts)  # no error

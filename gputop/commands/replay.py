@@ -24,6 +24,33 @@ def speed_arg(text: str) -> float:
     return v
 
 
+# A --start this far outside the recording is refused, not moved to its edge. Said out of range
+# rather than clamped because a clamped start shows something other than what was asked, with
+# nothing on screen to say so (+99h for +99s starts at the last frame), and the other forms
+# already refuse out-of-range values (150%, a clock time the recording does not contain, within
+# the same second of slack).
+START_SLACK_S = 1.0
+
+
+def outside_problem(text: str, start: float, end: float) -> None:
+    """Raise a one-line UserError when ``--start TEXT`` lies outside the recording."""
+    from ..units import fmt_length
+    from ..sources.replay import parse_position
+
+    try:
+        pos = parse_position(text, start, end)
+    except ValueError as exc:  # open_replay said so already; here for direct callers
+        raise UserError(f"--start: {exc}") from None
+    if start - START_SLACK_S <= pos <= end + START_SLACK_S:
+        return
+    length = fmt_length(end - start)
+    if pos > end:
+        raise UserError(f"--start: {text} is after the end of the recording, which is {length} long "
+                        "(-1m starts a minute before the end)")
+    raise UserError(f"--start: {text} is before the start of the recording, which is {length} long "
+                    f"(+0 starts at its beginning)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay",
@@ -47,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     session = open_replay(args.file, args.speed, args.start, args.paused, views=True)
     try:
+        if args.start:
+            outside_problem(args.start, session.replay.start_ts, session.replay.end_ts)
         require_terminal(replay=True)  # a bad file or --start is said first; nothing has started yet
     except UserError:
         session.stop()
