@@ -5,8 +5,6 @@ test_redact_e2e.py."""
 
 from __future__ import annotations
 
-import random
-import time
 
 import pytest
 
@@ -281,21 +279,3 @@ TYPICAL = [
     "python -m sglang.launch_server --model-path Qwen/Qwen2-7B --port 30000 --mem-fraction-static 0.8",
     "python train.py --data s3://bucket/prefix/train --cache_dir /scratch/cache --seed 42 --run_name task-ft-llama2",
 ]
-
-
-def test_cost_per_command_line():
-    """Called for every process on every poll (the host source keeps each line 10 s): on ~100
-    typical command lines the average stays under 20 µs (best of 5 rounds; ~8 µs measured on the
-    2-core dev box)."""
-    lines = [c.split() for c in TYPICAL] * 5
-    random.Random(0).shuffle(lines)
-    for c in lines:
-        redact_cmdline(c)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(20):
-            for c in lines:
-                redact_cmdline(c)
-        best = min(best, (time.perf_counter() - t) / (20 * len(lines)))
-    assert best < 20e-6, f"{best * 1e6:.1f} µs per command line"
