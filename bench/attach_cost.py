@@ -843,6 +843,24 @@ def shm_room() -> int:
         return 0
 
 
+def read_records(rfd: int, rec: struct.Struct, take) -> None:
+    """Fixed-size records off a pipe until its writer closes it, handed to ``take`` a read's worth
+    at a time (a record split across two reads waits for its rest); then the pipe is closed."""
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(rfd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        buf += chunk
+        n = len(buf) // rec.size
+        take([rec.unpack_from(buf, i * rec.size) for i in range(n)])
+        buf = buf[n * rec.size:]
+    os.close(rfd)
+
+
 class Job:
     """The target process; a thread reads its boundary records off the pipe."""
 
@@ -875,23 +893,13 @@ class Job:
         self.info = json.loads(line)
 
     def _read(self, rfd: int) -> None:
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(rfd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            buf += chunk
-            n = len(buf) // RECORD.size
-            recs = [RECORD.unpack_from(buf, i * RECORD.size) for i in range(n)]
-            buf = buf[n * RECORD.size:]
+        def take(recs: list[tuple]) -> None:
             with self.cond:
                 self.steps.extend((r[0], r[1]) for r in recs)
                 self.bounds.extend(r[:5] for r in recs if r[5])
                 self.cond.notify_all()
-        os.close(rfd)
+
+        read_records(rfd, RECORD, take)
         with self.cond:
             self.eof = True
             self.cond.notify_all()
@@ -1181,21 +1189,11 @@ class SpeedRef:
         return cls(free[-1]) if free else None
 
     def _read(self, rfd: int) -> None:
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(rfd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            buf += chunk
-            n = len(buf) // SPEED_REF.size
-            recs = [SPEED_REF.unpack_from(buf, i * SPEED_REF.size) for i in range(n)]
-            buf = buf[n * SPEED_REF.size:]
+        def take(recs: list[tuple]) -> None:
             with self.lock:
                 self.recs.extend(recs)
-        os.close(rfd)
+
+        read_records(rfd, SPEED_REF, take)
 
     def window(self, t0: float, t1: float) -> dict:
         """Iterations per CPU second between the records nearest ``t0`` and ``t1``."""
