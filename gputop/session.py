@@ -19,7 +19,7 @@ from typing import Callable
 from .advisor.context import DEFAULT_WINDOW_S
 from .analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .errors import UserError
-from .model import Event, SystemInfo
+from .model import Event, GpuSample, HostSample, SystemInfo
 from .pipeline import Pipeline, Source
 from .store import Store
 
@@ -32,6 +32,9 @@ UI_IDLE_ADVISOR_EVERY_S = 10.0
 # The most Python stacks per second taken from an attached job (--sample-rate); the sampler's
 # CPU and pause budgets may take fewer (gputop.sources.stacks says why).
 DEFAULT_SAMPLE_RATE_HZ = 5.0
+# Stopping a recording waits for the next poll of the GPUs and the host (it holds what happened up
+# to the stop), at most this long (plus half a second) however long the poll interval.
+RECORD_SETTLE_MAX_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Session:
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
     _attach_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closing: set = field(default_factory=set, repr=False)  # recorders being stopped
 
     # ----------------------------------------------------------------- running
 
@@ -90,8 +94,10 @@ class Session:
 
     def stop(self) -> None:
         """Stop collection and close the recording (flushed: one self-contained file)."""
+        self.stop_recording()  # while the sources run: their next poll says what happened up to now
         self.pipeline.stop()
-        self.stop_recording()
+        for rec in list(self._closing):  # a stop_recording on another thread (the UI's) not done yet
+            rec.close()
 
     def run_for(self, seconds: float | None, should_stop: Callable[[], str | None] = lambda: None,
                 tick: Callable[[float], None] = lambda elapsed: None, every: float = 0.5) -> str | None:
@@ -238,17 +244,38 @@ class Session:
 
         if self.recorder is not None:
             raise UserError(f"already recording to {self.recorder.path}")
+        first: list[object] = []
+        if append and self.gpu is not None and not self.pipeline.running and not self.store.gpu_info:
+            # Which GPUs this session watches, before anything is appended (a recording holds one
+            # source and one set of GPUs): their first poll, taken now (no source thread runs
+            # yet) and published once the recorder listens, so it is recorded too.
+            first = list(self.gpu.poll())
         try:
             self.recorder = Recorder.attach(self, Path(path), force=force, append=append, interval=self.interval,
-                                            max_bytes=max_bytes)
+                                            max_bytes=max_bytes, identify=first)
         except OutputExists:
             raise UserError(f"{path} already exists: use --force to overwrite it, or choose another name") from None
+        finally:
+            if first:
+                self.pipeline.publish(first)
         return self.recorder
 
     def stop_recording(self) -> object | None:
+        """Close the recording: first, while collection runs, wait for the sources' next poll
+        (at most a poll interval), which holds what happened up to the stop; then flush and
+        close (one self-contained file)."""
         rec, self.recorder = self.recorder, None
-        if rec is not None:
+        if rec is None:
+            return None
+        self._closing.add(rec)
+        try:
+            if self.pipeline.running and hasattr(rec, "settle"):
+                kinds = [k for k, src in ((GpuSample, self.gpu), (HostSample, self.host)) if src is not None]
+                rec.settle(self.clock(), kinds, timeout=min(self.interval, RECORD_SETTLE_MAX_S) + 0.5,
+                           alive=lambda: self.pipeline.running)
             rec.close()  # flushes the last batch and leaves one self-contained file
+        finally:
+            self._closing.discard(rec)
         return rec
 
 

@@ -550,3 +550,140 @@ def test_derived_verdicts_are_not_recorded(tmp_path):
     w.finish()
     with Reader(tmp_path / "v.gputop") as r:
         assert [x.id for x in r.findings()] == ["data-starved"]
+
+
+def test_a_recording_started_mid_session_keeps_the_findings_already_showing(tmp_path):
+    """The advisor sends a finding when it appears (and again every 10 s): one already showing
+    when recording starts must be in the file from the start, however short the recording."""
+    from gputop.model import Verdict
+    from gputop.store import Store
+
+    shown = Finding("tensor-idle", "GPU 1 busy but tensor cores idle", Severity.WARNING, 0.8, ("e",), "use bf16",
+                    gpu_index=1, ts=T0 + 29, first_seen=T0 + 10)
+    store = Store()
+    store.add([GpuSample(ts=T0 + 30, index=1), Verdict(T0 + 29, (shown,))])
+    rec = Recorder.open(tmp_path / "mid.gputop", store=store)
+    rec.on_batch([GpuSample(ts=T0 + 31, index=1), GpuSample(ts=T0 + 33, index=1)])
+    rec.close()
+    with Reader(tmp_path / "mid.gputop") as r:
+        got = r.findings()
+        marks = Navigator(r).finding_marks()
+    assert [(f.id, f.gpu_index, f.title) for f in got] == [("tensor-idle", 1, "GPU 1 busy but tensor cores idle")]
+    # Stamped with the recording's start (the store's now); first shown when the advisor showed it.
+    assert got[0].ts == T0 + 30 and got[0].first_seen == T0 + 10
+    assert len(marks) == 1
+
+
+def test_a_mid_session_finding_sent_again_is_one_finding(tmp_path):
+    from gputop.model import Verdict
+    from gputop.store import Store
+
+    shown = Finding("x", "t", Severity.WARNING, 0.5, ("e",), "a", gpu_index=0, ts=T0 + 9)
+    store = Store()
+    store.add([GpuSample(ts=T0 + 9, index=0), Verdict(T0 + 9, (shown,))])
+    rec = Recorder.open(tmp_path / "again.gputop", store=store)
+    rec.on_batch([GpuSample(ts=T0 + 11, index=0), dataclasses.replace(shown, ts=T0 + 19)])  # the advisor's refresh
+    rec.close()
+    with Reader(tmp_path / "again.gputop") as r:
+        assert len({(m.finding_id, m.gpu) for m in Navigator(r).finding_marks()}) == 1
+        assert len(r.findings()) == 1
+
+
+def _cpu_only(path, pid=4242):
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(mode="live", target_pid=pid, target_cmdline="python train.py"))
+    w.flush([SystemInfo(ts=T0, hostname="h", nvml_error="NVML Shared Library Not Found"),
+             HostSample(ts=T0 + 1, cpu_percent=50.0), HostSample(ts=T0 + 3, cpu_percent=50.0)])
+    w.finish()
+
+
+def _fake(path, gpus=1):
+    info = [SystemInfo(ts=T0, hostname="h", driver_version="fake", source="fake")]
+    info += [GpuInfo(ts=T0, index=i, name="Fake H100", uuid=f"GPU-fake-{i:04d}") for i in range(gpus)]
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(mode="fake"))
+    w.flush(info + [GpuSample(ts=T0 + 1, index=i) for i in range(gpus)])
+    w.finish()
+
+
+def test_appending_another_source_kind_or_other_gpus_is_refused_and_the_file_left_alone(tmp_path):
+    from gputop.record.writer import Identity
+
+    fake_one = Identity.of([SystemInfo(ts=T0, source="fake"), GpuInfo(ts=T0, index=0, name="F", uuid="GPU-fake-0000")])
+    nvml = Identity.of([SystemInfo(ts=T0, source="live"), GpuInfo(ts=T0, index=0, name="H100", uuid="GPU-aaaa")])
+    cpu = Identity.of([SystemInfo(ts=T0, source="live", nvml_error="no driver")])
+    cases = [
+        (_cpu_only, fake_one, "recorded from no GPU (CPU only), this session watches the fake GPU source"),
+        (_cpu_only, nvml, "recorded from no GPU (CPU only), this session watches real GPUs (NVML)"),
+        (_fake, nvml, "recorded from the fake GPU source (--fake), this session watches real GPUs (NVML)"),
+        (_fake, cpu, "this session watches no GPU (CPU only)"),
+        (lambda p: _fake(p, gpus=2), fake_one, "it holds GPUs GPU-fake-0000, GPU-fake-0001, this session watches GPU-fake-0000"),
+    ]
+    for k, (make, new, said) in enumerate(cases):
+        p = tmp_path / f"r{k}.gputop"
+        make(p)
+        before = p.read_bytes()
+        with pytest.raises(UserError) as exc:
+            RecordWriter.create(p, append=True, identity=new)
+        msg = str(exc.value)
+        assert msg.startswith(f"cannot append to {p}: ") and said in msg and "\n" not in msg, msg
+        assert p.read_bytes() == before and not (tmp_path / f"r{k}.gputop-wal").exists()
+    # The same kind and GPUs (or not known yet) append as before.
+    for make, new in ((_cpu_only, cpu), (_fake, fake_one), (_fake, Identity(None))):
+        p = tmp_path / "same.gputop"
+        p.unlink(missing_ok=True)
+        make(p)
+        w = RecordWriter.create(p, append=True, identity=new)
+        w.start_session(SessionMeta(mode="live"))
+        w.finish()
+        with Reader(p) as r:
+            assert len(r.sessions) == 2
+
+
+def test_recorder_open_refuses_an_append_from_its_store(tmp_path):
+    """Recorder.open checks the running session's static info (and a first poll not stored yet)."""
+    from gputop.store import Store
+
+    p = tmp_path / "cpu.gputop"
+    _cpu_only(p)
+    before = p.read_bytes()
+    first_poll = [SystemInfo(ts=T0 + 50, source="fake"), GpuInfo(ts=T0 + 50, index=0, name="F", uuid="GPU-fake-0000")]
+    with pytest.raises(UserError, match="this session watches the fake GPU source"):
+        Recorder.open(p, append=True, store=Store(), identify=first_poll)
+    assert p.read_bytes() == before
+    with Reader(p) as r:
+        assert len(r.sessions) == 1 and r.sessions[0]["target_pid"] == 4242
+
+
+def test_the_writer_span_is_the_one_info_shows(tmp_path):
+    """The recorder's closing line counts what `info` counts: from the first sample recorded as
+    it happened, the utilisation buffer's history (backfill) apart; static info and findings
+    with earlier times do not stretch it."""
+    p = tmp_path / "span.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake"))
+    history = [UtilPoint(ts=T0 - 14 + 0.2 * k, index=0, util=50.0) for k in range(75)]
+    w.flush([SystemInfo(ts=T0 - 100, source="fake"), *history, GpuSample(ts=T0, index=0), HostSample(ts=T0 + 0.1, cpu_percent=1.0),
+             Finding("x", "t", Severity.WARNING, 0.5, ("e",), "a", ts=T0 - 50)])
+    w.flush([UtilPoint(ts=T0 + 4.8, index=0, util=50.0), GpuSample(ts=T0 + 4, index=0), HostSample(ts=T0 + 4.1, cpu_percent=1.0)])
+    span = w.span()
+    w.finish()
+    with Reader(p) as r:
+        assert span.start == r.start_ts == T0
+        assert span.duration == pytest.approx(r.duration) == pytest.approx(4.8)
+        assert span.backfill_s == pytest.approx(r.span.backfill_s) == pytest.approx(14.0)
+
+
+def test_settle_waits_for_a_poll_at_or_after_the_stop(tmp_path):
+    rec = Recorder.open(tmp_path / "settle.gputop")
+    rec.on_batch([GpuSample(ts=T0, index=0), HostSample(ts=T0, cpu_percent=1.0)])
+    assert not rec.settle(T0 + 1, timeout=0.05)  # nothing newer: gives up at the timeout
+    threading.Timer(0.1, rec.on_batch, ([GpuSample(ts=T0 + 1.5, index=0)],)).start()
+    threading.Timer(0.2, rec.on_batch, ([HostSample(ts=T0 + 1.6, cpu_percent=1.0)],)).start()
+    started = time.monotonic()
+    assert rec.settle(T0 + 1, timeout=5.0)
+    assert time.monotonic() - started < 2.0
+    assert not rec.settle(T0 + 9, timeout=5.0, alive=lambda: False)  # collection stopped: no wait
+    rec.close()
+    with Reader(tmp_path / "settle.gputop") as r:
+        assert r.end_ts == T0 + 1.6  # what came before close was written

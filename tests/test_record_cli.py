@@ -228,3 +228,193 @@ def test_record_status_names_the_target_and_calls_its_own_pid_the_recorder(tmp_p
     st.start_line()
     err = capsys.readouterr().err
     assert "attached to PID 31337" in err and f"recorder (PID {os.getpid()})" in err
+
+
+def test_the_closing_line_says_the_span_info_shows(tmp_path, capsys):
+    """Not the utilisation buffer's history from before the recorder started: that is said apart."""
+    from gputop.commands.info import format_info
+    from gputop.units import fmt_length
+
+    out = tmp_path / "len.gputop"
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "0.5", "--duration", "2s"]) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    with Reader(out) as r:
+        length, backfill = r.duration, r.span.backfill_s
+        d = r.describe()
+    assert backfill > 5  # the fake GPU's buffer reaches ~14 s back, as NVML's does
+    assert last.startswith(f"gputop: recorded {fmt_length(length)} to {out} (duration reached)"), last
+    assert 2.0 <= length <= 3.5  # the duration, up to the poll that covers its end
+    assert f"plus {backfill:.0f} s of GPU utilisation history" in last
+    d["findings"], d["idle_periods"] = 0, 0
+    assert f"({fmt_length(length)};" in format_info(d)
+
+
+def _cpu_only_recording(path: Path, pid: int = 4242) -> None:
+    from gputop.model import HostSample, SystemInfo
+
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(mode="live", target_pid=pid, target_cmdline="python train.py"))
+    w.flush([SystemInfo(ts=T0, hostname="cpu-box", nvml_error="NVML Shared Library Not Found"),
+             HostSample(ts=T0 + 1, cpu_percent=50.0), HostSample(ts=T0 + 3, cpu_percent=50.0)])
+    w.finish()
+
+
+def test_append_refuses_another_source_kind_and_keeps_the_first_session(tmp_path, capsys):
+    out = tmp_path / "job.gputop"
+    _cpu_only_recording(out)
+    before = out.read_bytes()
+    assert main(["info", str(out)]) == 0
+    info_before = capsys.readouterr().out
+    assert main(["record", "-o", str(out), "-a", "--fake", "1", "--interval", "0.2", "-d", "1s"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"gputop: error: cannot append to {out}: it was recorded from no GPU (CPU only), this session "
+                   "watches the fake GPU source (--fake); record to a new file")
+    assert out.read_bytes() == before
+    assert main(["info", str(out)]) == 0
+    info_after = capsys.readouterr().out
+    assert info_after == info_before and "PID 4242" in info_after and "fake" not in info_after
+
+
+def test_append_refuses_other_gpus_and_accepts_the_same(tmp_path, capsys):
+    out = tmp_path / "two.gputop"
+    assert main(["record", "-o", str(out), "--fake", "2", "--interval", "0.2", "-d", "0.5s"]) == 0
+    capsys.readouterr()
+    before = out.read_bytes()
+    assert main(["record", "-o", str(out), "-a", "--fake", "1", "--interval", "0.2", "-d", "0.5s"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "it holds GPUs GPU-fake-0000, GPU-fake-0001, this session watches GPU-fake-0000" in err
+    assert out.read_bytes() == before
+    assert main(["record", "-o", str(out), "-a", "--fake", "2", "--interval", "0.2", "-d", "0.5s"]) == 0
+    with Reader(out) as r:
+        assert len(r.sessions) == 2
+        # The appended session's first poll (taken to know its GPUs) is recorded too.
+        second = r.sessions[1]["started"]
+        assert [s for s in r.gpu_samples(second - 1, 2e10) if s.ts >= second][0].ts - second < 0.3
+
+
+def test_list_skips_entries_it_cannot_read(tmp_path, capsys, monkeypatch):
+    """`record -l /proc/1`: entries such as /proc/1/cwd cannot even be stat'ed by a user."""
+    import pathlib
+
+    one = tmp_path / "one.gputop"
+    assert main(["record", "-o", str(one), "--fake", "1", "--interval", "0.2", "-d", "0.3s"]) == 0
+    (tmp_path / "cwd").write_text("x")
+    capsys.readouterr()
+    real_is_file = pathlib.Path.is_file
+
+    def is_file(self):
+        if self.name == "cwd":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_file(self)
+
+    monkeypatch.setattr(pathlib.Path, "is_file", is_file)
+    assert main(["record", "--list", str(tmp_path)]) == 0
+    cap = capsys.readouterr()
+    assert "one.gputop" in cap.out and "cwd" not in cap.out and "Traceback" not in cap.err
+
+
+def test_list_of_a_directory_it_cannot_read_is_one_line(tmp_path, capsys, monkeypatch):
+    import pathlib
+
+    def iterdir(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    assert main(["record", "--list", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == f"gputop: error: cannot list {tmp_path}: Permission denied"
+
+
+def test_list_of_proc_1_never_raises(capsys):
+    if not Path("/proc/1").is_dir():
+        pytest.skip("no /proc")
+    assert main(["record", "--list", "/proc/1"]) in (0, 1)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_stopping_a_recording_keeps_what_happened_up_to_the_stop(tmp_path):
+    """The sources say what happened since their last poll only at their next one: stopping
+    waits for it (at most a poll interval), so the file reaches the stop, not a poll before it."""
+    from gputop.session import Config, open_live
+
+    session = open_live(Config(fake=1, interval=0.5, advisor=False))
+    session.start()
+    try:
+        time.sleep(0.3)
+        session.start_recording(tmp_path / "stop.gputop")
+        time.sleep(1.2)
+        stopped = time.time()
+        session.stop_recording()
+        closed = time.time()
+    finally:
+        session.stop()
+    assert closed - stopped < 1.5  # one poll interval and the last flush
+    with Reader(tmp_path / "stop.gputop") as r:
+        assert r.end_ts >= stopped
+        assert max(s.ts for s in r.gpu_samples(0, 2e10)) >= stopped
+        assert max(s.ts for s in r.host_samples(0, 2e10)) >= stopped
+        assert r.state == "closed"
+
+
+def test_quitting_while_a_recording_is_being_stopped_closes_it(tmp_path):
+    """The UI stops a recording on a worker thread; `q` at that moment must still leave one
+    complete file (session.stop closes it before returning)."""
+    import threading
+
+    from gputop.session import Config, open_live
+
+    session = open_live(Config(fake=1, interval=4.0, advisor=False))
+    session.start()
+    path = tmp_path / "quit.gputop"
+    try:
+        session.start_recording(path)
+        time.sleep(0.3)
+        worker = threading.Thread(target=session.stop_recording)
+        worker.start()
+        time.sleep(0.3)  # the worker waits for the next poll, 4 s away
+        assert worker.is_alive()
+    finally:
+        started = time.monotonic()
+        session.stop()
+    assert time.monotonic() - started < 3.0
+    assert not Path(f"{path}-wal").exists()
+    with Reader(path) as r:
+        assert r.state == "closed" and r.system_info() is not None
+    worker.join(5)
+    assert not worker.is_alive()
+
+
+async def test_the_record_key_records_the_findings_already_showing(tmp_path, monkeypatch, clock):
+    """The user's case: the Advisor shows a finding, `r` starts a recording, `r` stops it before
+    the advisor sends that finding again: the recording has it."""
+    from gputop.model import Finding, Severity, Verdict
+    from gputop.pipeline import Pipeline
+    from gputop.record.navigate import Navigator
+    from gputop.session import Session
+    from gputop.sources.fake import FakeGpuSource
+    from gputop.store import Store
+    from gputop.ui.app import GputopApp
+
+    monkeypatch.chdir(tmp_path)
+    store = Store()
+    src = FakeGpuSource(gpus=2, clock=clock)
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), gpu=src, mode="fake")
+    for _ in range(3):
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+    tensor = Finding("tensor-idle", "GPU 1 busy but tensor cores idle: fp32 math", Severity.WARNING, 0.9, ("e",),
+                     "use bf16", gpu_index=1, ts=clock(), first_seen=clock() - 2)
+    session.pipeline.publish([Verdict(clock(), (tensor,))])
+    app = GputopApp(session, interval=1.0, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("r")
+        assert session.recorder is not None
+        for _ in range(3):
+            clock.advance(1.0)
+            session.pipeline.poll_once()
+        await pilot.press("r")
+        await app.workers.wait_for_complete()
+        assert session.recorder is None
+    (path,) = tmp_path.glob("gputop-*.gputop")
+    with Reader(path) as r:
+        assert {(m.finding_id, m.gpu) for m in Navigator(r).finding_marks()} == {("tensor-idle", 1)}
+        assert r.state == "closed"

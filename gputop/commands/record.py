@@ -90,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
                 break
             status.update(elapsed, session.store)
     finally:
-        session.stop()  # closes the recording: one complete file
+        # Closes the recording, one complete file, once the sources' next poll (what happened
+        # up to the stop) is in it.
+        session.stop()
         restore()
     status.end_line(time.monotonic() - started, why)
     if recorder.error:
@@ -184,13 +186,16 @@ class _Status:
         reason = f" ({why[0]})" if why else ""
         if self.recorder.error:
             return
-        from ..units import fmt_length
+        from ..record.span import backfill_note, fmt_length
 
-        # The file's own span (first to last sample), as `info` and `record --list` will show it.
-        w = self.recorder.writer
-        span = (w.last_ts - w.first_ts) if w.first_ts is not None and w.last_ts is not None else 0.0
-        print(f"gputop: recorded {fmt_length(span)} to {self.path}{reason}: "
-              f"{self.recorder.samples:,} samples, {_fmt_size(self.recorder.bytes_on_disk())}",
+        # This session's span, counted as `info` counts it: from its first sample recorded as it
+        # happened, not from the GPU utilisation history NVML's buffer gave with the first poll
+        # (said apart, as `info` does).
+        span = self.recorder.writer.span()
+        note = backfill_note(span.backfill_s)
+        print(f"gputop: recorded {fmt_length(span.duration)} to {self.path}{reason}: "
+              f"{self.recorder.samples:,} samples, {_fmt_size(self.recorder.bytes_on_disk())}"
+              + (f" ({note})" if note else ""),
               file=sys.stderr, flush=True)
 
 
@@ -221,9 +226,18 @@ def list_recordings(folder: Path) -> int:
 
     if not folder.is_dir():
         raise UserError(f"{folder}: not a directory")
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as exc:
+        raise UserError(f"cannot list {folder}: {exc.strerror or exc}", exit_code=1) from None
     rows = []
-    for p in sorted(folder.iterdir()):
-        if not p.is_file() or p.name.endswith(("-wal", "-shm")) or looks_like_recording(p) is not True:
+    for p in entries:
+        try:
+            # An entry that cannot be looked at (/proc/1/cwd, a file of another user) is not
+            # one of ours to list: skipped.
+            if not p.is_file() or p.name.endswith(("-wal", "-shm")) or looks_like_recording(p) is not True:
+                continue
+        except OSError:
             continue
         try:
             with Reader(p) as r:
@@ -233,8 +247,12 @@ def list_recordings(folder: Path) -> int:
             rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
                          fmt_length(d["duration_s"]), _fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
-        except UserError as exc:
-            rows.append((p.name, "?", "?", "?", "?", _fmt_size(p.stat().st_size), f"unreadable: {exc}"[:60]))
+        except (UserError, OSError) as exc:
+            try:
+                size = _fmt_size(p.stat().st_size)
+            except OSError:
+                size = "?"
+            rows.append((p.name, "?", "?", "?", "?", size, f"unreadable: {exc}"[:60]))
     if not rows:
         print(f"no gputop recordings in {folder}")
         return 0

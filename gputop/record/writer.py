@@ -27,7 +27,7 @@ import sqlite3
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -54,6 +54,7 @@ from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
+from .span import Span, recording_span
 from .schema import (
     STATE_EVENT_SOURCES,
     APPLICATION_ID,
@@ -99,6 +100,11 @@ Notify = Callable[[Sequence[object]], None]
 # again from the samples (the findings are recorded as they change); a reset only ever comes from
 # a replay.
 NOT_RECORDED = (Verdict, PaneViews, Reset)
+# The samples that start a recording's span (record.span): recorded as they happened. Utilisation
+# points may be the buffer's history from before; static info and findings are state, not time.
+# One of each is taken per poll of the GPUs and of the host: what ``Recorder.settle`` waits for.
+POLLS = (GpuSample, HostSample)
+_AS_IT_HAPPENED = (GpuSample, GpuProcess, HostSample, ProcSample, StackSample, Event)
 
 
 class OutputExists(UserError):
@@ -224,6 +230,54 @@ def target_cmdline(pid: int | None) -> str:
         return ""
 
 
+# --------------------------------------------------------------------------- what a session watched
+
+# The GPU source a session used, as ``SystemInfo`` says it: one recording holds one kind, so an
+# appended session cannot turn a real recording into a fake one (or a GPU one into a CPU-only one).
+SOURCE_LABELS = {"nvml": "real GPUs (NVML)", "fake": "the fake GPU source (--fake)", "none": "no GPU (CPU only)"}
+
+
+def source_kind(system: SystemInfo | None) -> str | None:
+    """``nvml``, ``fake`` or ``none`` (NVML unavailable), None when not known yet."""
+    if system is None:
+        return None
+    if system.source == "fake":
+        return "fake"
+    if system.source == "replay":
+        return "replay"
+    return "none" if system.nvml_error else "nvml"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a session watched: its GPU source kind and its GPUs' UUIDs (empty: none, or not known)."""
+
+    kind: str | None
+    uuids: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, samples: Iterable[object]) -> "Identity":
+        """From the static info among ``samples`` (the later ones win)."""
+        system = None
+        gpus: dict[int, str] = {}
+        for s in samples:
+            if isinstance(s, SystemInfo):
+                system = s
+            elif isinstance(s, GpuInfo) and s.uuid:
+                gpus[s.index] = s.uuid
+        return cls(source_kind(system), frozenset(gpus.values()))
+
+    def refuses(self, new: "Identity") -> str | None:
+        """Why a session watching ``new`` must not be appended to a recording of this one."""
+        if self.kind is not None and new.kind is not None and self.kind != new.kind:
+            return (f"it was recorded from {SOURCE_LABELS.get(self.kind, self.kind)}, this session watches "
+                    f"{SOURCE_LABELS.get(new.kind, new.kind)}")
+        if self.uuids and new.uuids and self.uuids != new.uuids:
+            return (f"it holds GPUs {', '.join(sorted(self.uuids))}, this session watches "
+                    f"{', '.join(sorted(new.uuids))}")
+        return None
+
+
 # --------------------------------------------------------------------------- writer
 
 
@@ -248,6 +302,12 @@ class RecordWriter:
         self.samples = 0
         self.first_ts: float | None = None
         self.last_ts: float | None = None
+        # This session's span as the reader will compute it (record.span): the first sample
+        # recorded as it happened (not the utilisation buffer's history, nor static info or
+        # findings) to the last sample of any series.
+        self._recorded_first: float | None = None
+        self._util_first: float | None = None
+        self._series_last: float | None = None
         self.gpus: set[int] = set()
         self.max_bytes: int | None = None
         self.checkpoint_every_s = CHECKPOINT_EVERY_S
@@ -257,11 +317,14 @@ class RecordWriter:
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike, force: bool = False, append: bool = False, max_bytes: int | None = None
+        cls, path: str | os.PathLike, force: bool = False, append: bool = False, max_bytes: int | None = None,
+        identity: Identity | None = None,
     ) -> "RecordWriter":
+        """``identity``: what the session to be written watches; appending to a recording of
+        another source kind or another set of GPUs is refused (UserError), the file untouched."""
         path = Path(path)
         if append and path.exists():
-            return cls._open_append(path, max_bytes)
+            return cls._open_append(path, max_bytes, identity)
         if force:
             _remove_existing(path)
         elif path.exists() or path.is_symlink():
@@ -313,7 +376,7 @@ class RecordWriter:
         return w
 
     @classmethod
-    def _open_append(cls, path: Path, max_bytes: int | None) -> "RecordWriter":
+    def _open_append(cls, path: Path, max_bytes: int | None, identity: Identity | None = None) -> "RecordWriter":
         if looks_like_recording(path) is not True:
             raise UserError(f"cannot append to {path}: not a gputop recording")
         try:
@@ -324,6 +387,12 @@ class RecordWriter:
                 raise UserError(
                     f"cannot append to {path}: it has schema version {version}, this gputop writes {SCHEMA_VERSION}"
                 )
+            if identity is not None:
+                # Before anything is written (the journal mode included): a refusal leaves the file as it was.
+                why = _recorded_identity(conn).refuses(identity)
+                if why is not None:
+                    conn.close()
+                    raise UserError(f"cannot append to {path}: {why}; record to a new file")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
@@ -469,10 +538,35 @@ class RecordWriter:
 
         self.samples += n
         self.first_ts, self.last_ts = oldest, newest
+        self._track_span(by)
         self._write_overview(self._overview.take_settled())
         self._compact(newest - COMPACT_SETTLE_S)
         if self.session_id is not None and newest - self._ended_written >= SESSION_END_EVERY_S:
             self._write_ended()
+
+    def _track_span(self, by: dict[type, list]) -> None:
+        firsts, lasts = [], []
+        for cls in _AS_IT_HAPPENED:
+            items = by.get(cls)
+            if items:
+                firsts.append(min(s.ts for s in items))
+                lasts.append(max(s.ts for s in items))
+        pts = by.get(UtilPoint)
+        if pts:  # sorted above
+            lasts.append(pts[-1].ts)
+            if self._util_first is None or pts[0].ts < self._util_first:
+                self._util_first = pts[0].ts
+        if firsts and (self._recorded_first is None or min(firsts) < self._recorded_first):
+            self._recorded_first = min(firsts)
+        if lasts and (self._series_last is None or max(lasts) > self._series_last):
+            self._series_last = max(lasts)
+
+    def span(self) -> Span:
+        """What this session added, as ``info`` will count it: its span (the first sample
+        recorded as it happened to the last one) and, apart, the GPU utilisation history from
+        before it that NVML's buffer gave with the first poll."""
+        return recording_span([self._recorded_first], [self._series_last], self._util_first,
+                              fallback_start=self._series_last or 0.0)
 
     def _write_ended(self) -> None:
         if self.session_id is not None and self.last_ts is not None:
@@ -636,6 +730,18 @@ class RecordWriter:
             pass
 
 
+def _recorded_identity(conn: sqlite3.Connection) -> Identity:
+    """What the recording's first session watched (its first static info)."""
+    samples: list[object] = []
+    rows = conn.execute("SELECT ts, data FROM system_info ORDER BY ts LIMIT 1").fetchall()
+    samples += codec.iter_valid(rows, codec.system_info_from_row)[0]
+    first: dict[int, tuple] = {}
+    for row in conn.execute("SELECT ts, gpu, data FROM gpu_info ORDER BY ts"):
+        first.setdefault(row[1], row)
+    samples += codec.iter_valid(list(first.values()), codec.gpu_info_from_row)[0]
+    return Identity.of(samples)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
     return conn
@@ -669,6 +775,29 @@ ON CONFLICT(ts, gpu) DO UPDATE SET
 # --------------------------------------------------------------------------- the subscriber
 
 
+def _state_of(store) -> list[object]:
+    """What a recording started mid-session must begin with: the static info sources send once,
+    the state events, and the advisor's current verdict (the findings showing now)."""
+    seed: list[object] = []
+    if store.system is not None:
+        seed.append(store.system)
+    seed.extend(store.gpu_info.values())
+    # The newest rank map and GPU topology: said once when the session attached, before
+    # this recording may have started (a replay and the report read the ranks back).
+    events = store.events()
+    for source in STATE_EVENT_SOURCES:
+        seed.extend([e for e in events if e.source == source][-1:])
+    # The advisor sends a finding when it appears or changes (and every RECORD_REFRESH_S): one
+    # already showing would otherwise be missing until then, or for good in a short recording.
+    # Stamped with the recording's start; ``first_seen`` stays when the advisor first showed it,
+    # as in every row it sends later.
+    now = store.now
+    seed.extend(replace(f, ts=max(f.ts, now)) for f in store.findings())
+    return seed
+
+
+
+
 class Recorder:
     """A pipeline subscriber that records every batch to a file, off the caller's thread."""
 
@@ -692,6 +821,7 @@ class Recorder:
         self._active = True
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
+        self._polled: dict[type, float] = {}  # the newest poll of each kind queued (``settle``)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="gputop-recorder", daemon=True)
         self._thread.start()
@@ -708,31 +838,27 @@ class Recorder:
         meta: SessionMeta | None = None,
         max_bytes: int | None = None,
         flush_interval: float = FLUSH_INTERVAL_S,
+        identify: Sequence[object] = (),
     ) -> "Recorder":
         """Create (or append to) ``path`` and start the writer thread. Raises UserError.
 
         ``store``: a running session's store; its static info (SystemInfo, GpuInfo), which
-        sources send only once, is written first so a recording started mid-session is complete.
+        sources send only once, and the findings showing now are written first so a recording
+        started mid-session is complete.
         """
-        writer = RecordWriter.create(path, force=force, append=append, max_bytes=max_bytes)
+        seed = _state_of(store) if store is not None else []
+        # Appending: the session must watch what the recording watched (``identify``: the
+        # session's static info not in the store yet, e.g. from a first poll not published yet).
+        identity = Identity.of([*seed, *identify]) if append else None
+        writer = RecordWriter.create(path, force=force, append=append, max_bytes=max_bytes, identity=identity)
         try:
             writer.start_session(meta or SessionMeta(argv=tuple(sys.argv)))
         except sqlite3.Error as exc:
             writer.abort()
             raise UserError(f"cannot write {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         rec = cls(writer, notify=notify, flush_interval=flush_interval)
-        if store is not None:
-            seed: list[object] = []
-            if store.system is not None:
-                seed.append(store.system)
-            seed.extend(store.gpu_info.values())
-            # The newest rank map and GPU topology: said once when the session attached, before
-            # this recording may have started (a replay and the report read the ranks back).
-            events = store.events()
-            for source in STATE_EVENT_SOURCES:
-                seed.extend([e for e in events if e.source == source][-1:])
-            if seed:
-                rec.on_batch(seed)
+        if seed:
+            rec.on_batch(seed)
         return rec
 
     @classmethod
@@ -746,6 +872,7 @@ class Recorder:
         interval: float | None = None,
         max_bytes: int | None = None,
         argv: Sequence[str] | None = None,
+        identify: Sequence[object] = (),
     ) -> "Recorder":
         """Record a running (or about to run) session: the UI's --record and its record key.
 
@@ -760,7 +887,7 @@ class Recorder:
             interval=interval,
         )
         rec = cls.open(path, force=force, append=append, store=session.store, notify=session.pipeline.publish,
-                       meta=meta, max_bytes=max_bytes)
+                       meta=meta, max_bytes=max_bytes, identify=identify)
         rec._unsubscribe = session.pipeline.subscribe(rec.on_batch)
         return rec
 
@@ -778,21 +905,41 @@ class Recorder:
             self._q.put_nowait(list(batch))
         except queue.Full:
             self.dropped += len(batch)
+            return
+        for s in batch:  # after queueing: whoever `settle`s on it finds it queued
+            if isinstance(s, POLLS):
+                k = type(s)
+                if s.ts > self._polled.get(k, float("-inf")):
+                    self._polled[k] = s.ts
+
+    def settle(self, since: float, kinds: Sequence[type] = POLLS, timeout: float = 2.5,
+               alive: Callable[[], bool] = lambda: True) -> bool:
+        """Wait until a poll of each of ``kinds`` taken at or after ``since`` is queued (at most
+        ``timeout`` seconds, and only while ``alive()``): stopping then keeps what happened up to
+        the stop, which the sources only report at their next poll (NVML's utilisation buffer,
+        the host's rates). True when it came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if all(self._polled.get(k, float("-inf")) >= since for k in kinds):
+                return True
+            if not self._active or not alive() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, close the file. Idempotent."""
+        """Write what is queued, close the file. Idempotent; a second caller waits for the first."""
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-        if self._thread.is_alive():
-            try:
-                self._q.put(_STOP, timeout=timeout)
-            except queue.Full:
-                pass
-            self._thread.join(timeout)
+        if first:
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+            if self._thread.is_alive():
+                try:
+                    self._q.put(_STOP, timeout=timeout)
+                except queue.Full:
+                    pass
+        self._thread.join(timeout)
         self._active = False
 
     # ----------------------------------------------------------------- status
@@ -869,4 +1016,4 @@ class Recorder:
         self._active = False
 
 
-__all__ = ["FLUSH_INTERVAL_S", "RecordWriter", "Recorder", "SessionMeta", "looks_like_recording", "sidecars"]
+__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "looks_like_recording", "sidecars"]

@@ -352,7 +352,8 @@ class GputopApp(ReplayControls, App[int]):
 
     @work(thread=True, group="record")
     def _close_recording(self) -> None:
-        # Closing writes the queued batches (up to ~0.5 s): off the event loop.
+        # Closing waits for the next poll (what happened up to the stop, at most a poll interval)
+        # and writes the queued batches: off the event loop.
         self.session.stop_recording()
         self.call_from_thread(self.notify, "recording stopped and saved", timeout=4)
 
