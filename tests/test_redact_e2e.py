@@ -118,3 +118,29 @@ def test_record_command(secret_child, tmp_path):
     with Reader(path) as r:
         cmdlines = " ".join(p.cmdline for p in r.proc_samples(float("-inf"), float("inf")) if p.pid == secret_child.pid)
     assert "redis://:***@host:6379" in cmdlines, cmdlines[:500]
+
+
+def test_an_old_recording_is_redacted_as_it_is_read(tmp_path):
+    """A recording written before redaction knew a secret's form holds it in clear: reading it
+    (info, report, replay) redacts the command lines and environment values again."""
+    import sqlite3
+
+    path = tmp_path / "old.gputop"
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(mode="fake", host="h", argv=("gputop", "record"), target_cmdline="python train.py"))
+    w.flush([ProcSample(ts=T0, pid=7, name="python", cmdline="python train.py", env=(("HF_TOKEN", "x"),))])
+    w.finish()
+    raw_line = " ".join(["python", "train.py", *SECRET_ARGS])
+    con = sqlite3.connect(path)
+    con.execute("UPDATE processes SET cmdline = ?, env = ?", (raw_line, json.dumps([["WANDB_API_KEY", "ENVSECRET1"]])))
+    con.execute("UPDATE sessions SET target_cmdline = ?, argv = ?", (raw_line, raw_line))
+    con.commit()
+    con.close()
+    r = Reader(path)
+    got = r.proc_samples(T0 - 1, T0 + 1)[0]
+    _no_secret(got.cmdline, "processes.cmdline")
+    assert "ENVSECRET1" not in json.dumps(got.env)
+    assert "--tokenizer=gpt2" in got.cmdline
+    for s in r.sessions:
+        _no_secret(s["target_cmdline"] or "", "sessions.target_cmdline")
+        _no_secret(s["argv"] or "", "sessions.argv")

@@ -250,7 +250,7 @@ def proc_identity_from_row(row: tuple) -> dict[str, Any]:
         try:
             items = json.loads(row[8])
             env = tuple(
-                (clean_text(kv[0], 256), clean_text(kv[1]))
+                (clean_text(kv[0], 256), redact_value(kv[0], clean_text(kv[1])))
                 for kv in items
                 if isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str) and isinstance(kv[1], str)
             )
@@ -261,7 +261,9 @@ def proc_identity_from_row(row: tuple) -> dict[str, Any]:
         "ppid": inum(row[2]),
         "name": clean_text(row[3], 256),
         "user": opt_text(row[4]),
-        "cmdline": clean_text(row[5]),
+        # Redacted again as it is read: a recording made before redaction learnt a secret's form
+        # (a JSON argument, a Hydra override) still shows it as ***.
+        "cmdline": redact_cmdline(clean_text(row[5]).split(" ")) if row[5] else clean_text(row[5]),
         "create_time": fnum(row[6]),
         "role": clean_text(row[7], 32) or "gpu",
         "env": env,

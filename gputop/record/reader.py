@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..errors import UserError
+from ..redact import redact_cmdline
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
 from . import codec
 from .files import wal_page1_head
@@ -86,6 +87,9 @@ class Reader:
             for s in self.sessions:
                 for k in ("host", "gputop_version", "mode", "argv", "target_cmdline"):
                     s[k] = codec.opt_text(s[k])
+                for k in ("argv", "target_cmdline"):  # redacted again: see proc_identity_from_row
+                    if s[k]:
+                        s[k] = redact_cmdline(s[k].split(" "))
                 for k in ("started", "ended", "interval"):
                     s[k] = codec.fnum(s[k])
                 s["target_pid"] = codec.inum(s["target_pid"])
