@@ -7,9 +7,11 @@ report read the same map back (``rank_map``), so no new sample type is needed.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, ProcSample, StackSample
@@ -115,11 +117,53 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
 class Straggler:
     slow: RankView
     waiting: tuple[RankView, ...]
+    gap_low: float = 0.0  # the least-waiting other rank's share minus the slow one's, at its lower confidence limit
+    z: float = 0.0  # the normal quantile that limit was taken at (0: the shares as seen)
 
 
-def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min_samples: int = 1) -> Straggler | None:
+def wilson_interval(k: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of a share seen in ``k`` of ``n`` samples at the normal quantile
+    ``z`` (0: the share itself; no samples: (0, 1))."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = min(1.0, max(0.0, k / n))
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, min(p, (centre - half) / (1 + z2 / n))), min(1.0, max(p, (centre + half) / (1 + z2 / n)))
+
+
+def gap_lower(waiting: RankView, slow: RankView, z: float) -> float:
+    """The lower confidence limit of ``waiting``'s collective share minus ``slow``'s, each read
+    from its own main thread's samples, taken as independent counts (each rank has its own
+    sampler; their dumps fall tens of ms apart, not at one instant): Newcombe's hybrid score interval
+    (Statistics in Medicine 17, 1998, method 10), built from each share's Wilson interval, so it
+    stays honest at shares of 0 or 1 and at a few dozen samples, where the normal approximation
+    of the difference does not."""
+    pw, ps = waiting.collective, slow.collective
+    lw, _ = wilson_interval(pw * waiting.samples, waiting.samples, z)
+    _, us = wilson_interval(ps * slow.samples, slow.samples, z)
+    return (pw - ps) - math.sqrt((pw - lw) ** 2 + (us - ps) ** 2)
+
+
+def pick_z(level: float | None, ranks: int) -> float:
+    """The one-sided normal quantile for a gap at ``level`` when the slow rank is the
+    least-waiting of ``ranks`` (picked after looking): Bonferroni over the ranks it could have
+    been, so for 2 ranks at 95 % it is 1.96, not 1.64. None: no interval (0)."""
+    if not level:
+        return 0.0
+    return NormalDist().inv_cdf(1 - (1 - level) / max(1, ranks))
+
+
+def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min_samples: int = 1,
+              level: float | None = 0.95) -> Straggler | None:
     """The rank the others wait for: every other rank spends at least ``others_wait_min`` of its
-    samples in collectives, and this one ``gap`` less than the least-waiting of them."""
+    samples in collectives, and this one ``gap`` less than the least-waiting of them, resolved:
+    the gap to each of them at its lower confidence limit (``gap_lower``, one-sided at ``level``
+    over the ranks, ``pick_z``) is at least ``gap``. Shares read from a few dozen samples wander
+    by more than ``gap`` between ranks doing the same work (two ranks each waiting 45 % of the
+    time, 15 samples each, are a quarter apart one look in five), so the shares as seen do not
+    decide. ``level`` None: they do (no interval)."""
     seen = [v for v in views if v.samples >= min_samples]
     if len(seen) < 2:
         return None
@@ -129,7 +173,11 @@ def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min
         return None
     if min(v.collective for v in others) - slow.collective < gap:
         return None
-    return Straggler(slow, others)
+    z = pick_z(level, len(seen))
+    low = min(gap_lower(v, slow, z) for v in others)
+    if low < gap:
+        return None
+    return Straggler(slow, others, low, z)
 
 
 def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since: float, target: int | None) -> list[int]:

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..advisor.rules.base import MIN_MAIN_SAMPLES
-from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP
+from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
 from ..units import truncate
@@ -53,7 +53,7 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
 def _straggler(ranks: Sequence[RankView]) -> int | None:
     """The rank the others wait for, by the advisor's own rank-straggler decision (the pane
     highlights it; the Advisor names it and why): one decision, so the two never disagree."""
-    found = straggler(ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES)
+    found = straggler(ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL)
     return found.slow.rank if found is not None else None
 
 
