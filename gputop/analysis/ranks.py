@@ -18,6 +18,7 @@ from ..model import Category, Event, GpuProcess, ProcSample, StackSample
 from .classify import project_frame, rank_samples, short_path
 from .hang import collective_fn
 from .stacks_summary import category_shares
+from .stats import wilson_interval
 
 RANKS_SOURCE = "ranks"
 _RANK_PID = re.compile(r"rank (\d+) pid (\d+)")
@@ -119,18 +120,6 @@ class Straggler:
     waiting: tuple[RankView, ...]
     gap_low: float = 0.0  # the least-waiting other rank's share minus the slow one's, at its lower confidence limit
     z: float = 0.0  # the normal quantile that limit was taken at (0: the shares as seen)
-
-
-def wilson_interval(k: float, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of a share seen in ``k`` of ``n`` samples at the normal quantile
-    ``z`` (0: the share itself; no samples: (0, 1))."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = min(1.0, max(0.0, k / n))
-    z2 = z * z
-    centre = p + z2 / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return max(0.0, min(p, (centre - half) / (1 + z2 / n))), min(1.0, max(p, (centre + half) / (1 + z2 / n)))
 
 
 def gap_lower(waiting: RankView, slow: RankView, z: float) -> float:

@@ -7,11 +7,11 @@ apply the same way (the cost bar, how many stacks make a claim) are here.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
 from ...analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
+from ...analysis.stats import wilson_interval
 from ...model import Category, Finding, Severity
 from ..context import AnalysisContext, GpuView
 
@@ -166,13 +166,7 @@ def share_upper(k: float, n: int, z: float = SHARE_UPPER_Z) -> float:
     at the level ``z`` stands for (SHARE_UPPER_LEVEL by default): the largest true share p under
     which (k/n - p) / sqrt(p (1 - p) / n) >= -z. In [k/n, 1], and tends to k/n as n grows; 1
     without samples."""
-    if n <= 0:
-        return 1.0
-    p = min(1.0, max(0.0, k / n))
-    z2 = z * z
-    centre = p + z2 / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return min(1.0, max(p, (centre + half) / (1 + z2 / n)))
+    return wilson_interval(k, n, z)[1]
 
 
 class ShareLimit(NamedTuple):
