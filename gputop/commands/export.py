@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     who.add_argument("-p", "--pid", type=pid_arg,
                      help="attach to this training process (py-spy): its GPUs' idle time gets causes")
     who.add_argument("--attach", choices=["all"],
-                     help="attach to every Python process using a GPU (about 5 %% of a core each, "
+                     help="attach to every Python process using a GPU (about 1.5 %% of a core each, "
                      "see --max-attach)")
     p.add_argument("--max-attach", type=int, default=DEFAULT_MAX_ATTACH, metavar="N",
                    help=f"with --attach all: at most N processes sampled at once (default {DEFAULT_MAX_ATTACH})")
