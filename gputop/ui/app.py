@@ -60,9 +60,10 @@ HELP = """\
   [b]< >[/b] [b]i[/b]        sort column left / right, invert
   [b]M P T N[/b]      sort by GPU memory, CPU, time, PID
   [b][ ][/b]          chart window shorter / longer
-  [b]1 2 3[/b]        processes / advisor / stacks tab
+  [b]1 2 3 4[/b]      processes / advisor / stacks / ranks (multi-rank) tab
+  [b]Tab[/b]          focus the tab's view (then PgUp PgDn End scroll it)
   [b]n[/b]            native stack dump of the attached job (~0.6 s)
-  [b]y[/b]            copy the advice on screen (or click a finding to copy its fix)
+  [b]y[/b]            copy the first finding's exact change (or click a finding)
   [b]r[/b]            start / stop recording to gputop-DATE.gputop
 
 [b]replay[/b]  [b]space[/b] play/pause  [b]+ -[/b] speed  [b], .[/b] step
