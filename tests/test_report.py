@@ -13,6 +13,7 @@ from gputop.model import Finding, GpuSample, Severity, SystemInfo
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
 from gputop.record.writer import RecordWriter, SessionMeta
+from gputop.units import fmt_length
 from gputop.report import collect, render_html, render_text, summary_dict
 
 T0 = 1_767_225_600.0
@@ -397,3 +398,77 @@ def test_report_of_a_job_on_someone_elses_gpu_adds_its_own_time_line(tmp_path):
         s = collect(r)
     assert len(s.gpus) == 1
     assert s.cpu is not None and s.cpu.why == "the job held none of the GPUs"
+
+
+# --------------------------------------------------------------------------- sparse stack samples
+
+
+def _sparse_cpu_recording(path, silence_s: float = 0.0):
+    """A CPU job watched as the sampler does: an attach burst (10/s for 2 s, 5/s for 2.4 s), then
+    its steady rate of about one main-thread stack a second; optionally a silence mid-run."""
+    from gputop.model import Category, HostSample, StackSample
+
+    pid = 4_194_301
+    ts = [T0 + 0.1 * i for i in range(1, 21)] + [T0 + 2 + 0.2 * i for i in range(1, 13)]
+    while ts[-1] < T0 + 21.5:
+        ts.append(ts[-1] + 1.05 + (silence_s if len(ts) == 40 else 0.0))
+    stacks = []
+    for i, t in enumerate(ts):
+        cat = Category.FORWARD if i % 3 else Category.DATA_WAIT
+        stacks.append(StackSample(ts=t, pid=pid, thread_id=1, is_main=True, category=cat,
+                                  active=cat is Category.FORWARD))
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(target_pid=pid, target_cmdline="python train.py --device cpu"))
+    w.flush([HostSample(ts=T0 + k, cpu_percent=50.0) for k in range(int(ts[-1] - T0) + 2)])
+    w.flush(stacks)
+    w.finish()
+    return pid
+
+
+def test_sparse_stack_samples_report_agrees_with_advise_and_says_what_it_covers(tmp_path, capsys):
+    """Stacks ~1 s apart after the attach burst (the sampler's steady rate): the report's CPU
+    breakdown is advise's over the same span, and it never passes a part of the recording off as
+    the whole: either it covers (nearly) all of it, or it says which part and why."""
+    from gputop.advisor.context import context_from_samples
+
+    p = tmp_path / "sparse.gputop"
+    pid = _sparse_cpu_recording(p)
+    with Reader(p) as r:
+        s = collect(r)
+        ctx = context_from_samples(now=r.end_ts, window_s=r.end_ts - r.start_ts + 1, target_pid=pid,
+                                   stacks=r.stack_samples(r.start_ts - 1, r.end_ts))
+    c, theirs = s.cpu, ctx.gpus[0].breakdown
+    assert c is not None and c.span_s == pytest.approx(s.duration)
+    assert c.covered_s == pytest.approx(theirs.total_s, abs=0.6)  # one verdict: advise's time line
+    # What it covers and what it leaves out add up to the recording.
+    assert c.covered_s + c.before_s + c.after_s + c.gap_s == pytest.approx(c.span_s, abs=0.6)
+    assert main(["report", str(p)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the note wraps to the terminal
+    assert main(["report", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["cpu_device"]
+    assert d["span_s"] == pytest.approx(s.duration, abs=0.1) and d["covered_s"] == pytest.approx(c.covered_s, abs=0.1)
+    if c.covered_s < 0.95 * c.span_s:
+        # The samples 1.05 s apart are left out (as advise leaves them out): said, with why.
+        assert c.partial and not d["whole_recording"]
+        assert f"covers {fmt_length(c.covered_s)} of the {fmt_length(c.span_s)} recorded" in text
+        assert "1.05 s apart" in text and "as advise takes them" in text
+        assert d["left_out"]["gaps"] == c.gaps > 10 and d["note"]
+    else:
+        assert d["whole_recording"] and "recorded; left out" not in text
+
+
+def test_a_silence_in_the_stack_samples_is_named_with_its_length(tmp_path):
+    p = tmp_path / "silence.gputop"
+    _sparse_cpu_recording(p, silence_s=12.0)
+    with Reader(p) as r:
+        s = collect(r)
+    c = s.cpu
+    assert c.partial and c.gap_max_s == pytest.approx(13.05, abs=0.01)
+    assert c.covered_s + c.before_s + c.after_s + c.gap_s == pytest.approx(c.span_s, abs=0.6)
+    lines = render_text(s, 100).splitlines()
+    head = next(i for i, x in enumerate(lines) if x.startswith("CPU (no GPU)"))
+    assert lines[head + 1].startswith("  covers ") and all(len(x) <= 100 for x in lines[head + 1:head + 5])
+    note = " ".join(" ".join(lines[head + 1:head + 5]).split())
+    assert f"covers {fmt_length(c.covered_s)} of the {fmt_length(c.span_s)} recorded" in note
+    assert "13.05 s apart" in note
+    assert "Not the whole recording" in render_html(s)

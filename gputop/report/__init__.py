@@ -68,6 +68,7 @@ def summary_dict(s: Summary) -> dict:
 def _cpu_device(s: Summary) -> dict | None:
     from ..analysis.breakdown import Bucket
     from ..present.advice import breakdown_dict
+    from .summary import coverage_note
 
     if s.cpu is None:
         return None
@@ -75,6 +76,17 @@ def _cpu_device(s: Summary) -> dict | None:
     d = breakdown_dict(bd)
     d["why"] = s.cpu.why
     d["stack_samples"] = s.cpu.samples
+    # What of the recording the breakdown covers ("covered_s" of "span_s"), and what it leaves out:
+    # before the first main-thread sample, after the last, and spacings between samples the stack
+    # time line takes for lost data (as advise does).
+    c = s.cpu
+    d["span_s"] = round(c.span_s, 1)
+    d["covered_s"] = round(c.covered_s, 1)
+    d["whole_recording"] = not c.partial
+    d["left_out"] = {"before_first_sample_s": round(c.before_s, 1), "after_last_sample_s": round(c.after_s, 1),
+                     "gaps": c.gaps, "gaps_s": round(c.gap_s, 1),
+                     "gap_min_s": round(c.gap_min_s, 2), "gap_max_s": round(c.gap_max_s, 2)}
+    d["note"] = coverage_note(s) or None
     # What the main thread was in while not computing, per bucket id (share of those samples).
     d["top_labels"] = {b.value: [{"label": lab, "share": round(f, 4)} for lab, f in bd.top_labels(b, 2)]
                        for b in Bucket if bd.top_labels(b, 2)}

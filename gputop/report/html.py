@@ -13,7 +13,7 @@ from ..units import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
 from .ranks import rank_html
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, finding_device, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, gpus_text
 from .text import clock, hms
 
 BUCKET_COLORS = {
@@ -70,6 +70,9 @@ def _cpu_device_html(s: Summary) -> list[str]:
     out = [f"<h2>{e(device_name(bd))}: where the time went</h2>",
            f"<p class=\"small\">{e(c.why)}: the job's main thread stands in for the device "
            f"({c.samples} stack samples over {e(hms(bd.total_s))}).</p>"]
+    note = coverage_note(s)
+    if note:
+        out.append(f"<p class=\"small\"><b>Not the whole recording:</b> {e(note)}.</p>")
     return out + _breakdown_table(bd, e)
 
 

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
 from ..analysis.idle import IDLE_UTIL_PCT, Slice, idle_intervals
+from ..units import fmt_length
 from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
 
 # An idle stretch shorter than this is part of the loop's rhythm (a data stall between steps),
@@ -24,6 +25,9 @@ from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, 
 MIN_IDLE_PERIOD_S = 5.0
 # Longest idle periods listed per GPU.
 TOP_IDLE_PERIODS = 10
+# The CPU device's time line may fall short of the recorded span by this share (and a second)
+# before the report says which part it covers.
+CPU_COVER_SLACK = 0.02
 # Points per chart over the whole run: enough for a page-wide SVG, few enough to stay small.
 CHART_POINTS = 600
 
@@ -119,6 +123,29 @@ class CpuSummary:
     breakdown: Breakdown
     samples: int  # main-thread stack samples it rests on
     why: str  # why the job is judged on its own time line
+    # What of the recorded span the time line covers (``breakdown.total_s``) and what it leaves
+    # out: before the first main-thread sample, after the last, and between samples further apart
+    # than the stack time line joins (``stack_slices``: taken for lost data, as advise takes it).
+    span_s: float = 0.0
+    before_s: float = 0.0
+    after_s: float = 0.0
+    gaps: int = 0
+    gap_s: float = 0.0
+    gap_min_s: float = 0.0
+    gap_max_s: float = 0.0
+
+    @property
+    def covered_s(self) -> float:
+        return self.breakdown.total_s
+
+    @property
+    def left_out_s(self) -> float:
+        return max(0.0, self.span_s - self.covered_s)
+
+    @property
+    def partial(self) -> bool:
+        """The breakdown leaves out a visible part of the recording (more than a second, or 2 %)."""
+        return self.left_out_s > max(1.0, CPU_COVER_SLACK * self.span_s)
 
 
 @dataclass
@@ -249,6 +276,10 @@ class RunAccumulator:
         self.attributed = False
         self.cpu_breakdown: Breakdown | None = None
         self.cpu_samples = 0
+        # The CPU time line's extent and the gaps inside it (``CpuSummary``).
+        self.cpu_first: float | None = None
+        self.cpu_last_ts: float | None = None
+        self.cpu_gaps: list[float] = []  # spacings between main-thread samples left out
 
     def add_cpu_chunk(
         self,
@@ -259,9 +290,17 @@ class RunAccumulator:
     ) -> None:
         """The target's main-thread time line (``stack_slices``) for this chunk, attributed as
         advise attributes the CPU device: the same ``attribute`` call, on the job's processes."""
+        # Each sample stands for the time since the one before it; one without a slice of its
+        # own was too far from it, and that spacing is left out of the time line.
+        ends = {round(sl.end, 6) for sl in slices}
+        for x in main_stacks:
+            if self.cpu_last_ts is not None and x.ts > self.cpu_last_ts and round(x.ts, 6) not in ends:
+                self.cpu_gaps.append(x.ts - self.cpu_last_ts)
+            self.cpu_last_ts = x.ts
         if not slices:
             return
         self.cpu_samples += len(main_stacks)
+        self.cpu_first = slices[0].start if self.cpu_first is None else self.cpu_first
         bd = attribute(CPU_DEVICE, slices, main_stacks, host=host, procs=job_procs, cores=self.cores)
         self.cpu_breakdown = _merge(self.cpu_breakdown, bd)
 
@@ -366,7 +405,15 @@ class RunAccumulator:
             cpu_why = "no GPU in the recording"
         cpu = None
         if cpu_why and self.cpu_breakdown is not None and self.cpu_breakdown.total_s > 0:
-            cpu = CpuSummary(self.cpu_breakdown, self.cpu_samples, cpu_why)
+            gaps = self.cpu_gaps
+            cpu = CpuSummary(
+                self.cpu_breakdown, self.cpu_samples, cpu_why,
+                span_s=self.end - self.start,
+                before_s=max(0.0, (self.cpu_first or self.start) - self.start),
+                after_s=max(0.0, self.end - (self.cpu_last_ts if self.cpu_last_ts is not None else self.end)),
+                gaps=len(gaps), gap_s=sum(gaps),
+                gap_min_s=min(gaps, default=0.0), gap_max_s=max(gaps, default=0.0),
+            )
         gpus = []
         for idx in sorted(self.gpus):
             acc = self.gpus[idx]
@@ -411,6 +458,27 @@ class RunAccumulator:
             end=self.end,
             **meta,
         )
+
+
+def coverage_note(s: Summary) -> str:
+    """Which part of the recording the CPU device's time line covers, and why, when it is not
+    (nearly) all of it; "" otherwise."""
+    c = s.cpu
+    if c is None or not c.partial:
+        return ""
+    parts = []
+    if c.gaps:
+        apart = (f"{c.gap_min_s:.2f} s" if round(c.gap_min_s, 2) == round(c.gap_max_s, 2)
+                 else f"{c.gap_min_s:.2f}-{c.gap_max_s:.2f} s")
+        parts.append(f"{fmt_length(c.gap_s)} where main-thread stack samples were {apart} apart "
+                     f"({c.gaps} spacing{'s' if c.gaps != 1 else ''} longer than the stack time line joins: "
+                     "taken for lost data, as advise takes them)")
+    if c.before_s >= 1.0:
+        parts.append(f"{fmt_length(c.before_s)} before the first sample")
+    if c.after_s >= 1.0:
+        parts.append(f"{fmt_length(c.after_s)} after the last")
+    why = "; ".join(parts) if parts else "time without main-thread stack samples"
+    return f"covers {fmt_length(c.covered_s)} of the {fmt_length(c.span_s)} recorded; left out: {why}"
 
 
 def gpus_text(s: Summary) -> str:

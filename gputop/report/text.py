@@ -10,7 +10,7 @@ from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
 from .ranks import rank_text_lines
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, finding_device, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -57,7 +57,7 @@ def _resample(values: list[float | None], width: int) -> list[float | None]:
     return out
 
 
-def cpu_device_lines(s: Summary) -> list[str]:
+def cpu_device_lines(s: Summary, width: int = 100) -> list[str]:
     """The job's own time line when it used no GPU: the breakdown advise prints for the
     "CPU (no GPU)" device (``present.advice.breakdown_rows``), over the whole recording."""
     c = s.cpu
@@ -66,6 +66,9 @@ def cpu_device_lines(s: Summary) -> list[str]:
     bd = c.breakdown
     out = ["", f"{device_name(bd)}: where the time went over {hms(bd.total_s)} "
                f"({c.why}: the job's main thread, {c.samples} stack samples)"]
+    note = coverage_note(s)
+    if note:
+        out += textwrap.wrap(note, width=max(60, width), initial_indent="  ", subsequent_indent="  ")
     out.append("  " + bar_text(bd, 50))
     for b, sec, p in breakdown_rows(bd):
         out.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {hms(sec):>9}  {p:3d} %")
@@ -133,7 +136,7 @@ def render_text(s: Summary, width: int = 100) -> str:
         if facts:
             out.append("  " + ", ".join(facts))
     if s.cpu is not None:
-        out += cpu_device_lines(s)
+        out += cpu_device_lines(s, width)
     out.append("")
     cpu = [b.cpu for _, b in s.host_chart]
     out.append(f"host   CPU mean {pct(s.host_cpu_mean)} (max {pct(s.host_cpu_max)})"
