@@ -7,7 +7,7 @@ from __future__ import annotations
 from gputop.analysis.hang import COLLECTIVE, collective_fn, diagnose
 from gputop.analysis.ranks import ranks_message
 from gputop.analysis.stuck import StuckWatch, stuck_verdict
-from gputop.model import Category, Event, Frame, ProcSample, StackSample
+from gputop.model import Category, Event, Frame, ProcSample, StackSample, TaskSample, ThreadState
 from gputop.store import Store
 
 T0 = 1_700_000_000.0
@@ -96,3 +96,49 @@ def test_the_target_rank_itself_can_be_the_one_that_never_arrives():
 def test_collective_function_is_the_newest_torch_distributed_frame():
     assert collective_fn(s(T0, R0, ALL_REDUCE, Category.COLLECTIVE)) == "all_reduce"
     assert collective_fn(s(T0, R0, SLEEPING, Category.IDLE)) is None
+
+
+def straggler_store(seconds: float, main_state_at_end: str) -> Store:
+    """The 2-rank gloo straggler as gputop sees it attached to rank 0 on a loaded host (seen in a
+    real advise run): rank 0's main thread in all_reduce in every sample since attaching, its
+    process at a few % of a core; rank 1 builds its batch in load_batch, on CPU; /proc reads rank
+    0's main thread asleep (S), except at the newest reading, where it happens to be runnable (R:
+    gloo waking up for a chunk of the reduction, or the scheduler not having run it yet)."""
+    store = Store()
+    store.add([Event(T0 - 1, "ranks", ranks_message({R0: 0, R1: 1}, 100))])
+    n = int(seconds * 5)
+    for i in range(n + 1):
+        ts = T0 + i / 5
+        batch = [s(ts, R0, ALL_REDUCE, Category.COLLECTIVE), s(ts, R1, LOADING[i % 3], Category.DATA_FETCH, True)]
+        if i % 5 == 0:
+            batch += [ProcSample(ts=ts, pid=R0, cpu_percent=4.0, role="target"),
+                      ProcSample(ts=ts, pid=R1, cpu_percent=60.0, role="gpu")]
+            state = main_state_at_end if i == n else "S"
+            batch += [TaskSample(ts=ts, pid=R0, ppid=100, threads=(
+                ThreadState(R0, state=state, cpu_ns=int(ts - T0) * 40_000_000,
+                            syscall=None if state == "R" else "recvfrom",
+                            fd_path=None if state == "R" else "socket:[77]"),
+                ThreadState(R0 + 1000, name="python", state="S", cpu_ns=0, syscall="clock_nanosleep")),
+                rchar=int(ts - T0) * 1000, wchar=int(ts - T0) * 1000)]
+        store.add(batch)
+    return store
+
+
+def test_a_waiting_rank_read_runnable_by_proc_still_waits_in_its_collective():
+    # The main thread's stack is in all_reduce: that is its wait, whatever state /proc caught it in.
+    # Read as "running on a CPU", the diagnosis lost the collective (kind unknown) and with it the
+    # look across ranks that tells a straggler from a hang.
+    main = s(T0, R0, ALL_REDUCE, Category.COLLECTIVE)
+    tasks = {R0: TaskSample(T0, R0, 100, (ThreadState(R0, state="R"),))}
+    d = diagnose(main, (s(T0, R1, SLEEPING, Category.IDLE),), R0, tasks=tasks, ranks={R0: 0, R1: 1})
+    assert d.kind == COLLECTIVE, d
+    assert "waits in all_reduce for rank 1 (pid 102), which never arrives" in d.summary, d.summary
+    assert "waits in a collective (all_reduce) (state R" in d.parties[0].what, d.parties[0].what
+
+
+def test_a_straggler_is_not_stuck_when_proc_catches_the_waiting_rank_runnable():
+    for state in ("R", "S"):
+        store = straggler_store(9.0, state)
+        v = stuck_verdict(store, R0, threshold=30.0)
+        assert not v.stuck and "a straggler, not a hang" in v.reason, (state, v.reason, v.evidence)
+        assert StuckWatch(store, R0, threshold=30.0).poll() == []

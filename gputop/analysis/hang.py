@@ -171,12 +171,15 @@ def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
     names = [f.name for f in own]
     fd = (st.fd_path or "") if st else ""
     sysc = (st.syscall or "") if st else ""
-    if st is not None and st.state == "R" or (st is None and s.active and s.category is not Category.IDLE):
-        return "running", "running on a CPU"
     if s.category is Category.COLLECTIVE:
+        # Before "running": a thread in a collective waits for its peers whatever the kernel or
+        # py-spy caught it doing (gloo waking for a chunk, runnable on a loaded host, NCCL
+        # spin-waiting on its stream); whether that wait ends is told across the ranks.
         fn = next((f.name for f in own if "/torch/distributed/" in f.filename.replace("\\", "/")), None)
         fn = fn or collective_fn(s) or (leaf.name if leaf else "?")
         return "collective", f"waits in a collective ({fn})"
+    if st is not None and st.state == "R" or (st is None and s.active and s.category is not Category.IDLE):
+        return "running", "running on a CPU"
     if s.category is Category.HOST_SYNC:
         return "gpu", "waits for the GPU (a synchronising call)"
     if st is not None and st.state == "D":

@@ -349,7 +349,10 @@ def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[
     rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``."""
     from .ranks import moving_ranks
 
-    if not (v.stuck and pid_rank and v.since and v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE):
+    # The target's own wait decides, not only the diagnosis's kind: its main thread in a collective
+    # waits for its peers, whichever kind the parties' states made of the hang.
+    in_collective = v.category is Category.COLLECTIVE or (v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE)
+    if not (v.stuck and pid_rank and v.since and in_collective):
         return v
     moving = moving_ranks(pid_rank, stacks, v.since, target)
     if not moving:
