@@ -472,3 +472,71 @@ def test_a_silence_in_the_stack_samples_is_named_with_its_length(tmp_path):
     assert f"covers {fmt_length(c.covered_s)} of the {fmt_length(c.span_s)} recorded" in note
     assert "13.05 s apart" in note
     assert "Not the whole recording" in render_html(s)
+
+
+# --------------------------------------------------------------------------- when a finding ended
+
+
+def test_a_finding_still_showing_at_the_end_says_so_and_a_cleared_one_says_when(tmp_path, capsys):
+    """The advisor re-writes a finding showing every RECORD_REFRESH_S and says "cleared: <title>"
+    when it goes: the last row is not when it ended. One still showing at the end is "until the
+    end"; one that cleared gives the clear's time; one whose end is not in the file says so."""
+    from gputop.advisor.engine import RECORD_REFRESH_S
+    from gputop.model import Event, HostSample
+
+    end = T0 + 20.0
+    def f(fid, title, ts, first):
+        return Finding(id=fid, title=title, severity=Severity.WARNING, confidence=0.9, evidence=("e",),
+                       action="do it", ts=ts, first_seen=first)
+    p = tmp_path / "ends.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    w.flush([HostSample(ts=T0 + k, cpu_percent=10.0) for k in range(21)])
+    # "stays": shown from T0+2, still showing at the end (+35), last written at +32.
+    # "goes": shown from T0+1, written at +1, cleared at +6. "old": written at +1, no clear.
+    w.flush([f("stays", "Data stalls", T0 + 2, T0 + 2), f("goes", "Slow save", T0 + 1, T0 + 1),
+             f("old", "Old news", T0 + 1, T0 + 1)])
+    w.flush([Event(T0 + 6, "advisor", "cleared: Slow save", "info")])
+    for k in range(1, 4):  # ... and every RECORD_REFRESH_S while it shows, to +32
+        w.flush([f("stays", "Data stalls", T0 + 2 + k * RECORD_REFRESH_S, T0 + 2)])
+    w.flush([HostSample(ts=end + 15.0, cpu_percent=10.0)])  # the recording ends at +35
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    by = {fs.finding.id: fs for fs in s.findings}
+    assert by["stays"].until_end and by["stays"].cleared is None and by["stays"].shown_until == pytest.approx(s.end)
+    assert by["goes"].cleared == pytest.approx(T0 + 6) and not by["goes"].until_end
+    assert not by["old"].until_end and by["old"].cleared is None  # its end is not in the file
+    from gputop.report.text import clock
+
+    text = render_text(s, 100)
+    assert f"first {clock(T0 + 2)}, until the end ({clock(s.end)})" in text
+    assert f"first {clock(T0 + 1)}, cleared {clock(T0 + 6)}" in text
+    assert f"last reported {clock(T0 + 1)} (no record of when it cleared)" in text
+    assert f"last {clock(T0 + 2 + 3 * RECORD_REFRESH_S)}" not in text
+    assert "until the end" in render_html(s)
+    assert main(["report", str(p), "--json"]) == 0
+    d = {x["id"]: x for x in json.loads(capsys.readouterr().out)["findings"]}
+    assert d["stays"]["until_end"] is True and d["stays"]["cleared"] is None
+    assert d["goes"]["until_end"] is False and d["goes"]["cleared"] == pytest.approx(T0 + 6)
+    assert d["stays"]["shown_until"] == pytest.approx(s.end)
+
+
+def test_a_finding_showing_when_an_appended_session_ended_ends_there(tmp_path):
+    """Two sessions in one file (record --append): a finding showing when the first ended was
+    shown until then, not until the end of the file."""
+    from gputop.model import HostSample
+    from gputop.report.collect import session_spans
+    from gputop.report.summary import FindingSummary, finding_ends
+
+    fs = FindingSummary(Finding(id="x", title="X", severity=Severity.INFO, confidence=1.0, evidence=(), action="",
+                                ts=T0), T0, T0 + 8, 2, 0.0,
+                        titles={"X"})
+    spans = session_spans([{"started": T0, "ended": T0 + 10}, {"started": T0 + 100, "ended": None}], T0, T0 + 130)
+    assert spans == [(T0, T0 + 10), (T0 + 100, T0 + 130)]
+    finding_ends([fs], [], spans)
+    assert fs.until_end and fs.session_end == T0 + 10
+    from gputop.report.summary import finding_when
+    from gputop.report.text import clock
+
+    assert finding_when(fs, clock, T0 + 130).endswith(f"until its recording session ended ({clock(T0 + 10)})")

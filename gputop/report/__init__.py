@@ -49,7 +49,12 @@ def summary_dict(s: Summary) -> dict:
                 "severity": fs.finding.severity.value,
                 "gpu": fs.finding.gpu_index,
                 "first_seen": fs.first_seen,
-                "last_seen": fs.last_seen,
+                "last_seen": fs.last_seen,  # the last time it was written (every 10 s while showing)
+                # Still showing when the recording (its session) ended, else when it cleared
+                # (null: the file does not say; last_seen is then the latest known).
+                "until_end": fs.until_end,
+                "cleared": fs.cleared,
+                "shown_until": fs.shown_until,
                 "evidence": list(fs.finding.evidence),
                 "action": fs.finding.action,
                 "expected_gain": fs.finding.expected_gain,

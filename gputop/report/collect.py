@@ -12,7 +12,7 @@ from ..analysis.ranks import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from ..record.reader import Reader
 from .ranks import collect_ranks
-from .summary import RunAccumulator, Summary, summarise_findings
+from .summary import RunAccumulator, Summary, finding_ends, summarise_findings
 
 # Work in chunks so a day-long recording never sits in memory at once.
 CHUNK_S = 3600.0
@@ -82,6 +82,8 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     ):
         cpu_why = "the job held none of the GPUs"
     sysinfo = reader.system_info()
+    findings = summarise_findings(reader.finding_rows())
+    finding_ends(findings, all_events, session_spans(reader.sessions, start, acc.end))
     return acc.summary(
         path=str(reader.path),
         host=(sysinfo.hostname if sysinfo else None) or last.get("host") or "?",
@@ -89,7 +91,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         target_pid=target,
         target_cmdline=last.get("target_cmdline"),
         source=(sysinfo.source if sysinfo else None) or last.get("mode") or "live",
-        findings=summarise_findings(reader.finding_rows()),
+        findings=findings,
         events=events,
         damage=reader.damage,
         size_bytes=reader.size_bytes(),
@@ -99,3 +101,19 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         ranks=collect_ranks(reader, chunk_s),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )
+
+
+def session_spans(sessions: list[dict], start: float, end: float) -> list[tuple[float, float]]:
+    """(start, end) of each recording session; the last ends where the recording does, one never
+    closed (killed) where the next began."""
+    out: list[tuple[float, float]] = []
+    for k, x in enumerate(sessions):
+        # The first session holds everything from the recording's start (backfill, seeded state).
+        st = start if k == 0 else (x.get("started") or start)
+        if k == len(sessions) - 1:
+            e = end
+        else:
+            nxt = sessions[k + 1].get("started") or end
+            e = min(x.get("ended") or nxt, nxt)
+        out.append((st, max(st, e)))
+    return out or [(start, end)]

@@ -13,7 +13,7 @@ from ..units import fmt_bytes
 from ..record.span import backfill_note
 from . import svg
 from .ranks import rank_html
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 from .text import clock, hms
 
 BUCKET_COLORS = {
@@ -162,7 +162,7 @@ def render_html(s: Summary) -> str:
         dev = finding_device(f)
         gpu = f" · {dev}" if dev else ""
         out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
-                   f"<div class=\"small\">first {e(clock(fs.first_seen))}, last {e(clock(fs.last_seen))}{e(gpu)}"
+                   f"<div class=\"small\">{e(finding_when(fs, clock, s.end))}{e(gpu)}"
                    f" · confidence {100 * f.confidence:.0f}%"
                    + (f" · {e(cost_text(fs, s))}" if fs.max_cost_s else "") + "</div>")
         if f.evidence:

@@ -152,9 +152,22 @@ class CpuSummary:
 class FindingSummary:
     finding: Finding
     first_seen: float
-    last_seen: float
+    last_seen: float  # the last time it was written (it is re-written every RECORD_REFRESH_S)
     reports: int
     max_cost_s: float
+    titles: set[str] = field(default_factory=set)  # every wording recorded (a clear names the latest)
+    cleared: float | None = None  # when it stopped showing (the advisor's "cleared: ..." event)
+    until_end: bool = False  # still showing when the recording (its session) ended
+    session_end: float | None = None  # that end, when until_end
+
+    @property
+    def shown_until(self) -> float:
+        """When it stopped showing: cleared, the end it lasted to, else the last time written."""
+        if self.cleared is not None:
+            return self.cleared
+        if self.until_end and self.session_end is not None:
+            return self.session_end
+        return self.last_seen
 
 
 @dataclass
@@ -516,12 +529,58 @@ def summarise_findings(rows: Iterable[tuple[Finding, float]]) -> list[FindingSum
         g = groups.get(key)
         first = f.first_seen or f.ts
         if g is None:
-            groups[key] = FindingSummary(f, first, max(last, f.ts), 1, f.cost_s)
+            g = groups[key] = FindingSummary(f, first, max(last, f.ts), 1, f.cost_s)
         else:
             g.finding = f  # the latest wording
             g.first_seen = min(g.first_seen, first)
             g.last_seen = max(g.last_seen, last, f.ts)
             g.reports += 1
             g.max_cost_s = max(g.max_cost_s, f.cost_s)
+        g.titles.add(f.title)
     rank = {"critical": 0, "warning": 1, "info": 2}
     return sorted(groups.values(), key=lambda g: (rank.get(g.finding.severity.value, 3), -g.max_cost_s, g.first_seen))
+
+
+# The advisor's event when a finding stops showing (advisor.engine.AdvisorSource.poll).
+CLEARED_PREFIX = "cleared: "
+# A finding showing is re-written at least every RECORD_REFRESH_S (advisor.engine): one last
+# written within this much of its session's end, and not cleared, was still showing at the end.
+UNTIL_END_SLACK_S = 5.0
+
+
+def finding_ends(
+    findings: Sequence[FindingSummary],
+    events: Iterable[Event],
+    sessions: Sequence[tuple[float, float]],
+) -> None:
+    """Say when each finding stopped showing (``cleared``), or that it was still showing when
+    the recording ended (``until_end``). ``sessions``: (start, end) of each recording session in
+    time order, the last one's end the recording's. A finding neither cleared nor written near
+    its session's end keeps only ``last_seen`` (how it ended is not in the file)."""
+    from ..advisor.engine import RECORD_REFRESH_S
+
+    clears: dict[str, list[float]] = {}
+    for ev in events:
+        if ev.source == "advisor" and ev.message.startswith(CLEARED_PREFIX):
+            clears.setdefault(ev.message[len(CLEARED_PREFIX):], []).append(ev.ts)
+    for fs in findings:
+        after = [t for title in fs.titles for t in clears.get(title, ()) if t >= fs.last_seen - 1e-6]
+        # The session it was last written in (a later, appended one starts without it).
+        ends = [e for st, e in sessions if st <= fs.last_seen + 1e-6]
+        end = ends[-1] if ends else (sessions[0][1] if sessions else None)
+        if after and (end is None or min(after) <= end + 1e-6):
+            fs.cleared = min(after)
+        elif end is not None and end - fs.last_seen <= RECORD_REFRESH_S + UNTIL_END_SLACK_S:
+            fs.until_end, fs.session_end = True, end
+
+
+def finding_when(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
+    """'first 04:20:17, until the end (04:20:37)' / '..., cleared 04:20:31' / '..., last reported ...'."""
+    first = f"first {clock(fs.first_seen)}"
+    if fs.cleared is not None:
+        return f"{first}, cleared {clock(fs.cleared)}"
+    if fs.until_end and fs.session_end is not None:
+        if last_session_end is None or abs(fs.session_end - last_session_end) < 1e-6:
+            return f"{first}, until the end ({clock(fs.session_end)})"
+        return f"{first}, until its recording session ended ({clock(fs.session_end)})"
+    return f"{first}, last reported {clock(fs.last_seen)} (no record of when it cleared)"

@@ -10,7 +10,7 @@ from ..analysis.breakdown import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, sparkline
 from ..record.span import backfill_note, fmt_length
 from .ranks import rank_text_lines
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, gpus_text
+from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -154,7 +154,7 @@ def render_text(s: Summary, width: int = 100) -> str:
             dev = finding_device(f)
             gpu = f" {dev}" if dev else ""
             out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
-            out.append(f"      first {clock(fs.first_seen)}, last {clock(fs.last_seen)}"
+            out.append(f"      {finding_when(fs, clock, s.end)}"
                        + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
                        + f", confidence {100 * f.confidence:.0f}%")
             for e in f.evidence:
