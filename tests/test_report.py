@@ -540,3 +540,25 @@ def test_a_finding_showing_when_an_appended_session_ended_ends_there(tmp_path):
     from gputop.report.text import clock
 
     assert finding_when(fs, clock, T0 + 130).endswith(f"until its recording session ended ({clock(T0 + 10)})")
+
+
+def test_report_json_findings_carry_advise_fields_and_gain_predicted(summary, monkeypatch):
+    """report --json's findings have advise --json's fields, gain_predicted among them, with the
+    same names and meaning; a file that does not keep gain_predicted says so."""
+    import dataclasses
+
+    from gputop.present.advice import finding_dict
+
+    d = json.loads(json.dumps(summary_dict(summary)))
+    advise_keys = set(finding_dict(summary.findings[0].finding))
+    assert "gain_predicted" in advise_keys
+    for f in d["findings"]:
+        assert advise_keys <= set(f), advise_keys - set(f)
+    assert d["gain_predicted_recorded"] is False  # this file format has no column for it
+    # A finding read back with its bound: the report gives it as advise does.
+    fs = summary.findings[0]
+    monkeypatch.setattr(fs, "finding", dataclasses.replace(fs.finding, gain_predicted=1.8))
+    monkeypatch.setattr(summary, "gain_predicted_recorded", True)
+    d = summary_dict(summary)
+    assert d["findings"][0]["gain_predicted"] == finding_dict(fs.finding)["gain_predicted"] == 1.8
+    assert d["gain_predicted_recorded"] is True

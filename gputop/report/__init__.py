@@ -12,6 +12,7 @@ __all__ = ["Summary", "collect", "render_html", "render_text", "summary_dict"]
 def summary_dict(s: Summary) -> dict:
     """The headline numbers as JSON-ready data (for scripts and dashboards)."""
     from ..analysis.breakdown import BUCKET_LABELS
+    from ..present.advice import finding_dict
 
     return {
         "path": s.path,
@@ -42,8 +43,14 @@ def summary_dict(s: Summary) -> dict:
         # The job used no GPU: its main thread's time line, as advise --json's "breakdown" shows it.
         "cpu_device": _cpu_device(s),
         "host": {"cpu_mean": s.host_cpu_mean, "cpu_max": s.host_cpu_max, "iowait_mean": s.host_iowait_mean},
+        # Whether the file keeps each finding's gain_predicted (advise --json's bound); when it
+        # does not, every finding's gain_predicted below reads null: not recorded, not "no claim".
+        "gain_predicted_recorded": s.gain_predicted_recorded,
         "findings": [
             {
+                # advise --json's fields, same names and meaning (gain_predicted, cost_s, ...)...
+                **finding_dict(fs.finding),
+                # ...and the report's own over the whole recording.
                 "id": fs.finding.id,
                 "title": fs.finding.title,
                 "severity": fs.finding.severity.value,

@@ -99,6 +99,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         cpu_why=cpu_why,
         backfill_s=reader.span.backfill_s,
         ranks=collect_ranks(reader, chunk_s),
+        gain_predicted_recorded=_has_column(reader, "findings", "gain_predicted"),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )
 
@@ -117,3 +118,10 @@ def session_spans(sessions: list[dict], start: float, end: float) -> list[tuple[
             e = min(x.get("ended") or nxt, nxt)
         out.append((st, max(st, e)))
     return out or [(start, end)]
+
+
+def _has_column(reader: Reader, table: str, column: str) -> bool:
+    try:
+        return any(r[1] == column for r in reader.conn.execute(f"PRAGMA table_info({table})"))
+    except Exception:  # noqa: BLE001 - a damaged file: the reader has said so already
+        return False

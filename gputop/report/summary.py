@@ -198,6 +198,7 @@ class Summary:
     backfill_s: float = 0.0  # GPU history in the file from before recording started (not in the span)
     ranks: tuple = ()  # report.ranks.RankSummary per local rank of a multi-rank job
     cpu: CpuSummary | None = None  # the job used no GPU: where its main thread's time went
+    gain_predicted_recorded: bool = False  # the file keeps the findings' gain_predicted
 
     @property
     def duration(self) -> float:
