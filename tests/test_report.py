@@ -562,3 +562,29 @@ def test_report_json_findings_carry_advise_fields_and_gain_predicted(summary, mo
     d = summary_dict(summary)
     assert d["findings"][0]["gain_predicted"] == finding_dict(fs.finding)["gain_predicted"] == 1.8
     assert d["gain_predicted_recorded"] is True
+
+
+def test_wrapped_finding_lines_hang_under_their_first_line(tmp_path):
+    """A long action, evidence line or expected gain wraps with its continuation lines under the
+    text after "→ " / "· " / "expected: ", not under the arrow."""
+    p = tmp_path / "wrap.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    words = " ".join(f"word{k}" for k in range(40))
+    w.flush([GpuSample(ts=T0 + 1, index=0, util_gpu=50.0), GpuSample(ts=T0 + 2, index=0, util_gpu=0.0)])
+    w.flush([Finding(id="long", title="Long", severity=Severity.WARNING, confidence=0.9, evidence=("E " + words,),
+                     action="A " + words, expected_gain="G " + words, ts=T0 + 2)])
+    w.finish()
+    with Reader(p) as r:
+        lines = render_text(collect(r), 60).splitlines()
+    for lead, first in (("· ", "E"), ("→ ", "A"), ("  expected: ", "G")):
+        k = next(i for i, x in enumerate(lines) if x.startswith(" " * 6 + lead + first + " "))
+        col = 6 + len(lead)
+        cont = []
+        for x in lines[k + 1:]:
+            if not x.startswith(" " * col) or x[col] == " " or x.lstrip().startswith(("· ", "→ ", "expected: ")):
+                break
+            cont.append(x)
+        assert len(cont) >= 3, (lead, lines[k:k + 4])  # it wrapped, every continuation at the text's column
+        assert all(len(x) <= 60 for x in [lines[k], *cont])
+        assert " ".join(x.strip() for x in [lines[k], *cont]).endswith("word39")  # nothing left at another indent

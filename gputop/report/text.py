@@ -148,7 +148,11 @@ def render_text(s: Summary, width: int = 100) -> str:
         out += rank_text_lines(s.ranks) + [""]
     if s.findings:
         out.append(f"findings ({len(s.findings)})")
-        wrap = textwrap.TextWrapper(width=width, initial_indent="      ", subsequent_indent="      ")
+        def wrapped(lead: str, body: str) -> list[str]:
+            # A hanging indent: continuation lines line up with the text after the lead ("→ ").
+            pad = " " * (6 + len(lead))
+            return textwrap.wrap(body, width=width, initial_indent=" " * 6 + lead, subsequent_indent=pad,
+                                 break_on_hyphens=False)
         for fs in s.findings:
             f = fs.finding
             dev = finding_device(f)
@@ -158,11 +162,11 @@ def render_text(s: Summary, width: int = 100) -> str:
                        + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
                        + f", confidence {100 * f.confidence:.0f}%")
             for e in f.evidence:
-                out.extend(wrap.wrap(f"· {e}"))
+                out.extend(wrapped("· ", e))
             if f.action:
-                out.extend(wrap.wrap(f"→ {f.action}"))
+                out.extend(wrapped("→ ", f.action))
             if f.expected_gain:
-                out.extend(wrap.wrap(f"  expected: {f.expected_gain}"))
+                out.extend(wrapped("  expected: ", f.expected_gain))
     else:
         out.append("findings: none recorded")
     if s.events:
