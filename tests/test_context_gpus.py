@@ -58,3 +58,18 @@ def test_holds_no_gpu_needs_a_process_list_read_since_the_stacks_began():
     assert not holds_no_gpu(TARGET, {TARGET}, {}, [], procs, main)  # no list: cannot tell
     assert not holds_no_gpu(TARGET, {TARGET}, {}, fresh, procs, [])  # no stacks yet
     assert isinstance(main[0], StackSample)
+
+
+def test_the_cpu_time_line_spans_samples_a_second_apart():
+    """After the attach burst stacks come ~1/s: the CPU device's time line covers them all, not
+    only the spacings under NVML's 1 s gap."""
+    from gputop.analysis.breakdown import stack_slices
+
+    main = [stack(T0 + 0.2 * k, Category.FORWARD) for k in range(10)]  # the burst, 2 s
+    main += [stack(T0 + 2.0 + 1.05 * k, Category.DATA_WAIT) for k in range(1, 20)]  # ~1/s for 20 s
+    covered = sum(s.end - s.start for s in stack_slices(main, T0, main[-1].ts))
+    assert covered > 0.95 * (main[-1].ts - main[0].ts), covered
+    # A sampler that stalled for longer than a few seconds is a gap, not a measurement.
+    stalled = main[:10] + [stack(T0 + 12.0, Category.FORWARD)]
+    covered = sum(s.end - s.start for s in stack_slices(stalled, T0, T0 + 12.0))
+    assert covered < 3.0, covered

@@ -335,8 +335,17 @@ def attribute(
     )
 
 
+# The longest spacing between two main-thread samples that still stands for the time between
+# them on the CPU device's time line. NVML's 1 s (idle.MAX_SLICE_S: its buffer's gap is lost
+# data) does not fit stacks: after the attach burst the sampler's CPU budget gives ~1-2 stacks/s,
+# fewer on a loaded machine, and a 1 s bar dropped most of a recording (a new user's 22 s
+# recording was summarised over 4.4 s, and advise alike). 5 s, as for NVML's polls
+# (idle.MAX_POLL_SLICE_S): a longer silence is a sampler that stalled, not a measurement.
+STACK_MAX_GAP_S = 5.0
+
+
 def stack_slices(main_stacks: Sequence[StackSample], t0: float, t1: float) -> list[Slice]:
     """The CPU device's time line: each main-thread sample stands for the time since the one
     before it (samples are evenly spaced), busy when the thread was running the step."""
     points = [UtilPoint(x.ts, CPU_DEVICE, 100.0 if computing(x) else 0.0) for x in main_stacks]
-    return util_slices(points, t0, t1)
+    return util_slices(points, t0, t1, max_slice=STACK_MAX_GAP_S)
