@@ -77,6 +77,41 @@ class GpuView:
 
 
 @dataclass(frozen=True)
+class ThreadUse:
+    """One thread of the job (the target or a child) over the window, from /proc readings."""
+
+    pid: int
+    tid: int
+    name: str
+    cpu: float  # CPU time it used over the readings' span, as a share of one core
+    runnable: float  # share of its readings in state R (on a CPU or waiting for one)
+    readings: int
+
+
+def thread_use(tasks: Mapping[int, Sequence[TaskSample]], t0: float) -> tuple[ThreadUse, ...]:
+    """Per thread of ``tasks`` (pid -> readings), its CPU use and runnable share since ``t0``;
+    threads read fewer than twice are left out (one reading has no CPU-time growth)."""
+    out: list[ThreadUse] = []
+    for pid, samples in tasks.items():
+        seen: dict[int, list] = {}
+        for s in samples:
+            if s.ts < t0:
+                continue
+            for th in s.threads:
+                seen.setdefault(th.tid, []).append((s.ts, th))
+        for tid, xs in seen.items():
+            if len(xs) < 2:
+                continue
+            (ta, a), (tb, b) = xs[0], xs[-1]
+            if a.cpu_ns is None or b.cpu_ns is None or tb <= ta:
+                continue
+            cpu = max(0.0, (b.cpu_ns - a.cpu_ns) / 1e9 / (tb - ta))
+            runnable = sum(1 for _, th in xs if th.state == "R") / len(xs)
+            out.append(ThreadUse(pid, tid, b.name, cpu, runnable, len(xs)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class AnalysisContext:
     now: float
     t0: float  # start of the time the breakdowns cover
@@ -100,6 +135,9 @@ class AnalysisContext:
     # The framework the main thread's stacks show and the precision they say it trains in, read
     # once per evaluation for every rule that writes a framework's knob or weighs precision.
     framework: FrameworkSeen = FrameworkSeen(None, None)
+    # The job's threads (target and children) over the window, from the procfs source's
+    # readings; empty without them (not Linux, a recording without them).
+    threads: tuple[ThreadUse, ...] = ()
 
     @property
     def cores(self) -> int | None:
@@ -303,6 +341,7 @@ def context_from_samples(
         window_s=window_s,
         ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs) if pid_rank else (),
         framework=framework_of(main),
+        threads=thread_use(family_tasks(tasks or {}, target_pid), t0) if target_pid is not None else (),
     )
 
 

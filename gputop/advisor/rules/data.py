@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from ...analysis.breakdown import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
 from ...analysis.frameworks import loader_knob
-from ..context import AnalysisContext, GpuView
+from ..context import AnalysisContext, GpuView, ThreadUse
 from .base import (
     loop_wait,
     loop_wait_upper,
@@ -191,12 +192,22 @@ SATURATED_WORKER_SHARE = 0.75
 # Worker stacks come one worker per second (the stack sampler's worker interval): this many
 # before their running share counts. Judgement.
 MIN_WORKER_SAMPLES = 4
-# Oversubscription: runnable compute threads (workers x threads each) above this multiple of the
-# cores, with the CPUs at least this busy. The guides' rule is workers x threads <= cores; the
+# Oversubscription: the loader workers' threads that compete for a CPU above this multiple of
+# the cores, with the CPUs at least this busy. The guides' rule is workers x threads <= cores; the
 # 1.5x margin and the 85 % are judgement. The oversubscribed workload ran 16 workers x ~18
 # threads on 16 cores at 100 % CPU, load 155-187 (bench/results/harness.md, advisor_bench.json).
+# Competing threads are counted from the procfs source's per-thread readings: each thread's share
+# of readings in state R (on a CPU or queued for one), summed: the mean number of the workers'
+# threads that want a CPU. No threshold of its own: an idle helper thread (multiprocessing's
+# QueueFeederThread, torch's _ResourceSharer) sleeps in every reading and counts 0, a worker
+# computing a sample counts ~1. Counting every thread a worker holds (ProcSample.num_threads)
+# named a 2-worker job on 2 cores, one busy thread and two idle helpers per worker, "6 threads
+# on 2 cores".
 OVERSUB_RATIO = 1.5
 CPU_SATURATED_PCT = 85.0
+# Per-thread readings (1 s apart) before they count: fewer, and the share of R readings is a coin
+# toss. Judgement: three readings, as MIN_WORKER_SAMPLES' few seconds.
+MIN_THREAD_READINGS = 3
 
 
 def workers_busy(ctx: AnalysisContext) -> bool:
@@ -228,14 +239,50 @@ def workers_waiting_for_work(ctx: AnalysisContext) -> bool:
     return sum(1 for s in xs if s.category is Category.IDLE) / len(xs) >= WORKERS_IDLE_SHARE
 
 
-def oversubscription(ctx: AnalysisContext) -> tuple[int, int] | None:
-    """(compute threads of the loader workers, cores) when they oversubscribe a busy host."""
+@dataclass(frozen=True)
+class Oversubscription:
+    threads: float  # the workers' threads competing for a CPU (mean runnable), or held (no readings)
+    cores: int
+    measured: bool  # from per-thread readings; False: every thread the workers hold
+    per_worker: float  # competing threads per worker
+    wait_share: float | None = None  # share of the workers' runnable time spent queued for a CPU
+    held: int = 0  # threads the workers hold, idle ones included
+
+
+def _worker_threads(ctx: AnalysisContext) -> list[ThreadUse]:
+    pids = {w.pid for w in ctx.workers.current}
+    return [t for t in ctx.threads if t.pid in pids and t.readings >= MIN_THREAD_READINGS]
+
+
+def _env_threads(ctx: AnalysisContext, key: str) -> int | None:
+    v = (ctx.env.get(key) or "").strip()
+    return int(v) if v.isdigit() else None
+
+
+def oversubscription(ctx: AnalysisContext) -> Oversubscription | None:
+    """The loader workers' threads when those competing for a CPU oversubscribe a busy host."""
     h, w = ctx.host, ctx.workers
-    if h is None or h.cpu_mean is None or w.count == 0:
+    if h is None or h.cpu_mean is None or w.count == 0 or h.cpu_mean < CPU_SATURATED_PCT:
         return None
-    threads = sum(max(1, c.threads or 1) for c in w.current)
-    if threads > OVERSUB_RATIO * h.cores and h.cpu_mean >= CPU_SATURATED_PCT:
-        return threads, h.cores
+    held = sum(max(1, c.threads or 1) for c in w.current)
+    mine = _worker_threads(ctx)
+    if {t.pid for t in mine} >= {c.pid for c in w.current}:
+        # Per-thread readings of every worker: the threads that want a CPU, not those that exist.
+        demand = sum(t.runnable for t in mine)
+        if demand <= OVERSUB_RATIO * h.cores:
+            return None
+        # Queued for a CPU: runnable in a reading but not on a CPU, the runnable share less the
+        # CPU-time share (both per thread, the readings' sampling error averaging over threads).
+        wait = sum(max(0.0, t.runnable - min(t.cpu, 1.0)) for t in mine)
+        return Oversubscription(demand, h.cores, True, demand / w.count, wait / demand if demand else None, held)
+    # No readings: every thread the workers hold. torch runs one intra-op thread in its workers
+    # and OpenMP/MKL pools follow OMP_NUM_THREADS: with that at 1 the held threads are helpers,
+    # not a pool, and their count is no evidence of oversubscription.
+    omp = _env_threads(ctx, "OMP_NUM_THREADS")
+    if omp is not None and omp <= 1 and (_env_threads(ctx, "MKL_NUM_THREADS") or 1) <= 1:
+        return None
+    if held > OVERSUB_RATIO * h.cores:
+        return Oversubscription(float(held), h.cores, False, held / w.count, None, held)
     return None
 
 
@@ -290,40 +337,63 @@ def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
     over = oversubscription(ctx)
     if over is None or not enough_stacks(ctx):
         return None
-    threads, cores = over
+    cores = over.cores
     found = worst(ctx, lambda g: data_wait_s(g) + g.breakdown.get(Bucket.CPU))
-    # No recurrence waiver (base.significant): the threads are read from the configuration and
-    # the host's CPU from its load, both at their least certain in a young window (a job's own
+    # No recurrence waiver (base.significant): the threads are read from 1 s readings (or the
+    # configuration) and the host's CPU from its load, both at their least certain in a young window (a job's own
     # start-up fills the cores), so the cost must add up to seconds first.
     if found is None or not significant(found[0], found[1]):
         return None
     g, cost = found
     frac = cost / g.breakdown.total_s
     w = ctx.workers
-    per = max(1, round(threads / max(1, w.count)))
     n = max(1, cores // (w.count + 1))
-    omp = ctx.env.get("OMP_NUM_THREADS")
-    ev = [
-        idle_line(g, [Bucket.DATA, Bucket.IO, Bucket.CPU]),
-        f"{w.count} loader workers x ~{per} threads = {threads} threads on {cores} cores "
-        f"(host CPU {ctx.host.cpu_mean:.0f} %)" if ctx.host and ctx.host.cpu_mean is not None else "",
-        f"OMP_NUM_THREADS={omp} in the target's environment" if omp else "OMP_NUM_THREADS is not set",
-    ]
+    # What the action asks for, less what is already in place: the environment's thread counts
+    # as the target's environment shows them; set_num_threads(n) in the workers only while they
+    # run more than n threads that want a CPU.
+    omp, mkl = _env_threads(ctx, "OMP_NUM_THREADS"), _env_threads(ctx, "MKL_NUM_THREADS")
+    env_needed = omp is None or omp > n or (mkl is not None and mkl > n)
+    init_needed = over.per_worker > n + 0.5
+    if not env_needed and not init_needed:
+        return None  # nothing to change: the threads come from elsewhere than the pools' sizes
+    ev = [idle_line(g, [Bucket.DATA, Bucket.IO, Bucket.CPU])]
+    host = f" (host CPU {ctx.host.cpu_mean:.0f} %)" if ctx.host and ctx.host.cpu_mean is not None else ""
+    if over.measured:
+        ev.append(f"{w.count} loader workers run ~{over.threads:.0f} threads that want a CPU "
+                  f"(~{over.per_worker:.1f} each, of {over.held} they hold) on {cores} cores{host}")
+        if over.wait_share is not None:
+            ev.append(f"the workers' threads wait for a CPU {pct(over.wait_share)} of the time they are runnable")
+    else:
+        ev.append(f"{w.count} loader workers x ~{over.per_worker:.0f} threads = {over.held} threads on {cores} cores{host}")
+        ev.append("threads counted as held: no per-thread readings to tell those that compute from idle helpers")
+    ev.append(f"OMP_NUM_THREADS={omp} in the target's environment" if omp is not None else "OMP_NUM_THREADS is not set")
     if ctx.host and ctx.host.load1_max is not None:
         ev.append(f"load average {ctx.host.load1_max:.0f} on {cores} cores")
+    parts = []
+    if env_needed:
+        parts.append(f"OMP_NUM_THREADS={n} MKL_NUM_THREADS={n} in the job's environment")
+    if init_needed:
+        parts.append(f"in the loader DataLoader(..., worker_init_fn=lambda _: torch.set_num_threads({n}))")
+    # The bound: what fewer threads can give back is the time the workers' threads are queued
+    # for a CPU, and no more than the share of it their own excess causes (demand / cores: the
+    # rest is other processes' load). Without readings, the excess alone.
+    limit = over.threads / cores
+    why = f"~{over.threads:.0f} competing threads sharing {cores} cores"
+    if over.wait_share is not None:
+        queued = 1.0 / max(1.0 - over.wait_share, 0.01)
+        if queued < limit:
+            limit, why = queued, f"the {pct(over.wait_share)} of their runnable time the workers' threads wait for a CPU"
+        if limit < WORTHWHILE_GAIN:
+            return None  # the threads get a CPU when they want one: fewer of them cannot be faster
     return Hit(
         evidence=tuple(e for e in ev if e),
-        action=(
-            f"OMP_NUM_THREADS={n} MKL_NUM_THREADS={n} in the job's environment, and in the loader "
-            f"DataLoader(..., worker_init_fn=lambda _: torch.set_num_threads({n}))  "
-            f"# {w.count + 1} processes x {n} thread{'s' if n != 1 else ''} for {cores} cores"
-        ),
-        expected_gain=gain(frac) + "; threads stop evicting each other from the cores",
-        gain_bound=bounded(frac),
+        action=", and ".join(parts) + f"  # {w.count + 1} processes x {n} thread{'s' if n != 1 else ''} for {cores} cores",
+        expected_gain=gain(frac, limit, why) + "; threads stop evicting each other from the cores",
+        gain_bound=bounded(frac, limit),
         cost_s=cost,
-        confidence=confidence(min(1.0, threads / (cores * 4)), len(ctx.main_stacks)),
+        confidence=confidence(min(1.0, over.threads / (cores * 4)), len(ctx.main_stacks)),
         gpu_index=gpu_index(g),
-        title=f"CPU oversubscribed: {threads} loader threads on {cores} cores",
+        title=f"CPU oversubscribed: {over.threads:.0f} loader threads on {cores} cores",
     )
 
 
