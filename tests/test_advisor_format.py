@@ -236,3 +236,14 @@ def test_no_gpu_and_unreadable_stacks_says_so_instead_of_collecting():
     text = " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False,
                                                      no_stacks="cannot sample stacks of PID 7: not Python"))
     assert "Collecting" not in text and "cannot be read (cannot sample stacks of PID 7: not Python)" in text
+
+
+def test_an_exited_job_is_said_first_and_its_findings_read_as_past():
+    from gputop.present.advice import pane_lines
+
+    text = lambda lines: "\n".join("".join(t for t, _ in ln) for ln in lines)  # noqa: E731
+    gone = text(pane_lines([], [], 100, exited="PID 42 at 12:00:05"))
+    assert gone.startswith("The attached job exited (PID 42 at 12:00:05): no finding was showing")
+    assert "No findings: nothing costs the job" not in gone
+    live = text(pane_lines([], [], 100))
+    assert "exited" not in live and "No findings" in live

@@ -219,8 +219,16 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
 def pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
+    exited: str | None = None,
 ) -> list[Line]:
+    """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
+    read as what was showing while it ran."""
     out: list[Line] = []
+    if exited is not None:
+        end = ("the findings below are from while it ran." if findings
+               else "no finding was showing when it ended; nothing more is sampled.")
+        out.extend(_wrapped(f"The attached job exited ({exited}): {end}", width, "", "", "warn"))
+        out.append(())
     shown = [b for b in breakdowns if b.total_s > 0]
     for bd in shown:
         out.extend(breakdown_lines(bd, width))
@@ -238,6 +246,8 @@ def pane_lines(
     elif not shown:
         out.append((("Collecting: the time breakdown appears after the first seconds of samples.", "dim"),))
         out.append(())
+    if not findings and exited is not None:
+        return out
     if not findings and pending:
         # The advisor sees a cause but names it only once it has held: say so, rather than
         # "no findings" under a bar that shows the cost.

@@ -7,6 +7,8 @@ it computes nothing itself.
 
 from __future__ import annotations
 
+import time
+
 from textual import events
 from textual.containers import VerticalScroll
 
@@ -24,6 +26,7 @@ STYLES = {
     "sev.critical": "bold red",
     "sev.warning": "bold yellow",
     "sev.info": "blue",
+    "warn": "yellow",
     "bucket.busy": "green",
     "bucket.data": "red",
     "bucket.cpu": "magenta",
@@ -53,14 +56,20 @@ class AdvisorPane(LinesPane):
         # The pane shows only what the advisor published: new samples alone change nothing here.
         has_gpu = bool(store.gpu_indices())
         no_stacks = getattr(session, "attach_error", None)
-        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks)
+        # The target's end, as its sampler recorded it (a ProcSample with status "exited"; in a
+        # replay, from the file): the findings are then what was showing while it ran.
+        pid = getattr(session, "target_pid", None)
+        last = store.latest_proc(pid) if pid is not None and hasattr(store, "latest_proc") else None
+        exited = last.ts if last is not None and last.status == "exited" else None
+        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks, exited)
         if key == self._last:
             return
         self._last = key
         breakdowns = store.breakdowns()
         self._findings = store.findings()
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
-                           pending=store.pending_findings(), no_stacks=no_stacks)
+                           pending=store.pending_findings(), no_stacks=no_stacks,
+                           exited=None if exited is None else f"PID {pid} at {time.strftime('%H:%M:%S', time.localtime(exited))}")
         self._starts = finding_starts(lines)
         self.show(lines)
 

@@ -273,6 +273,8 @@ class GputopApp(ReplayControls, App[int]):
         status = self.query_one("#status", LinesView)
         # What attached sampling costs the job, as the sampler measures it: always in sight.
         cost = getattr(self.session.stacks, "cost", None) if self.session.mode != "replay" else None
+        if getattr(self.session.stacks, "exited", None) is not None:
+            cost = None  # nothing is sampled from a job that has exited, and nothing is cost
         cost_text = f" · sampling costs the job about {cost.job_cost_pct:.2g} %" if cost is not None else ""
         if not events:
             status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
