@@ -7,6 +7,7 @@ timelines (``context_from_samples``) exactly as they run live or on a replay.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -135,9 +136,16 @@ class AnalysisContext:
     # The framework the main thread's stacks show and the precision they say it trains in, read
     # once per evaluation for every rule that writes a framework's knob or weighs precision.
     framework: FrameworkSeen = FrameworkSeen(None, None)
-    # The job's threads (target and children) over the window, from the procfs source's
-    # readings; empty without them (not Linux, a recording without them).
-    threads: tuple[ThreadUse, ...] = ()
+    # The job's /proc thread readings (target and children: pid -> readings), which ``threads``
+    # reads; empty without them (not Linux, a recording without them).
+    job_tasks: Mapping[int, Sequence[TaskSample]] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def threads(self) -> tuple[ThreadUse, ...]:
+        """The job's threads over the window (CPU and runnable shares), worked out when a rule
+        first asks: a job with 600 threads has ~36,000 readings a minute, the largest pass in the
+        context, and most evaluations never need it."""
+        return thread_use(self.job_tasks, self.t0)
 
     @property
     def cores(self) -> int | None:
@@ -341,7 +349,7 @@ def context_from_samples(
         window_s=window_s,
         ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs) if pid_rank else (),
         framework=framework_of(main),
-        threads=thread_use(family_tasks(tasks or {}, target_pid), t0) if target_pid is not None else (),
+        job_tasks=family_tasks(tasks or {}, target_pid) if target_pid is not None else {},
     )
 
 
