@@ -554,7 +554,7 @@ def test_report_json_findings_carry_advise_fields_and_gain_predicted(summary, mo
     assert "gain_predicted" in advise_keys
     for f in d["findings"]:
         assert advise_keys <= set(f), advise_keys - set(f)
-    assert d["gain_predicted_recorded"] is False  # this file format has no column for it
+    assert d["gain_predicted_recorded"] is True  # a file gputop writes now keeps the bound
     # A finding read back with its bound: the report gives it as advise does.
     fs = summary.findings[0]
     monkeypatch.setattr(fs, "finding", dataclasses.replace(fs.finding, gain_predicted=1.8))

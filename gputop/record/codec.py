@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -331,12 +332,21 @@ def finding_row(f: Finding) -> tuple:
         redact_text(f.expected_gain),
         f.cost_s,
         f.first_seen,
+        gain_bound(f.gain_predicted),
     )
+
+
+def gain_bound(v: Any) -> float | None:
+    """A finding's gain_predicted as stored and read back: a finite positive factor, else None
+    (no claim, or a value no rule could have meant)."""
+    g = fnum(v)
+    return g if g is not None and math.isfinite(g) and g > 0 else None
 
 
 def finding_from_row(row: tuple) -> Finding:
     """``findings`` row (ts, last_seen, finding_id, gpu, severity, confidence, title, evidence,
-    action, expected_gain, cost_s, first_seen)."""
+    action, expected_gain, cost_s, first_seen[, gain_predicted]); a row without the last (a file
+    from before the column, see schema.FINDINGS_OPTIONAL) reads gain_predicted None."""
     evidence: tuple[str, ...] = ()
     if isinstance(row[7], str):
         try:
@@ -358,6 +368,7 @@ def finding_from_row(row: tuple) -> Finding:
         gpu_index=inum(row[3]),
         ts=req_float(row[0]),
         first_seen=fnum(row[11]) or 0.0,
+        gain_predicted=gain_bound(row[12]) if len(row) > 12 else None,
     )
 
 

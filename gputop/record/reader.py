@@ -33,6 +33,7 @@ from .blocks import unpack_rows
 from .schema import (
     STATE_EVENT_SOURCES,
     APPLICATION_ID,
+    FINDINGS_OPTIONAL,
     FLAG_ACTIVE,
     FLAG_GIL,
     GPU_FIELDS,
@@ -68,6 +69,7 @@ class Reader:
         self.damage: str | None = None
         self.lost_tables: list[str] = []  # tables a cut copy lost whole
         self.bad_rows = 0
+        self._finding_cols_sql: str | None = None
         self.conn = self._open()
         self._threads: dict[int, tuple[int, int, str, bool, int | None]] = {}
         self._stacks: dict[int, tuple] = {}
@@ -573,24 +575,36 @@ class Reader:
                               (t0, t1))
         return self._decode(rows, codec.event_from_row)
 
-    _FINDING_COLS = ("ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action, expected_gain,"
-                     " cost_s, first_seen")
+    _FINDING_BASE_COLS = ("ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
+                          " expected_gain, cost_s, first_seen")
+
+    def _finding_cols(self) -> str:
+        # A file from before findings.gain_predicted (schema.FINDINGS_OPTIONAL) lacks the
+        # column: NULL in its place, so those findings read gain_predicted None.
+        cols = self._finding_cols_sql
+        if cols is None:
+            have = {r[1] for r in self._rows("PRAGMA table_info(findings)")}
+            cols = self._FINDING_BASE_COLS + "".join(
+                f", {c}" if c in have else f", NULL AS {c}" for c in FINDINGS_OPTIONAL
+            )
+            self._finding_cols_sql = cols
+        return cols
 
     def findings(self, t0: float = float("-inf"), t1: float = float("inf"), last: int | None = None) -> list[Finding]:
         if last:
             rows = self._rows(
-                f"SELECT {self._FINDING_COLS} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts DESC LIMIT ?",
+                f"SELECT {self._finding_cols()} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts DESC LIMIT ?",
                 (t0, t1, last),
             )
             rows.reverse()
         else:
-            rows = self._rows(f"SELECT {self._FINDING_COLS} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts",
+            rows = self._rows(f"SELECT {self._finding_cols()} FROM findings WHERE ts > ? AND ts <= ? ORDER BY ts",
                               (t0, t1))
         return self._decode(rows, codec.finding_from_row)
 
     def finding_rows(self) -> list[tuple[Finding, float]]:
         """Every recorded finding with the last time it was still reported."""
-        rows = self._rows(f"SELECT {self._FINDING_COLS} FROM findings ORDER BY ts")
+        rows = self._rows(f"SELECT {self._finding_cols()} FROM findings ORDER BY ts")
         out = []
         for r in rows:
             try:

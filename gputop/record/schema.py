@@ -25,6 +25,10 @@ from ..model import Category, Severity
 
 # 'gpTR' as a big-endian int: how the reader (and `file`-like tools) recognise the file.
 APPLICATION_ID = 0x67705452
+# Bumped only when an older gputop would misread a file (it refuses a newer version). A column
+# added at the end of a plain table is not that: older readers name the columns they select, and
+# this one checks for the column (see FINDINGS_OPTIONAL). So `findings.gain_predicted` (added
+# later) left the version at 1, and files from before it still read, with gain_predicted None.
 SCHEMA_VERSION = 1
 FORMAT_NAME = "gputop-recording"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -218,7 +222,7 @@ DDL = "\n".join(
         """CREATE TABLE findings (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, last_seen REAL NOT NULL, finding_id TEXT NOT NULL,
     gpu INTEGER, severity TEXT, confidence REAL, title TEXT, evidence TEXT, action TEXT,
-    expected_gain TEXT, cost_s REAL, first_seen REAL
+    expected_gain TEXT, cost_s REAL, first_seen REAL, gain_predicted REAL
 );""",
         "CREATE INDEX findings_ts ON findings (ts);",
         """CREATE TABLE overview (
@@ -241,6 +245,10 @@ def open_session_key(session_id: int) -> str:
 
 # Tables with a time column, for `info` and the damage probe.
 TIME_TABLES = SERIES_TABLES + ("events", "findings")
+
+# `findings` columns that a file from an older gputop (same schema version) may lack: the
+# reader selects NULL in their place and the writer leaves them out (see RecordWriter).
+FINDINGS_OPTIONAL = ("gain_predicted",)
 
 
 # --------------------------------------------------------------------------- small encodings

@@ -295,6 +295,8 @@ class RecordWriter:
         self._procs: dict[tuple, int] = {}
         self._strings: dict[str, int] = {}
         self._findings: dict[tuple, tuple[int, tuple]] = {}
+        # Whether `findings` has gain_predicted: a new file always; an appended one as it was made.
+        self._gain_col = True
         self._last_info: dict[object, str] = {}
         self._overview = OverviewBuilder()
         self._compacted_to: dict[str, float] = {}
@@ -415,6 +417,12 @@ class RecordWriter:
 
     def _load_caches(self) -> None:
         c = self.conn
+        # An --append to a file from before findings.gain_predicted (same schema version, see
+        # schema.SCHEMA_VERSION) writes its findings without it rather than adding the column:
+        # the report says per file whether gain_predicted was recorded (the column's presence),
+        # and an ALTER TABLE would make the earlier sessions' findings read as "recorded, no
+        # claim" (NULL) where nothing was recorded. Start a new file to keep the bound.
+        self._gain_col = any(r[1] == "gain_predicted" for r in c.execute("PRAGMA table_info(findings)"))
         for fid, name, filename, line, module, code in c.execute(
             "SELECT id, name, filename, line, module, code FROM frames"
         ):
@@ -681,16 +689,32 @@ class RecordWriter:
         sig = codec.finding_signature(f)
         prev = self._findings.get(key)
         if prev is not None and prev[1] == sig:
-            self.conn.execute(
-                "UPDATE findings SET last_seen = max(last_seen, ?), confidence = ?, cost_s = ? WHERE id = ?",
-                (f.ts, f.confidence, f.cost_s, prev[0]),
-            )
+            # Still seen with the same words: its numbers (the bound among them) are the newest.
+            if self._gain_col:
+                self.conn.execute(
+                    "UPDATE findings SET last_seen = max(last_seen, ?), confidence = ?, cost_s = ?,"
+                    " gain_predicted = ? WHERE id = ?",
+                    (f.ts, f.confidence, f.cost_s, codec.gain_bound(f.gain_predicted), prev[0]),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE findings SET last_seen = max(last_seen, ?), confidence = ?, cost_s = ? WHERE id = ?",
+                    (f.ts, f.confidence, f.cost_s, prev[0]),
+                )
             return
-        cur = self.conn.execute(
-            "INSERT INTO findings(ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
-            " expected_gain, cost_s, first_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            codec.finding_row(f),
-        )
+        row = codec.finding_row(f)
+        if self._gain_col:
+            cur = self.conn.execute(
+                "INSERT INTO findings(ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
+                " expected_gain, cost_s, first_seen, gain_predicted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        else:
+            cur = self.conn.execute(
+                "INSERT INTO findings(ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
+                " expected_gain, cost_s, first_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row[:12],
+            )
         self._findings[key] = (cur.lastrowid, sig)  # type: ignore[assignment]
 
     def _write_overview(self, rows: list[OverviewRow]) -> None:
