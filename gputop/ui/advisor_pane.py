@@ -59,7 +59,7 @@ class AdvisorPane(LinesPane):
         # The target's end, as its sampler recorded it (a ProcSample with status "exited"; in a
         # replay, from the file): the findings are then what was showing while it ran.
         pid = getattr(session, "target_pid", None)
-        last = store.latest_proc(pid) if pid is not None and hasattr(store, "latest_proc") else None
+        last = store.procs_latest().get(pid) if pid is not None else None  # a paused snapshot has it too
         exited = last.ts if last is not None and last.status == "exited" else None
         key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks, exited)
         if key == self._last:
