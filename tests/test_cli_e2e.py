@@ -27,6 +27,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from idle_process import idle_python  # noqa: E402
 from pty_helper import SGR, PtyProcess  # noqa: E402
 
 from gputop.cli import build_parser  # noqa: E402
@@ -159,23 +160,9 @@ def sleeper():
 def secret_child():
     """A Python process with secrets on its command line (idle; one for the module: the tests
     only read it)."""
-    p = subprocess.Popen(
-        [PY, "-c", "import time; time.sleep(60)", "--api-key", "SEKRIT123", "--token=SEKRIT456"],
-        env={"PATH": os.environ.get("PATH", ""), "API_TOKEN": "SEKRIT789"},
-    )
-    # py-spy needs the interpreter initialised before it can find its state.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(p.pid).cmdline()[:2] == [PY, "-c"]:
-                break
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    time.sleep(0.3)
-    yield p
-    p.kill()
-    p.wait()
+    with idle_python(["--api-key", "SEKRIT123", "--token=SEKRIT456"],
+                     {"PATH": os.environ.get("PATH", ""), "API_TOKEN": "SEKRIT789"}) as p:
+        yield p
 
 
 @pytest.fixture(scope="module", autouse=True)

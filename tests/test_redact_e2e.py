@@ -13,13 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gputop.model import Event, ProcSample
 from gputop.record.reader import Reader
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.sources.host import HostSource
+
+from idle_process import idle_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -44,20 +45,8 @@ def _no_secret(text: str, where: str) -> None:
 
 @pytest.fixture(scope="module")
 def secret_child():
-    p = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", *SECRET_ARGS],
-                         env={"PATH": os.environ.get("PATH", "")})
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # py-spy needs the interpreter initialised
-        try:
-            if psutil.Process(p.pid).cmdline()[:2] == [PY, "-c"]:
-                break
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    time.sleep(0.3)
-    yield p
-    p.kill()
-    p.wait()
+    with idle_python(SECRET_ARGS, {"PATH": os.environ.get("PATH", "")}) as p:
+        yield p
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
