@@ -27,6 +27,7 @@ from ..analysis.efficiency import (
 from ..analysis.frameworks import FrameworkSeen, framework_of
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
 from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
+from ..analysis.spin import spin_share
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
@@ -38,6 +39,7 @@ from ..analysis.stuck import (
     idle_reach,
     judge,
     latest_others,
+    spinning_pids,
 )
 from ..model import (
     Category,
@@ -71,6 +73,9 @@ class GpuView:
     slices: tuple[Slice, ...]
     processes: tuple[GpuProcess, ...]
     used_by_target: bool  # NVML lists the target (or a worker) on this GPU
+    # The share of the window the GPU was 'busy' spinning (analysis.spin): a kernel waiting for a
+    # peer or a flag, not work. Its few active SMs say nothing of kernel size or precision.
+    spin: float = 0.0
 
     @property
     def name(self) -> str:
@@ -283,6 +288,7 @@ def context_from_samples(
                 slices=tuple(slices_by[i]),
                 processes=tuple(p for p in gpu_processes if p.gpu_index == i),
                 used_by_target=i in target_gpus,
+                spin=spin_share(samples_by[i], win_t0, now),
             )
         )
     if not views and main:
@@ -313,11 +319,13 @@ def context_from_samples(
         reaches = [idle_reach([(p.ts, p.util) for p in util_points.get(v.index, ())]
                               or [(g.ts, g.util_gpu) for g in samples_by[v.index] if g.util_gpu is not None], now)
                    for v in gpu_views]
+        spin_pids = spinning_pids(list(pid_rank) or [target_pid], gpu_processes, samples_by, util_points, now)
+        gpu = "spin" if target_pid in spin_pids else _gpu_state(gpu_views, now)
         stuck = judge(
             main_history,
             now,
             stuck_after_s,
-            gpu=_gpu_state(gpu_views, now),
+            gpu=gpu,
             others=latest_others([s for s in stacks if s.ts >= now - stuck_after_s - LOOKBACK_EXTRA_S], target_pid),
             history_start=now - stuck_after_s - LOOKBACK_EXTRA_S,
             exited=bool(target_window) and target_window[-1].status in ("exited", "zombie"),
@@ -325,6 +333,7 @@ def context_from_samples(
             tasks=family_tasks(tasks or {}, target_pid),
             gpu_idle_s=min(reaches) if reaches else 0.0,
             ranks=pid_rank or None,
+            spin_pids=spin_pids,
         )
         # The decision the stuck watch makes too: a rank waiting while another works is a straggler.
         stuck = across_ranks(stuck, pid_rank, stacks, target_pid)
@@ -347,7 +356,7 @@ def context_from_samples(
         events=tuple(e for e in events if e.ts >= t0),
         stuck_after_s=stuck_after_s,
         window_s=window_s,
-        ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs) if pid_rank else (),
+        ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs, gpu_samples=samples_by, t1=now) if pid_rank else (),
         framework=framework_of(main),
         job_tasks=family_tasks(tasks or {}, target_pid) if target_pid is not None else {},
     )

@@ -19,7 +19,7 @@ through read/write) over a span: the evidence that calls a job stuck within seco
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from ..model import Category, StackSample, TaskSample, ThreadState
@@ -281,13 +281,19 @@ def _hung_workers_line(hung: int, sampled: int, running: int | None) -> str:
 
 def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu: str = "unknown",
              tasks: Mapping[int, TaskSample] | None = None, ranks: Mapping[int, int] | None = None,
-             workers_running: int | None = None) -> Diagnosis:
+             workers_running: int | None = None, spin_pids: frozenset[int] = frozenset()) -> Diagnosis:
     """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid;
     ``ranks``: pid -> rank of a multi-rank job's processes (the others are named by rank);
     ``workers_running``: the target's DataLoader workers the OS shows (``worker_stats``), of
     which ``others`` may hold only some (a worker is sampled every few seconds)."""
     tasks = tasks or {}
     ps = parties(main, others, target, tasks, ranks)
+    if spin_pids and ranks:
+        # NCCL waits on the GPU: a rank whose GPU spins waits in a collective whatever its host
+        # thread was caught doing (launching the next step's kernels into a full queue, a sync).
+        ps = tuple(replace(p, waits="collective", what="waits in a NCCL collective on its GPU (the kernel spins)")
+                   if p.pid in spin_pids and p.pid in ranks and (p.main or p.worker) and " thread " not in p.label
+                   else p for p in ps)
     m = ps[0]
     workers = [p for p in ps if p.worker and p.main is False]
     worker_mains = [p for p in workers if " thread " not in p.label]
@@ -298,6 +304,14 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
     dist_timeout = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) with "
                     "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_DUMP_ON_TIMEOUT=1, so a hang raises and dumps")
 
+    if gpu == "spin" and not ranks:
+        return Diagnosis(
+            GPU_KERNEL, f"GPU never finishes: {_at(m)} waits on a GPU that spins 'busy' doing nothing", ps,
+            ("the GPU reads 100 % busy with few SMs active, no tensor-core work and power near idle while the "
+             "host waits: a kernel that does not end (one spinning on a flag, or a collective waiting for a peer)",),
+            f"see the kernel: {native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under compute-sanitizer; "
+            f"a collective (NCCL) waiting for a process that never calls it hangs like this: {dist_timeout}",
+            native=True)
     if gpu == "busy" and m.waits == "gpu":
         return Diagnosis(
             GPU_KERNEL, f"GPU never finishes: {_at(m)} waits for it while it is 100 % busy", ps,

@@ -85,8 +85,10 @@ def activity(run: Sequence[StackSample], now: float, tree: Mapping[int, Sequence
 def working(category: Category, gpu: str, act: Activity) -> str | None:
     """Why a job whose main stack has not moved is still making progress (a phrase), or None
     when nothing says it is: then it is stuck. ``gpu``: busy | idle | unknown."""
-    if category is Category.COLLECTIVE:
-        return None  # a hung collective spins GPU and CPU alike: only the stack counts
+    if category is Category.COLLECTIVE or gpu == "spin":
+        # a hung collective spins GPU and CPU alike (the CUDA driver yields in a loop while a
+        # kernel waits): only the stack counts
+        return None
     if gpu == "busy":
         return "the GPU is busy"
     if act.cores is not None and act.cores >= TREE_BUSY_CORES:

@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
-from ..model import Category, Event, GpuProcess, ProcSample, StackSample
+from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
 from .classify import project_frame, rank_samples, short_path
 from .hang import collective_fn
+from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .stacks_summary import category_shares
 from .stats import wilson_interval
 
@@ -69,9 +70,25 @@ class RankView:
     hot_share: float  # of all its samples
     latest: StackSample | None
     env: tuple[tuple[str, str], ...] = ()  # its performance environment, redacted (the host source's)
+    # Its GPU's polls, each with the share of it the GPU waited for a peer (analysis.spin): NCCL
+    # waits in a kernel on the GPU while the host runs on, so the stacks alone miss it.
+    gpu_waits: tuple[WaitPoll, ...] = ()
+    gpu_util: float | None = None  # its GPU's mean utilisation over the window (%)
+    gpu_sm: float | None = None  # its GPU's mean SM activity (GPM, %)
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
+
+    @property
+    def gpu_wait(self) -> float | None:
+        """The share of the window its GPU waited for a peer (spinning in a collective)."""
+        return mean_wait(self.gpu_waits)
+
+    @property
+    def wait(self) -> float:
+        """The share of the window it waited for its peers: in a collective on its host (gloo,
+        or a blocking NCCL call) or on its GPU (NCCL's kernel spinning), whichever is larger."""
+        return max(self.collective, self.gpu_wait or 0.0)
 
 
 def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None = None) -> RankView:
@@ -100,17 +117,39 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
 
 def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: float,
                gpu_processes: Sequence[GpuProcess] = (),
-               procs: Mapping[int, Sequence[ProcSample]] | None = None) -> tuple[RankView, ...]:
+               procs: Mapping[int, Sequence[ProcSample]] | None = None,
+               gpu_samples: Mapping[int, Sequence[GpuSample]] | None = None,
+               t1: float | None = None) -> tuple[RankView, ...]:
     """One view per rank (``ranks``: pid -> rank) over its main thread's samples since ``t0``;
-    ``procs`` (pid -> samples, time order) gives each rank's environment."""
+    ``procs`` (pid -> samples, time order) gives each rank's environment; ``gpu_samples`` (GPU
+    index -> polls) each rank's GPU's waits, when every rank holds a GPU of its own."""
     gpu = {p.pid: p.gpu_index for p in gpu_processes}
     by_pid: dict[int, list[StackSample]] = {p: [] for p in ranks}
     for s in stacks:
         if s.is_main and s.pid in by_pid and s.ts >= t0:
             by_pid[s.pid].append(s)
     envs = {p: next((x.env for x in reversed(ss) if x.env), ()) for p, ss in (procs or {}).items()}
-    views = [replace(rank_view(r, p, sorted(by_pid[p], key=lambda s: s.ts), gpu.get(p)), env=envs.get(p, ()))
-             for p, r in ranks.items()]
+    rank_gpus = [gpu.get(p) for p in ranks]
+    waits: dict[int, tuple[WaitPoll, ...]] = {}
+    polls: dict[int, list[GpuSample]] = {}
+    # One GPU per rank, none shared between ranks: then a GPU's waits are its rank's.
+    if gpu_samples and rank_gpus and None not in rank_gpus and len(set(rank_gpus)) == len(rank_gpus):
+        end = t1 if t1 is not None else max((s.ts for ss in gpu_samples.values() for s in ss), default=t0)
+        mine = {i: gpu_samples.get(i, ()) for i in rank_gpus}
+        waits = wait_series(mine, t0, end)
+        polls = {i: [s for s in ss if t0 <= s.ts <= end and s.error is None] for i, ss in mine.items()}
+
+    def mean_of(xs: list[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    views = []
+    for p, r in ranks.items():
+        g = gpu.get(p)
+        ps = polls.get(g, []) if g is not None else []
+        views.append(replace(rank_view(r, p, sorted(by_pid[p], key=lambda s: s.ts), g), env=envs.get(p, ()),
+                             gpu_waits=waits.get(g, ()) if g is not None else (),
+                             gpu_util=mean_of([s.util_gpu for s in ps if s.util_gpu is not None]),
+                             gpu_sm=mean_of([s.sm_active for s in ps if s.sm_active is not None])))
     return tuple(sorted(views, key=lambda v: v.rank))
 
 
@@ -120,6 +159,8 @@ class Straggler:
     waiting: tuple[RankView, ...]
     gap_low: float = 0.0  # the least-waiting other rank's share minus the slow one's, at its lower confidence limit
     z: float = 0.0  # the normal quantile that limit was taken at (0: the shares as seen)
+    on_gpu: bool = False  # the waits were seen on the GPUs (NCCL spinning), not in the host's stacks
+    polls: int = 0  # with on_gpu: the paired GPU polls the gap rests on
 
 
 def gap_lower(waiting: RankView, slow: RankView, z: float) -> float:
@@ -156,6 +197,48 @@ def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min
     seen = [v for v in views if v.samples >= min_samples]
     if len(seen) < 2:
         return None
+    found = _straggler_on_host(seen, others_wait_min, gap, level)
+    return found if found is not None else gpu_straggler(seen, others_wait_min, gap, level)
+
+
+# The GPU path needs this many paired polls: a mean and a spread (Student's t at 2 is 4.3).
+GPU_MIN_POLLS = 3
+# A straggler works in at least this share of its host samples (not idle), or its GPU is busy this
+# share of the time. Judgement: half, so a rank that sleeps or blocks most of the window is left
+# to the stuck verdict.
+STRAGGLER_BUSY_MIN = 0.5
+
+
+def gpu_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
+                  level: float | None = 0.95) -> Straggler | None:
+    """The straggler as the GPUs show it: every other rank's GPU waits (spinning in a NCCL
+    kernel, ``analysis.spin``) at least ``others_wait_min`` of the window, and this one's ``gap``
+    less than each of them at the paired polls' lower confidence limit. NCCL does not block the
+    host in the collective, so the waiting ranks' stacks show their next step's launches, not a
+    wait; their GPUs show it."""
+    seen = [v for v in views if len(v.gpu_waits) >= GPU_MIN_POLLS and v.gpu_wait is not None]
+    if len(seen) < 2 or len(seen) < len(views):
+        return None
+    i = min(range(len(seen)), key=lambda k: seen[k].gpu_wait or 0.0)
+    slow, others = seen[i], tuple(seen[:i] + seen[i + 1:])
+    if min(v.gpu_wait or 0.0 for v in others) < others_wait_min:
+        return None
+    # The rank the others wait for does something: its host thread works, or its GPU computes. One
+    # asleep or blocked with its GPU idle never arrives at all: a hang, the stuck verdict's to name.
+    if slow.share(Category.IDLE) > 1 - STRAGGLER_BUSY_MIN and (slow.gpu_util or 0.0) < STRAGGLER_BUSY_MIN * 100:
+        return None
+    z = pick_z(level, len(seen)) or 1.96
+    lows = [paired_gap(v.gpu_waits, slow.gpu_waits, z) for v in others]
+    if min(n for _, _, n in lows) < GPU_MIN_POLLS:
+        return None
+    low = min(lo for _, lo, _ in lows)
+    if low < gap:
+        return None
+    return Straggler(slow, others, low, z, on_gpu=True, polls=min(n for _, _, n in lows))
+
+
+def _straggler_on_host(seen: Sequence[RankView], others_wait_min: float, gap: float,
+                       level: float | None) -> Straggler | None:
     i = min(range(len(seen)), key=lambda k: seen[k].collective)
     slow, others = seen[i], tuple(seen[:i] + seen[i + 1:])
     if min(v.collective for v in others) < others_wait_min:
@@ -265,7 +348,8 @@ def job_view(store, window_s: float, now: float | None = None) -> JobView | None
     procs = {p: store.proc_window(p, t0, now) for p in pid_rank}
     gpu_processes = store.gpu_processes()
     stacks = as_ranks(store.stack_window(t0, now), pid_rank, gpu_processes, bool(store.gpu_indices()))
-    views = rank_views(pid_rank, stacks, t0, gpu_processes, procs)
+    gpu_samples = {i: store.gpu_window(i, t0, now) for i in store.gpu_indices()}
+    views = rank_views(pid_rank, stacks, t0, gpu_processes, procs, gpu_samples=gpu_samples, t1=now)
     launcher = next((int(m.group(1)) for e in reversed(events) if e.source == RANKS_SOURCE
                      for m in [_LAUNCHER.search(e.message)] if m), None)
     return JobView(launcher, views, window_s, topology(events))

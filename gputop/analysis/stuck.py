@@ -30,11 +30,12 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from .classify import project_frame, stack_key, where
-from ..model import Category, Event, Frame, ProcSample, StackSample, TaskSample
+from ..model import Category, Event, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
 from ..store import Store
 from .efficiency import is_worker, worker_stats
+from .spin import spins_now
 
 # A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
 # longer than a checkpoint save or an evaluation pass on most jobs, short enough to be noticed
@@ -74,6 +75,10 @@ EARLY_CONFIDENCE = 0.55
 EARLY_CONFIDENCE_MAX = 0.85
 
 
+# How a verdict names the GPU's state ("spin": 'busy' in a kernel that waits, analysis.spin).
+GPU_NOTES = {"idle": "GPU idle", "busy": "GPU busy", "spin": "GPU 'busy' spinning: few SMs active, power near idle"}
+
+
 @dataclass(frozen=True)
 class StuckVerdict:
     stuck: bool
@@ -95,11 +100,34 @@ class StuckVerdict:
     proc: Progress | None = None  # /proc's view of the job over the unchanged span
 
 
+def spinning_pids(pids: Sequence[int], gpu_processes: Sequence[GpuProcess],
+                  samples: Mapping[int, Sequence[GpuSample]], points: Mapping[int, Sequence[UtilPoint]],
+                  now: float) -> frozenset[int]:
+    """The processes among ``pids`` whose every GPU has spun for the last GPU_IDLE_WINDOW_S
+    (analysis.spin): 'busy' in a kernel that waits, a NCCL collective's for a peer or one that
+    never ends. Read from whole-GPU polls, so a GPU shared with another job's work is not one."""
+    out = set()
+    for pid in pids:
+        idx = {p.gpu_index for p in gpu_processes if p.pid == pid}
+        if idx and all(spins_now(samples.get(i, ()), points.get(i, ()), now, GPU_IDLE_WINDOW_S) for i in idx):
+            out.add(pid)
+    return frozenset(out)
+
+
+def store_spinning_pids(store: Store, pids: Sequence[int], now: float) -> frozenset[int]:
+    t0 = now - GPU_IDLE_WINDOW_S - 1.0
+    idx = store.gpu_indices()
+    return spinning_pids(pids, store.gpu_processes(), {i: store.gpu_window(i, t0, now) for i in idx},
+                         {i: store.util_window(i, t0, now) for i in idx}, now)
+
+
 def gpu_state(store: Store, pid: int, now: float) -> str:
-    """'busy', 'idle' or 'unknown' for the GPUs the target holds a context on."""
+    """'spin', 'busy', 'idle' or 'unknown' for the GPUs the target holds a context on."""
     procs = [p for p in store.gpu_processes() if p.pid == pid]
     if not procs:
         return "unknown"
+    if store_spinning_pids(store, [pid], now):
+        return "spin"
     if any(p.sm_util is not None for p in procs):
         # Per-process SM utilisation: not confused by other jobs on the same GPU.
         return "busy" if any((p.sm_util or 0) > GPU_IDLE_PCT for p in procs) else "idle"
@@ -160,6 +188,7 @@ def judge(
     tasks: Mapping[int, Sequence[TaskSample]] | None = None,
     gpu_idle_s: float = 0.0,
     ranks: Mapping[int, int] | None = None,
+    spin_pids: frozenset[int] = frozenset(),
 ) -> StuckVerdict:
     """The verdict from the main thread's samples (time order), the GPU state and, when given,
     the OS's view of the processes (``procs``: pid -> samples, time order; the target's and its
@@ -209,12 +238,13 @@ def judge(
 
     def stuck(reason: str, held_s: float, held_exact: bool, early: bool, confidence: float,
               evidence: list[str]) -> StuckVerdict:
-        d = diagnose(last, others, last.pid, gpu, latest_tasks, ranks=ranks, workers_running=running)
+        d = diagnose(last, others, last.pid, gpu, latest_tasks, ranks=ranks, workers_running=running,
+                     spin_pids=spin_pids | ({last.pid} if gpu == "spin" else frozenset()))
         fields = dict(base, held_s=held_s, held_exact=held_exact)
         return StuckVerdict(True, reason, early=early, confidence=confidence, evidence=tuple(evidence),
                             diagnosis=d, **fields)
 
-    gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(gpu, "GPU activity unknown")
+    gpu_note = GPU_NOTES.get(gpu, "GPU activity unknown")
     if held >= threshold:
         why = working(last.category, gpu, act if prog is None else _with_cores(act, prog.cores))
         if why is None and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
@@ -228,6 +258,8 @@ def judge(
         held_text = f"{'' if exact else '≥ '}{held:.0f} s"
         ev = [f"main thread's stack unchanged for {held_text} ({len([s for s in main if s.ts >= first.ts])} samples)"]
         ev += _proc_lines(prog)
+        if gpu == "spin":
+            ev.append(SPIN_EVIDENCE)
         return stuck(f"main thread unchanged for {held_text} ({last.category.value}, {gpu_note}{cpu_note})",
                      held, exact, False, 0.9 if exact else 0.8, ev)
 
@@ -268,12 +300,17 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
         return f"main thread sleeps on purpose ({where(last.frames)})"  # a sleep ends by itself
     if gpu == "busy" and last.category is not Category.COLLECTIVE:
         return f"main thread unchanged for {held:.0f} s but the GPU is busy"
+    # A thread waiting on a GPU that spins (a collective's kernel waiting for a peer, a kernel that
+    # never ends) may itself spin: the CUDA driver yields in a loop while a launch queue stays full
+    # or a sync waits (measured: state R, 100 % of a core, sched_yield under cuMemsetD8Async on a
+    # hung NCCL rank). Its CPU proves nothing then, as in a collective.
+    waits_gpu = last.category is Category.COLLECTIVE or gpu == "spin"
     if prog is not None:
         if prog.span_s < PROC_MIN_SPAN_S:
             return "too few /proc readings yet"
-        if last.category is not Category.COLLECTIVE and prog.cores >= TREE_BUSY_CORES:
+        if not waits_gpu and prog.cores >= TREE_BUSY_CORES:
             return f"main thread unchanged for {held:.0f} s but its processes are at {prog.cores * 100:.0f} % CPU"
-        if last.category not in (Category.COLLECTIVE, Category.HOST_SYNC) and (
+        if not waits_gpu and last.category is not Category.HOST_SYNC and (
             prog.main_state == "R" or (prog.main_cores or 0.0) >= MAIN_THREAD_WORKING_CORES
         ):
             # On a host busier than its cores the job's CPU share can fall under TREE_BUSY_CORES
@@ -285,11 +322,11 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
         proc_reach = prog.span_s
     else:
         # No /proc readings (a replay, another platform): psutil's readings and py-spy's flags.
-        if act.cores is None or not act.target_known:
+        if not waits_gpu and (act.cores is None or not act.target_known):
             return "no CPU readings of the job yet"
-        if last.category is not Category.COLLECTIVE and act.cores >= TREE_BUSY_CORES:
+        if not waits_gpu and act.cores >= TREE_BUSY_CORES:
             return f"main thread unchanged for {held:.0f} s but its processes are at {act.cores * 100:.0f} % CPU"
-        if act.main_active is not None and act.main_active > 0:
+        if not waits_gpu and act.main_active is not None and act.main_active > 0:
             return "the main thread was on CPU in some samples"
         proc_reach = 0.0
     reach = max(held, proc_reach, gpu_idle_s if gpu == "idle" else 0.0)
@@ -298,7 +335,13 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
     ev += _proc_lines(prog)
     if gpu == "idle" and gpu_idle_s > 0:
         ev.append(f"GPU idle for {gpu_idle_s:.0f} s without a break (NVML's buffer reaches back before the attach)")
+    if gpu == "spin":
+        ev.append(SPIN_EVIDENCE)
     return reach, ev
+
+
+SPIN_EVIDENCE = ("GPU 'busy' 100 % with few SMs active and no tensor-core work, power near idle: a kernel spins "
+                 "waiting (a NCCL collective for a peer, or a kernel that never ends), it does no work")
 
 
 def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample, ...]:
@@ -338,6 +381,7 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         tasks=tasks,
         gpu_idle_s=gpu_idle_reach(store, pid, now),
         ranks=pid_rank or None,
+        spin_pids=store_spinning_pids(store, list(pid_rank) or [pid], now),
     )
     return across_ranks(v, pid_rank, samples, pid)
 
@@ -424,7 +468,7 @@ class StuckWatch:
             return []
         self._reported = (pid, v.since or now)
         who = self._who(pid)
-        gpu_note = {"idle": "GPU idle", "busy": "GPU spinning in a collective"}.get(v.gpu, "GPU activity unknown")
+        gpu_note = GPU_NOTES.get(v.gpu, "GPU activity unknown")
         cpu_note = "" if v.tree_cores is None else f", processes at {v.tree_cores * 100:.0f} % CPU"
         held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
         category = v.category.value if v.category is not None else "?"

@@ -287,6 +287,18 @@ def significant(g: GpuView, cost_s: float, min_fraction: float = MIN_COST_FRACTI
     return cost_s >= min_s or (bool(buckets) and g.breakdown.recurrences(*buckets) >= MIN_RECURRENCES)
 
 
+# A GPU 'busy' spinning (analysis.spin: a NCCL kernel waiting for a peer, a kernel that never
+# ends) for at least this share of the window: its few active SMs, idle tensor cores and low power
+# are the wait's, and say nothing of kernel sizes, precision or batch. Judgement: a healthy DDP
+# rank overlaps its all-reduce with backward and spins a few % of a step; a third is a wait
+# worth its own finding (rank-straggler, stuck), which the busy-GPU findings must not hide.
+SPIN_EXPLAINS = 0.30
+
+
+def spinning(g: GpuView) -> bool:
+    return g.spin >= SPIN_EXPLAINS
+
+
 def enough_stacks(ctx: AnalysisContext) -> bool:
     return len(ctx.main_stacks) >= MIN_MAIN_SAMPLES
 

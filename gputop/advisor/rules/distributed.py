@@ -69,30 +69,82 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
         return None
     slow, waiting = found.slow, found.waiting
     names = ", ".join(str(v.rank) for v in waiting)
-    fn = next((v.collective_fn for v in waiting if v.collective_fn), None) or "collectives"
-    wait_share = min(v.collective for v in waiting)
-    doing = (f"spends {pct(slow.hot_share)} in `{slow.hot}`" if slow.hot
-             else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
-    ev = [f"rank {slow.rank} (pid {slow.pid}) {doing} while rank{'s' if len(waiting) > 1 else ''} {names} "
+    if found.on_gpu:
+        fn = "NCCL collectives (on their GPUs)"
+        wait_share = min(v.gpu_wait or 0.0 for v in waiting)
+    else:
+        fn = next((v.collective_fn for v in waiting if v.collective_fn), None) or "collectives"
+        wait_share = min(v.collective for v in waiting)
+    phase, fix = straggler_phase(ctx, found)
+    ev = [f"rank {slow.rank} (pid {slow.pid}) {phase} while rank{'s' if len(waiting) > 1 else ''} {names} "
           f"wait{'' if len(waiting) > 1 else 's'} in {fn} {pct(wait_share)}"]
     for v in (slow, *waiting):
         top = ", ".join(f"{c.value} {pct(sh)}" for c, sh in v.shares[:3])
         gpu = f", GPU {v.gpu}" if v.gpu is not None else ""
-        ev.append(f"rank {v.rank} (pid {v.pid}{gpu}): {top} of {v.samples} samples"
-                  + (f"; hot: {v.hot} {pct(v.hot_share)}" if v.hot else ""))
-    ev.append(f"the gap is at least {pct(found.gap_low)} of the time at {100 * STRAGGLER_LEVEL:.0f} % confidence "
-              f"(from {min(v.samples for v in (slow, *waiting))}+ samples per rank), beyond sampling noise")
-    where = f"`{slow.hot}`" if slow.hot else f"rank {slow.rank}'s non-collective work"
+        line = (f"rank {v.rank} (pid {v.pid}{gpu}): {top} of {v.samples} samples"
+                + (f"; hot: {v.hot} {pct(v.hot_share)}" if v.hot else ""))
+        if found.on_gpu:
+            line += (f"; its GPU waited {pct(v.gpu_wait or 0.0)} (utilisation {v.gpu_util or 0:.0f} %"
+                     + (f", SMs active {v.gpu_sm:.0f} %" if v.gpu_sm is not None else "") + ")")
+        ev.append(line)
+    if found.on_gpu:
+        ev.append("a GPU 'busy' with few SMs active and no tensor-core work spins in a NCCL kernel waiting for a peer: "
+                  f"the gap is at least {pct(found.gap_low)} of the time at {100 * STRAGGLER_LEVEL:.0f} % confidence "
+                  f"over {found.polls} paired GPU polls")
+    else:
+        ev.append(f"the gap is at least {pct(found.gap_low)} of the time at {100 * STRAGGLER_LEVEL:.0f} % confidence "
+                  f"(from {min(v.samples for v in (slow, *waiting))}+ samples per rank), beyond sampling noise")
     # What the other ranks lose is their wait: the straggler's extra time is the job's step time.
     cost = wait_share * (ctx.t1 - ctx.t0) * len(waiting)
     return Hit(
         evidence=tuple(ev),
-        action=(f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into "
-                "DataLoader workers (num_workers>0, pin_memory=True) or precompute it, and give every rank the "
-                f"same amount of work; then compare: gputop stacks --pid {slow.pid}"),
+        action=f"{fix}; then compare: gputop stacks --pid {slow.pid}",
         expected_gain=gain(wait_share),
         cost_s=cost,
-        confidence=confidence(min(1.0, wait_share - slow.collective + 0.5), min(v.samples for v in (slow, *waiting))),
+        confidence=confidence(min(1.0, found.gap_low + 0.5), min(v.samples for v in (slow, *waiting))),
         gpu_index=slow.gpu,
         title=f"rank {slow.rank} is the straggler: the other ranks wait {pct(wait_share)} in {fn} for it",
     )
+
+
+# The straggler's own GPU busy at least this share of the window (mean utilisation): its extra
+# time is GPU work, not host work. Judgement: a rank whose host is the slow part leaves its GPU
+# idle most of the step (measured 0-2 % for bench/multi_rank.py's Python straggler on an H100).
+COMPUTE_STRAGGLER_UTIL = 70.0
+
+
+def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
+    """(what the straggler does, the change that fits) from its own
+    stacks and GPU: its GPU computing while the others wait is a compute straggler (more work per
+    step, or a slower GPU: throttled or shared); else its host's hottest line."""
+    slow = found.slow
+    g = next((v for v in ctx.gpus if v.index == slow.gpu), None) if slow.gpu is not None else None
+    if found.on_gpu and slow.gpu_util is not None and slow.gpu_util >= COMPUTE_STRAGGLER_UTIL:
+        ranks = {v.pid for v in ctx.ranks}
+        guests = [p for p in (g.processes if g is not None else ()) if p.pid not in ranks]
+        sm = f", SMs active {slow.gpu_sm:.0f} %" if slow.gpu_sm is not None else ""
+        doing = f"computes on GPU {slow.gpu} (utilisation {slow.gpu_util:.0f} %{sm})"
+        # Throttled for a good share of its busy time: the same work takes it longer.
+        throttled = ", ".join(r for r, sh in g.efficiency.throttle_reasons if sh >= 0.3) if g is not None else ""
+        guests = [p for p in guests if (p.sm_util or 0) > 0 or p.sm_util is None]
+        if guests:
+            who = ", ".join(f"PID {p.pid}" for p in guests[:3])
+            return (f"{doing}, a GPU it shares with {who}",
+                    f"move {who} off GPU {slow.gpu} (or give rank {slow.rank} a GPU of its own): the ranks step "
+                    "together, so the job runs at the pace of the slowest GPU")
+        if throttled:
+            return (f"{doing}, throttled ({throttled})",
+                    f"see why GPU {slow.gpu} throttles (nvidia-smi -q -d PERFORMANCE): the job runs at its pace")
+        return (f"{doing} for longer than the others each step: more work per step (an uneven batch or shard, "
+                "longer sequences) or a slower GPU",
+                f"give every rank the same work per step: equal per-rank batches and shards (DistributedSampler "
+                f"with drop_last=True, the same sequence length or token budget per rank); if the work is even, "
+                f"check GPU {slow.gpu}'s clocks and neighbours: nvidia-smi -q -d PERFORMANCE")
+    where = f"`{slow.hot}`" if slow.hot else f"rank {slow.rank}'s non-collective work"
+    doing = (f"spends {pct(slow.hot_share)} in `{slow.hot}`" if slow.hot
+             else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
+    if found.on_gpu and slow.gpu_util is not None:
+        doing += f", its GPU {slow.gpu_util:.0f} % busy"
+    return (doing,
+            f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into DataLoader "
+            "workers (num_workers>0, pin_memory=True) or precompute it, and give every rank the same amount of work")

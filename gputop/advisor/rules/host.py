@@ -24,6 +24,7 @@ from .base import (
     main_share,
     pct,
     significant,
+    spinning,
     starved_sm_s,
     times,
     worst,
@@ -211,6 +212,8 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     synced = sync_pattern(ctx).claims_dispatch
 
     def cost(g: GpuView) -> float:
+        if spinning(g):
+            return 0.0  # its SMs are few because a kernel waits, not because kernels are small
         return starved_sm_s(g) + (0.0 if synced else g.breakdown.get(Bucket.CPU))
 
     found = worst(ctx, cost, gpu_only=True)

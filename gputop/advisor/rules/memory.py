@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...analysis.breakdown import CPU_DEVICE
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
-from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, times
+from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, spinning, times
 
 # Above this share of the card the caching allocator has no slack: one larger batch or
 # fragmentation means an OOM or cudaMalloc retries that flush the cache (each a full sync).
@@ -81,7 +81,7 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     def fits(g: GpuView) -> bool:
         e = g.efficiency
         frac = e.mem_peak_fraction
-        if frac is None or frac >= MEM_HEADROOM or e.busy_polls < MIN_BUSY_POLLS:
+        if frac is None or frac >= MEM_HEADROOM or e.busy_polls < MIN_BUSY_POLLS or spinning(g):
             return False
         # A bigger batch helps a GPU that is not full; one starved of data it does not help.
         if data_wait_s(g) > MIN_COST_FRACTION * g.breakdown.total_s:

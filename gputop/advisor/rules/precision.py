@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...analysis.frameworks import FP32, HALF, MIXED, precision_knob
 from ..context import AnalysisContext, GpuView
-from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, times, worst
+from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, spinning, times, worst
 
 # The fp32 pipes at least this busy, and busier than the tensor cores: the math runs in fp32 on
 # the CUDA cores. Measured (GPM, H100): fp32 loops and fp32 transformers 54-76 % with tensor
@@ -37,6 +37,8 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
         e = g.efficiency
         if e.tensor_active is None or e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT:
             return 0.0
+        if spinning(g):
+            return 0.0  # 'busy' waiting in a spinning kernel: no math to move to tensor cores
         fp32 = e.fp32_active or 0.0
         if fp32 < FP32_BUSY_PCT or fp32 <= e.tensor_active:
             return 0.0
@@ -116,7 +118,7 @@ def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
 
     def cost(g: GpuView) -> float:
         e, bd = g.efficiency, g.breakdown
-        if e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT or bd.total_s <= 0:
+        if e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT or bd.total_s <= 0 or spinning(g):
             return 0.0
         if bd.busy_s / bd.total_s < COMPUTE_BOUND_BUSY_SHARE:
             return 0.0

@@ -1,0 +1,183 @@
+"""A GPU that is 'busy' doing nothing: a kernel spinning while it waits. Pure: GPU samples in.
+
+NVML's utilisation is the share of time *some* kernel runs, however little it does. A NCCL
+collective is a kernel on the rank's stream that spins until every peer has arrived, so a rank
+waiting for a slow or absent peer reads 100 % busy for as long as it waits; so does a kernel that
+never ends (one spinning on a flag). What gives it away is what the GPU does while 'busy': few SMs
+active (NCCL runs one block per channel), no tensor-core work, power near idle. Measured on two
+H100s (NCCL 2.28, a 2-rank DDP job, bench/multi_rank.py): a rank spinning in all_reduce read
+utilisation 100 %, SM activity 18.2-18.7 %, tensor 0 %, 131-143 W of 700 W (idle 120 W); the same
+GPUs computing read SM 67-69 % at 370-527 W.
+
+A spin is a fact about the GPU, not a cause: a launch-bound loop of tiny kernels can look alike.
+The cause is told by what else is seen: a stack that does not move (a hang), a peer rank whose GPU
+idles or computes while this one spins (a straggler).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..model import GpuSample, UtilPoint
+
+# Busy by NVML: a kernel is resident at nearly every instant. A spinning kernel never leaves, so
+# its GPU reads 100; 90 leaves room for a poll that straddles the wait's start or end.
+SPIN_UTIL_MIN = 90.0
+# GPM SM activity at most this while 'busy': measured 18.2-18.7 % for NCCL's all_reduce spinning
+# on an H100 (a computing GPU: 67-69 %); 30 leaves room for more channels (NCCL_MIN_NCHANNELS, more
+# ranks) and stays far below any real compute.
+SPIN_SM_MAX = 30.0
+# Tensor-core activity at most this: NCCL's kernels use none (measured 0.0 while spinning).
+SPIN_TENSOR_MAX = 2.0
+# Without GPM (pre-Hopper GPUs), power as a share of the limit at most this while 'busy':
+# measured 0.19-0.20 spinning on an H100 (idle 0.17), 0.53-0.75 computing. Weaker evidence than
+# GPM: a loop of tiny kernels draws little power too.
+SPIN_POWER_FRACTION_MAX = 0.30
+# "Spins now" needs this many polls in the look-back, every one spinning.
+SPIN_MIN_POLLS = 2
+# A GPU whose compute this poll is below this share of its peer's (tensor or SM activity) is
+# taken to wait for it the rest of the poll; under it the activities are too small to compare.
+ACTIVITY_MIN = 10.0
+
+
+def is_spin(s: GpuSample) -> bool | None:
+    """Whether this poll's GPU was 'busy' spinning: None when the sample cannot say."""
+    if s.util_gpu is None:
+        return None
+    if s.util_gpu < SPIN_UTIL_MIN:
+        return False
+    if s.sm_active is not None:
+        return s.sm_active <= SPIN_SM_MAX and (s.tensor_active or 0.0) <= SPIN_TENSOR_MAX
+    if s.power_w is not None and s.power_limit_w:
+        return s.power_w / s.power_limit_w <= SPIN_POWER_FRACTION_MAX
+    return None
+
+
+def spins_now(samples: Sequence[GpuSample], points: Sequence[UtilPoint], now: float, window_s: float) -> bool:
+    """The GPU has spun for the whole of the last ``window_s``: every poll in it a spin (at least
+    ``SPIN_MIN_POLLS``) and every 200 ms utilisation point in it busy."""
+    t0 = now - window_s
+    polls = [s for s in samples if t0 <= s.ts <= now and s.error is None]
+    if len(polls) < SPIN_MIN_POLLS or not all(is_spin(s) for s in polls):
+        return False
+    return all(p.util >= SPIN_UTIL_MIN for p in points if t0 <= p.ts <= now)
+
+
+def spin_share(samples: Sequence[GpuSample], t0: float, t1: float) -> float:
+    """The share of ``[t0, t1]`` the GPU spent spinning, each poll standing for the time since the
+    previous one."""
+    total = spun = 0.0
+    prev = None
+    for s in sorted(samples, key=lambda x: x.ts):
+        if s.ts < t0 or s.ts > t1:
+            prev = s.ts if s.ts < t0 else prev
+            continue
+        start = max(t0, prev if prev is not None else s.ts)
+        prev = s.ts
+        dt = s.ts - start
+        if dt <= 0:
+            continue
+        total += dt
+        if is_spin(s):
+            spun += dt
+    return spun / total if total > 0 else 0.0
+
+
+def _activity(s: GpuSample, tensor: bool) -> float | None:
+    return s.tensor_active if tensor else s.sm_active
+
+
+@dataclass(frozen=True)
+class WaitPoll:
+    """One poll of one GPU: the share of it the GPU waited (spinning, or computing less than its
+    busiest peer while 'busy'), and how long the poll stands for."""
+
+    ts: float
+    dt: float
+    wait: float
+
+
+def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float) -> dict[int, tuple[WaitPoll, ...]]:
+    """Per GPU of one job (each a rank's), per poll in ``[t0, t1]``: the share of the poll it spent
+    waiting for a peer. A spinning poll waits all of it. A GPU 'busy' but computing less than the
+    busiest of its peers in the same poll waited, by the activities' ratio, the rest: ranks doing
+    the same work compute alike, so one that does less in the same time waits for the one that
+    does more (a spin mixed with compute in one poll looks like this). The activity is tensor-core
+    activity when the job's GPUs use tensor cores (NCCL never does), else SM activity less the
+    GPU's own spinning level where the window shows one (NCCL's blocks are active SMs too); with
+    none seen the ratio counts NCCL's SMs as work and under-states the wait. A GPU that idles
+    (utilisation under SPIN_UTIL_MIN) does not wait on its GPU: its host does something else."""
+    by_gpu = {i: [s for s in ss if t0 <= s.ts <= t1 and s.error is None and s.util_gpu is not None]
+              for i, ss in samples.items()}
+    tensor = any((s.tensor_active or 0.0) >= ACTIVITY_MIN for ss in by_gpu.values() for s in ss)
+    floor = {}
+    for i, ss in by_gpu.items():
+        spun = [s.sm_active for s in ss if is_spin(s) and s.sm_active is not None]
+        floor[i] = sum(spun) / len(spun) if spun and not tensor else 0.0
+    out: dict[int, tuple[WaitPoll, ...]] = {}
+    for i, ss in by_gpu.items():
+        polls = []
+        prev = None
+        for s in sorted(ss, key=lambda x: x.ts):
+            # A poll's GPM rates cover the time since the one before: the window's first poll
+            # stands for a span that starts before the window, and is left out.
+            dt, prev = (s.ts - prev if prev is not None else 0.0), s.ts
+            if dt <= 0:
+                continue
+            if is_spin(s):
+                w = 1.0
+            elif (s.util_gpu or 0.0) < SPIN_UTIL_MIN:
+                w = 0.0
+            else:
+                w = 0.0
+                mine = _activity(s, tensor)
+                peers = [_activity(p, tensor) for j, pp in by_gpu.items() if j != i
+                         for p in pp if abs(p.ts - s.ts) <= 0.25 and (p.util_gpu or 0.0) >= SPIN_UTIL_MIN
+                         and not is_spin(p)]
+                peers = [a for a in peers if a is not None]
+                if mine is not None and peers and max(peers) >= ACTIVITY_MIN:
+                    top = max(peers)
+                    base = floor[i]
+                    if top > base and mine < top:
+                        w = min(1.0, max(0.0, (top - mine) / (top - base)))
+            polls.append(WaitPoll(s.ts, dt, w))
+        out[i] = tuple(polls)
+    return out
+
+
+def mean_wait(polls: Sequence[WaitPoll]) -> float | None:
+    total = sum(p.dt for p in polls)
+    return sum(p.wait * p.dt for p in polls) / total if total > 0 else None
+
+
+def paired_gap(waiting: Sequence[WaitPoll], slow: Sequence[WaitPoll], z: float) -> tuple[float, float, int]:
+    """(mean, lower confidence limit, polls) of ``waiting``'s wait minus ``slow``'s, poll by poll
+    (the two GPUs polled together). Each poll's share is an average over the whole poll (GPM counts
+    every cycle), not a 0/1 draw, so the limit is the paired mean's t-style one: mean − z·sd/√n."""
+    pairs = []
+    for a in waiting:
+        b = min(slow, key=lambda p: abs(p.ts - a.ts), default=None)
+        if b is not None and abs(b.ts - a.ts) <= 0.25:
+            pairs.append(a.wait - b.wait)
+    n = len(pairs)
+    if n == 0:
+        return 0.0, -1.0, 0
+    mean = sum(pairs) / n
+    if n < 2:
+        return mean, -1.0, n
+    # A floor on the spread stands in for the polls' own measurement noise (GPM rates over short
+    # windows move a few points): ten identical polls do not make a certainty.
+    sd = max(math.sqrt(sum((d - mean) ** 2 for d in pairs) / (n - 1)), 0.05)
+    return mean, mean - student_t(z, n - 1) * sd / math.sqrt(n), n
+
+
+def student_t(z: float, df: int) -> float:
+    """Student's t quantile at the normal quantile ``z``'s level with ``df`` degrees of freedom
+    (the Cornish-Fisher expansion to its third term: 3.16 against the tables' 3.18 at df 3 and
+    z 1.96, within 0.2 % from df 5 on)."""
+    if df <= 0:
+        return math.inf
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))

@@ -1,0 +1,99 @@
+"""Sessions recorded on two H100s with NCCL (``gputop record`` on the launcher of
+bench/multi_rank.py's jobs, torch 2.11, NCCL 2.28) drive the advisor on CPU.
+
+NCCL waits on the GPU, not the host: a rank whose peer is late launches its next step's kernels
+until the launch queue is full and its GPU reads 100 % busy with 18 % of its SMs active (the
+collective's kernel spinning). These are the data the rules for that case were written from.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from gputop.advisor.context import build_context
+from gputop.advisor.engine import Advisor
+from gputop.session import open_replay
+
+HERE = Path(__file__).parent / "fixtures" / "nccl"
+BUSY_GPU_FINDINGS = {"launch-bound", "no-tensor-cores", "mixed-precision", "memory-headroom"}
+
+
+def replay_findings(name: str, every_s: float = 2.0):
+    """[(seconds since the first sample, context, findings shown)] through the file, one advisor
+    evaluating every ``every_s`` as ``advise`` does."""
+    session = open_replay(HERE / name, speed=1000.0, advisor=False)
+    replay = session.replay
+    adv = Advisor(target_pid=session.target_pid)
+    out = []
+    try:
+        t = replay.start_ts + every_s
+        while t <= replay.end_ts:
+            replay.seek(t)
+            session.pipeline.poll_once()
+            shown = adv.evaluate(session.store, now=t)
+            out.append((t - replay.start_ts, adv.last_context, shown))
+            t += every_s
+    finally:
+        session.pipeline.stop()
+    return out
+
+
+@pytest.fixture(scope="module")
+def straggler():
+    return replay_findings("straggler-h100x2.gputop")
+
+
+@pytest.fixture(scope="module")
+def hang():
+    return replay_findings("hang-h100x2.gputop")
+
+
+def test_the_nccl_straggler_is_named_from_the_gpus(straggler):
+    # The waiting rank's stacks show no collective at all: its host runs ahead into the next step.
+    late = [(t, ctx, shown) for t, ctx, shown in straggler if t >= 6]
+    assert all(max(v.collective for v in ctx.ranks) == 0.0 for _, ctx, _ in late)
+    for t, ctx, shown in late:
+        assert shown and shown[0].id == "rank-straggler", (t, [f.id for f in shown])
+        f = shown[0]
+        assert f.title.startswith("rank 1 is the straggler: the other ranks wait")
+        assert "NCCL" in f.title
+        assert "load_batch" in " ".join(f.evidence)
+        rank0 = next(v for v in ctx.ranks if v.rank == 0)
+        assert rank0.gpu_wait is not None and rank0.gpu_wait > 0.9
+
+
+def test_a_rank_spinning_in_nccl_gets_no_busy_gpu_finding(straggler, hang):
+    for t, ctx, shown in straggler + hang:
+        assert not BUSY_GPU_FINDINGS & {f.id for f in shown}, (t, [f.id for f in shown])
+
+
+def test_the_nccl_hang_is_stuck_and_names_the_rank_that_never_arrives(hang):
+    stuck_at = [t for t, _, shown in hang if shown and shown[0].id == "stuck"]
+    assert stuck_at and stuck_at[0] <= 8.0
+    # Once called, it stays called, and nothing else is shown as its cause before or after.
+    first = stuck_at[0]
+    assert all(shown and shown[0].id == "stuck" for t, _, shown in hang if t >= first)
+    assert all(not shown for t, _, shown in hang if t < first)
+    f = next(shown[0] for t, _, shown in hang if t == first)
+    assert "rank 1 (pid 1234)" in f.title and "never arrives" in f.title
+    assert "never_arrives" in f.title or "never_arrives" in " ".join(f.evidence)
+    assert any("spins" in e for e in f.evidence)
+
+
+def test_the_healthy_nccl_job_gets_no_warning():
+    for t, _, shown in replay_findings("healthy-h100x2.gputop"):
+        assert not [f for f in shown if f.severity.value in ("warning", "critical")], (t, [f.id for f in shown])
+
+
+def test_the_ranks_view_shows_each_ranks_gpu_wait():
+    session = open_replay(HERE / "straggler-h100x2.gputop", speed=1000.0, advisor=False)
+    try:
+        session.replay.seek(session.replay.start_ts + 12)
+        session.pipeline.poll_once()
+        ctx = build_context(session.store, target_pid=session.target_pid)
+        by = {v.rank: v for v in ctx.ranks}
+        assert by[0].gpu_util is not None and by[0].gpu_util > 95 and by[0].gpu_sm < 25
+        assert by[1].gpu_wait == 0.0 and by[1].gpu_util < 10
+        assert by[0].wait > 0.9 and by[1].wait < 0.1
+    finally:
+        session.pipeline.stop()

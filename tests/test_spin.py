@@ -1,0 +1,140 @@
+"""A GPU 'busy' doing nothing (analysis.spin), and what the stuck verdict and the straggler make of it."""
+
+import pytest
+
+from gputop.analysis.hang import COLLECTIVE, GPU_KERNEL, diagnose
+from gputop.analysis.ranks import gpu_straggler, rank_views
+from gputop.analysis.spin import (
+    WaitPoll,
+    is_spin,
+    paired_gap,
+    spin_share,
+    spins_now,
+    student_t,
+    wait_series,
+)
+from gputop.analysis.stuck import judge, spinning_pids
+from gputop.model import Category, Frame, GpuProcess, GpuSample, StackSample, UtilPoint
+
+T0 = 1_700_000_000.0
+PROJ = "/home/user/project/train.py"
+
+
+def poll(ts, util, sm=None, tensor=None, power=None, index=0):
+    return GpuSample(ts=ts, index=index, util_gpu=util, sm_active=sm, tensor_active=tensor, power_w=power,
+                     power_limit_w=700.0 if power is not None else None)
+
+
+def test_a_spin_is_busy_with_few_sms_and_no_tensor_work():
+    assert is_spin(poll(T0, 100, sm=18.5, tensor=0.0)) is True  # NCCL all_reduce waiting (H100)
+    assert is_spin(poll(T0, 100, sm=68.0, tensor=0.0)) is False  # fp32 compute
+    assert is_spin(poll(T0, 100, sm=20.0, tensor=30.0)) is False  # small bf16 kernels
+    assert is_spin(poll(T0, 40, sm=5.0)) is False  # idle half the time: not a spin
+    assert is_spin(poll(T0, 100, power=140.0)) is True  # no GPM: power near idle
+    assert is_spin(poll(T0, 100, power=500.0)) is False
+    assert is_spin(poll(T0, 100)) is None  # nothing to tell by
+    assert is_spin(GpuSample(ts=T0, index=0)) is None
+
+
+def test_spins_now_needs_every_poll_and_buffer_point_in_the_window():
+    polls = [poll(T0 + i, 100, sm=18.0, tensor=0.0) for i in range(6)]
+    assert spins_now(polls, [], T0 + 5, 5.0)
+    assert not spins_now(polls[:1], [], T0 + 5, 5.0)  # one poll is not a spell
+    gap = [UtilPoint(T0 + 3.2, 0, 0.0)]
+    assert not spins_now(polls, gap, T0 + 5, 5.0)  # a 200 ms gap: kernels end and start, work
+    mixed = polls[:3] + [poll(T0 + 4, 100, sm=70.0, tensor=0.0)] + polls[5:]
+    assert not spins_now(mixed, [], T0 + 5, 5.0)
+
+
+def test_spin_share_weighs_each_poll_by_its_span():
+    polls = [poll(T0, 100, sm=18.0), poll(T0 + 1, 100, sm=18.0), poll(T0 + 4, 100, sm=70.0)]
+    assert spin_share(polls, T0, T0 + 4) == pytest.approx(0.25)
+
+
+def test_wait_series_reads_a_compute_straggler_from_the_peers_activity():
+    # Rank 1's GPU computes all the time (SM 68 %); rank 0's does the same work in half the time
+    # and spins the rest: its SM reads halfway between its spinning level (18 %) and 68 %.
+    gpus = {0: [poll(T0 + i, 100, sm=18.0 if i == 1 else 43.0, tensor=0.0, index=0) for i in range(8)],
+            1: [poll(T0 + i, 100, sm=68.0, tensor=0.0, index=1) for i in range(8)]}
+    w = wait_series(gpus, T0, T0 + 8)
+    assert w[1] and all(p.wait == 0.0 for p in w[1])
+    assert [round(p.wait, 2) for p in w[0]][1:] == [0.5] * 6
+    assert w[0][0].wait == 1.0  # the poll that spun waited all of it (the window's first poll is left out)
+    # With tensor cores in use, their activity is the measure (NCCL uses none): 20 of 40 is half.
+    tc = {0: [poll(T0 + i, 100, sm=45.0, tensor=20.0, index=0) for i in range(5)],
+          1: [poll(T0 + i, 100, sm=70.0, tensor=40.0, index=1) for i in range(5)]}
+    assert [p.wait for p in wait_series(tc, T0, T0 + 5)[0]] == [0.5] * 4
+
+
+def test_an_idle_gpu_waits_on_nothing():
+    gpus = {0: [poll(T0 + i, 100, sm=18.0, index=0) for i in range(5)],
+            1: [poll(T0 + i, 2, sm=0.5, index=1) for i in range(5)]}
+    w = wait_series(gpus, T0, T0 + 5)
+    assert all(p.wait == 1.0 for p in w[0]) and all(p.wait == 0.0 for p in w[1])
+
+
+def test_paired_gap_is_a_lower_limit_that_grows_with_the_polls():
+    a = [WaitPoll(T0 + i, 1.0, 0.5) for i in range(10)]
+    b = [WaitPoll(T0 + i, 1.0, 0.0) for i in range(10)]
+    mean, low, n = paired_gap(a, b, 1.96)
+    assert n == 10 and mean == pytest.approx(0.5) and 0.4 < low < 0.5
+    _, low3, _ = paired_gap(a[:3], b[:3], 1.96)
+    assert low3 < low
+    _, low1, n1 = paired_gap(a[:1], b[:1], 1.96)
+    assert n1 == 1 and low1 < 0  # one poll decides nothing
+    assert student_t(1.96, 3) == pytest.approx(3.18, abs=0.1) and student_t(1.96, 1000) == pytest.approx(1.96, abs=0.01)
+
+
+def _main(pid, ts, frames, cat, active=True):
+    return StackSample(ts=ts, pid=pid, thread_id=pid, thread_name="MainThread", frames=frames, active=active,
+                       is_main=True, category=cat, os_thread_id=pid)
+
+
+def test_a_compute_straggler_is_named_from_the_gpus_alone():
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(50)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {0: [poll(T0 + i, 100, sm=43.0, tensor=0.0, index=0) for i in range(11)],
+            1: [poll(T0 + i, 100, sm=68.0, tensor=0.0, index=1) for i in range(11)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 10)
+    found = gpu_straggler(views, 0.30, 0.25)
+    # No spin seen on GPU 0, so its activity ratio counts NCCL's SMs as work: 1 - 43/68 = 0.37.
+    assert found is not None and found.slow.rank == 1 and found.on_gpu and found.polls == 10
+    assert found.waiting[0].gpu_wait == pytest.approx(1 - 43 / 68, abs=0.01)
+    # Ranks doing the same work: nothing to name.
+    even = {0: gpus[1], 1: [poll(T0 + i, 100, sm=67.0, tensor=0.0, index=1) for i in range(11)]}
+    even = {0: [poll(s.ts, 100, sm=68.0, tensor=0.0, index=0) for s in gpus[0]], 1: even[1]}
+    assert gpu_straggler(rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=even, t1=T0 + 10), 0.30, 0.25) is None
+
+
+def test_a_rank_asleep_with_its_gpu_idle_is_no_straggler_but_a_hang():
+    spin = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    sleep = (Frame("never_arrives", PROJ, 59, code="time.sleep(0.05)"), Frame("main", PROJ, 90))
+    stacks = ([_main(10, T0 + i / 5, spin, Category.FORWARD) for i in range(50)]
+              + [_main(11, T0 + i / 5, sleep, Category.IDLE, active=False) for i in range(50)])
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {0: [poll(T0 + i, 100, sm=18.0, tensor=0.0, index=0) for i in range(11)],
+            1: [poll(T0 + i, 0, sm=0.0, tensor=0.0, index=1) for i in range(11)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 10)
+    assert gpu_straggler(views, 0.30, 0.25) is None
+    # The stuck verdict at attach: rank 0 unchanged, its GPU spinning, its CPU busy in the driver.
+    main = [s for s in stacks if s.pid == 10]
+    pids = spinning_pids([10, 11], procs, gpus, {}, T0 + 10)
+    assert pids == frozenset({10})
+    v = judge(main, T0 + 10, 30.0, gpu="spin", others=(stacks[-1],), history_start=T0 - 60,
+              ranks={10: 0, 11: 1}, spin_pids=pids)
+    assert v.stuck and v.early and v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE
+    assert "rank 1 (pid 11)" in v.diagnosis.summary and "never arrives" in v.diagnosis.summary
+    # The same stacks with the GPU computing: the job is working, not stuck.
+    assert not judge(main, T0 + 10, 30.0, gpu="busy", others=(stacks[-1],), history_start=T0 - 60).stuck
+
+
+def test_one_process_on_a_spinning_gpu_is_a_kernel_that_never_ends():
+    item = (Frame("train", PROJ, 77, code="print(loss.item())"), Frame("main", PROJ, 90))
+    main = [_main(10, T0 + i / 5, item, Category.HOST_SYNC, active=False) for i in range(30)]
+    v = judge(main, T0 + 6, 30.0, gpu="spin", history_start=T0 - 60)
+    assert v.stuck and v.early
+    assert v.diagnosis.kind == GPU_KERNEL and "never finishes" in v.diagnosis.summary
+    assert any("spins" in e for e in v.evidence)
+    d = diagnose(main[-1], (), 10, gpu="spin")
+    assert d.kind == GPU_KERNEL and "CUDA_LAUNCH_BLOCKING=1" in d.action
