@@ -34,12 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     shown.add_argument("--text", action="store_true", help="print the text report (also when -o is given)")
     shown.add_argument("--json", action="store_true", help="print the numbers as JSON")
     shown.add_argument("--html", action="store_true", help="print the HTML page (e.g. with -o - into a pipe)")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite OUT if it exists (never a recording)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..record.reader import Reader
+    from ..record.writer import refuse_overwriting_recording
     from ..report import collect, render_html, render_text, summary_dict
 
     # `-o -` is standard output, as for most tools: never a file named "-".
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         if out.is_dir():
             raise UserError(f"{out} is a directory: give a file name, e.g. {out / 'report.html'}")
+        # Before --force is looked at: a report never replaces a recording (the one it reads,
+        # by any name or link, or another one), whatever the output's name says.
+        refuse_overwriting_recording(out, reading=Path(args.file))
         if (out.exists() or out.is_symlink()) and not args.force:
             raise UserError(f"{out} already exists: use --force to overwrite it")
         if not out.parent.exists() and str(out.parent) not in ("", "."):
