@@ -83,3 +83,34 @@ def test_report_over_an_ordinary_file_still_needs_force(rec, capsys):
     assert "already exists" in _one_line_error(capsys)
     assert main(["report", "run.gputop", "-o", "old.html", "--force"]) == 0
     assert Path("old.html").read_text().startswith("<!DOCTYPE html>")
+
+
+# --------------------------------------------------------------------------- -o FILE: the file, not the terminal
+
+
+@pytest.mark.parametrize("name, flags, starts", [
+    ("r.html", [], "<!DOCTYPE html>"),
+    ("r.html", ["--html"], "<!DOCTYPE html>"),
+    ("r.txt", [], "gputop report:"),
+    ("r.txt", ["--text"], "gputop report:"),
+    ("r.json", [], "{"),
+    ("r.json", ["--json"], "{"),
+    ("report", [], "<!DOCTYPE html>"),  # a name that says nothing: HTML...
+    ("report.out", ["--json"], "{"),  # ...or what the flag asks for
+    ("report.out", ["--text"], "gputop report:"),
+])
+def test_report_to_a_file_writes_the_format_asked_and_prints_only_where(rec, capsys, name, flags, starts):
+    assert main(["report", "run.gputop", "-o", name, *flags]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == f"gputop: wrote {name}\n"
+    assert Path(name).read_text().startswith(starts)
+
+
+@pytest.mark.parametrize("name, flag", [("x.html", "--json"), ("x.html", "--text"), ("x.json", "--html"),
+                                        ("x.json", "--text"), ("x.txt", "--json"), ("X.HTM", "--json")])
+def test_report_refuses_a_flag_that_contradicts_the_file_name(rec, capsys, name, flag):
+    assert main(["report", "run.gputop", flag, "-o", name]) == 2
+    err = _one_line_error(capsys)
+    assert flag in err and name in err
+    assert not Path(name).exists()
