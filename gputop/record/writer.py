@@ -49,7 +49,7 @@ from ..model import (
     UtilPoint,
     Verdict,
 )
-from ..redact import redact_argv, redact_cmdline
+from ..redact import redact_argv, redact_cmdline, redact_code
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import wal_page1_head
@@ -713,7 +713,9 @@ class RecordWriter:
         if fid is None:
             cur = self.conn.execute(
                 "INSERT INTO frames(name, filename, line, module, code) VALUES (?, ?, ?, ?, ?)",
-                (f.name, f.filename, f.line, f.module, f.code),
+                # A second pass over what the stack source redacted (once per distinct frame):
+                # a recording outlives the screen, and not every source is the stack sampler.
+                (f.name, f.filename, f.line, f.module, redact_code(f.code) if f.code else f.code),
             )
             fid = self._frames[f] = cur.lastrowid  # type: ignore[assignment]
         return fid  # type: ignore[return-value]
