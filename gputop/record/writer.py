@@ -1098,5 +1098,5 @@ class Recorder:
         self._active = False
 
 
-__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "holds_recording", "looks_like_recording",
-           "refuse_overwriting_recording", "sidecars"]
+__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "holds_recording",
+           "looks_like_recording", "refuse_overwriting_recording", "sidecars"]
