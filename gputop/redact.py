@@ -229,9 +229,10 @@ def redact_value(name: str, value: str) -> str:
 # ``secret: str = "…"``, ``auth=("bob", "…")``), not where it is an expression
 # (``token=os.environ["HF_TOKEN"]``, ``key = jax.random.PRNGKey(0)``): an expression says where the
 # secret is, not what it is. Comparisons are kept (``if key == "labels"``, common in collators):
-# a secret compared in code is left to the shapes. Inside a string literal or a comment the text is free
-# text (``"host=db password=x"``, ``# token: x``) and read as command lines are. Shapes (tokens,
-# long blobs), passwords in URLs, Bearer values and cookies are hidden wherever they stand.
+# a secret compared in code is left to the shapes. Inside a string literal or a comment the text
+# is free text (``"host=db password=x"``, ``# token: x``) and read as command lines are. Shapes
+# (tokens, long blobs), passwords in URLs, Bearer values and cookies are hidden wherever they stand.
+
 # A string literal; one the line leaves open (a cut line, a string continued on the next) runs
 # to the end of the line.
 _LIT = (r"[rRbBuUfF]{0,2}(?:" r'"""(?:\\.|[^\\])*?(?:"""|$)' r"|'''(?:\\.|[^\\])*?(?:'''|$)"
