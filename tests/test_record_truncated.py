@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gputop.cli import main
+from gputop.errors import UserError
 from gputop.record.reader import Reader
-from gputop.report import collect, render_text
+from gputop.report import collect, render_html, render_text, summary_dict
 
 REC = Path(__file__).parent / "fixtures" / "recordings" / "h100-checkpoint-stall.gputop"
 
@@ -19,7 +21,7 @@ def cut(tmp_path: Path, kb: int) -> Path:
     return p
 
 
-@pytest.mark.parametrize("kb, polls, stacks", [(20, 0, 0), (50, 23, 0), (80, 23, 633)])
+@pytest.mark.parametrize("kb, polls, stacks", [(32, 23, 0), (50, 23, 0), (80, 23, 633)])
 def test_a_cut_copy_reads_what_survived_and_names_what_did_not(tmp_path, kb, polls, stacks):
     with Reader(REC) as full:
         n_polls = len(full.gpu_samples(0, 2e10))
@@ -30,12 +32,9 @@ def test_a_cut_copy_reads_what_survived_and_names_what_did_not(tmp_path, kb, pol
         assert len(r.stack_rows(0, 2e10)) == stacks <= n_stacks
         for table in r.lost_tables:  # every table the cut took is named
             assert table in r.damage
-        if polls == 0:
-            assert "gpu_samples" in r.lost_tables
-        else:
-            assert "gpu_samples" not in r.lost_tables
-            s = collect(r)  # the report reads it too
-            assert s.gpus and s.damage and "truncated" in render_text(s)
+        assert "gpu_samples" not in r.lost_tables
+        s = collect(r)  # the report reads it too
+        assert s.gpus and s.damage and "truncated" in render_text(s)
 
 
 def test_a_table_whose_later_pages_were_cut_is_named_as_partly_lost(tmp_path):
@@ -44,3 +43,71 @@ def test_a_table_whose_later_pages_were_cut_is_named_as_partly_lost(tmp_path):
     with Reader(cut(tmp_path, 80)) as r:
         assert {"findings", "frames"} <= set(r.lost_tables), r.lost_tables
         assert "partly lost (rows past the cut): " in r.damage and "findings" in r.damage
+
+
+# --------------------------------------------------------------------------- nothing survived
+
+
+@pytest.mark.parametrize("kb", [4, 20])  # the header alone; the header and the session's row
+def test_a_cut_that_left_nothing_readable_is_refused_not_read_as_an_empty_recording(tmp_path, kb):
+    with pytest.raises(UserError) as e:
+        Reader(cut(tmp_path, kb))
+    msg = str(e.value)
+    assert f"truncated ({kb * 1024:,} of {REC.stat().st_size:,} bytes)" in msg and "nothing readable" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("argv", [
+    ["info"], ["info", "--json"], ["info", "--check"],
+    ["report"], ["report", "--json"], ["report", "--html"],
+    ["report", "-o", "r.html"], ["report", "-o", "r.json"], ["report", "--text", "-o", "r.txt"],
+    ["report", "--json", "-o", "-"],
+    ["replay"],  # said before the UI starts (no terminal needed to see it)
+])
+def test_every_command_says_nothing_survived_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv):
+    p = cut(tmp_path, 4)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(x.name for x in tmp_path.iterdir())
+    assert main([argv[0], str(p), *argv[1:]]) != 0
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert cap.out == ""
+    assert err.startswith("gputop: error:") and len(err.splitlines()) == 1 and "nothing readable survived" in err, err
+    assert sorted(x.name for x in tmp_path.iterdir()) == before  # no report file, no -wal left
+    assert "1970" not in err
+
+
+# --------------------------------------------------------------------------- some tables survived
+
+
+def test_findings_lost_in_the_cut_are_not_reported_as_none_recorded(tmp_path):
+    # At 50 KB the samples survive and the findings table (and the stacks) are gone.
+    with Reader(cut(tmp_path, 50)) as r:
+        assert "findings" in r.lost_tables
+        s = collect(r)
+    text = render_text(s, 100)
+    assert "findings: none recorded" not in text and "findings: lost in the cut" in text
+    assert "(stack samples lost in the cut: unattributed)" in text and "no stack samples" not in text
+    page = render_html(s)
+    assert "None recorded." not in page and "Lost in the cut" in page
+    assert "No stack samples were recorded" not in page and "stack samples were lost in the cut" in page
+    d = summary_dict(s)
+    assert d["findings_lost"] is True and d["findings"] == [] and "findings" in d["lost_tables"]
+
+
+def test_a_whole_recording_says_its_findings_were_recorded(tmp_path):
+    with Reader(REC) as r:
+        s = collect(r)
+    d = summary_dict(s)
+    assert d["findings_lost"] is False and d["lost_tables"] == [] and d["findings"]
+    assert "lost in the cut" not in render_text(s, 100) + render_html(s)
+
+
+def test_info_of_a_cut_copy_says_its_findings_were_lost(tmp_path, capsys):
+    assert main(["info", str(cut(tmp_path, 50))]) == 0
+    out = capsys.readouterr().out
+    assert "findings    lost in the cut" in out
+    assert main(["info", "--json", str(cut(tmp_path, 50))]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["findings_lost"] is True

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         nav = Navigator(r)
         d = r.describe()
         d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
+        d["findings_lost"] = "findings" in r.lost_tables  # a cut copy: the count is what survived
         d["idle_periods"] = len(nav.idle_periods())
         if args.check:
             d["bad_blocks"] = r.check_blocks()
@@ -99,7 +100,10 @@ def format_info(d: dict) -> str:
                 )
             )
         )
-    lines.append(f"findings    {d.get('findings', 0)}   idle periods {d.get('idle_periods', 0)}")
+    found = d.get("findings", 0)
+    if d.get("findings_lost"):
+        found = f"{found} (more may have been lost in the cut)" if found else "lost in the cut"
+    lines.append(f"findings    {found}   idle periods {d.get('idle_periods', 0)}")
     if "bad_blocks" in d:
         lines.append(f"check       {d['bad_blocks']} unreadable block(s), {d.get('bad_rows', 0)} bad row(s)")
     if d.get("state") == "not closed cleanly":

@@ -1,10 +1,12 @@
 """`gputop report FILE [-o report.html]`: what happened in a recorded run.
 
 Per-GPU busy and idle time and where the idle time went, the longest idle periods and their
-cause, the findings with their evidence, timeline charts. Text on the terminal by default;
-``-o x.html`` writes one self-contained page (inline SVG, no scripts), ``-o x.txt`` the text,
-``-o x.json`` / ``--json`` the numbers. ``-o -`` is standard output: the text, or with
-``--json`` / ``--html`` that format (nothing named ``-`` is written).
+cause, the findings with their evidence, timeline charts. Text on the terminal by default,
+``--json`` the numbers, ``--html`` the page. ``-o FILE`` writes the report there instead of
+printing it: ``x.html`` one self-contained page (inline SVG, no scripts), ``x.txt`` the text,
+``x.json`` the numbers; a flag picks the format of a file named otherwise, and a flag that
+contradicts the name (``--json -o x.html``) is refused. ``-o -`` is standard output (nothing named
+``-`` is written). A report is never written over a recording, ``--force`` or not.
 """
 
 from __future__ import annotations
@@ -28,25 +30,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="the recording")
     p.add_argument("-o", "--output", metavar="OUT",
-                   help="write to OUT: .html (default for other names), .txt or .json; - is standard output "
-                   "(text, or the format --json/--html picks)")
+                   help="write to OUT instead of printing: .html, .txt or .json by its name (HTML for other "
+                   "names) unless --text/--json/--html says; - is standard output (text unless a flag says)")
     shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--text", action="store_true", help="print the text report (also when -o is given)")
-    shown.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    shown.add_argument("--html", action="store_true", help="print the HTML page (e.g. with -o - into a pipe)")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite OUT if it exists")
+    shown.add_argument("--text", action="store_true", help="the text report (the default without -o)")
+    shown.add_argument("--json", action="store_true", help="the numbers as JSON")
+    shown.add_argument("--html", action="store_true", help="the HTML page (e.g. with -o - into a pipe)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite OUT if it exists (never a recording)")
     p.set_defaults(func=run)
+
+
+# What a file's name says it holds; a name not listed gets what a flag asks for, else HTML.
+_BY_SUFFIX = {".html": "html", ".htm": "html", ".json": "json", ".txt": "text"}
+
+
+def output_format(args: argparse.Namespace, out: Path | None) -> str:
+    """``text``, ``json`` or ``html``: the flag's, else what the output's name says. A flag that
+    contradicts the name (``--json -o x.html``) is refused rather than one of them ignored."""
+    flag = "json" if args.json else "html" if args.html else "text" if args.text else None
+    if out is None:
+        return flag or "text"
+    named = _BY_SUFFIX.get(out.suffix.lower())
+    if flag and named and flag != named:
+        raise UserError(f"--{flag} asks for {_NAMES[flag]} but {out} is named as {_NAMES[named]}: drop --{flag} "
+                        f"or name the file {out.stem}{_SUFFIX[flag]}")
+    return flag or named or "html"
+
+
+_NAMES = {"html": "HTML", "json": "JSON", "text": "text"}
+_SUFFIX = {"html": ".html", "json": ".json", "text": ".txt"}
 
 
 def run(args: argparse.Namespace) -> int:
     from ..record.reader import Reader
+    from ..record.writer import refuse_overwriting_recording
     from ..report import collect, render_html, render_text, summary_dict
 
     # `-o -` is standard output, as for most tools: never a file named "-".
     out = Path(args.output) if args.output and args.output != "-" else None
+    fmt = output_format(args, out)
     if out is not None:
         if out.is_dir():
             raise UserError(f"{out} is a directory: give a file name, e.g. {out / 'report.html'}")
+        # Before --force is looked at: a report never replaces a recording (the one it reads,
+        # by any name or link, or another one), whatever the output's name says.
+        refuse_overwriting_recording(out, reading=Path(args.file))
         if (out.exists() or out.is_symlink()) and not args.force:
             raise UserError(f"{out} already exists: use --force to overwrite it")
         if not out.parent.exists() and str(out.parent) not in ("", "."):
@@ -55,24 +83,19 @@ def run(args: argparse.Namespace) -> int:
         summary = collect(reader)
     if summary.damage:
         print(f"gputop: warning: {summary.damage}", file=sys.stderr)
-    width = shutil.get_terminal_size((100, 24)).columns
-    if out is not None:
-        suffix = out.suffix.lower()
-        if suffix == ".json":
-            body = json.dumps(summary_dict(summary), indent=2, default=str) + "\n"
-        elif suffix == ".txt":
-            body = render_text(summary, 100)
-        else:
-            body = render_html(summary)
+    if fmt == "json":
+        body = json.dumps(summary_dict(summary), indent=2, default=str) + "\n"
+    elif fmt == "html":
+        body = render_html(summary)
+    else:
+        width = 100 if out is not None else min(shutil.get_terminal_size((100, 24)).columns, 140)
+        body = render_text(summary, width)
+    if out is None:
+        sys.stdout.write(body)
+    else:
+        # The file holds the report; the terminal gets only where it went.
         _write(out, body, args.force)
         print(f"gputop: wrote {out}", file=sys.stderr)
-    if args.json:
-        json.dump(summary_dict(summary), sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    elif args.html:
-        sys.stdout.write(render_html(summary))
-    elif out is None or args.text:
-        sys.stdout.write(render_text(summary, min(width, 140)))
     return 0
 
 

@@ -29,7 +29,7 @@ from ..model import (
     SystemInfo,
     UtilPoint,
 )
-from ..redact import redact_cmdline, redact_text, redact_value
+from ..redact import redact_cmdline, redact_code, redact_text, redact_value
 from .schema import (
     CATEGORY_CODES,
     CATEGORY_SHIFT,
@@ -290,7 +290,9 @@ def frame_from_row(row: tuple) -> Frame:
         filename=clean_text(row[2], 1024),
         line=inum(row[3]) or 0,
         module=opt_text(row[4]),
-        code=opt_text(row[5]) if len(row) > 5 else None,
+        # Redacted again as it is read: a recording made before source lines were redacted
+        # shows *** too (as for command lines, see proc_identity_from_row).
+        code=(redact_code(clean_text(row[5])) if row[5] else opt_text(row[5])) if len(row) > 5 else None,
     )
 
 
@@ -343,6 +345,19 @@ def gain_bound(v: Any) -> float | None:
     return g if g is not None and math.isfinite(g) and g > 0 else None
 
 
+# A source line quoted in a finding's evidence (`loss.item()` (train.py:42)): the rules quote
+# frames' code between backticks.
+_QUOTED_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def _redact_quoted_code(text: str) -> str:
+    """Evidence as it is read: the source lines it quotes redacted again, for a recording made
+    before source lines were (its evidence had only the free-text pass)."""
+    if "`" not in text:
+        return text
+    return _QUOTED_CODE.sub(lambda m: f"`{redact_code(m.group(1))}`", text)
+
+
 def finding_from_row(row: tuple) -> Finding:
     """``findings`` row (ts, last_seen, finding_id, gpu, severity, confidence, title, evidence,
     action, expected_gain, cost_s, first_seen[, gain_predicted]); a row without the last (a file
@@ -352,7 +367,7 @@ def finding_from_row(row: tuple) -> Finding:
         try:
             items = json.loads(row[7])
             if isinstance(items, list):
-                evidence = tuple(clean_text(x) for x in items if isinstance(x, str))
+                evidence = tuple(_redact_quoted_code(clean_text(x)) for x in items if isinstance(x, str))
         except ValueError:
             evidence = ()
     conf = fnum(row[5])

@@ -68,6 +68,8 @@ class Reader:
         self._lock = threading.RLock()
         self.damage: str | None = None
         self.lost_tables: list[str] = []  # tables a cut copy lost whole
+        self._cut: str | None = None  # "truncated (N of M bytes)" for a cut copy
+        self._any_series = False  # a sample or an event could be read
         self.bad_rows = 0
         self._finding_cols_sql: str | None = None
         self.conn = self._open()
@@ -106,6 +108,15 @@ class Reader:
             for n in [codec.inum(_int_or_none(k[len(OPEN_SESSION_PREFIX):]))] if n is not None
         )
         self.start_ts, self.end_ts = self._span()
+        if self.damage is not None and not self._holds_data():
+            # A cut that left only the header (or the sessions' rows): reading it as an empty
+            # recording would show 1970 dates, "no GPU" and a replay waiting for data forever.
+            self.close()
+            raise UserError(f"{self.path} is {self._cut or 'damaged'}: nothing readable survived "
+                            "(no samples, events or findings)")
+
+    def _holds_data(self) -> bool:
+        return self._any_series or bool(self._rows("SELECT 1 FROM findings LIMIT 1"))
 
     # ----------------------------------------------------------------- opening
 
@@ -183,6 +194,7 @@ class Reader:
             except sqlite3.DatabaseError:
                 partly.append(name)
         cut = f" ({actual:,} of {declared:,} bytes)" if declared > actual else ""
+        self._cut = f"truncated{cut}"
         gone = f"; lost with the cut: {', '.join(lost)}" if lost else ""
         if partly:
             gone += f"; partly lost (rows past the cut): {', '.join(partly)}"
@@ -333,6 +345,7 @@ class Reader:
         for (v,) in self._rows("SELECT max(ts) FROM events"):
             if codec.fnum(v) is not None:
                 ends.append(v)
+        self._any_series = bool(firsts or ends or backfill_first is not None)
         if (self.damage or unreadable) and lead_end is not None:
             ends = [lead_end]
         fallback = (self.sessions[0]["started"] if self.sessions else 0.0) or 0.0

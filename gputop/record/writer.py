@@ -49,7 +49,7 @@ from ..model import (
     UtilPoint,
     Verdict,
 )
-from ..redact import redact_argv, redact_cmdline
+from ..redact import redact_argv, redact_cmdline, redact_code
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import wal_page1_head
@@ -149,6 +149,62 @@ def looks_like_recording(path: Path) -> bool | None:
         return True
     page1 = wal_page1_head(sidecars(path)[0])
     return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
+
+
+_SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def _is_recording_main(path: Path) -> bool:
+    kind = looks_like_recording(path)
+    if kind is None:  # empty: a recording killed early by an older gputop keeps all of it in its -wal
+        page1 = wal_page1_head(sidecars(path)[0])
+        return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
+    return kind
+
+
+def holds_recording(path: Path) -> bool:
+    """Whether writing anything but a recording at ``path`` would destroy (part of) one: the
+    file is a recording (by its content, whatever its name; through a link too), an empty main
+    file whose recording is all in its ``-wal``, or the ``-wal``/``-shm``/``-journal`` beside a
+    recording (whether it exists or not: SQLite would take a file of that name for its own)."""
+    if _recording_beside(path) is not None:
+        return True
+    return (path.exists() or path.is_symlink()) and _is_recording_main(path)
+
+
+def _recording_beside(path: Path) -> Path | None:
+    """The recording whose ``-wal``/``-shm``/``-journal`` ``path`` is named as, or None."""
+    name = str(path)
+    for suffix in _SIDECAR_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            main = Path(name[: -len(suffix)])
+            if main.is_file() and _is_recording_main(main):
+                return main
+    return None
+
+
+def refuse_overwriting_recording(out: Path, reading: Path | None = None) -> None:
+    """For every command whose output is not a recording (``report -o``): never write over the
+    recording being read (the same file by another name or link too), nor over any other one,
+    nor beside one under its ``-wal``/``-shm``/``-journal`` name, whatever ``--force`` says.
+    Raises UserError (one line)."""
+    try:
+        beside = _recording_beside(out)
+        if beside is not None:
+            raise UserError(f"{out} is the {str(out)[len(str(beside)):]} file of the gputop recording {beside}: "
+                            "not writing there; write the output to another file")
+        if not (out.exists() or out.is_symlink()):
+            return
+        same = reading is not None and out.exists() and reading.exists() and os.path.samefile(out, reading)
+        ours = same or _is_recording_main(out)
+    except OSError:
+        return  # cannot be looked at: the write itself will say why it fails
+    if same:
+        raise UserError(f"{out} is the recording being read: not overwriting it (--force or not); "
+                        "write the output to another file")
+    if ours:
+        raise UserError(f"{out} is a gputop recording: not overwriting it (--force or not); "
+                        "write the output to another file")
 
 
 def _create_exclusive(path: Path) -> None:
@@ -657,7 +713,9 @@ class RecordWriter:
         if fid is None:
             cur = self.conn.execute(
                 "INSERT INTO frames(name, filename, line, module, code) VALUES (?, ?, ?, ?, ?)",
-                (f.name, f.filename, f.line, f.module, f.code),
+                # A second pass over what the stack source redacted (once per distinct frame):
+                # a recording outlives the screen, and not every source is the stack sampler.
+                (f.name, f.filename, f.line, f.module, redact_code(f.code) if f.code else f.code),
             )
             fid = self._frames[f] = cur.lastrowid  # type: ignore[assignment]
         return fid  # type: ignore[return-value]
@@ -1040,4 +1098,5 @@ class Recorder:
         self._active = False
 
 
-__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "looks_like_recording", "sidecars"]
+__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "holds_recording",
+           "looks_like_recording", "refuse_overwriting_recording", "sidecars"]

@@ -46,6 +46,10 @@ def summary_dict(s: Summary) -> dict:
         # Whether the file keeps each finding's gain_predicted (advise --json's bound); when it
         # does not, every finding's gain_predicted below reads null: not recorded, not "no claim".
         "gain_predicted_recorded": s.gain_predicted_recorded,
+        # A cut copy: the findings table was lost (whole or past the cut), so "findings" below is
+        # what survived, not all there were; lost_tables names every table the cut took.
+        "findings_lost": s.findings_lost,
+        "lost_tables": list(s.lost_tables),
         "findings": [
             {
                 # advise --json's fields, same names and meaning (gain_predicted, cost_s, ...)...

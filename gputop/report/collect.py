@@ -94,6 +94,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         findings=findings,
         events=events,
         damage=reader.damage,
+        lost_tables=tuple(reader.lost_tables),
         size_bytes=reader.size_bytes(),
         gpu_infos={g.index: g for g in reader.gpu_infos()},
         cpu_why=cpu_why,

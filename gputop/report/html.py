@@ -121,7 +121,10 @@ def render_html(s: Summary) -> str:
         if bd.total_s > 0:
             out.append("<h3>Where the time went</h3>")
             out += _breakdown_table(bd, e)
-            if not bd.attributed:
+            if not bd.attributed and s.stacks_lost:
+                out.append("<p class=\"small\">The stack samples were lost in the cut: idle time is not "
+                           "attributed to a cause.</p>")
+            elif not bd.attributed:
                 out.append("<p class=\"small\">No stack samples were recorded (no --pid): idle time is not "
                            "attributed to a cause.</p>")
         if g.idle_periods:
@@ -153,8 +156,11 @@ def render_html(s: Summary) -> str:
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
         hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
     out += rank_html(s.ranks, e)
-    out.append(f"<h2>Findings ({len(s.findings)})</h2>")
-    if not s.findings:
+    out.append(f"<h2>Findings ({len(s.findings)})</h2>" if s.findings or not s.findings_lost else "<h2>Findings</h2>")
+    if s.findings_lost:
+        out.append("<p class=\"warn\">" + ("More findings may have been lost in the cut." if s.findings else
+                                          "Lost in the cut: the file ends before them.") + "</p>")
+    elif not s.findings:
         out.append("<p>None recorded.</p>")
     for fs in s.findings:
         f = fs.finding

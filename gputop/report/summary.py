@@ -199,6 +199,17 @@ class Summary:
     ranks: tuple = ()  # report.ranks.RankSummary per local rank of a multi-rank job
     cpu: CpuSummary | None = None  # the job used no GPU: where its main thread's time went
     gain_predicted_recorded: bool = False  # the file keeps the findings' gain_predicted
+    # Tables a cut copy lost, whole or past the cut (Reader.lost_tables): what the report must not
+    # present as "none recorded".
+    lost_tables: tuple[str, ...] = ()
+
+    @property
+    def findings_lost(self) -> bool:
+        return "findings" in self.lost_tables
+
+    @property
+    def stacks_lost(self) -> bool:
+        return bool({"stack_samples", "stacks", "frames", "threads"} & set(self.lost_tables))
 
     @property
     def duration(self) -> float:

@@ -105,7 +105,8 @@ def render_text(s: Summary, width: int = 100) -> str:
                        f"({hms(bd.idle_s)} of {hms(bd.total_s)} measured)")
             rows = [(b, sec, p) for b, sec, p in breakdown_rows(bd) if b is not Bucket.BUSY]
             if rows:
-                out.append("  where the idle time went" + ("" if bd.attributed else " (no stack samples: unattributed)") + ":")
+                why = "stack samples lost in the cut" if s.stacks_lost else "no stack samples"
+                out.append("  where the idle time went" + ("" if bd.attributed else f" ({why}: unattributed)") + ":")
                 idle = max(1e-9, bd.idle_s)
                 for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
                     share = sec / bd.total_s
@@ -147,7 +148,8 @@ def render_text(s: Summary, width: int = 100) -> str:
     if s.ranks:
         out += rank_text_lines(s.ranks) + [""]
     if s.findings:
-        out.append(f"findings ({len(s.findings)})")
+        more = "; more may have been lost in the cut" if s.findings_lost else ""
+        out.append(f"findings ({len(s.findings)}{more})")
         def wrapped(lead: str, body: str) -> list[str]:
             # A hanging indent: continuation lines line up with the text after the lead ("→ ").
             pad = " " * (6 + len(lead))
@@ -167,6 +169,8 @@ def render_text(s: Summary, width: int = 100) -> str:
                 out.extend(wrapped("→ ", f.action))
             if f.expected_gain:
                 out.extend(wrapped("  expected: ", f.expected_gain))
+    elif s.findings_lost:
+        out.append("findings: lost in the cut (the file ends before them)")
     else:
         out.append("findings: none recorded")
     if s.events:

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 
 from ..errors import UserError
 from ..model import Category, Event, Frame, ProcSample, SamplingCost, StackSample
-from ..redact import perf_env, redact_cmdline
+from ..redact import perf_env, redact_cmdline, redact_code
 
 # The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
@@ -437,6 +437,11 @@ class StackParser:
             code = None
             if self._lines is not None and (leaf or not self._is_library(filename)):
                 code = self._lines(filename, line)
+                if code:
+                    # Redacted here, once per distinct line (redact_code caches): every frame on
+                    # screen, in `stacks --json`, in the advisor's evidence and in a recording
+                    # comes from this one.
+                    code = redact_code(code)
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
