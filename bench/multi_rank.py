@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("healthy", "straggler", "hang")
+MODES = ("healthy", "straggler", "hang", "compute")
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Throughput findings wait out a job's first 10 s (gputop.advisor.context.WARMUP_AGE_S): attach
 # after that, as a user past a job's first seconds would.
@@ -93,6 +93,12 @@ def run_job(mode: str, device: str) -> None:
     for step in range(10**9):
         if mode == "straggler" and rank == 1:
             x.mul_(1.0 + 1e-9 * load_batch(slow_n))
+        if mode == "compute" and rank == 1:
+            # A compute straggler: rank 1 runs its model on two more batches each step (an
+            # uneven shard), its host never waits; rank 0 waits in the all-reduce on its GPU.
+            with torch.no_grad():
+                for _ in range(2):
+                    model.module(x)
         if mode == "hang" and rank == 1 and step == 20:
             print(f"rank {rank} stops before the all-reduce", flush=True)
             never_arrives()
@@ -116,7 +122,7 @@ def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
     if mode == "healthy":
         loud = [f for f in findings if f["severity"] in ("warning", "critical")]
         return (not loud, None, loud[0]["title"] if loud else "(no warning)")
-    want = "rank-straggler" if mode == "straggler" else "stuck"
+    want = "rank-straggler" if mode in ("straggler", "compute") else "stuck"
     f = next((f for f in findings if f["id"] == want), None)
     if f is None:
         top = findings[0]["title"] if findings else "(nothing)"
@@ -124,6 +130,8 @@ def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
     if mode == "straggler":
         # Named with what it does instead: its slow function, from its own stacks.
         named = "rank 1 is the straggler" in f["title"] and "load_batch" in " ".join(f.get("evidence", []))
+    elif mode == "compute":
+        named = "rank 1 is the straggler" in f["title"] and "computes on GPU" in " ".join(f.get("evidence", []))
     else:
         named = "rank 1 (pid" in f["title"] and "never arrives" in f["title"]
     return named, seen.get(want), f["title"]

@@ -157,3 +157,51 @@ def test_a_running_forked_worker_is_not_starting():
     assert warmup_of(stack(0, C.DATA_FETCH, frames=worker)) is None
     # the same worker before it reached its loop is still starting
     assert warmup_of(stack(0, C.OTHER, frames=worker[3:])) == "starting DataLoader workers"
+
+
+SITE = "/usr/lib/python3.11/site-packages"
+BOOT = "<frozen importlib._bootstrap>"
+BOOT_EXT = "<frozen importlib._bootstrap_external>"
+
+
+def _sample(frames):
+    from gputop.model import StackSample
+
+    return StackSample(ts=0.0, pid=1, thread_id=1, thread_name="MainThread", frames=tuple(frames), active=True,
+                       is_main=True, category=C.OTHER)
+
+
+def test_importing_a_compilers_modules_is_importing_not_compiling():
+    # The first optimizer step of a job that never compiles imports torch._dynamo: its module code
+    # (convert_frame.py's top level) runs under importlib, inside the optimizer step.
+    lazy = [Frame("<module>", f"{SITE}/torch/_dynamo/convert_frame.py", 40), Frame("_call_with_frames_removed", BOOT, 241),
+            Frame("exec_module", BOOT_EXT, 940), Frame("_load_unlocked", BOOT, 690),
+            Frame("step", f"{SITE}/torch/optim/adamw.py", 200), Frame("train", "/home/u/train.py", 55)]
+    assert warmup_of(_sample(lazy)) == "importing modules"
+    # dynamo's functions running (below any import): compiling, even while it imports a module.
+    compiling = [Frame("_compile", f"{SITE}/torch/_dynamo/convert_frame.py", 700),
+                 Frame("__call__", f"{SITE}/torch/_dynamo/convert_frame.py", 500),
+                 Frame("forward", "/home/u/model.py", 10), Frame("train", "/home/u/train.py", 55)]
+    assert warmup_of(_sample(compiling)) == "compiling (torch.compile)"
+    importing_while_compiling = [Frame("<module>", f"{SITE}/torch/_inductor/codegen/x.py", 1),
+                                 Frame("_load_unlocked", BOOT, 690)] + compiling
+    assert warmup_of(_sample(importing_while_compiling)) == "compiling (torch.compile)"
+
+
+def test_a_module_being_imported_is_not_its_files_category():
+    from gputop.analysis.classify import classify
+
+    # `import torch` runs torch/distributed/... and torch/optim/... top-level code: not a
+    # collective or an optimizer step (the Stacks tab called it both, dump after dump).
+    for mod in ("torch/distributed/distributed_c10d.py", "torch/optim/adamw.py", "torch/utils/data/dataloader.py"):
+        frames = [Frame("<module>", f"{SITE}/{mod}", 1), Frame("_call_with_frames_removed", BOOT, 241),
+                  Frame("exec_module", BOOT_EXT, 940), Frame("<module>", "/home/u/train.py", 3)]
+        assert classify(frames, active=True) is C.OTHER, mod
+    # A lazy import inside the optimizer step keeps the step's category.
+    lazy = [Frame("<module>", f"{SITE}/torch/_dynamo/eval_frame.py", 40), Frame("_load_unlocked", BOOT, 690),
+            Frame("step", f"{SITE}/torch/optim/adamw.py", 200), Frame("train", "/home/u/train.py", 55)]
+    assert classify(lazy, active=True) is C.OPTIMIZER
+    # A training loop run from inside an import (runpy, importlib at the bottom) is classified as usual.
+    deep = [Frame("all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 2500)] + [
+        Frame(f"f{i}", "/home/u/train.py", i) for i in range(9)] + [Frame("_load_unlocked", BOOT, 690)]
+    assert classify(deep, active=False) is C.COLLECTIVE

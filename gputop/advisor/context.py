@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from ..analysis.classify import importing_at
 from ..analysis.breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
 from ..analysis.efficiency import (
     GpuEfficiency,
@@ -384,18 +385,20 @@ WARMUP_MAX_AGE_S = 600.0
 _COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/output_graph.py",
                   "torch/_inductor/compile_fx.py")
 _WORKER_LOOP = "_worker_loop"  # torch/utils/data/_utils/worker.py
-_IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 _SPAWN_FILES = ("multiprocessing/popen_fork.py", "multiprocessing/popen_spawn_posix.py",
                 "multiprocessing/popen_forkserver.py")
-# An import is warm-up only when it is near the top of the stack: a training loop started from
-# inside an import (a module run by importlib) has import frames at the bottom of every stack.
-IMPORT_TOP_FRAMES = 8
+# An import is warm-up only when it is near the top of the stack (analysis.classify.importing_at).
 
 
 def warmup_of(s: StackSample) -> str | None:
-    """What warm-up work one stack sample shows, if any."""
+    """What warm-up work one stack sample shows, if any: by what runs. Importing a compiler's
+    modules is importing, not compiling (the first optimizer step imports ``torch._dynamo`` in
+    jobs that never compile): compiling is dynamo's or inductor's functions running, below any
+    import."""
     names = [f.filename.replace("\\", "/") for f in s.frames]
-    if any(n.endswith(c) for n in names for c in _COMPILE_FILES):
+    imp = importing_at(s.frames)
+    if any(n.endswith(c) and f.name != "<module>" for i, (n, f) in enumerate(zip(names, s.frames))
+           if imp is None or i > imp for c in _COMPILE_FILES):
         return "compiling (torch.compile)"
     # A forked worker keeps its parent's frames below its own, the fork and the loader's
     # __init__ among them, for as long as it lives: once it runs its worker loop it has started.
@@ -404,7 +407,7 @@ def warmup_of(s: StackSample) -> str | None:
         f.name.endswith("_MultiProcessingDataLoaderIter.__init__") for f in s.frames
     )):
         return "starting DataLoader workers"
-    if any(n in _IMPORT_FILES for n in names[:IMPORT_TOP_FRAMES]):
+    if imp is not None:
         return "importing modules"
     return None
 

@@ -191,10 +191,32 @@ def own_frames(frames: Sequence[Frame]) -> Sequence[Frame]:
     return frames
 
 
+# Python's import machinery: the frames newer than it run a module's top-level code.
+IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+# An import is what the thread does only when it is near the top of the stack: a training loop
+# started from inside an import (a module run by importlib, runpy) has import frames at the bottom
+# of every stack.
+IMPORT_TOP_FRAMES = 8
+
+
+def importing_at(frames: Sequence[Frame]) -> int | None:
+    """The index of the newest import-machinery frame when the stack is importing a module (one
+    within the top ``IMPORT_TOP_FRAMES``), else None."""
+    return next((i for i, f in enumerate(frames[:IMPORT_TOP_FRAMES]) if f.filename in IMPORT_FILES), None)
+
+
 def explain(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Match:
-    """The category of a stack (newest frame first), with the frame and rule that decided it."""
+    """The category of a stack (newest frame first), with the frame and rule that decided it.
+    A module being imported is no work of its own: ``import torch`` runs the top-level code of
+    modules under ``torch/distributed/`` or ``torch/optim/``, which says nothing of collectives or
+    an optimizer step; only the frames that called the import decide (the training step that
+    imported lazily, or nothing: other)."""
+    own = own_frames(frames)
+    imp = importing_at(own)
     found: list[Match] = []
-    for i, frame in enumerate(own_frames(frames)):
+    for i, frame in enumerate(own):
+        if imp is not None and i <= imp:
+            continue
         m = next((Match(r.category, i, r) for r in rules if r.matches(frame, leaf=i == 0)), None)
         if m is not None:
             found.append(m)
