@@ -1,14 +1,24 @@
-"""NCCL's RAS status report: the parser and the comparison of two reports, on real reports
-(NCCL 2.28.9, 2-rank DDP jobs) and on reports edited from them."""
+"""NCCL's RAS service: the report parser and comparison on real reports (NCCL 2.28.9, 2-rank DDP
+jobs), the client against a local server that speaks the protocol as NCCL's does, and the
+source's change-only events. Network traffic goes to 127.0.0.1 only."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 
 import pytest
 
 from gputop.analysis.nccl_ras import (
     DESYNC, HANG, OK, STRAGGLER, UNKNOWN, CountGroup, RankCount, RankInfo, compare, parse,
+)
+from gputop.model import Event
+from gputop.sources import nccl_ras as ras
+from gputop.sources.nccl_ras import (
+    DEFAULT_ADDR, NcclRasSource, RasReply, comparable, query, query_status, ras_address, ras_enabled,
+    split_address,
 )
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "nccl")
@@ -281,3 +291,301 @@ def test_big_job_unnamed_majority_and_notes():
                               "26 ranks have launched up to operation 6600")
     (v,) = compare(parse(behind_many), parse(behind_many), 30.0)
     assert v.verdict == HANG and v.ranks == () and v.n_behind == 26 and v.behind_count == 6600
+
+
+# --------------------------------------------------------------------------- a local RAS server
+
+
+class RasServer:
+    """A stand-in for NCCL's RAS client socket, on 127.0.0.1 and an ephemeral port, answering as
+    src/ras/client_support.cc does: "CLIENT PROTOCOL n" -> "SERVER PROTOCOL 2", "TIMEOUT n" ->
+    "OK", "STATUS" / "VERBOSE STATUS" -> the report in pieces, then close; anything else ->
+    "ERROR: Unknown command ...". Modes for the faults: "silent" (accepts, never answers),
+    "garbage" (an HTTP answer), "stall" (half a report, then nothing), "refuse-status".
+    One thread; it stops when closed or after ``life_s`` whatever happens."""
+
+    def __init__(self, report: str = "", mode: str = "ras", life_s: float = 10.0) -> None:
+        self.report = report.encode()
+        self.mode = mode
+        self.commands: list[str] = []
+        self.connections = 0
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + life_s
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.05)
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._run, name="test-ras-server", daemon=True)
+        self._thread.start()
+
+    def _alive(self) -> bool:
+        return not self._stop.is_set() and time.monotonic() < self._deadline
+
+    def _run(self) -> None:
+        while self._alive():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.connections += 1
+            with conn:
+                conn.settimeout(0.05)
+                try:
+                    self._serve(conn)
+                except OSError:
+                    pass
+
+    def _idle(self, conn: socket.socket) -> None:
+        while self._alive():
+            try:
+                if not conn.recv(4096):
+                    return
+            except socket.timeout:
+                continue
+
+    def _serve(self, conn: socket.socket) -> None:
+        if self.mode == "silent":
+            return self._idle(conn)
+        if self.mode == "garbage":
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return
+        buf = b""
+        while self._alive():
+            try:
+                data = conn.recv(4096)
+            except socket.timeout:
+                continue
+            if not data:
+                return
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                cmd = line.decode().rstrip("\r")
+                self.commands.append(cmd)
+                low = cmd.lower()
+                if low.startswith("client protocol "):
+                    conn.sendall(b"SERVER PROTOCOL 2\n")
+                elif low.startswith("timeout "):
+                    arg = cmd[len("timeout "):]
+                    ok = arg.isdigit()
+                    conn.sendall(b"OK\n" if ok else f"ERROR: Invalid timeout value {arg}\n".encode())
+                elif low in ("status", "verbose status") and self.mode != "refuse-status":
+                    cut = self.report.find(b"Communicators")
+                    cut = cut if cut > 0 else len(self.report) // 2
+                    conn.sendall(self.report[:cut])  # NCCL sends what it has, then gathers the rest
+                    if self.mode == "stall":
+                        return self._idle(conn)
+                    conn.sendall(self.report[cut:])
+                    return  # the server closes once the report is sent
+                else:
+                    conn.sendall(f"ERROR: Unknown command {cmd}\n".encode())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self.sock.close()
+
+
+@pytest.fixture
+def server():
+    made: list[RasServer] = []
+
+    def make(report: str = HEALTHY, mode: str = "ras") -> RasServer:
+        s = RasServer(report, mode)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_query_speaks_the_protocol(server):
+    srv = server(HUNG)
+    reply = query(srv.addr, 3.0)
+    assert reply.ok and reply.text == HUNG and reply.reason is None
+    assert reply.server_protocol == 2 and reply.addr == srv.addr and reply.elapsed_s < 3.0
+    assert srv.commands == ["CLIENT PROTOCOL 2", "TIMEOUT 1", "STATUS"]
+    assert query_status(srv.addr, 5.0, verbose=True) == HUNG
+    assert srv.commands[3:] == ["CLIENT PROTOCOL 2", "TIMEOUT 2", "VERBOSE STATUS"]
+
+
+def test_nothing_listening_is_none_at_once():
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))  # bound, not listening: the port is ours and refuses
+    try:
+        t0 = time.monotonic()
+        reply = query(f"127.0.0.1:{holder.getsockname()[1]}", 3.0)
+        assert time.monotonic() - t0 < 0.5
+        assert reply.text is None and "nothing listening" in reply.reason
+    finally:
+        holder.close()
+
+
+def test_a_server_that_never_answers_is_none_within_the_timeout(server):
+    srv = server(mode="silent")
+    t0 = time.monotonic()
+    reply = query(srv.addr, 0.5)
+    elapsed = time.monotonic() - t0
+    assert reply.text is None and "timed out" in reply.reason
+    assert 0.4 < elapsed < 1.0
+
+
+def test_a_report_that_stops_halfway_is_none_within_the_timeout(server):
+    srv = server(HEALTHY, mode="stall")
+    t0 = time.monotonic()
+    reply = query(srv.addr, 0.6)
+    assert time.monotonic() - t0 < 1.1
+    assert reply.text is None and reply.reason.startswith("timed out after ")
+
+
+def test_garbage_and_refusals_are_none(server):
+    reply = query(server(mode="garbage").addr, 2.0)
+    assert reply.text is None and "not an NCCL RAS service" in reply.reason and "HTTP/1.1 400" in reply.reason
+    reply = query(server(mode="refuse-status").addr, 2.0)
+    assert reply.text is None and "ERROR: Unknown command STATUS" in reply.reason
+    reply = query(server("not a report at all\n").addr, 2.0)
+    assert reply.text is None and reply.reason == "no report (it said 'not a report at all')"
+
+
+def test_a_line_without_end_and_a_report_past_the_cap():
+    flood = RasServer("NCCL version 2.28.9\n" + "x" * 5000, "ras")
+    try:
+        reply = query(flood.addr, 2.0, max_bytes=4096)
+        assert reply.text is None and "larger than 4096 bytes" in reply.reason
+    finally:
+        flood.close()
+
+    class NoNewline(RasServer):
+        def _serve(self, conn):
+            conn.sendall(b"\x00\xff" * 2000)
+
+    junk = NoNewline()
+    try:
+        reply = query(junk.addr, 2.0)
+        assert reply.text is None and "no line end" in reply.reason
+    finally:
+        junk.close()
+
+
+def test_bad_addresses_are_none_without_traffic():
+    for addr in ("", "nohostport", "127.0.0.1:", "127.0.0.1:99999", "[::1]28028", "127.0.0.1:http"):
+        reply = query(addr, 1.0)
+        assert reply.text is None and reply.reason
+
+
+def test_localhost_tries_both_loopbacks_and_numeric_needs_no_resolver():
+    deadline = time.monotonic() + 1.0
+    assert ras._resolve("localhost", 28028, deadline) == [
+        (socket.AF_INET, ("127.0.0.1", 28028)), (socket.AF_INET6, ("::1", 28028, 0, 0))]
+    assert ras._resolve("127.0.0.1", 5, deadline) == [(socket.AF_INET, ("127.0.0.1", 5))]
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def test_address_from_the_rank_environment():
+    assert ras_address({}) == ras_address(None) == DEFAULT_ADDR == "localhost:28028"
+    assert ras_address({"NCCL_RAS_ADDR": "127.0.0.1:12345"}) == "127.0.0.1:12345"
+    assert ras_address((("NCCL_DEBUG", "INFO"), ("NCCL_RAS_ADDR", "[::1]:4000"))) == "[::1]:4000"  # ProcSample.env
+    assert ras_address({"NCCL_RAS_ADDR": ""}) == DEFAULT_ADDR
+    assert ras_address({"NCCL_RAS_ENABLE": "0"}) is None
+    assert ras_address({"NCCL_RAS_ENABLE": "0", "NCCL_RAS_ADDR": "127.0.0.1:1"}) is None
+    assert ras_address({"NCCL_RAS_ADDR": "no-port"}) is None  # NCCL cannot listen there either
+    assert ras_enabled({"NCCL_RAS_ENABLE": "1"}) and ras_enabled({"NCCL_RAS_ENABLE": ""})
+    assert ras_enabled({"NCCL_RAS_ENABLE": "0x1"}) and ras_enabled({"NCCL_RAS_ENABLE": "99999999999999999999"})
+    assert not ras_enabled({"NCCL_RAS_ENABLE": "2"}) and not ras_enabled({"NCCL_RAS_ENABLE": "off"})
+    assert split_address("[fe80::1%eth0]:28028") == ("fe80::1%eth0", 28028)
+    assert split_address("node7:28028:1") == ("node7", 28028)  # NCCL reads only the second field
+    assert NcclRasSource.for_environment({"NCCL_RAS_ENABLE": "0"}) is None
+    assert NcclRasSource.for_environment({"NCCL_RAS_ADDR": "127.0.0.1:9"}).addr == "127.0.0.1:9"
+
+
+# --------------------------------------------------------------------------- the source
+
+
+class Scripted:
+    """query() stand-in: replies in order, the calls it had."""
+
+    def __init__(self, *replies: RasReply) -> None:
+        self.replies = list(replies)
+        self.calls: list[tuple[str, float, bool]] = []
+
+    def __call__(self, addr, timeout_s, *, verbose=False):
+        self.calls.append((addr, timeout_s, verbose))
+        return self.replies.pop(0)
+
+
+def ok(text: str) -> RasReply:
+    return RasReply(text, None, "a")
+
+
+DOWN = RasReply(None, "nothing listening (127.0.0.1: Connection refused)", "a")
+
+
+def test_source_sends_a_report_only_when_it_changes(clock):
+    later = with_counts(HEALTHY, 33189, 33182, 33702, 33699)
+    retimed = HEALTHY.replace("Communicators... (0.000s)", "Communicators... (0.004s)")
+    q = Scripted(ok(HEALTHY), ok(retimed), ok(later), ok(later))
+    src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q)
+    (ev,) = src.poll()
+    assert isinstance(ev, Event) and (ev.source, ev.level, ev.ts, ev.message) == ("nccl-ras", "info", clock.t, HEALTHY)
+    assert src.poll() == []  # within the interval: not even asked
+    assert len(q.calls) == 1
+    clock.advance(2.0)
+    assert src.poll() == [] and src.confirmed_at == clock.t  # only the gathering time differs
+    clock.advance(2.0)
+    (ev,) = src.poll()
+    assert ev.message == later
+    clock.advance(2.0)
+    assert src.poll() == []
+    assert q.calls == [("127.0.0.1:7", 3.0, False)] * 4
+    assert comparable(HEALTHY) == comparable(retimed) != comparable(later)
+
+
+def test_source_says_once_that_the_service_is_unreachable_then_backs_off(clock):
+    q = Scripted(DOWN, DOWN, ok(HUNG), ok(HUNG), DOWN, ok(HUNG))
+    src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q, interval=2.0, backoff_s=30.0)
+    (ev,) = src.poll()
+    assert ev.level == "info" and "127.0.0.1:7 not reachable" in ev.message and "Connection refused" in ev.message
+    for _ in range(14):  # 28 s: no new query
+        clock.advance(2.0)
+        assert src.poll() == []
+    assert len(q.calls) == 1
+    clock.advance(2.0)
+    assert src.poll() == []  # asked again at 30 s, still down: said already
+    assert len(q.calls) == 2
+    clock.advance(30.0)
+    (ev,) = src.poll()
+    assert ev.message == HUNG
+    clock.advance(2.0)
+    assert src.poll() == []  # frozen: the same report
+    clock.advance(2.0)
+    (ev,) = src.poll()
+    assert "not reachable" in ev.message  # a new outage is told again
+    clock.advance(30.0)
+    (ev,) = src.poll()
+    assert ev.message == HUNG  # after an outage the report is sent again, changed or not
+
+
+def test_source_redacts_and_passes_its_settings(clock):
+    secret = "hf_" + "a1" * 15
+    q = Scripted(ok(HEALTHY + f"  token {secret}\n"))
+    src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q, timeout_s=1.5, verbose=True)
+    (ev,) = src.poll()
+    assert secret not in ev.message and "Rank 1 has launched up to operation 33182" in ev.message
+    assert q.calls == [("127.0.0.1:7", 1.5, True)]
+
+
+def test_source_against_the_local_server(server, clock):
+    srv = server(STRAGGLING)
+    src = NcclRasSource(srv.addr, clock=clock, timeout_s=2.0)
+    (ev,) = src.poll()
+    assert ev.message == STRAGGLING and src.last_reply.ok
+    clock.advance(2.0)
+    assert src.poll() == [] and srv.connections == 2
+    srv.close()
+    clock.advance(2.0)
+    (ev,) = src.poll()
+    assert "not reachable" in ev.message
