@@ -234,7 +234,7 @@ class Event:
     ts: float
     source: str
     message: str
-    level: str = "info"  # info | warning | error
+    level: str = "info"  # info | warning | error | debug (data for the analysis, not shown)
 
 
 # --------------------------------------------------------------------------- analysis results

@@ -81,6 +81,7 @@ class Session:
     rank_stacks: tuple[Source, ...] = ()
     job: object | None = None  # the multi-rank job attached to (sources.ranks.Job), None: one process
     rank_watch: Source | None = None  # finds the job's ranks again: a rank that exits or restarts
+    nccl_ras: Source | None = None  # NCCL's RAS report of a multi-rank job (its ranks' collective counts)
     recorder: object | None = None  # the Recorder while one is attached
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
@@ -182,6 +183,13 @@ class Session:
             for src in added:
                 self.pipeline.add_source(src)
         self.job = job
+        if job is not None and self.nccl_ras is None:
+            self.nccl_ras = nccl_ras_source(target, clock=self.clock)
+            if self.nccl_ras is not None:
+                self.pipeline.add_source(self.nccl_ras)
+        elif job is None and self.nccl_ras is not None:
+            self.pipeline.remove_source(self.nccl_ras)
+            self.nccl_ras = None
         if self.target_pid != target or self.procfs is None:
             if self.procfs is not None:
                 self.pipeline.remove_source(self.procfs)
@@ -479,6 +487,20 @@ def procfs_reader(pid: int, **options) -> Source:
     from .sources.procfs import ProcfsSource
 
     return ProcfsSource(pid, **options)
+
+
+# How often NCCL's RAS service is asked for its report. Judgement: each query makes the job's RAS
+# threads gather every rank's counts (a few KB on the job's own network); every 5 s tells a
+# hang (counts frozen for HANG_MIN_FROZEN_S) within the stuck verdict's own reach.
+RAS_EVERY_S = 5.0
+
+
+def nccl_ras_source(pid: int, **options) -> Source | None:
+    """A source of NCCL's RAS reports for the job whose rank is ``pid`` (the address from the
+    rank's environment), None when the rank runs none (NCCL_RAS_ENABLE=0)."""
+    from .sources.nccl_ras import NcclRasSource, environ_of
+
+    return NcclRasSource.for_environment(environ_of(pid), interval=RAS_EVERY_S, **options)
 
 
 def stack_sampler(pid: int, **options) -> Source:

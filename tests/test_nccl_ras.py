@@ -530,7 +530,7 @@ def test_source_sends_a_report_only_when_it_changes(clock):
     q = Scripted(ok(HEALTHY), ok(retimed), ok(later), ok(later))
     src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q)
     (ev,) = src.poll()
-    assert isinstance(ev, Event) and (ev.source, ev.level, ev.ts, ev.message) == ("nccl-ras", "info", clock.t, HEALTHY)
+    assert isinstance(ev, Event) and (ev.source, ev.level, ev.ts, ev.message) == ("nccl-ras", "debug", clock.t, HEALTHY)
     assert src.poll() == []  # within the interval: not even asked
     assert len(q.calls) == 1
     clock.advance(2.0)
@@ -548,7 +548,7 @@ def test_source_says_once_that_the_service_is_unreachable_then_backs_off(clock):
     q = Scripted(DOWN, DOWN, ok(HUNG), ok(HUNG), DOWN, ok(HUNG))
     src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q, interval=2.0, backoff_s=30.0)
     (ev,) = src.poll()
-    assert ev.level == "info" and "127.0.0.1:7 not reachable" in ev.message and "Connection refused" in ev.message
+    assert ev.level == "debug" and "127.0.0.1:7 not reachable" in ev.message and "Connection refused" in ev.message
     for _ in range(14):  # 28 s: no new query
         clock.advance(2.0)
         assert src.poll() == []

@@ -97,3 +97,26 @@ def test_the_ranks_view_shows_each_ranks_gpu_wait():
         assert by[0].wait > 0.9 and by[1].wait < 0.1
     finally:
         session.pipeline.stop()
+
+
+def test_nccl_ras_counts_name_the_rank_in_the_stuck_evidence():
+    from gputop.model import Event
+
+    session = open_replay(HERE / "hang-h100x2.gputop", speed=1000.0, advisor=False)
+    replay = session.replay
+    try:
+        t = replay.start_ts + 10
+        replay.seek(t)
+        session.pipeline.poll_once()
+        # The report as NCCL's RAS service gave it during this hang, standing unchanged for 8 s.
+        session.store.add([Event(t - 8, "nccl-ras", (HERE / "ras-hang.txt").read_text(), "debug")])
+        ctx = build_context(session.store, target_pid=session.target_pid, now=t)
+        assert [v.verdict for v in ctx.nccl] == ["hang"]
+        from gputop.advisor.rules import RULES_BY_ID
+
+        f = RULES_BY_ID["stuck"].evaluate(ctx)
+        assert f is not None
+        line = next(e for e in f.evidence if e.startswith("NCCL's RAS service"))
+        assert "rank 1 (pid 1234, GPU 1" in line and "77" in line and "not moved in 8 s" in line
+    finally:
+        session.pipeline.stop()

@@ -28,6 +28,7 @@ from ..analysis.efficiency import (
 from ..analysis.frameworks import FrameworkSeen, framework_of
 from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
 from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
+from ..analysis.nccl_ras import CommVerdict, ras_verdicts
 from ..analysis.spin import spin_share
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
@@ -145,6 +146,8 @@ class AnalysisContext:
     # The job's /proc thread readings (target and children: pid -> readings), which ``threads``
     # reads; empty without them (not Linux, a recording without them).
     job_tasks: Mapping[int, Sequence[TaskSample]] = field(default_factory=dict, repr=False)
+    # What NCCL's RAS service says of the job's communicators (analysis.nccl_ras), when it answers.
+    nccl: tuple[CommVerdict, ...] = ()
 
     @functools.cached_property
     def threads(self) -> tuple[ThreadUse, ...]:
@@ -360,6 +363,7 @@ def context_from_samples(
         ranks=rank_views(pid_rank, stacks, t0, gpu_processes, procs, gpu_samples=samples_by, t1=now) if pid_rank else (),
         framework=framework_of(main),
         job_tasks=family_tasks(tasks or {}, target_pid) if target_pid is not None else {},
+        nccl=ras_verdicts(events, now) if pid_rank else (),
     )
 
 

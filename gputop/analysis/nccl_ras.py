@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 OK = "ok"
 STRAGGLER = "straggler"
@@ -665,3 +666,30 @@ __all__ = [
     "Block", "CommGroupRow", "CommVerdict", "CountGroup", "ErrorGroup", "OpCounts", "ProcessInfo",
     "RankCount", "RankInfo", "RasReport", "StatusGroup", "compare", "describe_rank", "parse",
 ]
+
+
+# The source's name for its events (sources.nccl_ras.SOURCE): analysis reads them back here, live
+# and in a recording alike.
+RAS_SOURCE = "nccl-ras"
+
+
+def ras_verdicts(events: Sequence, now: float) -> tuple[CommVerdict, ...]:
+    """What NCCL's RAS reports among ``events`` (time order) say at ``now``: the newest report
+    against the one before it, or against itself when it has stood unchanged (the source sends a
+    report only when it changes, so one standing for 10 s is counts frozen for 10 s)."""
+    reports = [e for e in events if getattr(e, "source", None) == RAS_SOURCE and e.message.startswith("NCCL version")]
+    if not reports:
+        return ()
+    newest = reports[-1]
+    new = parse(newest.message)
+    stood = max(0.0, now - newest.ts)
+    if len(reports) >= 2 and stood < HANG_MIN_FROZEN_S:
+        older = reports[-2]
+        return compare(parse(older.message), new, max(1e-3, newest.ts - older.ts))
+    return compare(new, new, stood)
+
+
+def ras_line(v: CommVerdict) -> str:
+    """One evidence line for a verdict that names something."""
+    who = ", ".join(describe_rank(r) for r in v.ranks[:3])
+    return f"NCCL's RAS service (communicator {v.comm_id or v.comm_hash or '?'}): {v.verdict}: {v.detail or who}"

@@ -100,6 +100,16 @@ def _strtoll(text: str) -> int | None:
     return value
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment of process ``pid`` (empty when it cannot be read: another user's, gone)."""
+    import psutil
+
+    try:
+        return dict(psutil.Process(pid).environ())
+    except (psutil.Error, OSError):
+        return {}
+
+
 def ras_enabled(environ: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> bool:
     """Whether a process with this environment runs NCCL's RAS service. NCCL (bootstrap.cc) starts
     it when the parameter ``NCCL_RAS_ENABLE`` is exactly 1, which is the default when it is unset,
@@ -417,7 +427,7 @@ class NcclRasSource:
                 return []
             self._told_unreachable = True
             return [Event(now, SOURCE, f"NCCL RAS service at {self.addr} not reachable ({reply.reason}); "
-                                       f"asking again every {self.backoff_s:g} s", "info")]
+                                       f"asking again every {self.backoff_s:g} s", "debug")]
         self._next_at = now + self.interval
         self._told_unreachable = False
         text = redact_text(reply.text)
@@ -426,7 +436,8 @@ class NcclRasSource:
         if key == self._last:
             return []
         self._last = key
-        return [Event(now, SOURCE, text, "info")]
+        # Data for the analysis (analysis.nccl_ras), not a line for the status bar.
+        return [Event(now, SOURCE, text, "debug")]
 
     def close(self) -> None:
         pass
@@ -435,5 +446,5 @@ class NcclRasSource:
 __all__ = [
     "DEFAULT_ADDR", "DEFAULT_INTERVAL_S", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MAX_REPORT_BYTES", "PROTOCOL",
     "SOURCE", "UNREACHABLE_BACKOFF_S", "NcclRasSource", "RasReply", "comparable", "query", "query_status",
-    "ras_address", "ras_enabled", "split_address",
+    "environ_of", "ras_address", "ras_enabled", "split_address",
 ]

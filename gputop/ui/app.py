@@ -269,7 +269,8 @@ class GputopApp(ReplayControls, App[int]):
             update(*args)
 
     def _update_status(self) -> None:
-        events = self.store.events(STATUS_LOOKBACK_EVENTS)
+        # Debug events are data for the analysis (NCCL's RAS reports), not lines for a person.
+        events = [e for e in self.store.events(STATUS_LOOKBACK_EVENTS) if e.level != "debug"]
         status = self.query_one("#status", LinesView)
         # What attached sampling costs the job, as the sampler measures it: always in sight.
         cost = getattr(self.session.stacks, "cost", None) if self.session.mode != "replay" else None

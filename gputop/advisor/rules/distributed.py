@@ -6,6 +6,7 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 from __future__ import annotations
 
 from ...analysis.breakdown import Bucket
+from ...analysis.nccl_ras import STRAGGLER, ras_line
 from ...analysis.ranks import straggler
 from ..context import AnalysisContext
 from .base import MIN_MAIN_SAMPLES, Hit, confidence, gain, idle_line, labels_line, pct, significant, worst
@@ -94,6 +95,7 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     else:
         ev.append(f"the gap is at least {pct(found.gap_low)} of the time at {100 * STRAGGLER_LEVEL:.0f} % confidence "
                   f"(from {min(v.samples for v in (slow, *waiting))}+ samples per rank), beyond sampling noise")
+    ev.extend(ras_line(r) for r in ctx.nccl if r.verdict == STRAGGLER)
     # What the other ranks lose is their wait: the straggler's extra time is the job's step time.
     cost = wait_share * (ctx.t1 - ctx.t0) * len(waiting)
     return Hit(

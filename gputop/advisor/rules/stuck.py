@@ -8,6 +8,8 @@ party's line in the evidence, the kind's own next step as the action.
 
 from __future__ import annotations
 
+from ...analysis.nccl_ras import DESYNC, HANG, ras_line
+
 from ...analysis.breakdown import CPU_DEVICE
 from ...model import Category
 from ...analysis.progress import CPU_WINDOW_S, TREE_BUSY_CORES
@@ -49,6 +51,9 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         idle = v.tree_cores < TREE_BUSY_CORES  # else a collective, spinning without progress
         ev.append(f"the job's processes at {v.tree_cores * 100:.0f} % CPU over the last "
                   f"{min(CPU_WINDOW_S, v.held_s):.0f} s{': nothing is computing' if idle else ' (spinning)'}")
+    # NCCL's own count of each rank's collectives, where its RAS service answers: a rank that stopped
+    # launching them names itself, with no sampling at all.
+    ev.extend(ras_line(r) for r in ctx.nccl if r.verdict in (HANG, DESYNC))
     if d is not None:
         action = d.action
     elif v.category in (Category.DATA_WAIT, Category.DATA_FETCH):
