@@ -141,14 +141,18 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
         "each sync drains the queue, so the CPU cannot launch ahead"
     )
     first = f" (first: {places[0][0]})" if places else ""
+    action, title = (
+        f"remove the per-step .item()/.cpu()/.tolist()/print(loss) from the loop{first}; accumulate on "
+        "the GPU and read it every 100 steps: `running += loss.detach()` each step, then "
+        "`if step % 100 == 0: log(running.item() / 100); running.zero_()`; no torch.cuda.synchronize() "
+        "in the loop (time with torch.cuda.Event(enable_timing=True) if needed); keep CUDA_LAUNCH_BLOCKING unset",
+        f"Host-device syncs every step: {g.name} idle {pct(bd.idle_fraction)}")
+    site = sync_site_kind(places[0][0]) if places else None
+    if site is not None:
+        action, title = site[0].format(where=places[0][0]), site[1].format(gpu=g.name, idle=pct(bd.idle_fraction))
     return Hit(
         evidence=tuple(ev),
-        action=(
-            f"remove the per-step .item()/.cpu()/.tolist()/print(loss) from the loop{first}; accumulate on "
-            "the GPU and read it every 100 steps: `running += loss.detach()` each step, then "
-            "`if step % 100 == 0: log(running.item() / 100); running.zero_()`; no torch.cuda.synchronize() "
-            "in the loop (time with torch.cuda.Event(enable_timing=True) if needed); keep CUDA_LAUNCH_BLOCKING unset"
-        ),
+        action=action,
         expected_gain=gain(frac) + ": the CPU queues steps ahead again",
         gain_bound=bounded(frac),
         cost_s=cost,
@@ -156,8 +160,34 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
             max(min(1.0, pat.share * 2), 0.8 * pat.coverage if pat.steady else 0.0), len(ctx.main_stacks)
         ),
         gpu_index=g.index,
-        title=f"Host-device syncs every step: {g.name} idle {pct(bd.idle_fraction)}",
+        title=title,
     )
+
+
+# The sync's own call, where it is one that is not a read of a value: the action that fits it.
+# (label word, action, title); the label is analysis.breakdown.stack_label's ("empty_cache (train.py:40)").
+_SYNC_SITES: tuple[tuple[str, str, str], ...] = (
+    ("empty_cache",
+     "remove torch.cuda.empty_cache() from the loop ({where}): it hands the caching allocator's free blocks back "
+     "to the driver, so the next step allocates them again (cudaMalloc) and every call waits for the GPU; if "
+     "it is there against out-of-memory errors or fragmentation, set "
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead (torch.cuda.memory_summary() shows the "
+     "fragmentation); at most call it between epochs",
+     "torch.cuda.empty_cache() every step: {gpu} idle {idle}"),
+    ("synchronize",
+     "remove torch.cuda.synchronize() from the loop ({where}): the CPU stops queueing until the GPU drains; "
+     "to time a step, record torch.cuda.Event(enable_timing=True) pairs and read them every 100 steps",
+     "torch.cuda.synchronize() every step: {gpu} idle {idle}"),
+)
+
+
+def sync_site_kind(label: str) -> tuple[str, str] | None:
+    """(action, title) templates for a sync site whose call says what it is, else None."""
+    name = label.split(" (", 1)[0].strip("`")
+    for word, action, title in _SYNC_SITES:
+        if name == word or name.endswith("." + word) or f".{word}(" in name or name.startswith(word + "("):
+            return action, title
+    return None
 
 
 # --------------------------------------------------------------------------- copies
