@@ -624,3 +624,38 @@ def test_an_empty_cache_every_step_gets_its_own_change_not_the_item_list():
     assert "remove torch.cuda.empty_cache() from the loop (empty_cache (train.py:72))" in f.action
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in f.action
     assert ".item()" not in f.action
+
+
+def _augment_job(sm_active: float):
+    """The main thread in the user's own `augment` 85 % of each step (CPU tensor math on the batch),
+    the model's step the other 15 % with the GPU busy; ``sm_active`` how full its kernels are."""
+    from gputop.model import Frame
+    from synth import periodic, phases
+
+    aug = (Frame("augment", "/home/u/train.py", 22, code="x = F.interpolate(x, size=(224, 224))"),
+           Frame("train", "/home/u/train.py", 40))
+    cats = phases(1.0, 0.15, C.FORWARD, C.OTHER)
+    return Job(seconds=20.0, util=periodic(1.0, 0.15), main=cats,
+               main_frames=lambda t: aug if cats(t) is C.OTHER else None,
+               gpu={"sm_active": sm_active, "tensor_active": 0.0, "mem_used": 8 * GiB})
+
+
+def test_cpu_work_in_the_loop_is_named_with_its_function_not_launch_bound():
+    found, ctx = run_rules(_augment_job(sm_active=12.0))  # 15 % busy, SMs 12 %: kernels that fill it
+    assert "cpu-work-in-loop" in found, sorted(found)
+    f = found["cpu-work-in-loop"]
+    assert "`augment (u/train.py:22)`" in f.action and "num_workers=" in f.action and ".to(device" in f.action
+    assert "augment" in f.title and f.gain_predicted is not None and f.gain_predicted > 3
+    # It supersedes launch-bound: compile/CUDA graphs do not touch CPU work.
+    from gputop.advisor.engine import Advisor
+
+    adv = Advisor()
+    shown = []
+    for k in range(4):
+        shown = adv.update(adv.run_rules(ctx), ctx.now + k)
+    assert shown and shown[0].id == "cpu-work-in-loop" and "launch-bound" not in [x.id for x in shown]
+
+
+def test_a_plain_loop_of_tiny_kernels_in_one_function_is_not_cpu_work():
+    found, _ = run_rules(_augment_job(sm_active=0.1))  # the same stacks, kernels that leave the SMs empty
+    assert "cpu-work-in-loop" not in found

@@ -28,7 +28,7 @@ from .data import (
     workers_for,
 )
 from .distributed import check_collective_wait, check_rank_straggler
-from .host import check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
+from .host import check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_headroom, check_memory_near_limit
 from .nccl import check_nccl_env
 from .optimizer import check_unfused_optimizer
@@ -57,6 +57,7 @@ THROUGHPUT_IDS = (
     "checkpoint-stall",
     "collective-wait",
     "rank-straggler",
+    "cpu-work-in-loop",
     "launch-bound",
     "unfused-optimizer",
     "no-tensor-cores",
@@ -83,6 +84,8 @@ RULES: tuple[Rule, ...] = (
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
+    Rule("cpu-work-in-loop", "CPU work in the training loop while the GPU waits", W, check_cpu_work_in_loop,
+         supersedes=("launch-bound",)),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),

@@ -7,9 +7,11 @@ sync, in a copy, dispatching) and GPM's SM activity tell them apart.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ...analysis.breakdown import Bucket
+from ...analysis.classify import project_frame, short_path
 from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
@@ -220,6 +222,97 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.H2D) or frac, g.breakdown.idle_samples),
         gpu_index=g.index,
         title=f"{g.name} waits for host-to-device copies {pct(frac)} of the time",
+    )
+
+
+# --------------------------------------------------------------------------- CPU work in the loop
+
+# The main thread's CPU work outside the model (its "other" samples: on a CPU, in the user's own
+# code, under no nn.Module, optimizer or loader frame) in at least this share of its samples ...
+CPU_WORK_MIN_SHARE = 0.30
+# ... one function of the user's holding at least this share of that work (it is one place to
+# change, not Python spread over the whole step, which a plain loop of torch ops also is) ...
+CPU_WORK_ONE_PLACE = 0.50
+# ... the GPU busy at most this share of the window: it waits for that work. Judgement: half ...
+CPU_WORK_GPU_BUSY_MAX = 0.50
+# ... and, where GPM says, the kernels it does run fill it (SM activity per point of utilisation,
+# GpuEfficiency.sm_fill): the step's own kernels are real work, the gaps are the CPU's. A plain
+# loop of tiny torch ops in one function of the user's looks the same in the stacks (other code,
+# one place) but its kernels leave the SMs empty: launch-bound (measured on an H100: SM 0.1 % at
+# 16 % busy, a fill of 0.006; a model's kernels fill 0.6-1.0). Judgement: a quarter.
+CPU_WORK_SM_FILL_MIN = 0.25
+
+
+def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
+    """(the user's function doing the main thread's CPU work outside the model, its share of the
+    main thread's samples, the share of all 'other' work it holds) or None."""
+    main = ctx.main_stacks
+    other = [s for s in main if s.category is Category.OTHER and s.active]
+    if not main or len(other) / len(main) < CPU_WORK_MIN_SHARE:
+        return None
+    places: Counter = Counter()
+    lines: dict[tuple[str, str], Counter] = {}
+    for s in other:
+        f = project_frame(s.frames)
+        if f is None:
+            continue
+        key = (f.name, short_path(f.filename))
+        places[key] += 1
+        lines.setdefault(key, Counter())[f.line] += 1
+    if not places:
+        return None
+    (name, path), k = places.most_common(1)[0]
+    if k / len(other) < CPU_WORK_ONE_PLACE:
+        return None
+    line = lines[(name, path)].most_common(1)[0][0]
+    return f"{name} ({path}:{line})", k / len(main), k / len(other)
+
+
+def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
+    """The training loop's own CPU work outside the model (augmentation, decoding, Python
+    preprocessing of each batch in the main process) while the GPU waits: its fix is to move that
+    work (workers, the GPU, vectorised), which neither CUDA graphs nor a larger batch would do."""
+    if not enough_stacks(ctx):
+        return None
+    found = cpu_work_place(ctx)
+    if found is None:
+        return None
+    where, share, of_other = found
+    g = worst(ctx, lambda v: v.breakdown.get(Bucket.CPU), gpu_only=True)
+    if g is None:
+        return None
+    g, cost = g
+    bd = g.breakdown
+    if bd.total_s <= 0 or bd.busy_s / bd.total_s > CPU_WORK_GPU_BUSY_MAX or spinning(g):
+        return None
+    fill = g.efficiency.sm_fill
+    if fill is not None and fill < CPU_WORK_SM_FILL_MIN:
+        return None  # tiny kernels: the dispatching is the work (launch-bound)
+    if not significant(g, cost, buckets=(Bucket.CPU,)):
+        return None
+    frac = cost / bd.total_s
+    model = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+    ev = [f"main thread in `{where}` in {pct(share)} of its samples ({pct(of_other)} of its work outside the "
+          f"model), forward/backward/optimizer {pct(model)}",
+          idle_line(g, [Bucket.CPU]),
+          f"{g.name} busy only {pct(bd.busy_s / bd.total_s)}"
+          + (f", its kernels filling the SMs while it runs (SM activity {fill:.2f} per point of utilisation)"
+             if fill is not None else "")
+          + ": it waits for that CPU work, not for kernel launches"]
+    workers = max(2, min(8, (ctx.cores or 4) - 1))
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"move the work in `{where}` out of the training loop's thread: into the Dataset's __getitem__ "
+                f"or a collate_fn, so DataLoader(..., num_workers={workers}, pin_memory=True, persistent_workers=True) "
+                "runs it in parallel with the GPU; or, for tensor math on the batch (resize, flip, noise, "
+                "normalise), do it on the GPU after x = x.to(device, non_blocking=True) (torchvision.transforms.v2 "
+                "works on CUDA tensors); or vectorise a per-sample Python loop over the whole batch"),
+        expected_gain=gain(frac) + ": the GPU no longer waits for it",
+        gain_bound=bounded(frac),
+        cost_s=cost,
+        confidence=confidence(share, len(ctx.main_stacks)),
+        gpu_index=g.index,
+        title=f"CPU work in the training loop: {g.name} waits {pct(frac)} while the main thread runs `{where.split(' (')[0]}`",
     )
 
 
