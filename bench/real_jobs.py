@@ -9,7 +9,14 @@ after the job's warm-up; its top-finding timeline gives the verdict and the time
 first correct top finding.
 
 Jobs marked ``held_out`` were written and measured before any rule was changed for them; no
-threshold is tuned on them, and they are reported apart.
+threshold is tuned on them, and they are reported apart. Jobs marked ``fresh`` are held out too,
+and were written without reading how the advisor decides anything; they are reported apart again.
+
+A truth can also be declared instead of measured: a job whose change is labelled ``stuck`` hangs
+(a kernel that never finishes); nothing makes it faster, that change is not run, and the job's
+right top finding is ``stuck``. A job marked ``attach_early`` prints ``gputop-workload attach``
+where its warm-up starts (a long ``torch.compile``): the advisor is attached there, and its
+throughput is measured after its ready line as for every job.
 
     python bench/real_jobs.py --out DIR                       # every job, gains and verdicts
     python bench/real_jobs.py --out DIR --gains-from FILE     # verdicts only; gains from FILE
@@ -57,7 +64,15 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "host-sync": ("host-sync",),
     "launch": ("launch-bound",),
     "optimizer": ("unfused-optimizer",),
+    # written fresh, held out: the findings a perfect tool would name for their changes
+    "stuck": ("stuck",),
+    "cpu-in-loop": ("cpu-work-in-loop",),
+    "workers-respawn": ("workers-respawn",),
+    "empty-cache": ("empty-cache",),
+    "eval-every-step": ("eval-too-often",),
 }
+# Truths declared, not measured: a change with this label is never run, and it is the job's truth.
+DECLARED = ("stuck",)
 
 # Every job we start on a shared multi-GPU host keeps NVLink multicast off.
 JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
@@ -83,6 +98,9 @@ class Job:
     torchrun: bool = False
     tiny_args: tuple[str, ...] = field(default_factory=tuple)  # CPU smoke-test stand-ins
     note: str = ""  # its history, where it matters (a job moved out of the held-out set)
+    fresh: bool = False  # written without reading the advisor's rules (held out too); reported apart
+    attach_early: bool = False  # advise attaches at the job's "attach" line, before its warm-up ends
+    ready_timeout_s: float = READY_TIMEOUT_S
 
     def argv(self, change: Change | None, device: str, tiny: bool) -> list[str]:
         args = list(self.args)
@@ -113,6 +131,8 @@ def _override(args: list[str], extra: list[str]) -> list[str]:
 
 
 BF16 = "with torch.autocast('cuda', dtype=torch.bfloat16): around forward and loss"
+FRESH = ("fresh: written without reading the advisor's rules, sized for one H100 by reasoning before any "
+         "measurement")
 MOVED = ("held out in the first H100 run (before any rule change), {what}; moved in-sample because "
          "{why} after that run")
 
@@ -215,6 +235,56 @@ JOBS: tuple[Job, ...] = (
          Change("launch", "batch 512 per GPU instead of 128 (samples/s)", ("--batch", "512")),
          Change("data", "DataLoader(num_workers=8, persistent_workers=True)", ("--workers", "8", "--persistent-workers"))),
         torchrun=True),
+    # ---------------------------------------------------------------- written fresh, held out: never tuned on
+    # Written without reading how the advisor decides anything, each with one problem a user hits and the
+    # change an engineer would make for it (or, for a control, the knobs a false alarm would name).
+    Job("fresh-resnet50-cpu-augment-in-loop", "torchvision", True, "fresh_cpu_augment.py",
+        ("--batch", "64", "--workers", "4"),
+        (Change("cpu-in-loop", "do the batch augmentation (crop/resize, flip, jitter, noise) after x.to(device), "
+                "on the GPU", ("--gpu-augment",)),),
+        fresh=True, note=FRESH),
+    Job("fresh-bert-gpu-hang", "transformers", True, "fresh_gpu_hang.py",
+        ("--batch", "32", "--seq", "256", "--hang-after-s", "6"),
+        (Change("stuck", "none: a kernel that never finishes; the job is stuck (find the hang, restart)", ()),),
+        fresh=True, note=FRESH),
+    Job("fresh-compile-gpt2-attached-while-compiling", "torch.compile", True, "fresh_compile_gpt2.py",
+        ("--batch", "16", "--seq", "1024", "--workers", "2"),
+        (Change("optimizer", "torch.optim.AdamW(..., fused=True) (the knob a false alarm would name)", ("--fused",)),
+         Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8"))),
+        fresh=True, attach_early=True, ready_timeout_s=600.0, note=FRESH),
+    Job("fresh-ctr-workers-respawn-each-epoch", "pytorch", True, "fresh_workers_respawn.py",
+        ("--batch", "1024", "--batches-per-epoch", "8", "--workers", "4"),
+        (Change("workers-respawn", "DataLoader(persistent_workers=True)", ("--persistent-workers",)),
+         Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8"))),
+        fresh=True, note=FRESH),
+    Job("fresh-bert-empty-cache-every-step", "transformers", True, "fresh_empty_cache.py",
+        ("--batch", "32", "--seq", "256"),
+        (Change("empty-cache", "remove the per-step torch.cuda.empty_cache()", ("--keep-cache",)),),
+        fresh=True, note=FRESH),
+    Job("fresh-timm-convnext-small-fp32", "timm", True, "fresh_timm_fp32.py", ("--batch", "128", "--workers", "10"),
+        (Change("precision", BF16, ("--amp",)),), fresh=True, note=FRESH),
+    Job("fresh-roberta-micro-batch-4-accum-16", "transformers", True, "fresh_grad_accum.py",
+        ("--micro-batch", "4", "--accum", "16", "--seq", "256", "--workers", "2"),
+        (Change("launch", "micro-batch 64 with 1 accumulation step instead of 4 x 16: the same effective batch "
+                "(samples/s)", ("--micro-batch", "64", "--accum", "1")),),
+        fresh=True, note=FRESH),
+    Job("fresh-gpt2-log-everything-every-step", "transformers", True, "fresh_logging_heavy.py",
+        ("--batch", "8", "--seq", "256", "--log-every", "1"),
+        (Change("host-sync", "log (tqdm postfix, metrics dict and its .item()s) every 50 steps instead of every step",
+                ("--log-every", "50")),),
+        fresh=True, note=FRESH),
+    Job("fresh-resnet50-bf16-healthy", "torchvision", True, "fresh_healthy_resnet.py",
+        ("--batch", "256", "--workers", "12"),
+        (Change("data", "DataLoader(num_workers=16) (the knob a false alarm would name)", ("--workers", "16")),
+         Change("launch", "batch 512 instead of 256 (samples/s; the knob a false alarm would name)", ("--batch", "512"))),
+        fresh=True, note=FRESH),
+    Job("fresh-resnet50-jpeg-decode-no-workers", "torchvision", True, "fresh_decode_getitem.py",
+        ("--batch", "128", "--workers", "0"),
+        (Change("data", "DataLoader(num_workers=8)", ("--workers", "8")),), fresh=True, note=FRESH),
+    Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
+        ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
+        (Change("eval-every-step", "validate every 200 steps instead of after every training step",
+                ("--val-every", "200")),), fresh=True, note=FRESH),
 )
 
 
@@ -232,6 +302,7 @@ class Running:
         self.started = time.time()
         self.rates: list[tuple[float, int]] = []  # (t, samples)
         self.ready = threading.Event()
+        self.attach = threading.Event()  # an attach_early job's "attach here" line
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -241,6 +312,8 @@ class Running:
             parts = line.split()
             if parts[:2] == ["gputop-workload", "ready"]:
                 self.ready.set()
+            elif parts[:2] == ["gputop-workload", "attach"]:
+                self.attach.set()
             elif parts[:2] == ["gputop-workload", "rate"]:
                 kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
                 self.rates.append((float(kv["t"]), int(kv["samples"])))
@@ -324,10 +397,12 @@ class GpmProbe:
         return {k: round(statistics.fmean(v), 2) for k, v in sums.items() if v}
 
 
-def wait_ready(job: Running, timeout: float) -> bool:
+def wait_ready(job: Running, timeout: float, event: threading.Event | None = None) -> bool:
+    """Until the job's ready line (or ``event``), unless it exits first."""
+    event = job.ready if event is None else event
     end = time.time() + timeout
     while time.time() < end:
-        if job.ready.wait(0.5):
+        if event.wait(0.5):
             return True
         if job.proc.poll() is not None:
             return False
@@ -406,20 +481,28 @@ def judge(truth: str, report: dict | None) -> dict:
 def run_job(job: Job, device: str, tiny: bool, logs: str, gains: dict | None, gpm: GpmProbe | None,
             measure_s: float = MEASURE_S, advise_s: float = ADVISE_S) -> dict:
     report = None
-    row: dict = {"name": job.name, "framework": job.framework, "held_out": job.held_out}
+    row: dict = {"name": job.name, "framework": job.framework, "held_out": job.held_out, "fresh": job.fresh}
     if job.note:
         row["note"] = job.note
-    # 1. as written: throughput, then gputop attached
+    to_measure = [ch for ch in job.changes if ch.label not in DECLARED]
+    need_base = gains is None or any((job.name, ch.text) not in gains for ch in to_measure)
+    # 1. as written: throughput, then gputop attached (an attach_early job: attached, then throughput)
     base = Running(job.argv(None, device, tiny), os.path.join(logs, f"{job.name}.base.log"))
     rate = None
     try:
-        if not wait_ready(base, READY_TIMEOUT_S):
+        if job.attach_early:
+            if not wait_ready(base, job.ready_timeout_s, base.attach):
+                row["error"] = f"no attach line (exit {base.proc.poll()}); see {job.name}.base.log"
+                return row
+            row["attach_line_s"] = round(time.time() - base.started, 1)
+        elif not wait_ready(base, job.ready_timeout_s):
             row["error"] = f"not ready (exit {base.proc.poll()}); see {job.name}.base.log"
             return row
-        row["ready_s"] = round(time.time() - base.started, 1)
-        if gains is None or any((job.name, ch.text) not in gains for ch in job.changes):
-            rate, row["gpm_base"] = measure(base, measure_s, gpm)  # a change to measure against it
-            row["samples_per_s_base"] = rate
+        else:
+            row["ready_s"] = round(time.time() - base.started, 1)
+            if need_base:
+                rate, row["gpm_base"] = measure(base, measure_s, gpm)  # a change to measure against it
+                row["samples_per_s_base"] = rate
         report, launched, err = advise(base.proc.pid, advise_s)
         if report is not None:
             with open(os.path.join(logs, f"{job.name}.advise.json"), "w") as f:
@@ -430,19 +513,29 @@ def run_job(job: Job, device: str, tiny: bool, logs: str, gains: dict | None, gp
         if report is not None and report.get("started_at"):
             row["attach_latency_s"] = round(report["started_at"] - launched, 2)
         row["samples_per_s_attached"] = base.rate_between(launched, time.time())
+        if job.attach_early:  # its throughput once past the warm-up the advisor saw
+            if not wait_ready(base, job.ready_timeout_s):
+                row["error"] = f"not ready (exit {base.proc.poll()}); see {job.name}.base.log"
+                return row
+            row["ready_s"] = round(time.time() - base.started, 1)
+            if need_base:
+                rate, row["gpm_base"] = measure(base, measure_s, gpm)
+                row["samples_per_s_base"] = rate
     finally:
         base.stop()
-    # 2. each change: throughput only (or the gain an earlier run measured)
+    # 2. each change: throughput only (or the gain an earlier run measured); a declared truth is not run
     measured = []
     for ch in job.changes:
         out: dict = {"label": ch.label, "change": ch.text}
         key = (job.name, ch.text)
-        if gains is not None and key in gains:
+        if ch.label in DECLARED:
+            out["declared"] = True
+        elif gains is not None and key in gains:
             out.update(gain=gains[key], gain_from="an earlier run")
         else:
             fixed = Running(job.argv(ch, device, tiny), os.path.join(logs, f"{job.name}.{len(measured)}.change.log"))
             try:
-                if wait_ready(fixed, READY_TIMEOUT_S):
+                if wait_ready(fixed, job.ready_timeout_s):
                     rate2, out["gpm"] = measure(fixed, measure_s, gpm)
                     out["samples_per_s"] = rate2
                     if rate and rate2:
@@ -457,6 +550,9 @@ def run_job(job: Job, device: str, tiny: bool, logs: str, gains: dict | None, gp
     row["gain_measured"] = best["gain"] if best else None
     row["change"] = best["change"] if best else job.changes[0].text
     row["truth"] = best["label"] if best and best["gain"] >= HEALTHY_BELOW else "healthy"
+    declared = [c for c in measured if c.get("declared")]
+    if declared:  # a hang: the declared truth, whatever the throughput said
+        row["truth"], row["change"] = declared[0]["label"], declared[0]["change"]
     row.update(judge(row["truth"], report))
     row["gain_predicted"] = row.pop("top_gain_predicted", None)
     return row
@@ -473,7 +569,7 @@ def summary(rows: list[dict]) -> dict:
                 "median_t_correct_s": statistics.median(ts) if ts else None, "max_t_correct_s": max(ts) if ts else None}
 
     return {"in_sample": part([r for r in rows if not r["held_out"]]), "held_out": part([r for r in rows if r["held_out"]]),
-            "all": part(rows)}
+            "fresh": part([r for r in rows if r.get("fresh")]), "all": part(rows)}
 
 
 def markdown(result: dict) -> str:
@@ -490,6 +586,7 @@ def markdown(result: dict) -> str:
         "no option overridden, attached after the job's warm-up. Versions: " + result.get("versions", "") + ".",
         "",
         line("held out (never tuned on)", s["held_out"]),
+        line("of which fresh (written without reading the advisor's rules)", s["fresh"]),
         line("in-sample", s["in_sample"]),
         f"- targets: held out >= {TARGET_HELD_OUT:.0%} right, median attach -> correct <= {TARGET_T_CORRECT_S:g} s",
         "",
@@ -501,11 +598,15 @@ def markdown(result: dict) -> str:
         out += ["## Runs", ""] + [f"- **{k}**: {v}" for k, v in result["runs"].items()] + [""]
     if result.get("reading"):
         out += ["## Reading the results", ""] + [f"- {x}" for x in result["reading"]] + [""]
-    for title, held in (("Held out", True), ("In-sample", False)):
+    for title, held, fresh in (("Held out", True, False), ("Fresh (held out)", True, True),
+                               ("In-sample", False, False)):
+        rows = [r for r in result["jobs"] if r["held_out"] == held and bool(r.get("fresh")) == fresh]
+        if not rows:
+            continue
         out += [f"## {title}", "",
                 "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) | rule fired (s) |",
                 "|---|---|---|---|---|---|---|---|---|"]
-        for r in (r for r in result["jobs"] if r["held_out"] == held):
+        for r in rows:
             g = r.get("gain_measured")
             t = r.get("t_correct_s")
             tf = r.get("t_fired_s")
@@ -517,12 +618,15 @@ def markdown(result: dict) -> str:
     out += ["## Changes measured", ""]
     for r in result["jobs"]:
         for c in r.get("changes", []):
+            if c.get("declared"):
+                out.append(f"- **{r['name']}**: {c['change']} -> not run (the truth is declared: {c['label']})")
+                continue
             src = " (gain from an earlier run)" if c.get("gain_from") else ""
             out.append(f"- **{r['name']}**: {c['change']} -> {c.get('gain', '?')}x{src}"
                        + (f" ({c['error']})" if c.get("error") else ""))
         if r.get("error"):
             out.append(f"- **{r['name']}**: error: {r['error']}")
-    notes = [r for r in result["jobs"] if r.get("note")]
+    notes = [r for r in result["jobs"] if r.get("note") and not r.get("fresh")]
     if notes:
         out += ["", "## Jobs moved out of the held-out set", ""]
         out += [f"- **{r['name']}**: {r['note']}." for r in notes]
@@ -614,8 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             row = run_job(job, args.device, args.tiny, logs, gains, gpm, args.measure_s, args.advise_s)
         except Exception as exc:  # one job failing must not lose the others
-            row = {"name": job.name, "framework": job.framework, "held_out": job.held_out, "error": repr(exc),
-                   "correct": False}
+            row = {"name": job.name, "framework": job.framework, "held_out": job.held_out, "fresh": job.fresh,
+                   "error": repr(exc), "correct": False}
         print(f"    truth={row.get('truth')} gain={row.get('gain_measured')} top={row.get('top_finding')} "
               f"correct={row.get('correct')} t={row.get('t_correct_s')} {row.get('error', '')}", file=sys.stderr, flush=True)
         rows.append(row)

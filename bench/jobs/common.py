@@ -2,7 +2,9 @@
 
 A job counts the samples it has trained on and prints, on stdout,
 ``gputop-workload ready pid=P`` once it is past its warm-up, then every half second
-``gputop-workload rate t=T steps=N samples=M``. The bench measures a job's throughput from two of
+``gputop-workload rate t=T steps=N samples=M``. A job whose warm-up is itself what the advisor
+should see (a long ``torch.compile``) also prints ``gputop-workload attach pid=P`` where it enters
+it (``attach_point``): the bench attaches there instead of after the ready line. The bench measures a job's throughput from two of
 those lines, so a change that alters the batch size is compared in samples/s, not steps/s.
 
 Counting happens when the training step returns on the CPU: in steady state the GPU finishes
@@ -48,6 +50,11 @@ class Progress:
             with self._lock:
                 line = f"gputop-workload rate t={time.time():.3f} steps={self.steps} samples={self.samples}"
             print(line, flush=True)
+
+
+def attach_point() -> None:
+    """Where the bench attaches to a job marked ``attach_early``: before its warm-up ends."""
+    print(f"gputop-workload attach pid={os.getpid()}", flush=True)
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
