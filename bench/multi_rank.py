@@ -115,6 +115,60 @@ def run_job(mode: str, device: str) -> None:
 # --------------------------------------------------------------------------- the benchmark
 
 
+# --------------------------------------------------------------------------- held-out jobs
+
+FRESH_SCRIPT = ROOT / "bench" / "jobs" / "multi_rank_fresh.py"
+
+
+def fresh_truths() -> dict:
+    """The held-out jobs' truths (bench/jobs/multi_rank_fresh.py's TRUTHS), read without importing
+    torch: the file's TRUTHS literal."""
+    import ast
+
+    if not FRESH_SCRIPT.exists():
+        return {}
+    tree = ast.parse(FRESH_SCRIPT.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TRUTHS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
+    """A held-out job's verdict against its truth: the finding its verdict wants, naming its rank,
+    and its functions (or, for a compute straggler, its GPU's work) somewhere in what it says."""
+    findings = report.get("findings", [])
+    seen = {s["id"]: s["first_seen_s"] for s in report.get("seen", [])}
+    want = "rank-straggler" if truth["verdict"] == "straggler" else "stuck"
+    f = next((f for f in findings if f["id"] == want), None)
+    if f is None:
+        return False, None, findings[0]["title"] if findings else "(nothing)"
+    text = " ".join([f["title"], *f.get("evidence", []), f.get("action", "")])
+    rank = truth["rank"]
+    if truth["verdict"] == "straggler":
+        named = f"rank {rank} is the straggler" in f["title"]
+        if truth.get("phase") == "compute":
+            named = named and "computes on GPU" in text
+    elif truth["verdict"] == "desync":
+        named = "desync" in text
+    else:
+        named = f"rank {rank} (pid" in text and "never arrives" in text
+    names = truth.get("names") or []
+    if names:
+        named = named and any(n in text for n in names)
+    return named, seen.get(want), f["title"]
+
+
+def false_warnings(report: dict, want: str | None) -> list[str]:
+    """Every warning-level top finding the watch showed that is not the job's truth (``want``:
+    the finding id the truth accepts, None for a healthy job)."""
+    out = []
+    for row in report.get("top_timeline", []):
+        if row.get("severity") in ("warning", "critical") and row.get("top") != want and row.get("top") not in out:
+            out.append(row["top"])
+    return out
+
+
 def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
     """(right verdict, seconds after attaching it was first shown, the finding's title)."""
     findings = report.get("findings", [])
@@ -137,13 +191,58 @@ def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
     return named, seen.get(want), f["title"]
 
 
-def run_one(mode: str, device: str, duration: float, tmp: Path) -> dict:
+def start_job(mode: str, device: str, log: Path, fresh: bool, fixed: bool = False) -> subprocess.Popen:
     env = dict(os.environ, **NVLS_OFF, OMP_NUM_THREADS="1")
-    log = tmp / f"{mode}.log"
+    env["PYTHONPATH"] = str(ROOT / "bench" / "jobs") + os.pathsep + env.get("PYTHONPATH", "")
+    script = FRESH_SCRIPT if fresh else Path(__file__).resolve()
     with open(log, "w") as out:
-        job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                                str(Path(__file__).resolve()), "--job", mode, "--device", device],
-                               stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                 str(script), "--job", mode, "--device", device, *(["--fixed"] if fixed else [])],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def rate_of(log: Path, t0: float, t1: float) -> float | None:
+    """Rank 0's samples/s between two times, from its rate lines."""
+    pts = []
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if parts[:2] == ["gputop-workload", "rate"]:
+            kv = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+            t = float(kv["t"])
+            if t0 <= t <= t1:
+                pts.append((t, int(kv["samples"])))
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+MEASURE_S = 6.0  # each variant's throughput window, for a straggler's measured fix
+
+
+def measure_fix(mode: str, device: str, tmp: Path) -> dict:
+    """A held-out straggler's truth measured: the job as written and with its fix (``--fixed``),
+    each past its warm-up for MEASURE_S; the speed-up of rank 0's samples/s."""
+    rates = {}
+    for fixed in (False, True):
+        log = tmp / f"{mode}-{'fixed' if fixed else 'as-is'}-rate.log"
+        job = start_job(mode, device, log, fresh=True, fixed=fixed)
+        try:
+            t0 = time.monotonic()
+            while log.read_text().count("ready") < 2 and job.poll() is None and time.monotonic() - t0 < 180:
+                time.sleep(0.2)
+            time.sleep(2.0)
+            start = time.time()
+            time.sleep(MEASURE_S)
+            rates["fixed" if fixed else "as_is"] = rate_of(log, start, time.time())
+        finally:
+            kill_job(job)
+    a, b = rates.get("as_is"), rates.get("fixed")
+    return {"rate_as_is": a, "rate_fixed": b, "speedup": round(b / a, 2) if a and b else None}
+
+
+def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = False) -> dict:
+    log = tmp / f"{mode}.log"
+    job = start_job(mode, device, log, fresh)
     try:
         t0 = time.monotonic()
         while log.read_text().count("ready") < 2:
@@ -159,11 +258,21 @@ def run_one(mode: str, device: str, duration: float, tmp: Path) -> dict:
         if res.returncode != 0:
             return {"mode": mode, "ok": False, "error": res.stderr.strip()[-500:]}
         report = json.loads(res.stdout)
-        ok, first, title = right(mode, report)
+        if fresh:
+            truth = fresh_truths()[mode]
+            ok, first, title = fresh_right(truth, report)
+            want = "rank-straggler" if truth["verdict"] == "straggler" else "stuck"
+        else:
+            ok, first, title = right(mode, report)
+            want = {"healthy": None, "straggler": "rank-straggler", "compute": "rank-straggler"}.get(mode, "stuck")
         top = next((f for f in report.get("findings", []) if f["title"] == title), None)
-        return {"mode": mode, "ok": ok, "first_seen_s": first, "title": title, "advise_wall_s": round(wall, 1),
-                "evidence": (top or {}).get("evidence", [])[:1],
-                "findings": [f["id"] for f in report.get("findings", [])]}
+        wrong = false_warnings(report, want)
+        return {"mode": mode, "fresh": fresh, "ok": ok, "correct": ok, "first_seen_s": first,
+                "t_correct_s": first if ok else None, "false_warnings": len(wrong), "false_warning_ids": wrong,
+                "title": title, "advise_wall_s": round(wall, 1),
+                "evidence": (top or {}).get("evidence", [])[:3],
+                "findings": [f["id"] for f in report.get("findings", [])],
+                "top_timeline": report.get("top_timeline", [])}
     finally:
         kill_job(job)
 
@@ -202,14 +311,31 @@ def markdown(doc: dict) -> str:
     lines = [f"# Multi-rank jobs: the right verdict after attaching to the launcher", "",
              f"Machine: {doc['machine']}. `python -m gputop advise --pid LAUNCHER --duration {doc['duration_s']:g} --json`, "
              f"attached {ATTACH_AFTER_S:g} s after the job started; time = the finding's `first_seen_s`.", "",
-             "| job | right | time to the verdict | what gputop said |", "| --- | --- | --- | --- |"]
-    for r in doc["results"]:
-        when = "-" if r.get("first_seen_s") is None else f"{r['first_seen_s']:.1f} s"
-        said = (r.get("title") or r.get("error", "")) + "".join(f" ({e})" for e in r.get("evidence", []) if r["mode"] == "straggler")
-        said = said.replace("|", "\\|")
-        lines.append(f"| {r['mode']} | {'yes' if r['ok'] else 'NO'} | {when} | {said} |")
-    right_n = sum(r["ok"] for r in doc["results"])
-    lines += ["", f"{right_n} of {len(doc['results'])} right."]
+             "| job | right | time to the verdict | false warnings | what gputop said |", "| --- | --- | --- | --- | --- |"]
+    for fresh in (False, True):
+        rows = [r for r in doc["results"] if bool(r.get("fresh")) == fresh]
+        if not rows:
+            continue
+        if fresh:
+            lines += ["", "Held out: written apart from the rules, before any rule change for them, never tuned on "
+                          "(bench/jobs/multi_rank_fresh.py).", "",
+                      "| job | right | time to the verdict | false warnings | measured fix | what gputop said |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            when = "-" if r.get("first_seen_s") is None else f"{r['first_seen_s']:.1f} s"
+            said = (r.get("title") or r.get("error", "")) + "".join(f" ({e})" for e in r.get("evidence", [])[:1]
+                                                                   if r.get("ok") and "straggler" in (r.get("title") or ""))
+            said = said.replace("|", "\\|")
+            fw = str(r.get("false_warnings", "-")) + (f" ({', '.join(r['false_warning_ids'])})" if r.get("false_warning_ids") else "")
+            fix = r.get("fix") or {}
+            fix_txt = f"{fix['speedup']:.2f}x" if fix.get("speedup") else "-"
+            lines.append(f"| {r['mode']} | {'yes' if r['ok'] else 'NO'} | {when} | {fw} |"
+                         + (f" {fix_txt} |" if fresh else "") + f" {said} |")
+        right_n = sum(r["ok"] for r in rows)
+        times = sorted(r["first_seen_s"] for r in rows if r.get("ok") and r.get("first_seen_s") is not None)
+        med = f", median {times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2:.1f} s" if times else ""
+        lines += ["", f"{'Held out' if fresh else 'In-sample'}: {right_n} of {len(rows)} right{med}, "
+                      f"{sum(r.get('false_warnings', 0) for r in rows)} false warnings."]
     return "\n".join(lines) + "\n"
 
 
@@ -220,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for multi_rank.{json,md} (default bench/results on CUDA; required on CPU)")
+    ap.add_argument("--fresh", default="all" if FRESH_SCRIPT.exists() else "",
+                    help="held-out jobs of bench/jobs/multi_rank_fresh.py to run too (comma list, 'all' or '')")
+    ap.add_argument("--measure-fixes", action="store_true", help="also measure each held-out straggler's fix")
     ap.add_argument("--job", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.job:
@@ -228,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES for m in modes):
         print(f"--modes: choose from {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    truths = fresh_truths()
+    fresh = list(truths) if args.fresh == "all" else [m for m in args.fresh.split(",") if m]
+    if any(m not in truths for m in fresh):
+        print(f"--fresh: choose from {', '.join(truths)}", file=sys.stderr)
         return 2
     out = args.out
     if out is None:
@@ -249,6 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for m in modes:
             r = run_one(m, args.device, args.duration, Path(tmp))
+            print(json.dumps(r), flush=True)
+            results.append(r)
+        for m in fresh:
+            r = run_one(m, args.device, args.duration, Path(tmp), fresh=True)
+            r["truth"] = truths[m]
+            if args.measure_fixes and truths[m]["verdict"] == "straggler":
+                r["fix"] = measure_fix(m, args.device, Path(tmp))
             print(json.dumps(r), flush=True)
             results.append(r)
     doc = {"machine": machine(args.device), "device": args.device, "platform": platform.platform(),

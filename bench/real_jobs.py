@@ -64,12 +64,13 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "host-sync": ("host-sync",),
     "launch": ("launch-bound",),
     "optimizer": ("unfused-optimizer",),
-    # written fresh, held out: the findings a perfect tool would name for their changes
+    # The fresh held-out jobs' truths, mapped to the findings whose action is that change (the
+    # jobs' writer named ids a perfect tool would use; these are gputop's own for the same change).
     "stuck": ("stuck",),
     "cpu-in-loop": ("cpu-work-in-loop",),
-    "workers-respawn": ("workers-respawn",),
-    "empty-cache": ("empty-cache",),
-    "eval-every-step": ("eval-too-often",),
+    "workers-respawn": ("loader-respawn",),  # its action: DataLoader(..., persistent_workers=True)
+    "empty-cache": ("host-sync",),  # its action names the empty_cache() line when that is the sync
+    "eval-every-step": (),  # no finding names it: a miss until one does
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)

@@ -60,10 +60,11 @@ def test_wait_series_reads_a_compute_straggler_from_the_peers_activity():
     assert w[1] and all(p.wait == 0.0 for p in w[1])
     assert [round(p.wait, 2) for p in w[0]][1:] == [0.5] * 6
     assert w[0][0].wait == 1.0  # the poll that spun waited all of it (the window's first poll is left out)
-    # With tensor cores in use, their activity is the measure (NCCL uses none): 20 of 40 is half.
-    tc = {0: [poll(T0 + i, 100, sm=45.0, tensor=20.0, index=0) for i in range(5)],
-          1: [poll(T0 + i, 100, sm=70.0, tensor=40.0, index=1) for i in range(5)]}
-    assert [p.wait for p in wait_series(tc, T0, T0 + 5)[0]] == [0.5] * 4
+    # SM activity is the measure whatever the kernels' precision: one GPU's tensor work against the
+    # other's fp32 work at the same SM activity is the same amount of work, no wait.
+    mix = {0: [poll(T0 + i, 97, sm=90.0, tensor=40.0, index=0) for i in range(5)],
+           1: [poll(T0 + i, 98, sm=91.0, tensor=0.0, index=1) for i in range(5)]}
+    assert all(p.wait == 0.0 for ws in wait_series(mix, T0, T0 + 5).values() for p in ws)
 
 
 def test_an_idle_gpu_waits_on_nothing():

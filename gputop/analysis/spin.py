@@ -37,9 +37,12 @@ SPIN_TENSOR_MAX = 2.0
 SPIN_POWER_FRACTION_MAX = 0.30
 # "Spins now" needs this many polls in the look-back, every one spinning.
 SPIN_MIN_POLLS = 2
-# A GPU whose compute this poll is below this share of its peer's (tensor or SM activity) is
-# taken to wait for it the rest of the poll; under it the activities are too small to compare.
+# A peer's SM activity this poll must be at least this for a comparison: under it the activities
+# are too small to compare.
 ACTIVITY_MIN = 10.0
+# A GPU within this share of its busiest peer's SM activity does the same work: GPM activity moves
+# a few points between GPUs running the same kernels. Judgement: a tenth.
+ACTIVITY_SAME = 0.90
 
 
 def is_spin(s: GpuSample) -> bool | None:
@@ -85,10 +88,6 @@ def spin_share(samples: Sequence[GpuSample], t0: float, t1: float) -> float:
     return spun / total if total > 0 else 0.0
 
 
-def _activity(s: GpuSample, tensor: bool) -> float | None:
-    return s.tensor_active if tensor else s.sm_active
-
-
 @dataclass(frozen=True)
 class WaitPoll:
     """One poll of one GPU: the share of it the GPU waited (spinning, or computing less than its
@@ -104,18 +103,18 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
     waiting for a peer. A spinning poll waits all of it. A GPU 'busy' but computing less than the
     busiest of its peers in the same poll waited, by the activities' ratio, the rest: ranks doing
     the same work compute alike, so one that does less in the same time waits for the one that
-    does more (a spin mixed with compute in one poll looks like this). The activity is tensor-core
-    activity when the job's GPUs use tensor cores (NCCL never does), else SM activity less the
-    GPU's own spinning level where the window shows one (NCCL's blocks are active SMs too); with
-    none seen the ratio counts NCCL's SMs as work and under-states the wait. A GPU that idles
-    (utilisation under SPIN_UTIL_MIN) does not wait on its GPU: its host does something else."""
+    does more (a spin mixed with compute in one poll looks like this). The activity is SM activity
+    (the same measure whatever the kernels' precision) less the GPU's own spinning level where the
+    window shows one (NCCL's blocks are active SMs too); with none seen the ratio counts NCCL's SMs
+    as work and under-states the wait. Within ACTIVITY_SAME of the peer it is the same work. A GPU
+    that idles (utilisation under SPIN_UTIL_MIN) does not wait on its GPU: its host does something
+    else."""
     by_gpu = {i: [s for s in ss if t0 <= s.ts <= t1 and s.error is None and s.util_gpu is not None]
               for i, ss in samples.items()}
-    tensor = any((s.tensor_active or 0.0) >= ACTIVITY_MIN for ss in by_gpu.values() for s in ss)
     floor = {}
     for i, ss in by_gpu.items():
         spun = [s.sm_active for s in ss if is_spin(s) and s.sm_active is not None]
-        floor[i] = sum(spun) / len(spun) if spun and not tensor else 0.0
+        floor[i] = sum(spun) / len(spun) if spun else 0.0
     out: dict[int, tuple[WaitPoll, ...]] = {}
     for i, ss in by_gpu.items():
         polls = []
@@ -132,15 +131,14 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
                 w = 0.0
             else:
                 w = 0.0
-                mine = _activity(s, tensor)
-                peers = [_activity(p, tensor) for j, pp in by_gpu.items() if j != i
+                mine = s.sm_active
+                peers = [p.sm_active for j, pp in by_gpu.items() if j != i
                          for p in pp if abs(p.ts - s.ts) <= 0.25 and (p.util_gpu or 0.0) >= SPIN_UTIL_MIN
-                         and not is_spin(p)]
-                peers = [a for a in peers if a is not None]
+                         and not is_spin(p) and p.sm_active is not None]
                 if mine is not None and peers and max(peers) >= ACTIVITY_MIN:
                     top = max(peers)
                     base = floor[i]
-                    if top > base and mine < top:
+                    if top > base and mine < ACTIVITY_SAME * top:
                         w = min(1.0, max(0.0, (top - mine) / (top - base)))
             polls.append(WaitPoll(s.ts, dt, w))
         out[i] = tuple(polls)

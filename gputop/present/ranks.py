@@ -87,6 +87,14 @@ def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (
         lines.append((("communication share: ", "dim"),
                       (", ".join(f"rank {v.rank} {_pct(v.collective)}"
                                  + (f" in {v.collective_fn}" if v.collective_fn else "") for v in comm), "")))
+    gpu_wait = [v for v in job.ranks if v.gpu_wait is not None]
+    if gpu_wait and any((v.gpu_wait or 0.0) > 0 for v in gpu_wait):
+        # NCCL waits in a kernel on the GPU, not in the host's stacks: the GPUs show it.
+        lines.append((("GPU waits for peers (a NCCL kernel spinning): ", "dim"),
+                      (", ".join(f"rank {v.rank} {_pct(v.gpu_wait or 0.0)}"
+                                 + (f" (busy {v.gpu_util:.0f}%, SMs {v.gpu_sm:.0f}%)"
+                                    if v.gpu_util is not None and v.gpu_sm is not None else "")
+                                 for v in gpu_wait), "")))
     lines += _gpu_lines(job, breakdowns, width)
     lines += _link_lines(job, nvlink_bps or {}, width)
     return lines
