@@ -418,3 +418,38 @@ async def test_the_record_key_records_the_findings_already_showing(tmp_path, mon
     with Reader(path) as r:
         assert {(m.finding_id, m.gpu) for m in Navigator(r).finding_marks()} == {("tensor-idle", 1)}
         assert r.state == "closed"
+
+
+def test_duration_stops_at_the_duration_not_a_poll_later(tmp_path, capsys):
+    """`record -d 12s` recorded 14 s: the loop looked at the clock once a second and the stop then
+    waited for the poll after it. It ends at the poll that covers the duration's end."""
+    out = tmp_path / "d.gputop"
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "1", "-d", "2s"]) == 0
+    with Reader(out) as r:
+        assert 1.9 <= r.duration <= 2.5, r.duration
+
+
+@pytest.mark.slow
+def test_recording_a_pid_stops_within_a_poll_of_its_exit(tmp_path):
+    from gputop.sources.stacks import find_pyspy
+
+    if find_pyspy() is None:
+        pytest.skip("py-spy not installed")
+    out = tmp_path / "exit.gputop"
+    job = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(2.5)"],
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # py-spy needs the interpreter initialised
+    rec = start_recorder(out, "--pid", str(job.pid))
+    try:
+        job.wait(30)
+        exited = time.monotonic()
+        _, err = rec.communicate(timeout=30)
+        done = time.monotonic()
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+    assert rec.returncode == 0, err
+    assert f"process {job.pid} exited" in err
+    # A 0.2 s poll, the check for the exit, the file's close; it went on ~7 s after the exit.
+    assert done - exited < 1.5, done - exited
