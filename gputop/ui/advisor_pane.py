@@ -68,7 +68,7 @@ class AdvisorPane(LinesPane):
         breakdowns = store.breakdowns()
         self._findings = store.findings()
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
-                           pending=store.pending_findings(), no_stacks=no_stacks,
+                           pending=store.pending_findings(), no_stacks=no_stacks, collecting=store.collecting(),
                            exited=None if exited is None else f"PID {pid} at {time.strftime('%H:%M:%S', time.localtime(exited))}")
         self._starts = finding_starts(lines)
         self.show(lines)
