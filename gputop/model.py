@@ -307,6 +307,9 @@ class Verdict:
     # What the advisor is still collecting: set until an evaluation since the attach (or a
     # replay's jump) has had enough evidence for a verdict; None from then on.
     collecting: Evidence | None = None
+    # The attached job it speaks of (None: none attached). Just after the user attaches to another
+    # job, the latest verdict is still the previous job's: a pane must not show it as this one's.
+    target_pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,11 @@ class Store:
         with self._lock:
             return list(self._verdict.pending) if self._verdict is not None else []
 
+    def verdict_target(self) -> tuple[bool, int | None]:
+        """(whether the advisor has published a verdict, the PID of the job it speaks of)."""
+        with self._lock:
+            return (self._verdict is not None, self._verdict.target_pid if self._verdict is not None else None)
+
     def collecting(self) -> Evidence | None:
         """What the advisor still collects before its first verdict (None: it has had enough, or
         has not run)."""

@@ -214,6 +214,12 @@ def evidence(ctx, store, attached: bool = True) -> Evidence:
                     stacks_needed=FIRST_VERDICT_STACKS, gpu_s=gpu_s, gpu_needed_s=FIRST_VERDICT_GPU_S)
 
 
+def nothing_yet(attached: bool, has_gpu: bool) -> Evidence:
+    """What is collected before the advisor's first evaluation of a job: nothing of it yet."""
+    return Evidence(stacks=0 if attached else None, stacks_needed=FIRST_VERDICT_STACKS,
+                    gpu_s=0.0 if has_gpu else None, gpu_needed_s=FIRST_VERDICT_GPU_S)
+
+
 def warmup_finding(what: str, now: float) -> Finding:
     return Finding(
         id=WARMUP_ID,
@@ -321,7 +327,7 @@ class AdvisorSource:
             collecting = evidence(ctx, self.store, attached=target is not None)
             self._enough = collecting.enough()
         out: list[object] = [Verdict(now, tuple(findings), breakdowns, tuple(self.advisor.pending),
-                                     None if self._enough else collecting)]
+                                     None if self._enough else collecting, target)]
         current = {f.id: f for f in findings}
         for f in findings:
             first, _ = self.history.get(f.id, (f.first_seen or now, now))

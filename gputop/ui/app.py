@@ -44,6 +44,9 @@ PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-p
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 # The status line shows the newest event, but an error of the last minute wins over later
 # routine events (looked for among the newest few).
+# How often the Advisor tab (when shown) looks for the advisor's next verdict, when the display's
+# own refresh is slower: half the advisor's one-second cadence, so a verdict shows within 0.5 s.
+ADVISOR_TAB_EVERY_S = 0.5
 STATUS_LOOKBACK_EVENTS = 20
 STATUS_ERROR_KEEP_S = 60.0
 DEFAULT_CHART_WINDOW = 120.0
@@ -167,7 +170,15 @@ class GputopApp(ReplayControls, App[int]):
         self._mounted_ok = True
         self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
+        if self.refresh_every > ADVISOR_TAB_EVERY_S:
+            # The advisor publishes once a second: its tab follows it, so what it says (a job's
+            # age, a stall's length) is its latest evaluation's, not one a poll interval old.
+            self.set_interval(ADVISOR_TAB_EVERY_S, self._tick_advisor)
         self.tick(force=True)
+
+    def _tick_advisor(self) -> None:
+        if self._mounted_ok and not self.paused and self.active_tab == "advisor":
+            self._update_panes("advisor")
 
     def _exit_on_signals(self) -> None:
         """SIGTERM (a job scheduler, `kill`) and SIGHUP (the SSH session dropped) end the app
