@@ -291,3 +291,21 @@ def test_collecting_text_and_advise_text():
     text = "".join(t for ln in pane_lines([], [], 100, no_stacks="not Python", collecting=Evidence(6, 20, 3.0, 2.0))
                    for t, _ in ln)
     assert "No findings" in text and "Collecting" not in text.replace("Collecting: the time breakdown", "")
+
+
+def test_a_finding_kept_by_hysteresis_shows_its_latest_evidence():
+    """Hysteresis keeps a finding on screen, never its old text: each evaluation that fires it
+    gives it its evidence and title (the warm-up's age at that evaluation)."""
+    from dataclasses import replace
+
+    from gputop.advisor.engine import warmup_finding
+
+    adv = Advisor()
+    for age in range(1, 6):
+        (w,) = adv.update([warmup_finding(f"the job started {age} s ago (first steps)", float(age))], float(age))
+        assert w.title == f"Warming up: the job started {age} s ago (first steps)"
+        assert w.evidence[0] == f"warming up: the job started {age} s ago (first steps)"
+    feed(adv, [[replace(F("io-bound"), evidence=("old",))]] * 3, t=10.0)
+    adv.update([], 13.0)  # silent once: kept
+    (f,) = [x for x in adv.update([replace(F("io-bound"), evidence=("new",))], 14.0) if x.id == "io-bound"]
+    assert f.evidence == ("new",) and f.first_seen == 11.0
