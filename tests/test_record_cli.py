@@ -453,3 +453,27 @@ def test_recording_a_pid_stops_within_a_poll_of_its_exit(tmp_path):
     assert f"process {job.pid} exited" in err
     # A 0.2 s poll, the check for the exit, the file's close; it went on ~7 s after the exit.
     assert done - exited < 1.5, done - exited
+
+
+def test_list_says_cpu_only_and_lists_a_recording_it_cannot_read_with_why(tmp_path, capsys, monkeypatch):
+    """'0× -' for a CPU-only recording; a .gputop file that cannot be read was left out silently."""
+    import pathlib
+
+    _cpu_only_recording(tmp_path / "cpu.gputop")
+    (tmp_path / "locked.gputop").write_bytes(b"x" * 2048)
+    (tmp_path / "empty.gputop").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not ours")
+    real_open = pathlib.Path.open
+
+    def no_read(self, *a, **kw):
+        if self.name == "locked.gputop":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "open", no_read)
+    assert main(["record", "--list", str(tmp_path)]) == 0
+    out = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert "CPU only" in out["cpu.gputop"] and "0×" not in out["cpu.gputop"]
+    assert out["locked.gputop"].endswith("cannot be read: permission denied")
+    assert out["empty.gputop"].endswith("empty: nothing written yet")
+    assert "notes.txt" not in out

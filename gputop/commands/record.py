@@ -232,6 +232,26 @@ def _fmt_size(n: int) -> str:
 
 # --------------------------------------------------------------------------- --list
 
+# The name a recording is given in the documentation and examples (run.gputop): a file so named
+# that cannot be read is listed with why rather than left out.
+RECORDING_SUFFIX = ".gputop"
+
+
+def _unreadable(p: Path) -> str | None:
+    """Why ``p`` cannot be opened for reading, None when it can."""
+    try:
+        with p.open("rb"):
+            return None
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+
+
+def _size_of(p: Path) -> str:
+    try:
+        return _fmt_size(p.stat().st_size)
+    except OSError:
+        return "?"
+
 
 def list_recordings(folder: Path) -> int:
     from ..record.reader import Reader, fmt_time
@@ -247,26 +267,34 @@ def list_recordings(folder: Path) -> int:
     rows = []
     for p in entries:
         try:
-            # An entry that cannot be looked at (/proc/1/cwd, a file of another user) is not
-            # one of ours to list: skipped.
-            if not p.is_file() or p.name.endswith(("-wal", "-shm")) or looks_like_recording(p) is not True:
+            # An entry that cannot even be looked at (/proc/1/cwd) is not one of ours to list.
+            if not p.is_file() or p.name.endswith(("-wal", "-shm")):
                 continue
         except OSError:
+            continue
+        why = _unreadable(p)
+        if why is not None:
+            # A file that cannot be read (another user's, a failing disk) is listed with why when
+            # it is named as a recording is; other files are not ours to guess about.
+            if p.name.endswith(RECORDING_SUFFIX):
+                rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"cannot be read: {why}"[:60]))
+            continue
+        kind = looks_like_recording(p)
+        if kind is not True:
+            if p.name.endswith(RECORDING_SUFFIX):
+                what = "empty: nothing written yet" if kind is None else "not a gputop recording"
+                rows.append((p.name, "?", "?", "?", "?", _size_of(p), what))
             continue
         try:
             with Reader(p) as r:
                 d = r.describe(counts=False)
-            gpus = ", ".join(sorted({g["name"] for g in d["gpus"]})) or "-"
+            gpus = ", ".join(sorted({g["name"] for g in d["gpus"]}))
             state = "" if d["state"] == "closed" else f" [{d['state']}]"
-            rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
+            rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}" if gpus else "CPU only", fmt_time(d["start"]),
                          fmt_length(d["duration_s"]), _fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except (UserError, OSError) as exc:
-            try:
-                size = _fmt_size(p.stat().st_size)
-            except OSError:
-                size = "?"
-            rows.append((p.name, "?", "?", "?", "?", size, f"unreadable: {exc}"[:60]))
+            rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"unreadable: {exc}"[:60]))
     if not rows:
         print(f"no gputop recordings in {folder}")
         return 0
