@@ -477,3 +477,21 @@ def test_list_says_cpu_only_and_lists_a_recording_it_cannot_read_with_why(tmp_pa
     assert out["locked.gputop"].endswith("cannot be read: permission denied")
     assert out["empty.gputop"].endswith("empty: nothing written yet")
     assert "notes.txt" not in out
+
+
+def test_quitting_the_ui_while_recording_says_where_the_file_is(tmp_path, capsys, monkeypatch):
+    from gputop.session import Config, open_live
+    from gputop.ui import app as app_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(app_mod.GputopApp, "run", lambda self: None)  # the user quits at once
+    session = open_live(Config(fake=1, interval=0.2, advisor=False))
+    session.start_recording("ui.gputop")
+    assert app_mod.run_app(session) == 0
+    assert capsys.readouterr().err.strip() == f"gputop: recording saved: {(tmp_path / 'ui.gputop').resolve()}"
+    with Reader(tmp_path / "ui.gputop") as r:
+        assert r.gpu_indices() == [0]
+    # Not recording: nothing to say.
+    session = open_live(Config(fake=1, interval=0.2, advisor=False))
+    assert app_mod.run_app(session) == 0
+    assert capsys.readouterr().err == ""

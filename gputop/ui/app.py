@@ -8,6 +8,7 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -368,8 +369,9 @@ class GputopApp(ReplayControls, App[int]):
     def _close_recording(self) -> None:
         # Closing waits for the next poll (what happened up to the stop, at most a poll interval)
         # and writes the queued batches: off the event loop.
-        self.session.stop_recording()
-        self.call_from_thread(self.notify, "recording stopped and saved", timeout=4)
+        rec = self.session.stop_recording()
+        where = f": {Path(rec.path).resolve()}" if rec is not None else ""
+        self.call_from_thread(self.notify, f"recording stopped and saved{where}", timeout=4)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -489,5 +491,11 @@ def run_app(session: Session) -> int:
     try:
         app.run()
     finally:
+        recorder = session.recorder  # recording when the user quit: closed by stop()
         session.stop()
+        if recorder is not None:
+            # Said once the terminal is back: where the file is (the notice at its start is gone).
+            error = getattr(recorder, "error", None)
+            print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
+                  file=sys.stderr, flush=True)
     return app.return_code or 0
