@@ -150,13 +150,13 @@ def test_disk_full_while_recording_stops_and_says_so(tmp_path, capsys, monkeypat
     real = RecordWriter._set_max_bytes
 
     def tiny(self, max_bytes):
-        # The file may grow by 40 KB only: the disk is "full" a moment after the start.
+        # The file may grow by 80 KB only: the disk is "full" a moment after the start.
         page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
-        self.conn.execute(f"PRAGMA max_page_count={page_count + 10}")
+        self.conn.execute(f"PRAGMA max_page_count={page_count + 20}")
 
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", tiny)
     out = tmp_path / "full.gputop"
-    rc = main(["record", "-o", str(out), "--fake", "16", "--interval", "0.1", "--duration", "60s"])
+    rc = main(["record", "-o", str(out), "--fake", "8", "--interval", "0.1", "--duration", "60s"])
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", real)
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
