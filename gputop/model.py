@@ -278,6 +278,22 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class Evidence:
+    """What an evaluation had to go on against what a first verdict needs (advisor.engine):
+    until an evaluation has enough, "no findings" would be a verdict on nothing."""
+
+    stacks: int | None = None  # the target's main-thread stacks in the window (None: no job attached)
+    stacks_needed: int = 0
+    gpu_s: float | None = None  # seconds of GPU samples in the window (None: no GPU)
+    gpu_needed_s: float = 0.0
+
+    def enough(self, stacks_readable: bool = True) -> bool:
+        """``stacks_readable``: False where the job's stacks cannot be sampled (they never come)."""
+        stacks_ok = self.stacks is None or not stacks_readable or self.stacks >= self.stacks_needed
+        return stacks_ok and (self.gpu_s is None or self.gpu_s >= self.gpu_needed_s)
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What the advisor concluded at ``ts``: the findings to show, ranked, and where each device's
     time went over its window (``analysis.breakdown.Breakdown`` objects). A derived stage
@@ -288,6 +304,12 @@ class Verdict:
     findings: tuple[Finding, ...] = ()
     breakdowns: tuple[object, ...] = ()
     pending: tuple[Finding, ...] = ()  # fired, not yet held long enough to be shown
+    # What the advisor is still collecting: set until an evaluation since the attach (or a
+    # replay's jump) has had enough evidence for a verdict; None from then on.
+    collecting: Evidence | None = None
+    # The attached job it speaks of (None: none attached). Just after the user attaches to another
+    # job, the latest verdict is still the previous job's: a pane must not show it as this one's.
+    target_pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,9 +93,10 @@ class Session:
     def start(self) -> None:
         self.pipeline.start()
 
-    def stop(self) -> None:
-        """Stop collection and close the recording (flushed: one self-contained file)."""
-        self.stop_recording()  # while the sources run: their next poll says what happened up to now
+    def stop(self, until: float | None = None) -> None:
+        """Stop collection and close the recording (flushed: one self-contained file); ``until``:
+        see ``stop_recording``."""
+        self.stop_recording(until)  # while the sources run: their next poll says what happened up to now
         self.pipeline.stop()
         for rec in list(self._closing):  # a stop_recording on another thread (the UI's) not done yet
             rec.close()
@@ -268,10 +269,11 @@ class Session:
                 self.pipeline.publish(first)
         return self.recorder
 
-    def stop_recording(self) -> object | None:
+    def stop_recording(self, until: float | None = None) -> object | None:
         """Close the recording: first, while collection runs, wait for the sources' next poll
-        (at most a poll interval), which holds what happened up to the stop; then flush and
-        close (one self-contained file)."""
+        (at most a poll interval), which holds what happened up to the stop (or up to ``until``,
+        an earlier instant on the session's clock: a poll already taken then is enough); then
+        flush and close (one self-contained file)."""
         rec, self.recorder = self.recorder, None
         if rec is None:
             return None
@@ -279,7 +281,7 @@ class Session:
         try:
             if self.pipeline.running and hasattr(rec, "settle"):
                 kinds = [k for k, src in ((GpuSample, self.gpu), (HostSample, self.host)) if src is not None]
-                rec.settle(self.clock(), kinds, timeout=min(self.interval, RECORD_SETTLE_MAX_S) + 0.5,
+                rec.settle(self.clock() if until is None else min(until, self.clock()), kinds, timeout=min(self.interval, RECORD_SETTLE_MAX_S) + 0.5,
                            alive=lambda: self.pipeline.running)
             rec.close()  # flushes the last batch and leaves one self-contained file
         finally:

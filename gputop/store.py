@@ -24,6 +24,7 @@ from .model import (
     UtilPoint,
     PaneViews,
     Verdict,
+    Evidence,
     Reset,
     TaskSample,
 )
@@ -217,6 +218,17 @@ class Store:
         """What the advisor sees but has not confirmed yet (it must hold a few seconds)."""
         with self._lock:
             return list(self._verdict.pending) if self._verdict is not None else []
+
+    def verdict_target(self) -> tuple[bool, int | None]:
+        """(whether the advisor has published a verdict, the PID of the job it speaks of)."""
+        with self._lock:
+            return (self._verdict is not None, self._verdict.target_pid if self._verdict is not None else None)
+
+    def collecting(self) -> Evidence | None:
+        """What the advisor still collects before its first verdict (None: it has had enough, or
+        has not run)."""
+        with self._lock:
+            return self._verdict.collecting if self._verdict is not None else None
 
     def pane_views(self) -> PaneViews | None:
         """The latest views of the Stacks and Ranks panes (``analysis.views``), None before the first."""

@@ -218,3 +218,94 @@ def test_a_seek_back_in_time_starts_the_findings_over():
     feed(adv, [[F("io-bound")]] * 4)  # shown from t=2
     assert adv.update([F("io-bound")], 1.0) == []  # back to t=1: it has not held since then
     assert [f.id for f in adv.update([F("io-bound")], 3.0)] == ["io-bound"]
+
+
+# --------------------------------------------------------------------------- before the first verdict
+
+
+def _fed_second_by_second(job: Job, seconds: int, target=None):
+    """An AdvisorSource fed ``job`` a second at a time as the pipeline would; per second the
+    store's ``collecting()`` and the Advisor tab's text."""
+    from gputop.present.advice import pane_lines
+
+    full = job.store()
+    store = Store()
+    src = AdvisorSource(store, target_pid=target)
+    seen = []
+    for sec in range(1, seconds + 1):
+        t0, t1 = T0 + sec - 1, T0 + sec
+        batch = [x for i in full.gpu_indices() for x in (*full.util_window(i, t0 + 1e-9, t1), *full.gpu_window(i, t0 + 1e-9, t1))]
+        batch += [*full.stack_window(t0 + 1e-9, t1), *full.host_window(t0 + 1e-9, t1)]
+        batch += [p for pid in full.procs_latest() for p in full.proc_window(pid, t0 + 1e-9, t1)]
+        if sec == 1:
+            batch += [full.system, *full.gpu_info.values()]
+        store.add(batch)
+        store.add(src.poll())
+        text = "\n".join("".join(t for t, _ in ln) for ln in pane_lines(
+            store.findings(), store.breakdowns(), 120, attached=target is not None, has_gpu=bool(store.gpu_indices()),
+            pending=store.pending_findings(), collecting=store.collecting()))
+        seen.append((store.collecting(), text))
+    return seen
+
+
+def test_the_advisor_tab_says_what_it_collects_until_the_first_verdict_has_enough():
+    """'No findings' 2 s after attaching, before any evidence was in, and the real finding 2 s
+    later: until an evaluation has enough stacks (and GPU samples), the tab says what it collects."""
+    from gputop.advisor.engine import FIRST_VERDICT_STACKS
+    from synth import TARGET
+
+    # A healthy job attached at once: the stacks (5 Hz) are what is short at first.
+    seen = _fed_second_by_second(Job(seconds=10), 10, target=TARGET)
+    ev, text = seen[1]
+    assert ev is not None and ev.stacks is not None and ev.stacks < FIRST_VERDICT_STACKS
+    assert f"Collecting evidence: {ev.stacks} of ~{FIRST_VERDICT_STACKS} stacks" in text and "No findings" not in text
+    ready = next(i for i, (ev, _) in enumerate(seen) if ev is None)
+    assert 3 <= ready <= 5
+    assert all("No findings" not in t and "Collecting evidence" in t for _, t in seen[:ready])
+    assert all(ev is None and "No findings" in t for ev, t in seen[ready:])
+
+
+def test_the_first_verdict_stays_once_it_had_enough():
+    """After the first verdict the tab never goes back to 'collecting' (the window sliding past
+    the attach, stacks that stop): the Advisor's state is per attach."""
+    from gputop.advisor.engine import Evidence, FIRST_VERDICT_GPU_S
+
+    # No job attached: GPU samples only, ready once they span FIRST_VERDICT_GPU_S.
+    seen = _fed_second_by_second(Job(seconds=6, main=None), 6)
+    assert seen[0][0] == Evidence(None, 20, seen[0][0].gpu_s, FIRST_VERDICT_GPU_S) and seen[0][0].gpu_s < FIRST_VERDICT_GPU_S
+    assert "Collecting evidence: 0.8 of 2 s of GPU samples" in seen[0][1]
+    assert all(ev is None for ev, _ in seen[2:])
+
+
+def test_collecting_text_and_advise_text():
+    from gputop.model import Evidence
+    from gputop.present.advice import collecting_text, findings_text, pane_lines
+
+    ev = Evidence(stacks=6, stacks_needed=20, gpu_s=1.2, gpu_needed_s=2.0)
+    assert collecting_text(ev) == ("Collecting evidence: 6 of ~20 stacks of the job's main thread, 1.2 of 2 s of GPU "
+                                   "samples. Findings come once there is enough to judge.")
+    assert findings_text([], collecting=ev).startswith("Collecting evidence: 6 of ~20")
+    assert findings_text([]).startswith("No findings")
+    # Stacks that cannot be read never come: the GPU samples decide alone.
+    assert collecting_text(Evidence(6, 20, 3.0, 2.0), stacks_readable=False) is None
+    text = "".join(t for ln in pane_lines([], [], 100, no_stacks="not Python", collecting=Evidence(6, 20, 3.0, 2.0))
+                   for t, _ in ln)
+    assert "No findings" in text and "Collecting" not in text.replace("Collecting: the time breakdown", "")
+
+
+def test_a_finding_kept_by_hysteresis_shows_its_latest_evidence():
+    """Hysteresis keeps a finding on screen, never its old text: each evaluation that fires it
+    gives it its evidence and title (the warm-up's age at that evaluation)."""
+    from dataclasses import replace
+
+    from gputop.advisor.engine import warmup_finding
+
+    adv = Advisor()
+    for age in range(1, 6):
+        (w,) = adv.update([warmup_finding(f"the job started {age} s ago (first steps)", float(age))], float(age))
+        assert w.title == f"Warming up: the job started {age} s ago (first steps)"
+        assert w.evidence[0] == f"warming up: the job started {age} s ago (first steps)"
+    feed(adv, [[replace(F("io-bound"), evidence=("old",))]] * 3, t=10.0)
+    adv.update([], 13.0)  # silent once: kept
+    (f,) = [x for x in adv.update([replace(F("io-bound"), evidence=("new",))], 14.0) if x.id == "io-bound"]
+    assert f.evidence == ("new",) and f.first_seen == 11.0

@@ -117,6 +117,40 @@ async def test_advisor_pane_renders_the_store():
 
 
 @pytest.mark.timeout(60)
+async def test_just_after_attaching_to_another_job_the_tab_does_not_show_the_previous_jobs_verdict():
+    """The warm-up finding said 'the job started 9 s ago' of a job attached 1 s before: the
+    latest verdict was still the previous job's. The tab shows a verdict only for the job
+    attached now; before it, what is being collected."""
+    from gputop.advisor.engine import warmup_finding
+
+    class Session:
+        target_pid = 2
+        attach_error = None
+
+    class App2(PaneApp):
+        session = Session()
+
+    old = warmup_finding("the job started 9 s ago (first steps)", 1060.0)
+    store = Store()
+    app = App2()
+    async with app.run_test(size=(100, 30)) as pilot:
+        pane = app.query_one(AdvisorPane)
+        text = lambda: "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)  # noqa: E731
+        pane.update_view(store)  # before the advisor's first evaluation: not "No findings"
+        await pilot.pause()
+        assert "Collecting evidence: 0 of ~20 stacks" in text() and "No findings" not in text()
+        store.add([Verdict(1060.0, (old,), (BD,), target_pid=1)])  # the previous job's
+        pane.update_view(store)
+        await pilot.pause()
+        assert "9 s ago" not in text() and "Collecting evidence: 0 of ~20 stacks" in text()
+        new = warmup_finding("the job started 1 s ago (first steps)", 1061.0)
+        store.add([Verdict(1061.0, (new,), (BD,), target_pid=2)])
+        pane.update_view(store)
+        await pilot.pause()
+        assert "the job started 1 s ago" in text() and "9 s ago" not in text()
+
+
+@pytest.mark.timeout(60)
 async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
     from gputop.advisor.engine import add_advisor
     from gputop.session import Session
@@ -199,7 +233,7 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
 
     store = Store()
     session = Session(store=store, pipeline=Pipeline(store, []), mode="fake", target_pid=4242)
-    store.add([Verdict(1060.0, (CKPT, FINDING), (BD,))])
+    store.add([Verdict(1060.0, (CKPT, FINDING), (BD,), target_pid=4242)])
     app = GputopApp(session, refresh=60)
     async with app.run_test(size=(cols, 40)) as pilot:
         await pilot.press("2")
@@ -247,3 +281,24 @@ def test_an_exited_job_is_said_first_and_its_findings_read_as_past():
     assert "No findings: nothing costs the job" not in gone
     live = text(pane_lines([], [], 100))
     assert "exited" not in live and "No findings" in live
+
+
+@pytest.mark.timeout(60)
+async def test_the_advisor_tab_follows_each_verdict_not_the_slower_display_refresh():
+    """A 2 s display refresh showed the advisor's verdicts up to 2 s late ('the job started 8 s
+    ago' of a job 10 s old): the tab looks for the next verdict every ADVISOR_TAB_EVERY_S."""
+    from gputop.pipeline import Pipeline
+    from gputop.session import Session
+    from gputop.ui.app import ADVISOR_TAB_EVERY_S, GputopApp
+
+    store = Store()
+    session = Session(store=store, pipeline=Pipeline(store, []), mode="fake", target_pid=4242)
+    store.add([Verdict(1060.0, (), (BD,), target_pid=4242)])
+    app = GputopApp(session, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        pane = app.query_one(AdvisorPane)
+        store.add([Verdict(1061.0, (FINDING,), (BD,), target_pid=4242)])
+        await pilot.pause(ADVISOR_TAB_EVERY_S * 2.5)
+        assert any("waits for data" in _plain(ln) for ln in pane.last_lines)

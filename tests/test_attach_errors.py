@@ -76,3 +76,47 @@ async def test_the_stacks_tab_shows_why_there_are_no_stacks(sleeper):
             assert "no samples yet" not in text
     finally:
         session.pipeline.stop()
+
+
+def _kernel_thread() -> int | None:
+    """A kernel thread's PID (kthreadd's, usually 2), None where /proc shows none."""
+    import os
+
+    for pid in (2, *range(3, 50)):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                flags = int(f.read().rsplit(")", 1)[-1].split()[6])
+        except (OSError, ValueError, IndexError):
+            continue
+        if flags & 0x00200000 and os.path.exists(f"/proc/{pid}"):
+            return pid
+    return None
+
+
+def test_a_zombie_and_a_kernel_thread_are_named_as_such_not_as_missing(capsys):
+    """'no process with PID N' for a process that is there: say what it is."""
+    import time
+
+    from gputop.cli import main
+    from gputop.sources.stacks import AttachError, check_attachable
+
+    child = subprocess.Popen(["true"])  # exits at once; not reaped until wait(): a zombie
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                    break
+            time.sleep(0.02)
+        with pytest.raises(AttachError, match=rf"PID {child.pid} is a zombie \(exited with code 0, not reaped"):
+            check_attachable(child.pid)
+        assert main(["advise", "--pid", str(child.pid), "--duration", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"PID {child.pid} is a zombie (exited" in err and "no process" not in err
+    finally:
+        child.wait()
+    kt = _kernel_thread()
+    if kt is None:
+        pytest.skip("no kernel thread visible in /proc here")
+    with pytest.raises(AttachError, match=rf"PID {kt} is a kernel thread"):
+        check_attachable(kt)

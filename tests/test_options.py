@@ -25,7 +25,8 @@ def test_limits_are_written_for_people(seconds, text):
 @pytest.mark.parametrize("argv, says", [
     (["record", "-o", "x.gputop", "--duration", "400d"], "must be at most 366d (31,622,400 s): '400d'"),
     (["-i", "2h"], "must be at most 1h (3,600 s): '2h'"),
-    (["-i", "0.001"], "must be at least 0.01 s: '0.001'"),
+    (["-i", "0.001"], "must be at least 0.1 s: '0.001'"),
+    (["record", "-o", "x.gputop", "-i", "0.01"], "must be at least 0.1 s: '0.01' (shorter intervals cost gputop most of a core"),
 ])
 def test_limit_errors_have_no_exponent(argv, says, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -56,3 +56,56 @@ def test_target_and_busy_cpu_processes_get_rows_without_a_gpu():
     assert [r.pid for r in rows] == [50, 10, 40, 20, 30]
     assert next(r for r in rows if r.pid == 40).gpu is None
     assert [r.pid for r in build_rows(gp, procs, 100, query="gpu1")] == [20, 30]
+
+
+def test_attachable_rows():
+    from gputop.present.process_table import ProcRow, attachable
+
+    row = lambda pid, user, cmd="python x.py": ProcRow(pid, None, user, None, None, 1.0, None, None, cmd)  # noqa: E731
+    assert not attachable(row(1, "root", "/sbin/init"), "alice", False, 999)
+    assert not attachable(row(1, "root", "/sbin/init"), "root", True, 999)  # init is never the job
+    assert not attachable(row(999, "alice"), "alice", False, 999)  # gputop itself
+    assert not attachable(row(20, "bob"), "alice", False, 999)  # another user's: ptrace refuses
+    assert attachable(row(20, "bob"), "root", True, 999) and attachable(row(10, "alice"), "alice", False, 999)
+
+
+async def test_without_a_gpu_the_selection_follows_the_top_attachable_row_until_the_user_moves_it():
+    """No GPU: PID 1 was selected at start and kept as rows re-sorted, so Enter attached to init
+    ('permission denied'). Before the user moves, the cursor rests on the top row the user can
+    attach to; once moved (or chosen with Enter), it stays with that process."""
+    from textual.app import App
+
+    from gputop.store import Store
+    from gputop.ui.process_table import ProcessTable
+
+    class TableApp(App):
+        def compose(self):
+            yield ProcessTable(id="procs")
+
+    def poll(store, t, cpu):
+        users = {1: "root", 300: "root", 400: "alice", 500: "alice"}
+        store.add([ProcSample(ts=t, pid=pid, user=users[pid], cmdline=f"cmd{pid}", cpu_percent=c, role="cpu")
+                   for pid, c in cpu.items()])
+
+    store = Store()
+    app = TableApp()
+    async with app.run_test(size=(100, 12)) as pilot:
+        table = app.query_one(ProcessTable)
+        table._me = ("alice", False)
+        table.sort_by("cpu")
+        poll(store, 100.0, {1: 0.0, 300: 0.0, 400: 0.0, 500: 0.0})  # the first reading: all 0 %
+        table.show(store, None)
+        await pilot.pause()
+        assert table.rows[0].pid == 1 and table.selected.pid == 400  # init first; not selected
+        poll(store, 101.0, {1: 1.0, 300: 50.0, 400: 5.0, 500: 80.0})  # re-sorted by CPU
+        table.show(store, None)
+        assert [r.pid for r in table.rows] == [500, 300, 400, 1] and table.selected.pid == 500
+        poll(store, 102.0, {1: 1.0, 300: 90.0, 400: 70.0, 500: 10.0})
+        table.show(store, None)
+        assert table.selected.pid == 400  # still the top attachable row, not 500 kept
+        table.focus()
+        await pilot.press("down")  # the user moves: the cursor stays with their choice
+        chosen = table.selected.pid
+        poll(store, 103.0, {1: 1.0, 300: 1.0, 400: 95.0, 500: 99.0})
+        table.show(store, None)
+        assert table.selected.pid == chosen

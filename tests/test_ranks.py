@@ -146,3 +146,24 @@ def test_healthy_two_rank_job_is_silent(advised):
     report, took = _report(advised, "healthy")
     loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
     assert not loud, loud
+
+
+def test_a_rank_that_only_waits_shows_where_in_its_own_code_it_waits():
+    """The Ranks tab's HOT column was blank on a 2-rank gloo job: a rank waiting in all_reduce
+    (its newest frame in torch) or sleeping has no place outside waits. The column then shows the
+    user's frame under the wait."""
+    from gputop.present.ranks import rank_line
+
+    coll = (Frame("all_reduce", DIST, 10), Frame("main", "/p/train.py", 50))
+    sleep = (Frame("never_arrives", "/p/train.py", 35), Frame("main", "/p/train.py", 48))
+    r0 = rank_view(0, 101, [_main(101, i, coll, Category.COLLECTIVE) for i in range(20)])
+    r1 = rank_view(1, 102, [_main(102, i, sleep, Category.IDLE) for i in range(20)])
+    assert r0.hot is None and r0.top == "main (/p/train.py:50)" and r0.top_share == 1.0
+    assert r1.hot is None and r1.top == "never_arrives (/p/train.py:35)"
+    text = "".join(t for t, _ in rank_line(r0, 20, 40))
+    assert text.rstrip().endswith("main (/p/train.py:50) 100%")
+    # A rank with work outside waits keeps that work as its hot place.
+    load = (Frame("load_batch", "/p/train.py", 40), Frame("main", "/p/train.py", 48))
+    r2 = rank_view(1, 103, [_main(103, i, load if i % 4 else coll, Category.OTHER if i % 4 else Category.COLLECTIVE)
+                            for i in range(20)])
+    assert r2.hot == "load_batch (/p/train.py:40)" and "load_batch (/p/train.py:40) 75%" in "".join(t for t, _ in rank_line(r2, 20, 40))

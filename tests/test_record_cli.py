@@ -150,13 +150,13 @@ def test_disk_full_while_recording_stops_and_says_so(tmp_path, capsys, monkeypat
     real = RecordWriter._set_max_bytes
 
     def tiny(self, max_bytes):
-        # The file may grow by 160 KB only: the disk is "full" a moment after the start.
+        # The file may grow by 80 KB only: the disk is "full" a moment after the start.
         page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
-        self.conn.execute(f"PRAGMA max_page_count={page_count + 40}")
+        self.conn.execute(f"PRAGMA max_page_count={page_count + 20}")
 
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", tiny)
     out = tmp_path / "full.gputop"
-    rc = main(["record", "-o", str(out), "--fake", "4", "--interval", "0.01", "--duration", "60s"])
+    rc = main(["record", "-o", str(out), "--fake", "8", "--interval", "0.1", "--duration", "60s"])
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", real)
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -418,3 +418,80 @@ async def test_the_record_key_records_the_findings_already_showing(tmp_path, mon
     with Reader(path) as r:
         assert {(m.finding_id, m.gpu) for m in Navigator(r).finding_marks()} == {("tensor-idle", 1)}
         assert r.state == "closed"
+
+
+def test_duration_stops_at_the_duration_not_a_poll_later(tmp_path, capsys):
+    """`record -d 12s` recorded 14 s: the loop looked at the clock once a second and the stop then
+    waited for the poll after it. It ends at the poll that covers the duration's end."""
+    out = tmp_path / "d.gputop"
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "1", "-d", "2s"]) == 0
+    with Reader(out) as r:
+        assert 1.9 <= r.duration <= 2.5, r.duration
+
+
+@pytest.mark.slow
+def test_recording_a_pid_stops_within_a_poll_of_its_exit(tmp_path):
+    from gputop.sources.stacks import find_pyspy
+
+    if find_pyspy() is None:
+        pytest.skip("py-spy not installed")
+    out = tmp_path / "exit.gputop"
+    job = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(2.5)"],
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # py-spy needs the interpreter initialised
+    rec = start_recorder(out, "--pid", str(job.pid))
+    try:
+        job.wait(30)
+        exited = time.monotonic()
+        _, err = rec.communicate(timeout=30)
+        done = time.monotonic()
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+    assert rec.returncode == 0, err
+    assert f"process {job.pid} exited" in err
+    # A 0.2 s poll, the check for the exit, the file's close; it went on ~7 s after the exit.
+    assert done - exited < 1.5, done - exited
+
+
+def test_list_says_cpu_only_and_lists_a_recording_it_cannot_read_with_why(tmp_path, capsys, monkeypatch):
+    """'0× -' for a CPU-only recording; a .gputop file that cannot be read was left out silently."""
+    import pathlib
+
+    _cpu_only_recording(tmp_path / "cpu.gputop")
+    (tmp_path / "locked.gputop").write_bytes(b"x" * 2048)
+    (tmp_path / "empty.gputop").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not ours")
+    real_open = pathlib.Path.open
+
+    def no_read(self, *a, **kw):
+        if self.name == "locked.gputop":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "open", no_read)
+    assert main(["record", "--list", str(tmp_path)]) == 0
+    out = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert "CPU only" in out["cpu.gputop"] and "0×" not in out["cpu.gputop"]
+    assert out["locked.gputop"].endswith("cannot be read: permission denied")
+    assert out["empty.gputop"].endswith("empty: nothing written yet")
+    assert "notes.txt" not in out
+
+
+def test_quitting_the_ui_while_recording_says_where_the_file_is(tmp_path, capsys, monkeypatch):
+    from gputop.session import Config, open_live
+    from gputop.ui import app as app_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(app_mod.GputopApp, "run", lambda self: None)  # the user quits at once
+    session = open_live(Config(fake=1, interval=0.2, advisor=False))
+    session.start_recording("ui.gputop")
+    assert app_mod.run_app(session) == 0
+    assert capsys.readouterr().err.strip() == f"gputop: recording saved: {(tmp_path / 'ui.gputop').resolve()}"
+    with Reader(tmp_path / "ui.gputop") as r:
+        assert r.gpu_indices() == [0]
+    # Not recording: nothing to say.
+    session = open_live(Config(fake=1, interval=0.2, advisor=False))
+    assert app_mod.run_app(session) == 0
+    assert capsys.readouterr().err == ""

@@ -169,3 +169,36 @@ def test_a_wal_that_cannot_be_folded_for_want_of_space_is_not_called_live(tmp_pa
     monkeypatch.setattr(reader_mod.sqlite3, "connect", lambda *a, **k: FullDisk(real_connect(*a, **k)))
     assert reader_mod.fold_wal(p) == "read-only"
     w.finish()
+
+
+def _fill(w) -> sqlite3.Error:
+    """Flush synthetic seconds into writer ``w`` until SQLite refuses for want of space."""
+    from synth_recording import SyntheticSession
+
+    for batch in SyntheticSession(t0=1_767_225_600.0).seconds(100_000):
+        try:
+            w.flush(batch)
+        except sqlite3.Error as exc:
+            return exc
+    raise AssertionError("never full")
+
+
+def test_a_full_recording_says_whether_the_max_size_or_the_disk_stopped_it(tmp_path):
+    """'disk full (or the --max-size limit …)': the writer knows whether the file reached its cap."""
+    w = RecordWriter.create(tmp_path / "cap.gputop", max_bytes=320 * 1024)  # an empty file takes ~150 KB
+    w.start_session(SessionMeta(mode="fake"))
+    exc = _fill(w)
+    assert w.cap_reached() is True
+    assert describe_sqlite_error(exc, w.max_bytes, w.cap_reached()) == "the --max-size limit of 320 KB reached"
+    w.abort()
+    # A disk that fills far below the cap: SQLite's page cap stands in for the disk here.
+    w = RecordWriter.create(tmp_path / "disk.gputop", max_bytes=512 * 1024 * 1024)
+    w.start_session(SessionMeta(mode="fake"))
+    pages = w.conn.execute("PRAGMA page_count").fetchone()[0]
+    w.conn.execute(f"PRAGMA max_page_count={pages + 40}")
+    w.max_bytes = 512 * 1024 * 1024  # the user's cap, far away
+    exc = _fill(w)
+    w.conn.execute(f"PRAGMA max_page_count={512 * 1024 * 1024 // 4096}")  # what --max-size 512M set
+    assert w.cap_reached() is False
+    assert describe_sqlite_error(exc, w.max_bytes, w.cap_reached()) == "disk full"
+    w.abort()

@@ -659,3 +659,21 @@ def test_cpu_work_in_the_loop_is_named_with_its_function_not_launch_bound():
 def test_a_plain_loop_of_tiny_kernels_in_one_function_is_not_cpu_work():
     found, _ = run_rules(_augment_job(sm_active=0.1))  # the same stacks, kernels that leave the SMs empty
     assert "cpu-work-in-loop" not in found
+
+
+def test_a_save_caught_by_one_sample_is_bounded_by_the_samples_around_it():
+    """'26 % of 25 s' beside '5 saves, the longest 0.1 s': saves seen in one stack sample each
+    (1 Hz) read as 0 s long. Each save is bounded by its samples and the samples around it, so
+    the bounds hold the time the breakdown gives the saves."""
+    import re
+
+    from gputop.analysis.breakdown import Bucket
+
+    job = Job(seconds=25, util=None, main=phases(5.0, 3.7, C.FORWARD, C.CHECKPOINT_IO), stack_rate=1.0)
+    found, ctx = run_rules(job)
+    f = found["checkpoint-stall"]
+    line = next(e for e in f.evidence if "saves seen" in e)
+    n, low, high = re.search(r"(\d+) saves seen, the longest ([\d.]+)-([\d.]+) s", line).groups()
+    spent = ctx.gpus[0].breakdown.get(Bucket.CHECKPOINT)
+    assert int(n) == 5 and float(low) == 0.0
+    assert float(high) * int(n) >= spent > 0  # the longest save's bound covers an equal share of the time

@@ -218,3 +218,131 @@ def test_the_stuck_finding_counts_the_workers_once():
     assert "1 of 2 DataLoader workers sampled: blocked inside the dataset" in ev, ev
     assert "2 loader workers at 0 % CPU each" in ev, ev
     assert "1 of 1 DataLoader workers" not in ev
+
+
+# --------------------------------------------------------------------------- a lock wait, whatever the lock is called
+
+
+def _blocked(frames, tid, name="MainThread", main=True, cat=Category.IDLE):
+    return stack(T0, frames, tid=tid, main=main, cat=cat, name=name)
+
+
+def _kernel(*tids, syscall="futex", wchan="futex_do_wait", pid=PID):
+    return {pid: TaskSample(T0, pid, 1, tuple(ThreadState(t, state="S", syscall=syscall, wchan=wchan) for t in tids))}
+
+
+AB_MAIN = (Frame("<module>", PROJ, 13, code="with b:"),)
+AB_HELPER = (Frame("helper", PROJ, 7, code="with a:"), Frame("Thread.run", "/usr/lib/python3.11/threading.py", 975))
+
+
+@pytest.mark.parametrize("main_code, helper_code", [
+    ("with b:", "with a:"),
+    ("with lock_b:", "with lock_a:"),
+    ("with self.b, self.c:", "a.acquire()"),
+    ("with locks[1] as held:  # the second", "ok = x.acquire(timeout=-1)"),
+])
+def test_two_threads_blocked_taking_locks_are_a_deadlock_whatever_the_locks_are_called(main_code, helper_code):
+    main = _blocked((Frame("<module>", PROJ, 13, code=main_code),), PID)
+    helper = _blocked((Frame("helper", PROJ, 7, code=helper_code),) + AB_HELPER[1:], PID + 1, "writer", main=False)
+    d = diagnose(main, [helper], PID, tasks=_kernel(PID, PID + 1))
+    assert d.kind == DEADLOCK, d
+    assert "take the locks in one order" in d.action
+    assert all(p.waits == "lock" for p in d.parties)
+    # No /proc readings (a replay, another platform): the line's shape is enough.
+    assert diagnose(main, [helper], PID).kind == DEADLOCK
+
+
+def test_a_lock_wait_is_told_by_native_frames_and_threading_acquire_frames_without_source():
+    native = (Frame("__lll_lock_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+              Frame("PyThread_acquire_lock_timed", "/usr/lib/libpython3.11.so.1.0"),
+              Frame("<module>", PROJ, 13))  # no source line
+    rlock = (Frame("_RLock.acquire", "/usr/lib/python3.11/threading.py", 140, code="rc = self._block.acquire(blocking, timeout)"),
+             Frame("helper", PROJ, 7))
+    d = diagnose(_blocked(native, PID), [_blocked(rlock, PID + 1, "writer", main=False)], PID,
+                 tasks=_kernel(PID, PID + 1))
+    assert d.kind == DEADLOCK, d
+
+
+def test_waits_that_are_not_lock_acquires_are_not_a_deadlock():
+    helper = _blocked(AB_HELPER, PID + 1, "writer", main=False)
+    # The kernel has the main thread in a read, not a futex: a `with` line is not a lock wait.
+    main = _blocked(AB_MAIN, PID)
+    tasks = {PID: TaskSample(T0, PID, 1, (ThreadState(PID, state="S", syscall="read", wchan="pipe_read"),
+                                          ThreadState(PID + 1, state="S", syscall="futex", wchan="futex_do_wait")))}
+    assert diagnose(main, [helper], PID, tasks=tasks).kind != DEADLOCK
+    # A `with` that calls is a context manager, not a lock.
+    ctx = _blocked((Frame("<module>", PROJ, 13, code="with torch.no_grad():"),), PID)
+    assert diagnose(ctx, [helper], PID, tasks=_kernel(PID, PID + 1)).kind != DEADLOCK
+    # A thread waiting on a queue (queue.get -> Condition.wait, its waiter lock in native frames too).
+    qwait = (Frame("PyThread_acquire_lock_timed", "/usr/lib/libpython3.11.so.1.0"),
+             Frame("Condition.wait", "/usr/lib/python3.11/threading.py", 320, code="waiter.acquire()"),
+             Frame("Queue.get", "/usr/lib/python3.11/queue.py", 171, code="self.not_empty.wait()"),
+             Frame("consume", PROJ, 30, code="item = q.get()"))
+    q = _blocked(qwait, PID)
+    assert diagnose(q, [helper], PID, tasks=_kernel(PID, PID + 1)).kind != DEADLOCK
+    assert diagnose(q, [], PID, tasks=_kernel(PID)).kind not in (DEADLOCK, "lock")
+    # A DataLoader's main thread waiting for its workers, a pin-memory thread on its queue.
+    loader = _blocked(WAIT_DATA, PID, cat=Category.DATA_WAIT)
+    mpq = (Frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py", 103, code="with self._rlock:"),
+           Frame("_pin_memory_loop", "/usr/lib/python3/site-packages/torch/utils/data/_utils/pin_memory.py", 50))
+    pin = _blocked(mpq, PID + 1, "pin_memory", main=False)
+    assert diagnose(loader, [pin], PID, tasks=_kernel(PID, PID + 1)).kind == WORKER
+
+
+AB_JOB = """
+import threading
+a, b = threading.Lock(), threading.Lock()
+both = threading.Barrier(2)
+def helper():
+    with b:
+        both.wait()
+        with a:
+            pass
+threading.Thread(target=helper, name="writer", daemon=True).start()
+both_ready = threading.Timer(0.3, lambda: print("ready", flush=True))
+both_ready.start()
+with a:
+    both.wait()
+    with b:
+        pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+def test_a_real_job_deadlocked_on_locks_named_a_and_b_is_a_deadlock(tmp_path):
+    import subprocess
+    import sys
+
+    from gputop.analysis.classify import classify, is_library
+    from gputop.sources.procfs import ProcfsSource
+    from gputop.sources.stacks import AttachError, SourceLines, StackParser, dump_json, find_pyspy
+
+    if find_pyspy() is None:
+        pytest.skip("py-spy not installed")
+    script = tmp_path / "ab.py"
+    script.write_text(AB_JOB)
+    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        # On a loaded machine a thread may still be on its way into the lock when the first
+        # reading comes: look again, as the advisor does over its seconds of evidence.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                data = dump_json(job.pid)
+            except AttachError as exc:
+                pytest.skip(f"py-spy cannot attach here: {exc}")
+            samples = StackParser(SourceLines(job.pid).line, classify, is_library).samples(data, time.time())
+            (task_sample,) = [s for s in ProcfsSource(job.pid).poll() if s.pid == job.pid]
+            main = next(s for s in samples if s.is_main)
+            d = diagnose(main, [s for s in samples if not s.is_main], job.pid, tasks={job.pid: task_sample})
+            if d.kind == DEADLOCK or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        job.kill()
+        job.wait(10)
+    assert d.kind == DEADLOCK, [p.line() for p in d.parties]
+    assert {p.code for p in d.parties} == {"with a:", "with b:"}
+    assert "take the locks in one order" in d.action

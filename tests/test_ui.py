@@ -66,6 +66,26 @@ async def test_eight_gpus_fit_80x24_compact(clock):
         assert app.panel_mode in ("medium", "full")
 
 
+async def test_four_gpus_at_120x40_draw_the_charts_that_fit_without_scrolling(clock):
+    """No history chart was drawn (medium panels) while 18 lines stayed blank: full panels draw
+    as many charts as the space holds, the utilisation chart first."""
+    from gputop.ui.gpu_panels import choose_layout
+
+    assert choose_layout(40, 4) == ("full", 1) and choose_layout(45, 4) == ("full", 2)
+    assert choose_layout(40, 2) == ("full", 3) and choose_layout(24, 8) == ("compact", 0)
+    s = make_session(clock, gpus=4)
+    feed(s, clock)
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.panel_mode == "full"
+        for i in range(4):
+            lines = plain(app, f"#gpu-{i}").splitlines()
+            assert len(lines) == 4 and lines[3].lstrip().startswith("util")
+        gpus = app.query_one("#gpus")
+        assert gpus.virtual_size.height <= gpus.region.height  # all of it in sight, no scrolling
+
+
 async def test_resize_to_tiny_terminal_keeps_running(clock):
     s = make_session(clock, gpus=2)
     feed(s, clock)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
-from ..model import Event, Finding, Severity, Verdict
+from ..model import Event, Evidence, Finding, Severity, Verdict
 from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
 from .context import DEFAULT_WINDOW_S, build_context
 from .rules import RULES, THROUGHPUT_IDS, Rule
@@ -43,6 +43,14 @@ HOLD_SLACK_S = 0.25
 # Once shown, it stays until silent for this long: five times the appearance delay, so a cause
 # that comes and goes (periodic stalls, a threshold crossed back and forth) does not blink.
 CLEAR_AFTER_S = 10.0
+# Before its first verdict ("no findings" included) an evaluation must have this much to go on:
+# main-thread stacks of the attached job, and seconds of GPU samples. Judgement: twice the stacks
+# a stack-based claim needs (rules.base.MIN_MAIN_SAMPLES), which the sampler's attach burst takes
+# in its first 2 s (10 Hz), and 2 s of GPU samples (NVML's buffer gives more at once): over 2 s a
+# cause taking half the time has cost the 1 s bar (rules.base.MIN_COST_S). Until then the
+# Advisor tab says what it is collecting, not "no findings".
+FIRST_VERDICT_STACKS = 20
+FIRST_VERDICT_GPU_S = 2.0
 # The finding behind overtakes the one ahead only when it costs this much more.
 RANK_MARGIN = 1.2
 SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -193,6 +201,25 @@ class Advisor:
         self._last_update = None
 
 
+def evidence(ctx, store, attached: bool = True) -> Evidence:
+    """What an evaluation had to go on: the attached job's main-thread stacks in its window (none
+    are asked for when no job is attached), and the longest span of GPU samples (NVML's 200 ms
+    points, else the polls) of any GPU in it."""
+    gpu_s = None
+    for i in store.gpu_indices():
+        pts = store.util_window(i, ctx.t0, ctx.now) or store.gpu_window(i, ctx.t0, ctx.now)
+        span = pts[-1].ts - pts[0].ts if len(pts) >= 2 else 0.0
+        gpu_s = max(gpu_s or 0.0, span)
+    return Evidence(stacks=len(ctx.main_stacks) if attached else None,
+                    stacks_needed=FIRST_VERDICT_STACKS, gpu_s=gpu_s, gpu_needed_s=FIRST_VERDICT_GPU_S)
+
+
+def nothing_yet(attached: bool, has_gpu: bool) -> Evidence:
+    """What is collected before the advisor's first evaluation of a job: nothing of it yet."""
+    return Evidence(stacks=0 if attached else None, stacks_needed=FIRST_VERDICT_STACKS,
+                    gpu_s=0.0 if has_gpu else None, gpu_needed_s=FIRST_VERDICT_GPU_S)
+
+
 def warmup_finding(what: str, now: float) -> Finding:
     return Finding(
         id=WARMUP_ID,
@@ -266,6 +293,7 @@ class AdvisorSource:
         self.evaluations = 0
         self._last_eval: float | None = None
         self._resets_seen = getattr(store, "resets", 0)
+        self._enough = False  # an evaluation since the attach (or the replay's jump) had enough evidence
 
     def poll(self) -> list[object]:
         if self.store.now <= 0:
@@ -275,6 +303,7 @@ class AdvisorSource:
             self.advisor.target_pid = target
             self.advisor.reset()  # another job: its findings start over
             self._last_eval = None
+            self._enough = False
         if (
             target is None
             and self._last_eval is not None
@@ -284,6 +313,7 @@ class AdvisorSource:
         if self.store.resets != self._resets_seen:
             self._resets_seen = self.store.resets
             self.advisor.reset()  # a replay jumped: what held before the jump does not hold after
+            self._enough = False
         if self.advisor.fresh:
             self._look_back()
         self._last_eval = self.store.now
@@ -292,7 +322,12 @@ class AdvisorSource:
         now = self.store.now
         ctx = self.advisor.last_context
         breakdowns = tuple(g.breakdown for g in ctx.gpus) if ctx is not None else ()
-        out: list[object] = [Verdict(now, tuple(findings), breakdowns, tuple(self.advisor.pending))]
+        collecting = None
+        if not self._enough and ctx is not None:
+            collecting = evidence(ctx, self.store, attached=target is not None)
+            self._enough = collecting.enough()
+        out: list[object] = [Verdict(now, tuple(findings), breakdowns, tuple(self.advisor.pending),
+                                     None if self._enough else collecting, target)]
         current = {f.id: f for f in findings}
         for f in findings:
             first, _ = self.history.get(f.id, (f.first_seen or now, now))

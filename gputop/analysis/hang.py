@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..model import Category, StackSample, TaskSample, ThreadState
+from ..model import Category, Frame, StackSample, TaskSample, ThreadState
 from .classify import own_frames, project_frame, short_path, where
 
 # Kinds of hang, most specific first where parties disagree.
@@ -42,7 +42,20 @@ MAX_PARTIES = 16
 
 _SOCKET_CODE = re.compile(r"\.(recv|recv_into|recvfrom|recvmsg|accept|connect|sendall|send)\(|urlopen\(|requests\.")
 _SOCKET_SYSCALLS = {"recvfrom", "recvmsg", "accept", "accept4", "connect", "sendto", "sendmsg"}
-_LOCK_CODE = re.compile(r"\.acquire\(|^\s*with\s+[^:]*(lock|mutex|_mu\b|sem)", re.I)
+# A thread blocked on the line that takes a lock, whatever the lock is called: ``X.acquire(``, or a
+# ``with`` over plain names (``with a:``, ``with self.state, locks[i] as held:``). A ``with`` that
+# calls (``with open(p):``, ``with torch.no_grad():``) is not one; nor is a context manager whose
+# ``__enter__`` is Python, since a thread blocked in it shows that frame, not the ``with`` line.
+_ACQUIRE_CODE = re.compile(r"\.acquire\(")
+_WITH_ITEM = r"[A-Za-z_][\w.]*(?:\[[^\]()]*\])*(?:\s+as\s+[A-Za-z_]\w*)?"
+_WITH_CODE = re.compile(rf"^\s*(?:async\s+)?with\s+{_WITH_ITEM}(?:\s*,\s*{_WITH_ITEM})*\s*:\s*(?:#.*)?$")
+# Native frames of a thread blocked taking a lock (CPython's lock, glibc's mutex and semaphore),
+# where the stacks have them (py-spy --native).
+_NATIVE_LOCK = re.compile(r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|_?PyMutex_Lock\w*"
+                          r"|_PySemaphore_Wait|pthread_mutex_(timed)?lock|__pthread_mutex_\w*lock\w*|__lll_lock_wait\w*"
+                          r"|sem_(timed|clock)?wait|do_futex_wait\S*|__new_sem_wait\S*)$")
+# The kernel's view of a lock wait: a futex (CPython's locks, pthread mutexes and semaphores).
+_FUTEX_WCHAN = re.compile(r"futex")
 _SLEEP_CODE = re.compile(r"\bsleep\(")
 _CHILD_FUNCS = re.compile(r"(Popen\.(wait|_wait|communicate|_try_wait)|BaseProcess\.join|ProcessContext\.join|Process\.join)$")
 _THREADING_WAITS = {
@@ -165,7 +178,8 @@ def _kernel_words(st: ThreadState | None) -> str:
 def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
     """(what the thread waits on, the wait in words), from its stack and the kernel's view."""
     own = own_frames(s.frames)
-    leaf = own[0] if own else None
+    py = [f for f in own if not _native(f)]  # the Python frames, where py-spy --native gave C ones too
+    leaf = py[0] if py else (own[0] if own else None)
     code = (leaf.code or "") if leaf else ""
     fname = leaf.filename.replace("\\", "/").rsplit("/", 1)[-1] if leaf else ""
     names = [f.name for f in own]
@@ -193,17 +207,43 @@ def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
         return "file", f"blocked in {sysc} on {fd}"
     if fname == "threading.py" and leaf is not None:
         # The outermost threading frame says what the caller waits on (Event.wait calls Condition.wait).
-        for n in reversed([f.name for f in own[:3] if f.filename.endswith("threading.py")]):
+        for n in reversed([f.name for f in py[:3] if f.filename.endswith("threading.py")]):
             fn = next((k for k in _THREADING_WAITS if n.endswith(k)), None)
             if fn is not None:
                 return "event", f"waits on {_THREADING_WAITS[fn]} (threading.{fn}) that nothing sets"
-    if _LOCK_CODE.search(code):
+    if fname not in _QUEUE_FILES and _lock_wait(own, st):
         return "lock", "waits on a lock"
     if s.category is Category.DATA_WAIT or fname in _QUEUE_FILES or fd.startswith("pipe:"):
         return "queue", "waits on a queue" + (" (the DataLoader's workers)" if s.category is Category.DATA_WAIT else "")
     if _SLEEP_CODE.search(code):
         return "sleep", "sleeps"
     return "blocked", "blocked"
+
+
+def _lock_wait(own: Sequence[Frame], st: ThreadState | None) -> bool:
+    """Whether a blocked thread waits to take a lock, from what it does (not what the lock is
+    called): the kernel has it in a futex (or cannot say), and its native frames are in a lock
+    acquire, its newest threading.py frame is a lock's ``acquire``, or its line takes a lock."""
+    if st is not None and (st.syscall or st.wchan):
+        futex = (st.syscall or "").startswith("futex") or bool(_FUTEX_WCHAN.search(st.wchan or ""))
+        if not futex:
+            return False  # the kernel has it in a read, a poll, a sleep: not a lock
+    py = [f for f in own if not _native(f)]
+    leaf = py[0] if py else None
+    if any(_NATIVE_LOCK.match(f.name) for f in own if _native(f)) and not (
+            leaf is not None and leaf.filename.endswith("threading.py") and not leaf.name.endswith(".acquire")):
+        return True  # a Condition/Event wait acquires its waiter lock too: threading.py says which
+    if leaf is None:
+        return False
+    if leaf.filename.endswith("threading.py") and leaf.name.endswith(".acquire"):
+        return True  # threading's Python locks (_RLock.acquire under the pure-Python RLock)
+    code = leaf.code or ""
+    return bool(_ACQUIRE_CODE.search(code) or _WITH_CODE.match(code))
+
+
+def _native(f: Frame) -> bool:
+    """A native (C/C++) frame of py-spy --native: no Python source file."""
+    return not f.filename.endswith((".py", ".pyx", ">")) and not f.filename.endswith(".pyi")
 
 
 def party(s: StackSample, target: int, tasks: Mapping[int, TaskSample], ranks: Mapping[int, int] | None = None) -> Party:

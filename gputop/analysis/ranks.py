@@ -15,7 +15,7 @@ from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
-from .classify import project_frame, rank_samples, short_path
+from .classify import own_frames, project_frame, rank_samples, short_path
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .stacks_summary import category_shares
@@ -75,6 +75,10 @@ class RankView:
     gpu_waits: tuple[WaitPoll, ...] = ()
     gpu_util: float | None = None  # its GPU's mean utilisation over the window (%)
     gpu_sm: float | None = None  # its GPU's mean SM activity (GPM, %)
+    # The commonest place over all its samples, waits included: the user's frame under a wait in
+    # torch ("main (train.py:80)" under all_reduce), for a rank that does nothing else (``hot`` None).
+    top: str | None = None
+    top_share: float = 0.0
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -97,22 +101,33 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
     fns = Counter(f for f in (collective_fn(s) for s in coll) if f)
     places: Counter = Counter()
     lines: dict[tuple, Counter] = {}
+    anywhere: Counter = Counter()
+    any_lines: dict[tuple, Counter] = {}
     for s in main:
-        if s.category in (Category.COLLECTIVE, Category.IDLE):
-            continue
         f = project_frame(s.frames)
-        if f is None:
+        # The user's frame under library frames; a stack all in libraries by its newest frame.
+        g = f or (own_frames(s.frames)[0] if s.frames else None)
+        if g is not None:
+            key = (g.name, short_path(g.filename))
+            anywhere[key] += 1
+            any_lines.setdefault(key, Counter())[g.line] += 1
+        if s.category in (Category.COLLECTIVE, Category.IDLE) or f is None:
             continue
         key = (f.name, short_path(f.filename))
         places[key] += 1
         lines.setdefault(key, Counter())[f.line] += 1
-    hot, hot_share = None, 0.0
-    if places:
-        (name, path), k = places.most_common(1)[0]
-        hot = f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
-        hot_share = k / n
+
+    def commonest(counts: Counter, at: dict[tuple, Counter]) -> tuple[str | None, float]:
+        if not counts:
+            return None, 0.0
+        (name, path), k = counts.most_common(1)[0]
+        return f"{name} ({path}:{at[(name, path)].most_common(1)[0][0]})", k / n
+
+    hot, hot_share = commonest(places, lines)
+    top, top_share = commonest(anywhere, any_lines)
     return RankView(rank, pid, gpu, n, category_shares(main), len(coll) / n if n else 0.0,
-                    fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None)
+                    fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None,
+                    top=top, top_share=top_share)
 
 
 def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: float,

@@ -8,6 +8,7 @@ each with its evidence, the exact change and the expected gain, plus the time br
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -92,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
             # What each of the first evaluations saw: why a verdict is not there yet (too few
             # stacks, the job warming up, a rule firing but not yet held).
             "evaluation_log": progress.evaluations,
+            # Set when the run ended before the advisor had enough evidence for a verdict (an
+            # empty "findings" then means "not yet", not "nothing found").
+            "collecting": None if store.collecting() is None else dataclasses.asdict(store.collecting()),
             "interrupted": interrupted,
             "target_exited": ended,
             "nvml_error": nvml_error,
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(table)
     print()
-    print(findings_text(findings, since=start))
+    print(findings_text(findings, since=start, collecting=store.collecting()))
     return 0
 
 

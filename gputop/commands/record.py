@@ -3,7 +3,7 @@
 For tmux, nohup or a job script: the same sources, store and advisor as the live UI, every
 sample written to one file, one status line (rewritten in place on a terminal; a start and an
 end line otherwise). Stops cleanly on SIGINT, SIGTERM, SIGHUP, at the end of ``--duration``,
-or shortly after the ``--pid`` target exits; the file is complete and closed on each of them.
+or within a poll of the ``--pid`` target's exit; the file is complete and closed on each of them.
 ``gputop record --list [DIR]`` lists the recordings in a directory.
 """
 
@@ -22,8 +22,10 @@ from .options import add_live_options, add_stuck_after, parse_duration, parse_si
 
 # How often the status line is rewritten on a terminal.
 STATUS_EVERY_S = 1.0
-# After the target exits, keep recording this long: the last samples show how it ended.
-AFTER_EXIT_S = 5.0
+# How often the loop looks for its end (the --duration, the --pid target's exit): the recording
+# then stops at the sources' next poll, so it ends within a poll of either. Judgement: a look at
+# /proc/PID/stat costs ~50 µs, five a second are nothing beside the sources.
+CHECK_EVERY_S = 0.2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,27 +74,39 @@ def run(args: argparse.Namespace) -> int:
     restore = _install_signals(stop, why)
     status = _Status(path, recorder, args.duration, target=args.pid)
     started = time.monotonic()
-    exited_at: float | None = None
+    # The recording covers up to this instant (session clock): the end of --duration, or the last
+    # moment the target was seen alive; None: up to the stop.
+    until: float | None = None
+    seen_alive = session.clock()
+    next_status = 0.0
     session.start()
     status.start_line()
     try:
-        while not stop.wait(STATUS_EVERY_S):
+        while True:
+            elapsed = time.monotonic() - started
+            left = None if args.duration is None else args.duration - elapsed
+            if stop.wait(CHECK_EVERY_S if left is None else max(0.0, min(CHECK_EVERY_S, left))):
+                break
             elapsed = time.monotonic() - started
             if recorder.error:
                 break
             if args.duration is not None and elapsed >= args.duration:
                 why.append("duration reached")
+                until = session.clock() - (elapsed - args.duration)
                 break
-            if args.pid is not None and exited_at is None and not _alive(args.pid):
-                exited_at = time.monotonic()
-            if exited_at is not None and time.monotonic() - exited_at >= AFTER_EXIT_S:
-                why.append(f"process {args.pid} exited")
-                break
-            status.update(elapsed, session.store)
+            if args.pid is not None:
+                if not _alive(args.pid):
+                    why.append(f"process {args.pid} exited")
+                    until = seen_alive
+                    break
+                seen_alive = session.clock()
+            if elapsed >= next_status:
+                status.update(elapsed, session.store)
+                next_status = elapsed + STATUS_EVERY_S
     finally:
-        # Closes the recording, one complete file, once the sources' next poll (what happened
-        # up to the stop) is in it.
-        session.stop()
+        # Closes the recording, one complete file, once the sources' next poll taken at or after
+        # ``until`` (what happened up to the end) is in it.
+        session.stop(until=until)
         restore()
     status.end_line(time.monotonic() - started, why)
     if recorder.error:
@@ -218,6 +232,26 @@ def _fmt_size(n: int) -> str:
 
 # --------------------------------------------------------------------------- --list
 
+# The name a recording is given in the documentation and examples (run.gputop): a file so named
+# that cannot be read is listed with why rather than left out.
+RECORDING_SUFFIX = ".gputop"
+
+
+def _unreadable(p: Path) -> str | None:
+    """Why ``p`` cannot be opened for reading, None when it can."""
+    try:
+        with p.open("rb"):
+            return None
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+
+
+def _size_of(p: Path) -> str:
+    try:
+        return _fmt_size(p.stat().st_size)
+    except OSError:
+        return "?"
+
 
 def list_recordings(folder: Path) -> int:
     from ..record.reader import Reader, fmt_time
@@ -233,26 +267,34 @@ def list_recordings(folder: Path) -> int:
     rows = []
     for p in entries:
         try:
-            # An entry that cannot be looked at (/proc/1/cwd, a file of another user) is not
-            # one of ours to list: skipped.
-            if not p.is_file() or p.name.endswith(("-wal", "-shm")) or looks_like_recording(p) is not True:
+            # An entry that cannot even be looked at (/proc/1/cwd) is not one of ours to list.
+            if not p.is_file() or p.name.endswith(("-wal", "-shm")):
                 continue
         except OSError:
+            continue
+        why = _unreadable(p)
+        if why is not None:
+            # A file that cannot be read (another user's, a failing disk) is listed with why when
+            # it is named as a recording is; other files are not ours to guess about.
+            if p.name.endswith(RECORDING_SUFFIX):
+                rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"cannot be read: {why}"[:60]))
+            continue
+        kind = looks_like_recording(p)
+        if kind is not True:
+            if p.name.endswith(RECORDING_SUFFIX):
+                what = "empty: nothing written yet" if kind is None else "not a gputop recording"
+                rows.append((p.name, "?", "?", "?", "?", _size_of(p), what))
             continue
         try:
             with Reader(p) as r:
                 d = r.describe(counts=False)
-            gpus = ", ".join(sorted({g["name"] for g in d["gpus"]})) or "-"
+            gpus = ", ".join(sorted({g["name"] for g in d["gpus"]}))
             state = "" if d["state"] == "closed" else f" [{d['state']}]"
-            rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}", fmt_time(d["start"]),
+            rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}" if gpus else "CPU only", fmt_time(d["start"]),
                          fmt_length(d["duration_s"]), _fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except (UserError, OSError) as exc:
-            try:
-                size = _fmt_size(p.stat().st_size)
-            except OSError:
-                size = "?"
-            rows.append((p.name, "?", "?", "?", "?", size, f"unreadable: {exc}"[:60]))
+            rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"unreadable: {exc}"[:60]))
     if not rows:
         print(f"no gputop recordings in {folder}")
         return 0

@@ -10,7 +10,7 @@ import textwrap
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
-from ..model import Finding, Severity
+from ..model import Evidence, Finding, Severity
 
 SEVERITY_MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "! ", Severity.INFO: "i "}
 # One character per bucket in a monochrome bar (the pane colours them as well).
@@ -103,9 +103,25 @@ def finding_lines(f: Finding, rank: int | None = None, width: int = 100, since: 
     return out
 
 
-def findings_text(findings: Sequence[Finding], width: int = 100, since: float | None = None) -> str:
+def collecting_text(ev: Evidence | None, stacks_readable: bool = True) -> str | None:
+    """What the advisor is still collecting before its first verdict, as one sentence; None when
+    it has enough (or nothing is known)."""
+    if ev is None or ev.enough(stacks_readable):
+        return None
+    parts = []
+    if ev.stacks is not None and stacks_readable:
+        parts.append(f"{ev.stacks} of ~{ev.stacks_needed} stacks of the job's main thread")
+    if ev.gpu_s is not None:
+        parts.append(f"{ev.gpu_s:.1f} of {ev.gpu_needed_s:g} s of GPU samples")
+    return f"Collecting evidence: {', '.join(parts)}. Findings come once there is enough to judge."
+
+
+def findings_text(findings: Sequence[Finding], width: int = 100, since: float | None = None,
+                  collecting: Evidence | None = None) -> str:
+    """``collecting``: the advisor had too little to go on for a verdict (``Verdict.collecting``):
+    said instead of "no findings"."""
     if not findings:
-        return "No findings: nothing in this window costs the job a visible share of its time."
+        return collecting_text(collecting) or "No findings: nothing in this window costs the job a visible share of its time."
     blocks = ["\n".join(finding_lines(f, i + 1, width, since)) for i, f in enumerate(findings)]
     return "\n\n".join(blocks)
 
@@ -219,10 +235,11 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
 def pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
-    exited: str | None = None,
+    exited: str | None = None, collecting: Evidence | None = None,
 ) -> list[Line]:
     """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
-    read as what was showing while it ran."""
+    read as what was showing while it ran. ``collecting``: the advisor has not yet had enough
+    evidence for a verdict (``Verdict.collecting``): said instead of "no findings"."""
     out: list[Line] = []
     if exited is not None:
         end = ("the findings below are from while it ran." if findings
@@ -254,6 +271,10 @@ def pane_lines(
         names = "; ".join(f.title for f in pending[:3])
         out.extend(_wrapped(f"Confirming: {names}. A cause is named once it has held for a few seconds.",
                             width, "", "", "dim"))
+        return out
+    wait = collecting_text(collecting, stacks_readable=no_stacks is None)
+    if not findings and wait is not None:
+        out.extend(_wrapped(wait, width, "", "", "dim"))
         return out
     if not findings:
         msg = "No findings: nothing costs the job a visible share of its time."

@@ -93,8 +93,10 @@ def gpu_panel_lines(
     history: History | None,
     width: int,
     mode: str = FULL,
+    charts: int = 3,
 ) -> list[Text]:
-    """One GPU: a line (compact), three (medium) or six (full) lines of ``width`` columns."""
+    """One GPU: a line (compact), three (medium) or six (full) lines of ``width`` columns; a full
+    panel with less room draws its first ``charts`` history charts (utilisation first)."""
     width = max(20, width)
     idx = s.index if s is not None else (info.index if info else 0)
     name = info.name if info else "GPU"
@@ -198,9 +200,13 @@ def gpu_panel_lines(
     # The window the charts span, so `[` and `]` show on the chart itself.
     t.append(f"  util{_window_label(history.t1 - history.t0):>4} ", style="dim")
     t.append_text(_util_spark(history, chart_w))
+    if charts < 2:
+        return _fit(lines, width)
     t = _newline(lines)
     t.append("    tensor ", style="dim")
     t.append(_sample_spark(history, chart_w, lambda x: x.tensor_active), style="cyan")
+    if charts < 3:
+        return _fit(lines, width)
     t = _newline(lines)
     t.append("    mem    ", style="dim")
     mem_line = _sample_spark(history, chart_w // 2 - 1, lambda x: 100 * x.mem_fraction if x.mem_fraction is not None else None)

@@ -94,6 +94,15 @@ def build_rows(
     return sort_rows(rows, sort, reverse)
 
 
+def attachable(r: ProcRow, user: str | None, root: bool, own_pid: int) -> bool:
+    """Whether gputop could attach to the row's process, as far as the row tells: not init, not
+    gputop itself, and (unless gputop runs as root) a process of the same user (ptrace's rule).
+    Not proof it can: it may not be Python, or ptrace may be restricted."""
+    if r.pid in (1, own_pid) or r.command.startswith("(process not visible"):
+        return False
+    return root or (user is not None and r.user == user)
+
+
 def _haystack(r: ProcRow) -> str:
     gpu = f"gpu{r.gpu}" if r.gpu is not None else ""
     return f"{r.pid} {r.user or ''} {gpu} {r.command}".lower()

@@ -45,8 +45,11 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
     for name, share in group_shares(v.shares) if v.samples else ((n, 0.0) for n, _ in GROUPS):
         text = _pct(share) if v.samples else "-"
         segs.append((f"{text:>{GROUP_W}}", f"grp.{name}" if share >= HIGH_SHARE else "dim" if not share else ""))
-    hot = truncate(f"{v.hot} {_pct(v.hot_share)}", hot_w) if v.hot and hot_w > 0 else ""
-    segs.append(("  " + hot, "project" if hot else ""))
+    # Its hottest place outside waits; for a rank that only waits, where in its own code it waits
+    # (the user's frame under torch's), dimmed.
+    place, share, style = (v.hot, v.hot_share, "project") if v.hot else (v.top, v.top_share, "dim")
+    hot = truncate(f"{place} {_pct(share)}", hot_w) if place and hot_w > 0 else ""
+    segs.append(("  " + hot, style if hot else ""))
     return tuple(segs)
 
 

@@ -252,13 +252,16 @@ def _chmod_private(path: Path) -> None:
             pass
 
 
-def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None) -> str:
+def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None, cap_reached: bool | None = None) -> str:
     """One line for a failed write. ``max_bytes``: the --max-size cap, when one was given (SQLite
-    reports a full disk and a reached page cap alike, so the cap is named only when there is one)."""
+    reports a full disk and a reached page cap alike); ``cap_reached``: whether the file had grown
+    to the cap (``RecordWriter.cap_reached``), None when unknown: then both are named."""
     code = getattr(exc, "sqlite_errorcode", None)
     msg = str(exc)
     if code == 13 or "full" in msg:  # SQLITE_FULL
-        if max_bytes:
+        if max_bytes and cap_reached:
+            return f"the --max-size limit of {_fmt_bytes(max_bytes)} reached"
+        if max_bytes and cap_reached is None:
             return f"disk full (or the --max-size limit of {_fmt_bytes(max_bytes)} reached)"
         return "disk full"
     if code is not None and code & 0xFF == 10 or "I/O" in msg:  # SQLITE_IOERR
@@ -470,6 +473,20 @@ class RecordWriter:
         if max_bytes:
             page = self.conn.execute("PRAGMA page_size").fetchone()[0]
             self.conn.execute(f"PRAGMA max_page_count={max(1, int(max_bytes) // page)}")
+
+    def cap_reached(self) -> bool | None:
+        """After a write failed for want of space with a --max-size cap: whether the file had
+        grown to the cap (else the disk is what is full). None: no cap, or unreadable. The cap is
+        SQLite's max_page_count; a failed batch needed at most a few dozen pages more, so a file
+        within 1 % (at least 64 pages) of it is at the cap: a full disk stops it far below."""
+        if not self.max_bytes:
+            return None
+        try:
+            used = self.conn.execute("PRAGMA page_count").fetchone()[0]
+            cap = self.conn.execute("PRAGMA max_page_count").fetchone()[0]
+        except sqlite3.Error:
+            return None
+        return cap - used <= max(64, cap // 100)
 
     def _load_caches(self) -> None:
         c = self.conn
@@ -1084,7 +1101,8 @@ class Recorder:
     def _fail(self, exc: BaseException) -> None:
         if not self._active or self.error is not None:
             return
-        reason = describe_sqlite_error(exc, self.writer.max_bytes) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
+        reason = (describe_sqlite_error(exc, self.writer.max_bytes, self.writer.cap_reached())
+                  if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}")
         upto = self.writer.last_ts
         when = time.strftime("%H:%M:%S", time.localtime(upto)) if upto else "the start"
         self.error = f"recording to {self.path} stopped: {reason}; the file keeps data up to {when}"

@@ -239,9 +239,42 @@ def _classify_failure(pid: int, stderr: str, rc: int) -> AttachError:
         return AttachError(f"permission denied reading PID {pid}'s stacks: {permission_advice(pid)}", "permission")
     if "failed to find python version" in low or "failed to find a python interpreter" in low:
         return AttachError(f"PID {pid} is not a Python process: no stacks (GPU and CPU monitoring still work)", "not-python")
+    special = _not_a_job(pid)
+    if special is not None:
+        return special
     if not _alive(pid) or "check that the process is running" in low or "no such process" in low:
         return AttachError(f"no process with PID {pid}", "gone")
     return AttachError(f"py-spy failed on PID {pid}: {first.removeprefix('Error: ')}", "pyspy-failed")
+
+
+# /proc/PID/stat's flags (field 9): the kernel's own threads carry PF_KTHREAD.
+_PF_KTHREAD = 0x00200000
+
+
+def _not_a_job(pid: int) -> AttachError | None:
+    """Why ``pid`` is a process no stacks can come from, where /proc says so: a kernel thread,
+    or a zombie (it exited and its parent has not reaped it). None otherwise or unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if not fields:
+        return None
+    if fields[0] == "Z":
+        status = exit_status(pid)
+        parent = f" {fields[1]}" if len(fields) > 1 else ""
+        how = f"exited with {status}" if status else "exited"
+        return AttachError(f"PID {pid} is a zombie ({how}, not reaped by its parent{parent}): it runs no code to sample",
+                           "gone")
+    try:
+        flags = int(fields[6])
+    except (IndexError, ValueError):
+        return None
+    if flags & _PF_KTHREAD:
+        return AttachError(f"PID {pid} is a kernel thread, not a program: it has no Python stacks", "not-python")
+    return None
 
 
 # getrusage(RUSAGE_CHILDREN) is per process: a dump measured under this lock is the only child
@@ -322,6 +355,9 @@ def check_attachable(pid: int, pyspy: str | None = None) -> str:
 
     if not psutil.pid_exists(pid):
         raise AttachError(f"no process with PID {pid}", "gone")
+    special = _not_a_job(pid)
+    if special is not None:
+        raise special
     path = _pyspy_or_raise(pyspy)
     dump_json(pid, path)
     return path

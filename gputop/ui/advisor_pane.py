@@ -12,6 +12,7 @@ import time
 from textual import events
 from textual.containers import VerticalScroll
 
+from ..advisor.engine import nothing_yet
 from ..present.advice import finding_starts, pane_lines
 from .lines_pane import LinesPane
 from .lines_view import LinesView
@@ -61,14 +62,21 @@ class AdvisorPane(LinesPane):
         pid = getattr(session, "target_pid", None)
         last = store.procs_latest().get(pid) if pid is not None else None  # a paused snapshot has it too
         exited = last.ts if last is not None and last.status == "exited" else None
-        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks, exited)
+        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks, exited, pid)
         if key == self._last:
             return
         self._last = key
-        breakdowns = store.breakdowns()
-        self._findings = store.findings()
+        # The advisor's latest verdict, if it speaks of the job attached now: just after the user
+        # attaches to another job it is still the previous one's (its findings, its age), and none
+        # is there before the first evaluation. Then the pane says what is being collected.
+        published, about = store.verdict_target()
+        if published and about == pid:
+            breakdowns, self._findings = store.breakdowns(), store.findings()
+            pending, collecting = store.pending_findings(), store.collecting()
+        else:
+            breakdowns, self._findings, pending, collecting = (), [], [], nothing_yet(attached, has_gpu)
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
-                           pending=store.pending_findings(), no_stacks=no_stacks,
+                           pending=pending, no_stacks=no_stacks, collecting=collecting,
                            exited=None if exited is None else f"PID {pid} at {time.strftime('%H:%M:%S', time.localtime(exited))}")
         self._starts = finding_starts(lines)
         self.show(lines)

@@ -8,6 +8,7 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,9 @@ PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-p
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
 # The status line shows the newest event, but an error of the last minute wins over later
 # routine events (looked for among the newest few).
+# How often the Advisor tab (when shown) looks for the advisor's next verdict, when the display's
+# own refresh is slower: half the advisor's one-second cadence, so a verdict shows within 0.5 s.
+ADVISOR_TAB_EVERY_S = 0.5
 STATUS_LOOKBACK_EVENTS = 20
 STATUS_ERROR_KEEP_S = 60.0
 DEFAULT_CHART_WINDOW = 120.0
@@ -167,7 +171,15 @@ class GputopApp(ReplayControls, App[int]):
         self._mounted_ok = True
         self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
+        if self.refresh_every > ADVISOR_TAB_EVERY_S:
+            # The advisor publishes once a second: its tab follows it, so what it says (a job's
+            # age, a stall's length) is its latest evaluation's, not one a poll interval old.
+            self.set_interval(ADVISOR_TAB_EVERY_S, self._tick_advisor)
         self.tick(force=True)
+
+    def _tick_advisor(self) -> None:
+        if self._mounted_ok and not self.paused and self.active_tab == "advisor":
+            self._update_panes("advisor")
 
     def _exit_on_signals(self) -> None:
         """SIGTERM (a job scheduler, `kill`) and SIGHUP (the SSH session dropped) end the app
@@ -358,8 +370,9 @@ class GputopApp(ReplayControls, App[int]):
     def _close_recording(self) -> None:
         # Closing waits for the next poll (what happened up to the stop, at most a poll interval)
         # and writes the queued batches: off the event loop.
-        self.session.stop_recording()
-        self.call_from_thread(self.notify, "recording stopped and saved", timeout=4)
+        rec = self.session.stop_recording()
+        where = f": {Path(rec.path).resolve()}" if rec is not None else ""
+        self.call_from_thread(self.notify, f"recording stopped and saved{where}", timeout=4)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -479,5 +492,11 @@ def run_app(session: Session) -> int:
     try:
         app.run()
     finally:
+        recorder = session.recorder  # recording when the user quit: closed by stop()
         session.stop()
+        if recorder is not None:
+            # Said once the terminal is back: where the file is (the notice at its start is gone).
+            error = getattr(recorder, "error", None)
+            print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
+                  file=sys.stderr, flush=True)
     return app.return_code or 0

@@ -14,14 +14,30 @@ MIN_TABLE_ROWS = 6
 HOST_LINES = 3
 
 
-def choose_mode(height: int, n_gpus: int) -> str:
-    """The largest panel size at which ``n_gpus`` panels leave the table its rows."""
+# The panels' share of the screen at most (``#gpus { max-height: 60% }`` in gputop.tcss, of the
+# screen less the footer docked at its bottom).
+MAX_SHARE = 0.6
+CHART_LINES = PANEL_LINES[FULL] - PANEL_LINES[MEDIUM]  # util, tensor, memory and power
+
+
+def choose_layout(height: int, n_gpus: int) -> tuple[str, int]:
+    """The largest panel size at which ``n_gpus`` panels leave the table its rows, and how many
+    history charts each full panel draws: all of them, else as many as fit (the utilisation
+    chart first) before the panels fall back to no charts at all."""
     avail = height - 1 - HOST_LINES - 1 - 1 - 3 - MIN_TABLE_ROWS  # header, host, status, footer, tabs
-    for mode in (FULL, MEDIUM, COMPACT):
-        per = PANEL_LINES[mode] + (1 if mode == FULL else 0)  # full panels carry a rule
-        if n_gpus * per <= avail:
-            return mode
-    return COMPACT
+    avail = min(avail, int((height - 1) * MAX_SHARE))
+    for charts in range(CHART_LINES, 0, -1):
+        if n_gpus * (PANEL_LINES[MEDIUM] + charts + 1) <= avail:  # full panels carry a rule
+            return FULL, charts
+    for mode in (MEDIUM, COMPACT):
+        if n_gpus * PANEL_LINES[mode] <= avail:
+            return mode, 0
+    return COMPACT, 0
+
+
+def choose_mode(height: int, n_gpus: int) -> str:
+    """The panel size ``choose_layout`` picks."""
+    return choose_layout(height, n_gpus)[0]
 
 
 class GpuPanels(VerticalScroll):
@@ -38,7 +54,7 @@ class GpuPanels(VerticalScroll):
             return FULL
         if set(self._panels) != set(indices):
             self._replace({i: LinesView(classes="gpu-panel", id=f"gpu-{i}") for i in indices})
-        mode = choose_mode(height, len(indices))
+        mode, charts = choose_layout(height, len(indices))
         width = max(20, (self.size.width or self.app.size.width or 80) - 2)
         now = view.now
         t0 = now - chart_window
@@ -52,7 +68,7 @@ class GpuPanels(VerticalScroll):
                     util=view.util_window(i, t0),
                     samples=view.gpu_window(i, t0) if mode == FULL else (),
                 )
-            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode))
+            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode, charts))
         return mode
 
     def _no_gpus(self, system) -> None:

@@ -92,6 +92,9 @@ class ProcList(LinesView, can_focus=True):
         self.highlight: set[str] = set()  # row keys drawn in the highlight style (the attached job)
         self.cursor = 0
         self.top = 0
+        # Until the user moves the cursor it rests on the first row ``default_row`` allows, as
+        # rows come and re-sort; from then on it stays on the process the user chose.
+        self.user_moved = False
         self._styles: dict[str, Style] = {}  # component styles; Textual recomputes them per refresh
 
     # ------------------------------------------------------------------ data
@@ -105,12 +108,15 @@ class ProcList(LinesView, can_focus=True):
         self._redraw()
 
     def set_rows(self, keys: Sequence[str], cells: Sequence[tuple[str, ...]], highlight: set[str] | None = None) -> None:
-        """Replace the rows; the cursor stays on the same key where it still exists."""
+        """Replace the rows; the cursor stays on the same key where it still exists once the user
+        has moved it, and rests on the first row ``default_row`` allows until then."""
         selected = self.keys[self.cursor] if 0 <= self.cursor < len(self.keys) else None
         count_changed = len(keys) != len(self.keys)
         self.keys, self.cells = list(keys), [tuple(c) for c in cells]
         self.highlight = set(highlight or ())
-        if selected in self.keys:
+        if not self.user_moved:
+            self.cursor = self.default_row()
+        elif selected in self.keys:
             self.cursor = self.keys.index(selected)
         self.cursor = max(0, min(self.cursor, len(self.keys) - 1))
         if count_changed:
@@ -119,9 +125,14 @@ class ProcList(LinesView, can_focus=True):
 
     # ------------------------------------------------------------------ cursor
 
+    def default_row(self) -> int:
+        """The row the cursor rests on before the user moves it: the top one."""
+        return 0
+
     def move_cursor(self, row: int) -> None:
         if not self.keys:
             return
+        self.user_moved = True
         self.cursor = max(0, min(row, len(self.keys) - 1))
         self._redraw()
 
@@ -136,6 +147,7 @@ class ProcList(LinesView, can_focus=True):
 
     def action_select(self) -> None:
         if 0 <= self.cursor < len(self.keys):
+            self.user_moved = True  # chosen: the cursor stays with it
             self.post_message(self.Selected(self, self.cursor, self.keys[self.cursor]))
 
     def on_click(self, event: events.Click) -> None:

@@ -3,7 +3,9 @@ filtered as the user asks, the attached target highlighted."""
 
 from __future__ import annotations
 
-from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, build_rows
+import os
+
+from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from .proc_list import ProcList
 
@@ -21,6 +23,7 @@ class ProcessTable(ProcList):
         self._shown: tuple | None = None  # (rows, target) last drawn; None: draw again
         self._view = None
         self._target: int | None = None
+        self._me = _me()  # (this user's name, whether root): which rows can be attached to
 
     def on_mount(self) -> None:
         self._update_titles()
@@ -34,6 +37,12 @@ class ProcessTable(ProcList):
         self._rows, self._shown = rows, (rows, target)
         self.set_rows([r.key for r in rows], [_cells(r) for r in rows],
                       highlight={r.key for r in rows if r.pid == target})
+
+    def default_row(self) -> int:
+        """Before the user moves the cursor: the top row gputop can attach to (not init, not a
+        process of another user, not gputop itself), the top row where none is."""
+        name, root = self._me
+        return next((i for i, r in enumerate(self._rows) if attachable(r, name, root, os.getpid())), 0)
 
     @property
     def rows(self) -> list[ProcRow]:
@@ -79,6 +88,17 @@ class ProcessTable(ProcList):
             descending = (key in DESCENDING_BY_DEFAULT) != self.sort_reverse
             titles[key] = title + ((" ▼" if descending else " ▲") if key == self.sort_key else "")
         self.set_titles(titles)
+
+
+def _me() -> tuple[str | None, bool]:
+    """This process's user name (None: unknown) and whether it is root."""
+    try:
+        import pwd
+
+        uid = os.geteuid()
+        return pwd.getpwuid(uid).pw_name, uid == 0
+    except (ImportError, KeyError, AttributeError, OSError):
+        return None, False
 
 
 def _cells(r: ProcRow) -> tuple[str, ...]:

@@ -30,8 +30,9 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     saves = _runs(ctx, Category.CHECKPOINT_IO)
     ev = [idle_line(g, [Bucket.CHECKPOINT])]
     if saves:
-        longest = max(b - a for a, b in saves)
-        ev.append(f"{len(saves)} save{'s' if len(saves) != 1 else ''} seen, the longest {secs(longest)}")
+        low, high = max(saves, key=lambda r: r[1])
+        ev.append(f"{len(saves)} save{'s' if len(saves) != 1 else ''} seen, the longest {low:.1f}-{high:.1f} s "
+                  "(from its first to last sample, and between the samples around it)")
     every = periodicity([iv for iv in g.idle if iv.duration >= CHECKPOINT_MIN_S])
     if every is not None and g.index != CPU_DEVICE:
         ev.append(f"{g.name} goes idle in bursts about every {secs(every)}")
@@ -56,14 +57,27 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
 
 
 def _runs(ctx: AnalysisContext, cat: Category, gap: float = SAVE_GAP_S) -> list[tuple[float, float]]:
-    """Spans of consecutive main-thread samples in ``cat`` (a save, a sync)."""
-    out: list[list[float]] = []
-    for s in ctx.main_stacks:
+    """Each run of main-thread samples in ``cat`` (a save, a sync) as (at least, at most) seconds
+    long: from its first sample to its last, and from the sample before it to the sample after it
+    (a save caught by one sample is not 0 s long: it lasted up to the spacing around it, which is
+    also the time the breakdown gives it). A side with no sample within ``gap`` (the window's
+    edge, a pause in sampling) reaches out by the usual spacing only."""
+    xs = ctx.main_stacks
+    steps = sorted(b.ts - a.ts for a, b in zip(xs, xs[1:]) if b.ts > a.ts)
+    spacing = min(gap, steps[len(steps) // 2]) if steps else 0.0
+    runs: list[list[int]] = []
+    for i, s in enumerate(xs):
         if s.category is not cat:
             continue
-        if out and s.ts - out[-1][1] <= gap:
-            out[-1][1] = s.ts
+        if runs and s.ts - xs[runs[-1][1]].ts <= gap:
+            runs[-1][1] = i
         else:
-            out.append([s.ts, s.ts])
-    return [(a, b) for a, b in out]
+            runs.append([i, i])
+    out = []
+    for i, j in runs:
+        first, last = xs[i].ts, xs[j].ts
+        before = xs[i - 1].ts if i > 0 and first - xs[i - 1].ts <= gap else first - spacing
+        after = xs[j + 1].ts if j + 1 < len(xs) and xs[j + 1].ts - last <= gap else last + spacing
+        out.append((last - first, after - before))
+    return out
 
