@@ -120,3 +120,16 @@ def test_nccl_ras_counts_name_the_rank_in_the_stuck_evidence():
         assert "rank 1 (pid 1234, GPU 1" in line and "77" in line and "not moved in 8 s" in line
     finally:
         session.pipeline.stop()
+
+
+def test_the_compute_straggler_is_named_as_computing_on_its_gpu():
+    # bench/multi_rank.py's compute mode: rank 1 runs two more forwards a step, its host never
+    # waits; rank 0's GPU computes ~60 % of the time and spins the rest (SM 56 % against 73 %).
+    runs = replay_findings("compute-h100x2.gputop")
+    for t, ctx, shown in runs[2:]:
+        assert shown and shown[0].id == "rank-straggler", (t, [f.id for f in shown])
+        f = shown[0]
+        assert f.title.startswith("rank 1 is the straggler")
+        assert "computes on GPU 1" in " ".join(f.evidence)
+        assert "same work per step" in f.action
+        assert not BUSY_GPU_FINDINGS - {"memory-headroom"} & {x.id for x in shown}
