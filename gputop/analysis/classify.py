@@ -22,6 +22,8 @@ How a stack is judged:
 
 from __future__ import annotations
 
+from collections import Counter
+
 import re
 from dataclasses import dataclass, field, replace
 from typing import Collection, Sequence
@@ -338,3 +340,15 @@ def where(frames: Sequence[Frame]) -> str:
     if f is None:
         return "no Python frames"
     return f"{short_path(f.filename)}:{f.line} in {f.name}"
+
+
+def category_shares(main: Sequence[StackSample]) -> tuple[tuple[Category, float], ...]:
+    """Share of samples per category, largest first (ties in the classifier's order)."""
+    if not main:
+        return ()
+    counts = Counter(s.category for s in main)
+    order = list(Category)
+    n = len(main)
+    return tuple(
+        (c, k / n) for c, k in sorted(counts.items(), key=lambda ck: (-ck[1], order.index(ck[0])))
+    )

@@ -15,10 +15,9 @@ from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
-from .classify import own_frames, project_frame, rank_samples, short_path
+from .classify import category_shares, own_frames, project_frame, rank_samples, short_path
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
-from .stacks_summary import category_shares
 from .stats import wilson_interval
 
 RANKS_SOURCE = "ranks"

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from .classify import project_frame
+from .classify import category_shares, project_frame
 from ..model import Category, Event, Frame, ProcSample, StackSample
 from ..store import Store
 from .stuck import StuckVerdict, stuck_verdict
@@ -76,18 +76,6 @@ def latest_threads(samples: Sequence[StackSample], pid: int) -> tuple[StackSampl
 
 def main_samples(samples: Sequence[StackSample], pid: int) -> list[StackSample]:
     return [s for s in samples if s.pid == pid and s.is_main]
-
-
-def category_shares(main: Sequence[StackSample]) -> tuple[tuple[Category, float], ...]:
-    """Share of samples per category, largest first (ties in the classifier's order)."""
-    if not main:
-        return ()
-    counts = Counter(s.category for s in main)
-    order = list(Category)
-    n = len(main)
-    return tuple(
-        (c, k / n) for c, k in sorted(counts.items(), key=lambda ck: (-ck[1], order.index(ck[0])))
-    )
 
 
 def hottest(main: Sequence[StackSample], n: int = 8) -> tuple[Hot, ...]:

@@ -35,6 +35,7 @@ from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
 from ..store import Store
 from .efficiency import is_worker, worker_stats
+from .ranks import as_ranks, moving_ranks, rank_map
 from .spin import spins_now
 
 # A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
@@ -357,8 +358,6 @@ def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample
 
 def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = None) -> StuckVerdict:
     """The verdict for target ``pid`` from what the store holds."""
-    from .ranks import as_ranks, rank_map  # here: analysis.ranks reads stacks_summary, which reads this module
-
     now = store.now if now is None else now
     t0 = now - threshold - LOOKBACK_EXTRA_S
     pid_rank = rank_map(store.events())
@@ -391,8 +390,6 @@ def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[
     """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
     another rank works is not stuck; each step it waits again, for a straggler (the rank-straggler
     rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``."""
-    from .ranks import moving_ranks
-
     # The target's own wait decides, not only the diagnosis's kind: its main thread in a collective
     # waits for its peers, whichever kind the parties' states made of the hang.
     in_collective = v.category is Category.COLLECTIVE or (v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE)
@@ -478,8 +475,6 @@ class StuckWatch:
 
     def _who(self, pid: int) -> str:
         """'PID 123', or 'rank 0 (PID 123)' for a rank of a multi-rank job."""
-        from .ranks import rank_map
-
         rank = rank_map(self.store.events()).get(pid)
         return f"PID {pid}" if rank is None else f"rank {rank} (PID {pid})"
 
