@@ -349,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", default="all" if FRESH_SCRIPT.exists() else "",
                     help="held-out jobs of bench/jobs/multi_rank_fresh.py to run too (comma list, 'all' or '')")
     ap.add_argument("--measure-fixes", action="store_true", help="also measure each held-out straggler's fix")
+    ap.add_argument("--fixes-only", action="store_true",
+                    help="only measure the held-out stragglers' fixes (no advise), into fixes.json")
     ap.add_argument("--job", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.job:
@@ -379,6 +381,17 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("needs torch", file=sys.stderr)
             return 2
+    if args.fixes_only:
+        fixes = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for m in fresh:
+                if truths[m]["verdict"] == "straggler":
+                    fixes[m] = measure_fix(m, args.device, Path(tmp))
+                    print(json.dumps({m: fixes[m]}), flush=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fixes.json").write_text(json.dumps({"machine": machine(args.device), "measure_s": MEASURE_S,
+                                                    "fixes": fixes}, indent=2) + "\n")
+        return 0
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for m in modes:
