@@ -111,3 +111,16 @@ def test_info_of_a_cut_copy_says_its_findings_were_lost(tmp_path, capsys):
     import json
 
     assert json.loads(capsys.readouterr().out)["findings_lost"] is True
+
+
+def test_a_fifo_named_like_a_recording_is_refused_at_once_not_read_forever(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo.gputop"
+    os.mkfifo(fifo)
+    for cmd in (["info", str(fifo)], ["report", str(fifo)]):
+        res = subprocess.run([sys.executable, "-m", "gputop", *cmd], capture_output=True, text=True, timeout=30)
+        assert res.returncode != 0 and "not a regular file" in res.stderr, (cmd, res.stderr)
+        assert "Traceback" not in res.stderr

@@ -15,7 +15,7 @@ from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
-from .classify import category_shares, own_frames, project_frame, rank_samples, short_path
+from .classify import category_shares, own_frames, project_frame, rank_samples, short_path, stack_key
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .stats import wilson_interval
@@ -78,6 +78,9 @@ class RankView:
     # torch ("main (train.py:80)" under all_reduce), for a rank that does nothing else (``hot`` None).
     top: str | None = None
     top_share: float = 0.0
+    # It does something now: its newest samples are not all one stack, or its thread was on a CPU
+    # in most of them. A rank blocked in one place (a hang) works at nothing.
+    works: bool = True
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -124,9 +127,17 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
 
     hot, hot_share = commonest(places, lines)
     top, top_share = commonest(anywhere, any_lines)
+    recent = main[-WORKS_RECENT:]
+    works = bool(recent) and (len({stack_key(s.frames) for s in recent}) > 1
+                              or sum(1 for s in recent if s.active) >= len(recent) / 2)
     return RankView(rank, pid, gpu, n, category_shares(main), len(coll) / n if n else 0.0,
                     fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None,
-                    top=top, top_share=top_share)
+                    top=top, top_share=top_share, works=works)
+
+
+# A rank's newest this many samples (2 s at the multi-rank sampler's ~5 Hz shared budget, after
+# the attach burst) tell whether it does something now.
+WORKS_RECENT = 10
 
 
 def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: float,
@@ -217,9 +228,8 @@ def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min
 
 # The GPU path needs this many paired polls: a mean and a spread (Student's t at 2 is 4.3).
 GPU_MIN_POLLS = 3
-# A straggler works in at least this share of its host samples (not idle), or its GPU is busy this
-# share of the time. Judgement: half, so a rank that sleeps or blocks most of the window is left
-# to the stuck verdict.
+# A straggler's GPU busy this share of the window does something even while its host waits.
+# Judgement: half.
 STRAGGLER_BUSY_MIN = 0.5
 
 
@@ -237,9 +247,7 @@ def gpu_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
     slow, others = seen[i], tuple(seen[:i] + seen[i + 1:])
     if min(v.gpu_wait or 0.0 for v in others) < others_wait_min:
         return None
-    # The rank the others wait for does something: its host thread works, or its GPU computes. One
-    # asleep or blocked with its GPU idle never arrives at all: a hang, the stuck verdict's to name.
-    if slow.share(Category.IDLE) > 1 - STRAGGLER_BUSY_MIN and (slow.gpu_util or 0.0) < STRAGGLER_BUSY_MIN * 100:
+    if not _does_something(slow):
         return None
     z = pick_z(level, len(seen)) or 1.96
     lows = [paired_gap(v.gpu_waits, slow.gpu_waits, z) for v in others]
@@ -251,10 +259,19 @@ def gpu_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
     return Straggler(slow, others, low, z, on_gpu=True, polls=min(n for _, _, n in lows))
 
 
+def _does_something(slow: RankView) -> bool:
+    """The rank the others wait for does something: its host thread works, or its GPU computes.
+    One blocked in one place with its GPU idle never arrives at all: a hang, the stuck verdict's
+    to name (a straggler named for the first seconds of a hang is a false warning)."""
+    return slow.works or (slow.gpu_util or 0.0) >= STRAGGLER_BUSY_MIN * 100
+
+
 def _straggler_on_host(seen: Sequence[RankView], others_wait_min: float, gap: float,
                        level: float | None) -> Straggler | None:
     i = min(range(len(seen)), key=lambda k: seen[k].collective)
     slow, others = seen[i], tuple(seen[:i] + seen[i + 1:])
+    if not _does_something(slow):
+        return None
     if min(v.collective for v in others) < others_wait_min:
         return None
     if min(v.collective for v in others) - slow.collective < gap:

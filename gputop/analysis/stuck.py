@@ -74,6 +74,11 @@ IO_PROGRESS_BPS = 64 * 1024
 # older 0.9 / 0.8. Judgement: early evidence is strong (the kernel's) but short.
 EARLY_CONFIDENCE = 0.55
 EARLY_CONFIDENCE_MAX = 0.85
+# A main thread that stopped while watched, its GPU spinning for the whole look-back: stuck after
+# this long (the spin's own look-back, GPU_IDLE_WINDOW_S, covers it), with this confidence.
+# Judgement: a training step moves its line many times a second, and a spinning GPU does no work.
+SPIN_STUCK_S = 5.0
+SPIN_CONFIDENCE = 0.7
 
 
 # How a verdict names the GPU's state ("spin": 'busy' in a kernel that waits, analysis.spin).
@@ -263,6 +268,21 @@ def judge(
             ev.append(SPIN_EVIDENCE)
         return stuck(f"main thread unchanged for {held_text} ({last.category.value}, {gpu_note}{cpu_note})",
                      held, exact, False, 0.9 if exact else 0.8, ev)
+
+    # ------------------------------------------------------------- a hang that starts while watched
+    # A main thread still on a GPU that has spun for the whole look-back (a kernel waiting for a
+    # peer or a flag, analysis.spin) is not a slow step: a step that computes moves the GPU's SMs.
+    # Called after SPIN_STUCK_S rather than the threshold (a collective hang is otherwise a 30 s
+    # wait); a rank waiting while another moves is still a straggler (across_ranks).
+    if gpu == "spin" and not reaches_start and held >= SPIN_STUCK_S:
+        if prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
+            return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but its processes move "
+                                       f"{prog.io_bps / 1e6:.1f} MB/s through read/write", **base)
+        n = len([s for s in main if s.ts >= first.ts])
+        ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples) while its GPU spins", SPIN_EVIDENCE]
+        ev += _proc_lines(prog)
+        return stuck(f"no progress for {held:.0f} s ({last.category.value}, {gpu_note})", held, True, False,
+                     SPIN_CONFIDENCE, ev)
 
     # ------------------------------------------------------------- the verdict at attach
     early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start)

@@ -126,6 +126,11 @@ class Reader:
             raise UserError(f"{p}: no such file")
         if p.is_dir():
             raise UserError(f"{p} is a directory, not a gputop recording")
+        if not p.is_file():
+            # A FIFO, a socket, a device or a process substitution: reading one would wait for a
+            # writer forever (or read a stream SQLite cannot seek in).
+            raise UserError(f"{p} is not a regular file (a pipe, socket or device): a recording is a file; "
+                            "copy it to one first")
         try:
             with open(p, "rb") as f:
                 head = f.read(100)
