@@ -530,14 +530,14 @@ def test_source_sends_a_report_only_when_it_changes(clock):
     q = Scripted(ok(HEALTHY), ok(retimed), ok(later), ok(later))
     src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q)
     (ev,) = src.poll()
-    assert isinstance(ev, Event) and (ev.source, ev.level, ev.ts, ev.message) == ("nccl-ras", "debug", clock.t, HEALTHY)
+    assert isinstance(ev, Event) and (ev.source, ev.level, ev.ts, ev.message) == ("nccl-ras", "debug", clock.t, one_line(HEALTHY))
     assert src.poll() == []  # within the interval: not even asked
     assert len(q.calls) == 1
     clock.advance(2.0)
     assert src.poll() == [] and src.confirmed_at == clock.t  # only the gathering time differs
     clock.advance(2.0)
     (ev,) = src.poll()
-    assert ev.message == later
+    assert ev.message == one_line(later)
     clock.advance(2.0)
     assert src.poll() == []
     assert q.calls == [("127.0.0.1:7", 3.0, False)] * 4
@@ -558,7 +558,7 @@ def test_source_says_once_that_the_service_is_unreachable_then_backs_off(clock):
     assert len(q.calls) == 2
     clock.advance(30.0)
     (ev,) = src.poll()
-    assert ev.message == HUNG
+    assert ev.message == one_line(HUNG)
     clock.advance(2.0)
     assert src.poll() == []  # frozen: the same report
     clock.advance(2.0)
@@ -566,7 +566,7 @@ def test_source_says_once_that_the_service_is_unreachable_then_backs_off(clock):
     assert "not reachable" in ev.message  # a new outage is told again
     clock.advance(30.0)
     (ev,) = src.poll()
-    assert ev.message == HUNG  # after an outage the report is sent again, changed or not
+    assert ev.message == one_line(HUNG)  # after an outage the report is sent again, changed or not
 
 
 def test_source_redacts_and_passes_its_settings(clock):
@@ -582,10 +582,25 @@ def test_source_against_the_local_server(server, clock):
     srv = server(STRAGGLING)
     src = NcclRasSource(srv.addr, clock=clock, timeout_s=2.0)
     (ev,) = src.poll()
-    assert ev.message == STRAGGLING and src.last_reply.ok
+    assert ev.message == one_line(STRAGGLING) and src.last_reply.ok
     clock.advance(2.0)
     assert src.poll() == [] and srv.connections == 2
     srv.close()
     clock.advance(2.0)
     (ev,) = src.poll()
     assert "not reachable" in ev.message
+
+
+def one_line(text: str) -> str:
+    """A report as its event carries it: one line, read back whole by analysis.nccl_ras."""
+    from gputop.sources.nccl_ras import LINE_SEP
+
+    return LINE_SEP.join(text.splitlines())
+
+
+def test_a_report_event_is_one_line_that_reads_back_whole():
+    from gputop.analysis.nccl_ras import parse, report_text
+
+    line = one_line(HUNG)
+    assert "\n" not in line
+    assert parse(report_text(line)) == parse(HUNG)

@@ -340,7 +340,7 @@ def context_from_samples(
             spin_pids=spin_pids,
         )
         # The decision the stuck watch makes too: a rank waiting while another works is a straggler.
-        stuck = across_ranks(stuck, pid_rank, stacks, target_pid)
+        stuck = across_ranks(stuck, pid_rank, stacks, target_pid, spin_pids)
     return AnalysisContext(
         now=now,
         t0=win_t0,

@@ -681,12 +681,24 @@ def ras_verdicts(events: Sequence, now: float) -> tuple[CommVerdict, ...]:
     if not reports:
         return ()
     newest = reports[-1]
-    new = parse(newest.message)
+    new = parse(report_text(newest.message))
     stood = max(0.0, now - newest.ts)
     if len(reports) >= 2 and stood < HANG_MIN_FROZEN_S:
         older = reports[-2]
-        return compare(parse(older.message), new, max(1e-3, newest.ts - older.ts))
+        return compare(parse(report_text(older.message)), new, max(1e-3, newest.ts - older.ts))
     return compare(new, new, stood)
+
+
+# The source joins a report's lines with this (sources.nccl_ras.LINE_SEP): an event is one line.
+LINE_SEP = " \u23ce "
+
+
+def report_text(message: str) -> str:
+    """A report's text from its event's one line (a recording read back shows the control
+    characters of an older multi-line event as '?', which NCCL's reports never print)."""
+    if LINE_SEP in message:
+        return message.replace(LINE_SEP, "\n")
+    return message if "\n" in message else message.replace("?", "\n")
 
 
 def ras_line(v: CommVerdict) -> str:

@@ -283,19 +283,37 @@ def _straggler_on_host(seen: Sequence[RankView], others_wait_min: float, gap: fl
     return Straggler(slow, others, low, z)
 
 
-def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since: float, target: int | None) -> list[int]:
-    """The ranks (other than ``target``) that work since ``since``: on a CPU outside collectives,
-    or gone from one function to another. A rank that waits in the same all_reduce line at every
-    sample is not hung while another rank works: each step it waits again, for a straggler."""
-    seen: dict[int, set] = {}
-    working: set[int] = set()
+def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since: float, target: int | None,
+                 spin_pids: frozenset[int] = frozenset()) -> list[int]:
+    """The ranks (other than ``target``) that work since ``since`` and still do: gone from one
+    function to another within their last MOVING_RECENT_S, or on a CPU outside collectives then.
+    A rank that waits in the same all_reduce line at every sample is not hung while another rank
+    works: each step it waits again, for a straggler. One that moved when the target stopped and
+    has stood still since (a desync: each rank in its own collective) does not work. A rank whose
+    GPU spins (``spin_pids``) is not working by being on a CPU: the CUDA driver yields in a loop
+    while it waits."""
+    by_pid: dict[int, list[StackSample]] = {}
     for s in stacks:
         if s.is_main and s.pid in ranks and s.pid != target and s.ts >= since:
-            # Functions, not lines: a hung rank's polling loop moves between its lines.
-            seen.setdefault(s.pid, set()).add(tuple(f.name for f in s.frames))
-            if s.active and s.category not in (Category.COLLECTIVE, Category.IDLE):
-                working.add(s.pid)
-    return sorted(ranks[p] for p, keys in seen.items() if len(keys) > 1 or p in working)
+            by_pid.setdefault(s.pid, []).append(s)
+    out = []
+    for p, ss in by_pid.items():
+        ss.sort(key=lambda s: s.ts)
+        newest = ss[-1].ts
+        recent = [s for s in ss if s.ts >= newest - MOVING_RECENT_S]
+        # Functions, not lines: a hung rank's polling loop moves between its lines.
+        keys = {tuple(f.name for f in s.frames) for s in recent}
+        working = p not in spin_pids and any(
+            s.active and s.category not in (Category.COLLECTIVE, Category.IDLE) for s in recent)
+        if len(keys) > 1 or working:
+            out.append(ranks[p])
+    return sorted(out)
+
+
+# A rank moves if it changed function (or ran outside collectives) within this long of its newest
+# sample. Judgement: a training step changes function many times a second; a straggler's slowest
+# call (a batch built in Python) takes a fraction of a step.
+MOVING_RECENT_S = 3.0
 
 
 # --------------------------------------------------------------------------- links between GPUs

@@ -402,11 +402,11 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         ranks=pid_rank or None,
         spin_pids=store_spinning_pids(store, list(pid_rank) or [pid], now),
     )
-    return across_ranks(v, pid_rank, samples, pid)
+    return across_ranks(v, pid_rank, samples, pid, store_spinning_pids(store, list(pid_rank), now) if pid_rank else frozenset())
 
 
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
-                 target: int) -> StuckVerdict:
+                 target: int, spin_pids: frozenset[int] = frozenset()) -> StuckVerdict:
     """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
     another rank works is not stuck; each step it waits again, for a straggler (the rank-straggler
     rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``."""
@@ -415,7 +415,7 @@ def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[
     in_collective = v.category is Category.COLLECTIVE or (v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE)
     if not (v.stuck and pid_rank and v.since and in_collective):
         return v
-    moving = moving_ranks(pid_rank, stacks, v.since, target)
+    moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids)
     if not moving:
         return v
     return replace(v, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "

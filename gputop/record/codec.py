@@ -309,7 +309,7 @@ def event_from_row(row: tuple) -> Event:
         ts=req_float(row[0]),
         source=clean_text(row[1], 64),
         message=clean_text(row[3]),
-        level=level if level in ("info", "warning", "error") else "info",
+        level=level if level in ("info", "warning", "error", "debug") else "info",
     )
 
 

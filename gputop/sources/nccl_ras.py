@@ -72,6 +72,9 @@ DEFAULT_INTERVAL_S = 2.0
 UNREACHABLE_BACKOFF_S = 30.0
 
 SOURCE = "nccl-ras"
+# Joins a report's lines into one event line (analysis.nccl_ras.LINE_SEP): a printable character
+# NCCL's reports never contain.
+LINE_SEP = " \u23ce "
 
 
 # --------------------------------------------------------------------------- addresses
@@ -436,8 +439,10 @@ class NcclRasSource:
         if key == self._last:
             return []
         self._last = key
-        # Data for the analysis (analysis.nccl_ras), not a line for the status bar.
-        return [Event(now, SOURCE, text, "debug")]
+        # Data for the analysis (analysis.nccl_ras), not a line for the status bar; one line (an
+        # event is one line, and a recording keeps no control characters): the report's lines
+        # joined by LINE_SEP, which analysis.nccl_ras splits again.
+        return [Event(now, SOURCE, LINE_SEP.join(text.splitlines()), "debug")]
 
     def close(self) -> None:
         pass

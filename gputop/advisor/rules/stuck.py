@@ -8,6 +8,7 @@ party's line in the evidence, the kind's own next step as the action.
 
 from __future__ import annotations
 
+from ...analysis.hang import COLLECTIVE
 from ...analysis.nccl_ras import DESYNC, HANG, ras_line
 
 from ...analysis.breakdown import CPU_DEVICE
@@ -72,6 +73,14 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
     title = f"Job stuck: no progress for {held}"
     if d is not None:
         title += f": {d.summary}"
+    # NCCL's own counts say the ranks called different collectives: that is the cause, whatever
+    # the stacks (which on NCCL show the line after the call) make of it.
+    desync = next((r for r in ctx.nccl if r.verdict == DESYNC), None)
+    if desync is not None and (d is None or d.kind == COLLECTIVE):
+        title = f"Job stuck: no progress for {held}: collective desync: {desync.detail}"
+        action = ("make every rank call the same collectives in the same order (a collective under a rank-dependent "
+                  "`if`, or a different number of steps per rank, desyncs them); TORCH_DISTRIBUTED_DEBUG=DETAIL names "
+                  "the mismatched call (debugging only); see where each rank stands: gputop stacks --pid PID on each")
     return Hit(
         evidence=tuple(ev),
         action=action,
