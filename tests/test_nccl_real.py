@@ -133,3 +133,35 @@ def test_the_compute_straggler_is_named_as_computing_on_its_gpu():
         assert "computes on GPU 1" in " ".join(f.evidence)
         assert "same work per step" in f.action
         assert not BUSY_GPU_FINDINGS - {"memory-headroom"} & {x.id for x in shown}
+
+
+def test_a_desync_on_nccl_is_stuck_and_named_from_nccls_counts():
+    # Rank 0 in all_reduce (report_metrics), rank 1 in broadcast (receive_lr_schedule): both GPUs
+    # spin, both hosts stand still after the call; the hang starts while watched, so it is the
+    # spin that calls it within seconds, and NCCL's RAS counts (crossed) that name the desync.
+    runs = replay_findings("order_mismatch-h100x2.gputop")
+    stuck = [(t, shown[0]) for t, _, shown in runs if shown and shown[0].id == "stuck"]
+    assert stuck and stuck[0][0] <= 12.0
+    assert all(not shown or shown[0].id == "stuck" for _, _, shown in runs)  # nothing else shown first
+    last = stuck[-1][1]
+    assert "collective desync" in last.title and "Broadcast" in last.title and "AllReduce" in last.title
+    assert "same collectives in the same order" in last.action
+
+
+def test_a_queue_hang_on_nccl_names_the_rank_that_never_arrives():
+    runs = replay_findings("queue_hang-h100x2.gputop")
+    first = next(t for t, _, shown in runs if shown and shown[0].id == "stuck")
+    assert first <= 6.0
+    f = next(shown[0] for t, _, shown in runs if t == first)
+    assert "rank 1 (pid 1071)" in f.title and "never arrives" in f.title
+    assert all(not shown for t, _, shown in runs if t < first)
+
+
+def test_an_fsdp_straggler_whose_peer_mixes_compute_and_spin_is_named():
+    # Rank 1 tokenizes in Python (its GPU 8-22 % busy); rank 0's GPU mixes compute with NCCL's
+    # spin within each poll (SM 29 % at 98 % busy, tensor 4 %): no poll is a pure spin, so the
+    # wait is read against how full rank 1's kernels keep its SMs while they run.
+    runs = replay_findings("fsdp_slow-h100x2.gputop")
+    named = [f for _, _, shown in runs for f in shown[:1] if f.id == "rank-straggler"]
+    assert len(named) >= len(runs) - 2
+    assert all("tokenize_slowly" in " ".join(f.evidence) for f in named)

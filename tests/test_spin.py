@@ -139,3 +139,51 @@ def test_one_process_on_a_spinning_gpu_is_a_kernel_that_never_ends():
     assert any("spins" in e for e in v.evidence)
     d = diagnose(main[-1], (), 10, gpu="spin")
     assert d.kind == GPU_KERNEL and "CUDA_LAUNCH_BLOCKING=1" in d.action
+
+
+def test_a_straggler_waiting_for_its_dataloader_is_named_with_its_workers_work():
+    from gputop.advisor.rules.distributed import straggler_phase
+    from gputop.analysis.ranks import Straggler
+    from gputop.model import ProcSample
+
+    wait = (Frame("_MultiProcessingDataLoaderIter._next_data",
+                  "/usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 1300),
+            Frame("train", PROJ, 66))
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    decode = (Frame("decode_record", "/home/user/project/data.py", 88), Frame("__getitem__", "/home/user/project/data.py", 40))
+    stacks = ([_main(10, T0 + i / 5, step, Category.FORWARD) for i in range(50)]
+              + [_main(11, T0 + i / 5, wait, Category.DATA_WAIT, active=(i % 3 == 0)) for i in range(50)]
+              + [_main(12, T0 + i / 2, decode, Category.DATA_FETCH) for i in range(20)])
+    procs = {12: [ProcSample(ts=T0, pid=12, ppid=11, name="pt_data_worker", role="worker")]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, (), procs)
+    slow = next(v for v in views if v.rank == 1)
+    assert slow.worker_hot == "decode_record (project/data.py:88)"
+
+    class Ctx:
+        gpus = ()
+        ranks = views
+
+    doing, fix = straggler_phase(Ctx, Straggler(slow, (views[0],)))
+    assert "waits for its DataLoader" in doing and "decode_record" in doing
+    assert "num_workers" in fix and "decode_record" in fix
+
+
+def test_a_straggler_on_a_shared_gpu_is_told_to_move_the_other_process():
+    from gputop.advisor.rules.distributed import straggler_phase
+
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(50)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11),
+             GpuProcess(ts=T0, gpu_index=1, pid=77)]  # an eval worker sharing rank 1's GPU
+    gpus = {0: [poll(T0 + i, 100, sm=40.0, tensor=0.0, index=0) for i in range(11)],
+            1: [poll(T0 + i, 100, sm=80.0, tensor=0.0, index=1) for i in range(11)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 10)
+    found = gpu_straggler(views, 0.30, 0.25)
+    assert found is not None and found.slow.rank == 1 and found.slow.gpu_guests == (77,)
+
+    class Ctx:
+        gpus = ()
+        ranks = views
+
+    doing, fix = straggler_phase(Ctx, found)
+    assert "shares with PID 77" in doing and "move PID 77 off GPU 1" in fix

@@ -81,6 +81,11 @@ class RankView:
     # It does something now: its newest samples are not all one stack, or its thread was on a CPU
     # in most of them. A rank blocked in one place (a hang) works at nothing.
     works: bool = True
+    # Its DataLoader workers' commonest place (their own code): what its input pipeline spends
+    # its time on, "decode_record (data.py:88)"; None without worker stacks.
+    worker_hot: str | None = None
+    # Other processes NVML lists on its GPU (not ranks of the job): a GPU it shares.
+    gpu_guests: tuple[int, ...] = ()
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -167,6 +172,14 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
     def mean_of(xs: list[float]) -> float | None:
         return sum(xs) / len(xs) if xs else None
 
+    # Each rank's workers: the processes whose parent it is (the host source's readings).
+    parent = {p: ss[-1].ppid for p, ss in (procs or {}).items() if ss}
+    worker_main: dict[int, list[StackSample]] = {}
+    for st in stacks:
+        owner = parent.get(st.pid)
+        if st.is_main and owner in ranks and st.ts >= t0 and st.category is not Category.IDLE:
+            worker_main.setdefault(owner, []).append(st)
+
     views = []
     for p, r in ranks.items():
         g = gpu.get(p)
@@ -174,8 +187,27 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
         views.append(replace(rank_view(r, p, sorted(by_pid[p], key=lambda s: s.ts), g), env=envs.get(p, ()),
                              gpu_waits=waits.get(g, ()) if g is not None else (),
                              gpu_util=mean_of([s.util_gpu for s in ps if s.util_gpu is not None]),
-                             gpu_sm=mean_of([s.sm_active for s in ps if s.sm_active is not None])))
+                             gpu_sm=mean_of([s.sm_active for s in ps if s.sm_active is not None]),
+                             worker_hot=_hot_place(worker_main.get(p, ())),
+                             gpu_guests=tuple(sorted({q.pid for q in gpu_processes if g is not None
+                                                      and q.gpu_index == g and q.pid not in ranks}))))
     return tuple(sorted(views, key=lambda v: v.rank))
+
+
+def _hot_place(samples: Sequence[StackSample]) -> str | None:
+    """The commonest project place among ``samples`` ("decode_record (data.py:88)"), or None."""
+    places: Counter = Counter()
+    lines: dict[tuple, Counter] = {}
+    for st in samples:
+        f = project_frame(st.frames)
+        if f is not None:
+            key = (f.name, short_path(f.filename))
+            places[key] += 1
+            lines.setdefault(key, Counter())[f.line] += 1
+    if not places:
+        return None
+    (name, path), _ = places.most_common(1)[0]
+    return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
 
 
 @dataclass(frozen=True)

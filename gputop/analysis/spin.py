@@ -37,9 +37,12 @@ SPIN_TENSOR_MAX = 2.0
 SPIN_POWER_FRACTION_MAX = 0.30
 # "Spins now" needs this many polls in the look-back, every one spinning.
 SPIN_MIN_POLLS = 2
-# A peer's SM activity this poll must be at least this for a comparison: under it the activities
-# are too small to compare.
+# The SM activity expected of a GPU from its peer must be at least this for a comparison: under
+# it the activities are too small to compare.
 ACTIVITY_MIN = 10.0
+# A peer whose utilisation and SM activity are both under this (%) says nothing of how full its
+# kernels keep a GPU: too few of them ran in the poll.
+PEER_UTIL_MIN = 5.0
 # A GPU within this share of its busiest peer's SM activity does the same work: GPM activity moves
 # a few points between GPUs running the same kernels. Judgement: a tenth.
 ACTIVITY_SAME = 0.90
@@ -108,7 +111,9 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
     waiting for a peer. A spinning poll waits all of it. A GPU 'busy' but computing less than the
     busiest of its peers in the same poll waited, by the activities' ratio, the rest: ranks doing
     the same work compute alike, so one that does less in the same time waits for the one that
-    does more (a spin mixed with compute in one poll looks like this). The activity is SM activity
+    does more (a spin mixed with compute in one poll looks like this); a peer that is busy less
+    of the poll is scaled to this GPU's utilisation by how full its kernels keep its SMs while they
+    run. The activity is SM activity
     (the same measure whatever the kernels' precision) less the GPU's own spinning level (NCCL's
     blocks are active SMs too): read from the window where it spun, else NCCL_SPIN_SM. Within ACTIVITY_SAME of the peer it is the same work. A GPU
     that idles (utilisation under SPIN_UTIL_MIN) does not wait on its GPU: its host does something
@@ -136,11 +141,17 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
             else:
                 w = 0.0
                 mine = s.sm_active
-                peers = [p.sm_active for j, pp in by_gpu.items() if j != i
-                         for p in pp if abs(p.ts - s.ts) <= 0.25 and (p.util_gpu or 0.0) >= SPIN_UTIL_MIN
-                         and not is_spin(p) and p.sm_active is not None]
-                if mine is not None and peers and max(peers) >= ACTIVITY_MIN:
-                    top = max(peers)
+                # What this GPU's SMs would read computing all the time it is 'busy', by each peer
+                # that computes: the peer's SM activity per point of its utilisation (how full
+                # the same kernels keep the GPU) times this GPU's utilisation. A peer that idles
+                # most of the step (its host is the slow part) still shows how full its kernels
+                # are while they run.
+                expected = [min(1.0, p.sm_active / p.util_gpu) * (s.util_gpu or 0.0)
+                            for j, pp in by_gpu.items() if j != i for p in pp
+                            if abs(p.ts - s.ts) <= 0.25 and p.sm_active is not None and not is_spin(p)
+                            and (p.util_gpu or 0.0) >= PEER_UTIL_MIN and p.sm_active >= PEER_UTIL_MIN]
+                if mine is not None and expected and max(expected) >= ACTIVITY_MIN:
+                    top = max(expected)
                     base = floor[i]
                     if top > base and mine < ACTIVITY_SAME * top:
                         w = min(1.0, max(0.0, (top - mine) / (top - base)))

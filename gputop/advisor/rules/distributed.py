@@ -6,6 +6,7 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 from __future__ import annotations
 
 from ...analysis.breakdown import Bucket
+from ...model import Category
 from ...analysis.nccl_ras import STRAGGLER, ras_line
 from ...analysis.ranks import straggler
 from ..context import AnalysisContext
@@ -113,6 +114,9 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
 # time is GPU work, not host work. Judgement: a rank whose host is the slow part leaves its GPU
 # idle most of the step (measured 0-2 % for bench/multi_rank.py's Python straggler on an H100).
 COMPUTE_STRAGGLER_UTIL = 70.0
+# The straggler's main thread waits for its own DataLoader in at least this share of its samples:
+# its input pipeline is the slow part. Judgement: a third, as the others' wait (OTHERS_WAIT_MIN).
+STRAGGLER_DATA_WAIT = 0.30
 
 
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
@@ -122,15 +126,12 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
     slow = found.slow
     g = next((v for v in ctx.gpus if v.index == slow.gpu), None) if slow.gpu is not None else None
     if found.on_gpu and slow.gpu_util is not None and slow.gpu_util >= COMPUTE_STRAGGLER_UTIL:
-        ranks = {v.pid for v in ctx.ranks}
-        guests = [p for p in (g.processes if g is not None else ()) if p.pid not in ranks]
         sm = f", SMs active {slow.gpu_sm:.0f} %" if slow.gpu_sm is not None else ""
         doing = f"computes on GPU {slow.gpu} (utilisation {slow.gpu_util:.0f} %{sm})"
         # Throttled for a good share of its busy time: the same work takes it longer.
         throttled = ", ".join(r for r, sh in g.efficiency.throttle_reasons if sh >= 0.3) if g is not None else ""
-        guests = [p for p in guests if (p.sm_util or 0) > 0 or p.sm_util is None]
-        if guests:
-            who = ", ".join(f"PID {p.pid}" for p in guests[:3])
+        if slow.gpu_guests:
+            who = ", ".join(f"PID {p}" for p in slow.gpu_guests[:3])
             return (f"{doing}, a GPU it shares with {who}",
                     f"move {who} off GPU {slow.gpu} (or give rank {slow.rank} a GPU of its own): the ranks step "
                     "together, so the job runs at the pace of the slowest GPU")
@@ -142,6 +143,15 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
                 f"give every rank the same work per step: equal per-rank batches and shards (DistributedSampler "
                 f"with drop_last=True, the same sequence length or token budget per rank); if the work is even, "
                 f"check GPU {slow.gpu}'s clocks and neighbours: nvidia-smi -q -d PERFORMANCE")
+    data_wait = slow.share(Category.DATA_WAIT)
+    if data_wait >= STRAGGLER_DATA_WAIT:
+        # Its main thread waits for its own DataLoader: the input pipeline is the slow part.
+        workers = f"; its DataLoader workers spend their time in `{slow.worker_hot}`" if slow.worker_hot else ""
+        return (f"waits for its DataLoader in {pct(data_wait)} of its samples{workers}",
+                f"make rank {slow.rank}'s input pipeline keep up: more DataLoader workers for it (num_workers, "
+                "persistent_workers=True, pin_memory=True)"
+                + (f", or pre-decode / cache what `{slow.worker_hot}` does" if slow.worker_hot else "")
+                + "; every rank should read data that costs the same to load")
     where = f"`{slow.hot}`" if slow.hot else f"rank {slow.rank}'s non-collective work"
     doing = (f"spends {pct(slow.hot_share)} in `{slow.hot}`" if slow.hot
              else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
