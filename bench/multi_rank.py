@@ -272,7 +272,10 @@ def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = Fa
                 "title": title, "advise_wall_s": round(wall, 1),
                 "evidence": (top or {}).get("evidence", [])[:3],
                 "findings": [f["id"] for f in report.get("findings", [])],
-                "top_timeline": report.get("top_timeline", [])}
+                "top_timeline": report.get("top_timeline", []),
+                # What each evaluation saw: a miss is explained from this, not guessed at.
+                "evaluation_log": report.get("evaluation_log", [])[:30],
+                "attach_errors": report.get("attach_errors", [])}
     finally:
         kill_job(job)
 
