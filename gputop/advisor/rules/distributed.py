@@ -102,7 +102,10 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(ev),
         action=f"{fix}; then compare: gputop stacks --pid {slow.pid}",
-        expected_gain=gain(wait_share),
+        # The others' wait comes back at most as the straggler's own slow part goes: its hot
+        # line's share of its time where that is what it does instead (a rank that waits 100 %
+        # for one spending 96 % in load_batch gains at most 25x, not the wait's unbounded 100x).
+        expected_gain=gain(min(wait_share, slow.hot_share) if slow.hot and slow.hot_share > 0 else wait_share),
         cost_s=cost,
         confidence=confidence(min(1.0, found.gap_low + 0.5), min(v.samples for v in (slow, *waiting))),
         gpu_index=slow.gpu,
