@@ -588,6 +588,12 @@ def test_workers_replaced_every_epoch():
     found = {f.id: f for f in Advisor().run_rules(build_context(fresh))}
     f = found["loader-respawn"]
     assert "persistent_workers=True" in f.action and f.cost_s >= 1.0
+    # a warning exactly when what it costs is a share of the window any cause is warned of
+    from gputop.advisor.rules.base import significant
+
+    g = build_context(fresh).gpus[0]
+    raw = next(v for v in [RULES_BY_ID["loader-respawn"].check(build_context(fresh))] if v is not None)
+    assert f.severity is (Severity.WARNING if significant(g, raw.cost_s) else Severity.INFO)
 
 
 def Store_with(store, extra, born):

@@ -547,7 +547,10 @@ def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
         cost_s=c,
         confidence=0.7,
         gpu_index=gpu_index(g),
-        severity=Severity.INFO,
+        # Worth a warning when what it costs is a share of the window that any other cause would
+        # be warned of (short epochs re-spawn their workers often: measured 65x from
+        # persistent_workers=True on such a job); a rare epoch boundary stays a note.
+        severity=Severity.WARNING if significant(g, c) else Severity.INFO,
         title="DataLoader workers restart every epoch",
     )
 
