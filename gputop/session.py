@@ -371,7 +371,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
     bad file or time."""
     from .record.navigate import Navigator
     from .record.reader import Reader
-    from .sources.replay import ReplaySource, parse_position
+    from .record.replay import ReplaySource, parse_position
 
     reader = Reader(path)
     try:

@@ -643,7 +643,7 @@ class Reader:
 
     def history(self, ts: float, windows) -> list[object]:
         """The state at ``ts``: static info as of then, and the last stretch of every series
-        (how far back each: ``windows``, see ``sources.replay.HistoryWindows``)."""
+        (how far back each: ``windows``, see ``replay.HistoryWindows``)."""
         out: list[object] = []
         sysinfo = self.system_info(ts)
         if sysinfo is not None:

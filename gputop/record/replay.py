@@ -18,13 +18,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..model import Event, Reset
-
-if TYPE_CHECKING:  # reader and navigator are passed in: a source imports nothing from the record layer
-    from ..record.navigate import FindingMark, IdlePeriod, Navigator
-    from ..record.reader import Reader
+from .navigate import FindingMark, IdlePeriod, Navigator
+from .reader import Reader
 
 # Replay speeds offered by the UI's faster/slower keys.
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
