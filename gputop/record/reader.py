@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UserError
 from ..redact import redact_cmdline
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
+from ..units import fmt_time
 from . import codec
 from .files import wal_page1_head
 from .overview import OverviewBuilder, OverviewRow
@@ -51,12 +52,6 @@ from .schema import (
 # Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
 # second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
 BLOCK_CACHE = 128
-
-
-def fmt_time(ts: float | None) -> str:
-    if ts is None:
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 class Reader:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..model import Event, Reset
+from ..units import DURATION_UNITS, fmt_clock
 from .navigate import FindingMark, IdlePeriod, Navigator
 from .reader import Reader
 
@@ -280,13 +281,10 @@ def _valid_speed(speed: float) -> float:
 
 # --------------------------------------------------------------------------- positions as text
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def _offset(text: str) -> float | None:
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
     if parts and not re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", text).strip():
-        return sum(float(n) * _UNITS[u] for n, u in parts)
+        return sum(float(n) * DURATION_UNITS[u] for n, u in parts)
     try:
         return float(text)
     except ValueError:
@@ -337,6 +335,5 @@ def parse_position(text: str, start: float, end: float) -> float:
             cand = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, h, mi, 0, 0, 0, -1)) + sec
             if start - 1 <= cand <= end + 1:
                 return cand
-        raise ValueError(f"{text} is not within the recording ({time.strftime('%H:%M:%S', time.localtime(start))}"
-                         f" to {time.strftime('%H:%M:%S', time.localtime(end))})")
+        raise ValueError(f"{text} is not within the recording ({fmt_clock(start)} to {fmt_clock(end)})")
     raise ValueError(f"not a time: {text!r} (try +90s, 14:03, 2026-11-22 14:03 or 50%)")

@@ -50,6 +50,7 @@ from ..model import (
     Verdict,
 )
 from ..redact import redact_argv, redact_cmdline, redact_code
+from ..units import fmt_clock, fmt_size_limit
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import wal_page1_head
@@ -260,21 +261,13 @@ def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None, cap_
     msg = str(exc)
     if code == 13 or "full" in msg:  # SQLITE_FULL
         if max_bytes and cap_reached:
-            return f"the --max-size limit of {_fmt_bytes(max_bytes)} reached"
+            return f"the --max-size limit of {fmt_size_limit(max_bytes)} reached"
         if max_bytes and cap_reached is None:
-            return f"disk full (or the --max-size limit of {_fmt_bytes(max_bytes)} reached)"
+            return f"disk full (or the --max-size limit of {fmt_size_limit(max_bytes)} reached)"
         return "disk full"
     if code is not None and code & 0xFF == 10 or "I/O" in msg:  # SQLITE_IOERR
         return f"disk I/O error ({msg})"
     return msg
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
 
 
 def target_cmdline(pid: int | None) -> str:
@@ -1104,7 +1097,7 @@ class Recorder:
         reason = (describe_sqlite_error(exc, self.writer.max_bytes, self.writer.cap_reached())
                   if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}")
         upto = self.writer.last_ts
-        when = time.strftime("%H:%M:%S", time.localtime(upto)) if upto else "the start"
+        when = fmt_clock(upto) if upto else "the start"
         self.error = f"recording to {self.path} stopped: {reason}; the file keeps data up to {when}"
         self.writer.abort()
         if self.notify is not None:

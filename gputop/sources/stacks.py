@@ -46,6 +46,7 @@ from typing import Callable, Sequence
 from ..errors import UserError
 from ..model import Category, Event, Frame, ProcSample, SamplingCost, StackSample
 from ..redact import perf_env, redact_cmdline, redact_code
+from ..units import fmt_clock
 
 # The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
@@ -673,7 +674,7 @@ class PySpySource:
         if not running:
             self.exit_status = exit_status(self.pid)
             how = f"with {self.exit_status}" if self.exit_status else "(exit code unknown: not our child)"
-            self._mark_exited(now, out, f"target PID {self.pid} exited at {_hms(now)} {how}")
+            self._mark_exited(now, out, f"target PID {self.pid} exited at {fmt_clock(now)} {how}")
         return running
 
     def _mark_exited(self, now: float, out: list[object], message: str) -> None:
@@ -957,7 +958,3 @@ class _Totals:
         c = _Totals()
         c.cpu, c.pause, c.dumps, c.blocking, c.main = self.cpu, self.pause, self.dumps, self.blocking, self.main
         return c
-
-
-def _hms(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
