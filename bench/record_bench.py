@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the scripted recording lives with the
 from gputop.pipeline import Pipeline  # noqa: E402
 from gputop.record.reader import Reader  # noqa: E402
 from synth_recording import Rates, SyntheticSession  # noqa: E402
-from gputop.record.writer import FLUSH_INTERVAL_S, Recorder, RecordWriter, SessionMeta  # noqa: E402
+from gputop.record.recorder import FLUSH_INTERVAL_S, Recorder  # noqa: E402
+from gputop.record.writer import RecordWriter, SessionMeta  # noqa: E402
 from gputop.record.replay import ReplaySource  # noqa: E402
 from gputop.store import Store  # noqa: E402
 

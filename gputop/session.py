@@ -249,7 +249,8 @@ class Session:
                         max_bytes: int | None = None) -> object:
         """Record everything the pipeline carries from now on. Raises UserError (file exists,
         not a recording, cannot write)."""
-        from .record.writer import OutputExists, Recorder
+        from .record.recorder import Recorder
+        from .record.writer import OutputExists
 
         if self.recorder is not None:
             raise UserError(f"already recording to {self.recorder.path}")
