@@ -239,7 +239,7 @@ def _size_of(p: Path) -> str:
 
 def list_recordings(folder: Path) -> int:
     from ..record.reader import Reader
-    from ..record.writer import looks_like_recording
+    from ..record.files import looks_like_recording
 
     if not folder.is_dir():
         raise UserError(f"{folder}: not a directory")

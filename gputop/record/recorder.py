@@ -34,7 +34,8 @@ from ..model import Event, GpuSample, HostSample
 from ..redact import redact_cmdline
 from ..units import fmt_clock
 from .schema import STATE_EVENT_SOURCES
-from .writer import Identity, RecordWriter, SessionMeta, describe_sqlite_error, sidecars
+from .files import sidecars
+from .writer import Identity, RecordWriter, SessionMeta, describe_sqlite_error
 
 # Commit cadence. The crash-safety budget is ~1 s lost on SIGKILL; half a second leaves
 # room for a slow commit. Each commit is one WAL append (fsync-free at synchronous=NORMAL).

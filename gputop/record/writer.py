@@ -39,7 +39,7 @@ from ..redact import redact_argv, redact_cmdline, redact_code
 from ..units import fmt_size_limit
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
-from .files import wal_page1_head
+from .files import looks_like_recording, sidecars
 from .overview import OverviewBuilder, OverviewRow
 from .span import Span, recording_span
 from .schema import (
@@ -52,7 +52,6 @@ from .schema import (
     MAX_BLOCK_SPAN_S,
     SCHEMA_VERSION,
     SERIES,
-    SQLITE_MAGIC,
     pack_ids,
 )
 
@@ -97,88 +96,7 @@ class SessionMeta:
     host: str = field(default_factory=socket.gethostname)
 
 
-# --------------------------------------------------------------------------- files
-
-
-def sidecars(path: Path) -> tuple[Path, Path]:
-    return Path(f"{path}-wal"), Path(f"{path}-shm")
-
-
-def looks_like_recording(path: Path) -> bool | None:
-    """True: a gputop recording; False: something else; None: empty (nothing written yet).
-
-    A recording killed before its first checkpoint by an older gputop has its marks only in the
-    ``-wal`` beside it: that counts too.
-    """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except OSError:
-        return False
-    if not head:
-        return None
-    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
-        return False
-    if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
-        return True
-    page1 = wal_page1_head(sidecars(path)[0])
-    return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
-
-
-_SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
-
-
-def _is_recording_main(path: Path) -> bool:
-    kind = looks_like_recording(path)
-    if kind is None:  # empty: a recording killed early by an older gputop keeps all of it in its -wal
-        page1 = wal_page1_head(sidecars(path)[0])
-        return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
-    return kind
-
-
-def holds_recording(path: Path) -> bool:
-    """Whether writing anything but a recording at ``path`` would destroy (part of) one: the
-    file is a recording (by its content, whatever its name; through a link too), an empty main
-    file whose recording is all in its ``-wal``, or the ``-wal``/``-shm``/``-journal`` beside a
-    recording (whether it exists or not: SQLite would take a file of that name for its own)."""
-    if _recording_beside(path) is not None:
-        return True
-    return (path.exists() or path.is_symlink()) and _is_recording_main(path)
-
-
-def _recording_beside(path: Path) -> Path | None:
-    """The recording whose ``-wal``/``-shm``/``-journal`` ``path`` is named as, or None."""
-    name = str(path)
-    for suffix in _SIDECAR_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            main = Path(name[: -len(suffix)])
-            if main.is_file() and _is_recording_main(main):
-                return main
-    return None
-
-
-def refuse_overwriting_recording(out: Path, reading: Path | None = None) -> None:
-    """For every command whose output is not a recording (``report -o``): never write over the
-    recording being read (the same file by another name or link too), nor over any other one,
-    nor beside one under its ``-wal``/``-shm``/``-journal`` name, whatever ``--force`` says.
-    Raises UserError (one line)."""
-    try:
-        beside = _recording_beside(out)
-        if beside is not None:
-            raise UserError(f"{out} is the {str(out)[len(str(beside)):]} file of the gputop recording {beside}: "
-                            "not writing there; write the output to another file")
-        if not (out.exists() or out.is_symlink()):
-            return
-        same = reading is not None and out.exists() and reading.exists() and os.path.samefile(out, reading)
-        ours = same or _is_recording_main(out)
-    except OSError:
-        return  # cannot be looked at: the write itself will say why it fails
-    if same:
-        raise UserError(f"{out} is the recording being read: not overwriting it (--force or not); "
-                        "write the output to another file")
-    if ours:
-        raise UserError(f"{out} is a gputop recording: not overwriting it (--force or not); "
-                        "write the output to another file")
+# --------------------------------------------------------------------------- creating the file
 
 
 def _create_exclusive(path: Path) -> None:
@@ -825,5 +743,5 @@ ON CONFLICT(ts, gpu) DO UPDATE SET
 """
 
 
-__all__ = ["Identity", "RecordWriter", "SessionMeta", "holds_recording", "looks_like_recording",
-           "refuse_overwriting_recording", "sidecars"]
+# looks_like_recording and sidecars live in record.files; importable from here too.
+__all__ = ["Identity", "RecordWriter", "SessionMeta", "looks_like_recording", "sidecars"]
