@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the scripted recording lives with the
 from gputop.pipeline import Pipeline  # noqa: E402
 from gputop.record.reader import Reader  # noqa: E402
 from synth_recording import Rates, SyntheticSession  # noqa: E402
-from gputop.record.writer import FLUSH_INTERVAL_S, Recorder, RecordWriter, SessionMeta  # noqa: E402
-from gputop.sources.replay import ReplaySource  # noqa: E402
+from gputop.record.recorder import FLUSH_INTERVAL_S, Recorder  # noqa: E402
+from gputop.record.writer import RecordWriter, SessionMeta  # noqa: E402
+from gputop.record.replay import ReplaySource  # noqa: E402
 from gputop.store import Store  # noqa: E402
 
 SIZE_TARGET_MB = 50.0
@@ -93,7 +94,7 @@ import sys, time, json
 t0 = time.perf_counter()
 from gputop.record.reader import Reader
 from gputop.record.navigate import Navigator
-from gputop.sources.replay import ReplaySource
+from gputop.record.replay import ReplaySource
 from gputop.store import Store
 from gputop.pipeline import Pipeline
 t_import = time.perf_counter()

@@ -249,7 +249,8 @@ class Session:
                         max_bytes: int | None = None) -> object:
         """Record everything the pipeline carries from now on. Raises UserError (file exists,
         not a recording, cannot write)."""
-        from .record.writer import OutputExists, Recorder
+        from .record.recorder import Recorder
+        from .record.writer import OutputExists
 
         if self.recorder is not None:
             raise UserError(f"already recording to {self.recorder.path}")
@@ -371,7 +372,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
     bad file or time."""
     from .record.navigate import Navigator
     from .record.reader import Reader
-    from .sources.replay import ReplaySource, parse_position
+    from .record.replay import ReplaySource, parse_position
 
     reader = Reader(path)
     try:

@@ -1,12 +1,20 @@
-"""Pure text formatting: units, bars, sparklines. No Textual, no I/O."""
+"""Pure text formatting: units, bars, sparklines. No Textual, no I/O.
+
+The one home of how a number is written for people: percents, sizes, durations, times of day.
+Where two places write one kind of number differently (a panel's compact ``61.0G`` and a
+listing's ``61.0 GB``), both styles are here, each named for where it is used.
+"""
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Iterable, Sequence
 
 SPARK = "▁▂▃▄▅▆▇█"
 NA = "n/a"
+# The duration syntax every time-like option and position takes (``90s``, ``1h30m``, ``2d``).
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def fmt_bytes(n: float | None, digits: int = 1) -> str:
@@ -27,9 +35,45 @@ def fmt_rate(bps: float | None) -> str:
     return NA if bps is None else f"{fmt_bytes(bps)}/s"
 
 
-def fmt_pct(v: float | None, width: int = 0) -> str:
-    s = NA if v is None else f"{v:.0f}%"
+def fmt_size(n: float | None) -> str:
+    """Sizes in sentences and listings (files, recordings): '512 B', '1.5 KB', '2.0 GB' (binary
+    multiples, a space before the unit; '?' when unknown)."""
+    return "?" if n is None else _size(n, ".1f")
+
+
+def fmt_size_limit(n: float) -> str:
+    """A size limit as it was given (``--max-size``): up to four significant digits, '100 MB'."""
+    return _size(n, ".4g")
+
+
+def _size(n: float, spec: str) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:{spec}} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def fmt_si(v: float) -> str:
+    """A chart axis's number: whole, in SI multiples (12, 9500, 15k, 3M, 2G)."""
+    if abs(v) >= 1e9:
+        return f"{v / 1e9:.0f}G"
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.0f}M"
+    if abs(v) >= 1e3 and abs(v) >= 10_000:
+        return f"{v / 1e3:.0f}k"
+    return f"{v:.0f}"
+
+
+def fmt_pct(v: float | None, width: int = 0, digits: int = 0) -> str:
+    """A percentage (0-100): '97%', 'n/a'; ``digits`` after the point, right-aligned to ``width``."""
+    s = NA if v is None else f"{v:.{digits}f}%"
     return s.rjust(width) if width else s
+
+
+def fmt_share(fraction: float) -> str:
+    """A fraction (0-1) as a whole percentage: 0.423 -> '42%'."""
+    return f"{100 * fraction:.0f}%"
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -142,6 +186,39 @@ def short_gpu_name(name: str) -> str:
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name
+
+
+def fmt_elapsed(seconds: float | None) -> str:
+    """A running time on a status line: '4:05', '1:02:03' (whole seconds; '?' when unknown)."""
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def fmt_limit(seconds: float) -> str:
+    """A limit for people: '0.01 s', '45 s', '1h (3,600 s)', '366d (31,622,400 s)': the largest
+    unit of the duration syntax that divides it, and the plain seconds (never '3.16224e+07 s')."""
+    if seconds < 60 or seconds != int(seconds):
+        return f"{seconds:,.10g} s"
+    for unit in ("d", "h", "m"):
+        if seconds % DURATION_UNITS[unit] == 0:
+            return f"{int(seconds) // DURATION_UNITS[unit]:,}{unit} ({int(seconds):,} s)"
+    return f"{int(seconds):,} s"
+
+
+def fmt_clock(ts: float) -> str:
+    """A moment as the local time of day: '14:03:12'."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def fmt_time(ts: float | None) -> str:
+    """A moment as the local date and time: '2026-11-22 14:03:12' ('?' when unknown)."""
+    if ts is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def fmt_length(seconds: float) -> str:

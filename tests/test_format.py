@@ -1,4 +1,23 @@
-from gputop.units import bar, bucket, fmt_bytes, fmt_duration, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+import time
+
+from gputop.units import (
+    bar,
+    bucket,
+    fmt_bytes,
+    fmt_clock,
+    fmt_duration,
+    fmt_elapsed,
+    fmt_pct,
+    fmt_rate,
+    fmt_share,
+    fmt_si,
+    fmt_size,
+    fmt_size_limit,
+    fmt_time,
+    short_gpu_name,
+    sparkline,
+    truncate,
+)
 
 
 def test_fmt_bytes_uses_binary_units():
@@ -21,6 +40,21 @@ def test_fmt_duration_like_ps():
 def test_fmt_pct():
     assert fmt_pct(97.4) == "97%"
     assert fmt_pct(None, 4) == " n/a"
+    assert fmt_pct(3.14159, digits=1) == "3.1%" and fmt_pct(None, digits=1) == "n/a"
+    assert fmt_share(0.423) == "42%"
+
+
+def test_sizes_in_sentences_and_limits():
+    assert fmt_size(512) == "512 B" and fmt_size(1536) == "1.5 KB" and fmt_size(2 * 1024**3) == "2.0 GB"
+    assert fmt_size(None) == "?"
+    assert fmt_size_limit(320 * 1024) == "320 KB" and fmt_size_limit(1.5 * 1024**2) == "1.5 MB"
+    assert fmt_si(9500) == "9500" and fmt_si(15_000) == "15k" and fmt_si(3e6) == "3M" and fmt_si(2e9) == "2G"
+
+
+def test_running_times_and_moments():
+    assert fmt_elapsed(65) == "1:05" and fmt_elapsed(3723.9) == "1:02:03" and fmt_elapsed(None) == "?"
+    ts = time.mktime((2026, 11, 22, 14, 3, 12, 0, 0, -1))
+    assert fmt_clock(ts) == "14:03:12" and fmt_time(ts) == "2026-11-22 14:03:12" and fmt_time(None) == "?"
 
 
 def test_bar_has_exact_width_and_eighths():

@@ -8,6 +8,7 @@ import pytest
 
 from gputop.cli import main
 from gputop.commands import options
+from gputop.units import fmt_limit
 
 
 @pytest.mark.parametrize("seconds, text", [
@@ -19,7 +20,7 @@ from gputop.commands import options
     (123.5, "123.5 s"),
 ])
 def test_limits_are_written_for_people(seconds, text):
-    assert options._fmt(seconds) == text
+    assert fmt_limit(seconds) == text
 
 
 @pytest.mark.parametrize("argv, says", [

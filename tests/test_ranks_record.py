@@ -10,10 +10,10 @@ from gputop.analysis.ranks import rank_map, ranks_message, topology
 from gputop.model import Category, Event, Frame, GpuProcess, GpuSample, StackSample
 from gputop.pipeline import Pipeline
 from gputop.record.reader import Reader
-from gputop.record.writer import Recorder
+from gputop.record.recorder import Recorder
 from gputop.report import collect, render_html, render_text, summary_dict
 from gputop.session import Session
-from gputop.sources.replay import HistoryWindows
+from gputop.record.replay import HistoryWindows
 from gputop.store import Store
 
 T0 = 1_700_000_000.0

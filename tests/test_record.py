@@ -33,7 +33,8 @@ from gputop.record.blocks import pack_rows, pack_rows_json, unpack_rows
 from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
-from gputop.record.writer import Recorder, RecordWriter, SessionMeta
+from gputop.record.recorder import Recorder
+from gputop.record.writer import RecordWriter, SessionMeta
 
 T0 = 1_767_225_600.0  # 2026-01-01, an arbitrary fixed clock
 

@@ -17,7 +17,7 @@ from gputop.record import codec, schema
 from gputop.record.reader import Reader
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.report import collect, summary_dict
-from gputop.sources.replay import HistoryWindows
+from gputop.record.replay import HistoryWindows
 
 T0 = 1_767_225_600.0
 OLD = Path(__file__).parent / "fixtures" / "recordings" / "h100-checkpoint-stall.gputop"

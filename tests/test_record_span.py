@@ -15,9 +15,10 @@ from gputop.model import GpuSample
 from gputop.pipeline import Pipeline
 from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
-from gputop.record.span import fmt_length, recording_span
+from gputop.record.span import recording_span
+from gputop.units import fmt_length
 from gputop.report import collect, render_text, summary_dict
-from gputop.sources.replay import ReplaySource
+from gputop.record.replay import ReplaySource
 from gputop.store import Store
 
 REC = Path(__file__).parent / "fixtures" / "recordings" / "h100-checkpoint-stall.gputop"

@@ -13,9 +13,10 @@ from gputop.pipeline import Pipeline
 from gputop.record.navigate import Navigator
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
-from gputop.record.writer import Recorder, RecordWriter, SessionMeta
+from gputop.record.recorder import Recorder
+from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.sources.fake import FakeGpuSource
-from gputop.sources.replay import HistoryWindows, ReplaySource, parse_position
+from gputop.record.replay import HistoryWindows, ReplaySource, parse_position
 from gputop.store import Store
 
 T0 = 1_767_225_600.0

@@ -507,7 +507,7 @@ def test_a_finding_still_showing_at_the_end_says_so_and_a_cleared_one_says_when(
     assert by["stays"].until_end and by["stays"].cleared is None and by["stays"].shown_until == pytest.approx(s.end)
     assert by["goes"].cleared == pytest.approx(T0 + 6) and not by["goes"].until_end
     assert not by["old"].until_end and by["old"].cleared is None  # its end is not in the file
-    from gputop.report.text import clock
+    from gputop.units import fmt_time as clock
 
     text = render_text(s, 100)
     assert f"first {clock(T0 + 2)}, until the end ({clock(s.end)})" in text
@@ -537,7 +537,7 @@ def test_a_finding_showing_when_an_appended_session_ended_ends_there(tmp_path):
     finding_ends([fs], [], spans)
     assert fs.until_end and fs.session_end == T0 + 10
     from gputop.report.summary import finding_when
-    from gputop.report.text import clock
+    from gputop.units import fmt_time as clock
 
     assert finding_when(fs, clock, T0 + 130).endswith(f"until its recording session ended ({clock(T0 + 10)})")
 

@@ -34,13 +34,13 @@ from gputop.sources.stacks import (  # noqa: E402
     AttachError,
     PySpySource,
     PtraceFacts,
-    _classify_failure,
     permission_advice,
     ptrace_facts,
     check_attachable,
     find_pyspy,
     native_dump,
 )
+from gputop.sources.pyspy_binary import _classify_failure  # noqa: E402
 from gputop.present.stacks import plain  # noqa: E402
 from gputop.store import Store  # noqa: E402
 from proc_helpers import kill_tree  # noqa: E402

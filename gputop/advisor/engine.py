@@ -253,12 +253,6 @@ def changed(old: Finding | None, new: Finding) -> bool:
 RECORD_REFRESH_S = 10.0
 
 
-# In the live UI with no job attached only the slow system checks (throttling, memory, PCIe, ECC)
-# can fire, and they need no second-by-second answer: the UI evaluates every 10 s then, which
-# keeps an idle monitor cheap (the evaluation is ~5-10 ms of CPU).
-UNATTACHED_EVERY_S = 10.0
-
-
 class AdvisorSource:
     """The advisor as a derived stage of the pipeline: it reads the store and returns batches
     like any source, so there is one way into the store.
@@ -368,8 +362,8 @@ class AdvisorSource:
 ADVISOR_EVERY_S = 1.0
 
 
-def advisor_every(interval: float) -> float:
-    """Seconds between evaluations for a session sampled every ``interval`` seconds."""
+def advisor_every() -> float:
+    """Seconds between evaluations, the same in every mode whatever the sampling interval."""
     return ADVISOR_EVERY_S
 
 
@@ -380,7 +374,7 @@ def add_advisor(session) -> AdvisorSource:
     hysteresis counts evaluations, so how often it runs changes how soon, never what)."""
     src = AdvisorSource(
         session.store,
-        interval=advisor_every(session.interval),
+        interval=advisor_every(),
         window_s=session.window,
         stuck_after_s=session.stuck_after,
         target_pid=lambda: session.target_pid,

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from ..units import fmt_length, fmt_size, fmt_time
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -49,18 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_info(d: dict) -> str:
-    from ..record.reader import fmt_time
-
-    def size(n: float | None) -> str:
-        if n is None:
-            return "?"
-        for unit in ("B", "KB", "MB", "GB"):
-            if n < 1024 or unit == "GB":
-                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-            n /= 1024
-        return "?"
-
-    from ..record.span import backfill_note, fmt_length
+    from ..record.span import backfill_note
 
     note = backfill_note(d.get("backfill_s") or 0.0)
     lines = [
@@ -77,8 +68,8 @@ def format_info(d: dict) -> str:
         lines.append(f"gpus        {len(d['gpu_indices'])} (no device details recorded)")
     lines += [
         f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({fmt_length(d['duration_s'] or 0.0)}{'; ' + note if note else ''})",
-        f"size        {size(d['size_bytes'])}"
-        + (f"  ({size(d['bytes_per_gpu_hour'])} per GPU-hour)" if d.get("bytes_per_gpu_hour") else ""),
+        f"size        {fmt_size(d['size_bytes'])}"
+        + (f"  ({fmt_size(d['bytes_per_gpu_hour'])} per GPU-hour)" if d.get("bytes_per_gpu_hour") else ""),
     ]
     if d.get("target_pid") or d.get("target_cmdline"):
         lines.append(f"target      PID {d.get('target_pid') or '?'}  {d.get('target_cmdline') or ''}".rstrip())

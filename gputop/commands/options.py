@@ -18,6 +18,7 @@ import sys
 from ..session import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL
 from ..session import DEFAULT_SAMPLE_RATE_HZ as DEFAULT_SAMPLE_RATE
 from ..session import DEFAULT_STUCK_AFTER_S as DEFAULT_STUCK_AFTER
+from ..units import DURATION_UNITS, fmt_limit
 
 # Below 0.1 s the polls cost gputop more than they tell: at 0.01 s the host, /proc and NVML reads
 # took 71 % of a core (measured), at 0.1 s about a tenth of that, and NVML's utilisation buffer
@@ -39,7 +40,6 @@ PID_T_MAX = 2**31 - 1
 MIN_SAMPLE_RATE = 0.1
 MAX_SAMPLE_RATE = 20.0
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = r"(\d+(?:\.\d+)?)\s*([smhd])"
 _SIZES = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
           "t": 1024**4, "tb": 1024**4}
@@ -57,18 +57,7 @@ def _seconds(text: str) -> float:
         parts = re.findall(_PART, t)
         if not parts or re.sub(_PART, "", t).strip():
             raise ValueError(text) from None
-        return sum(float(n) * _UNITS[u] for n, u in parts)
-
-
-def _fmt(seconds: float) -> str:
-    """A limit for people: '0.01 s', '45 s', '1h (3,600 s)', '366d (31,622,400 s)': the largest
-    unit of the duration syntax that divides it, and the plain seconds (never '3.16224e+07 s')."""
-    if seconds < 60 or seconds != int(seconds):
-        return f"{seconds:,.10g} s"
-    for unit in ("d", "h", "m"):
-        if seconds % _UNITS[unit] == 0:
-            return f"{int(seconds) // _UNITS[unit]:,}{unit} ({int(seconds):,} s)"
-    return f"{int(seconds):,} s"
+        return sum(float(n) * DURATION_UNITS[u] for n, u in parts)
 
 
 def duration_between(low: float, high: float, low_inclusive: bool = True):
@@ -83,10 +72,10 @@ def duration_between(low: float, high: float, low_inclusive: bool = True):
         if not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"not a finite duration: {text!r}")
         if low_inclusive and v < low or not low_inclusive and v <= low:
-            least = f"at least {_fmt(low)}" if low_inclusive and low > 0 else "greater than 0"
+            least = f"at least {fmt_limit(low)}" if low_inclusive and low > 0 else "greater than 0"
             raise argparse.ArgumentTypeError(f"must be {least}: {text!r}")
         if v > high:
-            raise argparse.ArgumentTypeError(f"must be at most {_fmt(high)}: {text!r}")
+            raise argparse.ArgumentTypeError(f"must be at most {fmt_limit(high)}: {text!r}")
         return v
 
     return parse
@@ -104,7 +93,7 @@ def interval_arg(text: str) -> float:
     except argparse.ArgumentTypeError as exc:
         if "at least" in str(exc):
             raise argparse.ArgumentTypeError(
-                f"must be at least {_fmt(MIN_INTERVAL)}: {text!r} (shorter intervals cost gputop most of a core and "
+                f"must be at least {fmt_limit(MIN_INTERVAL)}: {text!r} (shorter intervals cost gputop most of a core and "
                 "see no more: NVML's utilisation points are 0.2 s apart)") from None
         raise
 # Kept for callers that want "a positive number of seconds".

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..units import fmt_elapsed, fmt_length, fmt_size, fmt_time
 from .options import add_live_options, add_stuck_after, parse_duration, parse_size
 
 # How often the status line is rewritten on a terminal.
@@ -173,7 +174,7 @@ class _Status:
         self.tty = sys.stderr.isatty()
 
     def start_line(self) -> None:
-        until = f" for {_fmt_elapsed(self.duration)}" if self.duration else ""
+        until = f" for {fmt_elapsed(self.duration)}" if self.duration else ""
         target = f", attached to PID {self.target}" if self.target else ""
         if not self.tty:
             # The recorder's own PID is said as such: it is the one to signal, the target is not.
@@ -182,11 +183,11 @@ class _Status:
 
     def line(self, elapsed: float, store=None) -> str:
         gpus = len(store.gpu_indices()) if store is not None else len(self.recorder.writer.gpus)
-        size = _fmt_size(self.recorder.bytes_on_disk())
-        left = f" of {_fmt_elapsed(self.duration)}" if self.duration else ""
+        size = fmt_size(self.recorder.bytes_on_disk())
+        left = f" of {fmt_elapsed(self.duration)}" if self.duration else ""
         dropped = f", {self.recorder.dropped:,} dropped" if self.recorder.dropped else ""
         target = f"  target PID {self.target}" if self.target else ""
-        return (f"● recording {self.path}{target}  {_fmt_elapsed(elapsed)}{left}  {gpus} GPU{'s' if gpus != 1 else ''}  "
+        return (f"● recording {self.path}{target}  {fmt_elapsed(elapsed)}{left}  {gpus} GPU{'s' if gpus != 1 else ''}  "
                 f"{self.recorder.samples:,} samples  {size}{dropped}")
 
     def update(self, elapsed: float, store) -> None:
@@ -200,7 +201,7 @@ class _Status:
         reason = f" ({why[0]})" if why else ""
         if self.recorder.error:
             return
-        from ..record.span import backfill_note, fmt_length
+        from ..record.span import backfill_note
 
         # This session's span, counted as `info` counts it: from its first sample recorded as it
         # happened, not from the GPU utilisation history NVML's buffer gave with the first poll
@@ -208,26 +209,9 @@ class _Status:
         span = self.recorder.writer.span()
         note = backfill_note(span.backfill_s)
         print(f"gputop: recorded {fmt_length(span.duration)} to {self.path}{reason}: "
-              f"{self.recorder.samples:,} samples, {_fmt_size(self.recorder.bytes_on_disk())}"
+              f"{self.recorder.samples:,} samples, {fmt_size(self.recorder.bytes_on_disk())}"
               + (f" ({note})" if note else ""),
               file=sys.stderr, flush=True)
-
-
-def _fmt_elapsed(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(s)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
-
-
-def _fmt_size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
 
 
 # --------------------------------------------------------------------------- --list
@@ -248,15 +232,14 @@ def _unreadable(p: Path) -> str | None:
 
 def _size_of(p: Path) -> str:
     try:
-        return _fmt_size(p.stat().st_size)
+        return fmt_size(p.stat().st_size)
     except OSError:
         return "?"
 
 
 def list_recordings(folder: Path) -> int:
-    from ..record.reader import Reader, fmt_time
-    from ..record.span import fmt_length
-    from ..record.writer import looks_like_recording
+    from ..record.reader import Reader
+    from ..record.files import looks_like_recording
 
     if not folder.is_dir():
         raise UserError(f"{folder}: not a directory")
@@ -291,7 +274,7 @@ def list_recordings(folder: Path) -> int:
             gpus = ", ".join(sorted({g["name"] for g in d["gpus"]}))
             state = "" if d["state"] == "closed" else f" [{d['state']}]"
             rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}" if gpus else "CPU only", fmt_time(d["start"]),
-                         fmt_length(d["duration_s"]), _fmt_size(d["size_bytes"]),
+                         fmt_length(d["duration_s"]), fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except (UserError, OSError) as exc:
             rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"unreadable: {exc}"[:60]))

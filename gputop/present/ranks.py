@@ -14,7 +14,7 @@ from ..advisor.rules.base import MIN_MAIN_SAMPLES
 from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
-from ..units import truncate
+from ..units import fmt_share, truncate
 
 Seg = tuple[str, str]
 Line = tuple[Seg, ...]
@@ -25,10 +25,6 @@ HIGH_SHARE = 0.30
 GROUP_W = 6  # each group column: a share ("100%") under a short name
 GROUP_HEAD = {"compute": "COMP", "data": "DATA", "comm": "COMM", "ckpt": "CKPT", "other": "OTHER"}
 FIXED_W = 5 + 1 + 8 + 1 + 4 + 1  # RANK PID GPU and their gaps
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
 
 
 def _header(now_w: int) -> Line:
@@ -43,12 +39,12 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
     waiting = v.latest is not None and v.latest.category is Category.COLLECTIVE
     segs.append((f"{now:<{now_w}}", "grp.comm" if waiting else ("bad" if straggler else "")))
     for name, share in group_shares(v.shares) if v.samples else ((n, 0.0) for n, _ in GROUPS):
-        text = _pct(share) if v.samples else "-"
+        text = fmt_share(share) if v.samples else "-"
         segs.append((f"{text:>{GROUP_W}}", f"grp.{name}" if share >= HIGH_SHARE else "dim" if not share else ""))
     # Its hottest place outside waits; for a rank that only waits, where in its own code it waits
     # (the user's frame under torch's), dimmed.
     place, share, style = (v.hot, v.hot_share, "project") if v.hot else (v.top, v.top_share, "dim")
-    hot = truncate(f"{place} {_pct(share)}", hot_w) if place and hot_w > 0 else ""
+    hot = truncate(f"{place} {fmt_share(share)}", hot_w) if place and hot_w > 0 else ""
     segs.append(("  " + hot, style if hot else ""))
     return tuple(segs)
 
@@ -88,13 +84,13 @@ def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (
     comm = [v for v in job.ranks if v.samples]
     if comm:
         lines.append((("communication share: ", "dim"),
-                      (", ".join(f"rank {v.rank} {_pct(v.collective)}"
+                      (", ".join(f"rank {v.rank} {fmt_share(v.collective)}"
                                  + (f" in {v.collective_fn}" if v.collective_fn else "") for v in comm), "")))
     gpu_wait = [v for v in job.ranks if v.gpu_wait is not None]
     if gpu_wait and any((v.gpu_wait or 0.0) > 0 for v in gpu_wait):
         # NCCL waits in a kernel on the GPU, not in the host's stacks: the GPUs show it.
         lines.append((("GPU waits for peers (a NCCL kernel spinning): ", "dim"),
-                      (", ".join(f"rank {v.rank} {_pct(v.gpu_wait or 0.0)}"
+                      (", ".join(f"rank {v.rank} {fmt_share(v.gpu_wait or 0.0)}"
                                  + (f" (busy {v.gpu_util:.0f}%, SMs {v.gpu_sm:.0f}%)"
                                     if v.gpu_util is not None and v.gpu_sm is not None else "")
                                  for v in gpu_wait), "")))
@@ -114,7 +110,7 @@ def _gpu_lines(job: JobView, breakdowns: Sequence[object], width: int) -> list[L
         v = owner.get(bd.gpu_index)
         who = f"rank {v.rank} (pid {v.pid})" if v is not None else "no rank of this job"
         parts = [(b, bd.get(b) / bd.total_s) for b in Bucket if bd.get(b) > 0]
-        text = " · ".join(f"{BUCKET_LABELS[b]} {_pct(sh)}" for b, sh in sorted(parts, key=lambda x: -x[1])[:4])
+        text = " · ".join(f"{BUCKET_LABELS[b]} {fmt_share(sh)}" for b, sh in sorted(parts, key=lambda x: -x[1])[:4])
         out.append(((f"GPU {bd.gpu_index}", "num"), (f" · {who}: ", "" if v is not None else "dim"),
                     (truncate(text, max(10, width - 30)), "")))
     return out

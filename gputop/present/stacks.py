@@ -7,13 +7,12 @@ same functions serve the terminal UI, stdout and the tests.
 
 from __future__ import annotations
 
-import time
 from typing import Iterable, Sequence
 
 from ..analysis.stacks_summary import Hot, StacksView, WorkerView
 from ..analysis.stuck import StuckVerdict
 from ..analysis.classify import is_library, own_frames, short_path, where
-from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
+from ..units import fmt_bytes, fmt_clock, fmt_duration, fmt_pct, truncate
 from ..model import Category, Frame, ProcSample, StackSample
 
 Seg = tuple[str, str]
@@ -45,10 +44,6 @@ def line(*segs: Seg | str) -> Line:
 
 def plain(lines: Iterable[Line]) -> str:
     return "\n".join("".join(t for t, _ in ln).rstrip() for ln in lines)
-
-
-def clock_time(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def cat_seg(c: Category | None) -> Seg:
@@ -175,7 +170,7 @@ def doing(s: StackSample) -> str:
 def stuck_lines(v: StuckVerdict, pid: int, native_key: str | None = "n") -> list[Line]:
     """The plain statement of a stuck job: where, for how long, and what everything else does."""
     held = ("≥ " if not v.held_exact else "") + fmt_duration(v.held_s)
-    since = f" (since {clock_time(v.since)})" if v.since else ""
+    since = f" (since {fmt_clock(v.since)})" if v.since else ""
     out = [
         line((f"STUCK: PID {pid} has not moved for {held}{since}", "bad"),
              (f"   confidence {v.confidence * 100:.0f} %" if v.confidence else "", "dim")),
@@ -232,7 +227,7 @@ def pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -
     """Everything the stacks pane shows, top to bottom."""
     out: list[Line] = [target_line(view.target, view.pid)]
     if view.fault is not None:
-        out.append(line((f"{clock_time(view.fault.ts)}  {view.fault.message}", "bad" if view.fault.level == "error" else "warn")))
+        out.append(line((f"{fmt_clock(view.fault.ts)}  {view.fault.message}", "bad" if view.fault.level == "error" else "warn")))
     if view.verdict.stuck:
         out.append(())
         out.extend(stuck_lines(view.verdict, view.pid))
@@ -248,7 +243,7 @@ def pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -
     others = [s for s in view.threads if not s.is_main]
     if main:
         out.append(())
-        out.append(line(("Current stack", "head"), (f"  {clock_time(main[0].ts)}", "dim")))
+        out.append(line(("Current stack", "head"), (f"  {fmt_clock(main[0].ts)}", "dim")))
         out.extend(stack_lines(main[0]))
     if view.hot:
         out.append(())

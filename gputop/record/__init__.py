@@ -1,2 +1,4 @@
-"""Sessions to a file and back: ``writer.Recorder`` records a pipeline, ``reader.Reader`` reads a
-recording by time (for ``sources.replay`` and ``report``); ``schema`` describes the format."""
+"""Sessions to a file and back: ``recorder.Recorder`` records a pipeline through
+``writer.RecordWriter``, ``reader.Reader`` reads a recording by time (for ``report`` and the
+replay), ``replay.ReplaySource`` plays a recording back as a session's source; ``schema``
+describes the format."""

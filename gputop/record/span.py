@@ -1,5 +1,5 @@
 """A recording's span: the one definition that `info`, `report`, `replay` and `record --list`
-all use, and how its length is written. Pure: numbers in, numbers and text out.
+all use (its length is written by ``units.fmt_length``). Pure: numbers in, numbers and text out.
 
 NVML keeps ~20 s of 200 ms utilisation samples; the first poll of a session reads that buffer
 whole, so a recording starts with GPU utilisation from *before* the recorder ran (the
@@ -9,8 +9,6 @@ show an empty session. The span starts at the first sample of any other series.
 """
 
 from __future__ import annotations
-
-from ..units import fmt_length  # noqa: F401  (the one way a length is written; re-exported)
 
 from dataclasses import dataclass
 from typing import Iterable

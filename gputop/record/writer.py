@@ -1,35 +1,21 @@
-"""Writing a recording: ``RecordWriter`` (SQLite, one thread) and ``Recorder`` (the subscriber).
+"""Writing a recording: ``RecordWriter``, one SQLite connection used from one thread at a time.
 
-The pipeline calls ``Recorder.on_batch`` on its source threads; that only queues the batch. A
-writer thread drains the queue and commits every ``FLUSH_INTERVAL_S``, so neither a source nor
-the UI ever waits on the disk, and a killed recorder loses at most the last flush.
-
-Wiring it to a running session (the UI's ``--record FILE`` and its record key)::
-
-    rec = Recorder.attach(session, path, force=False, interval=args.interval)  # UserError if bad
-    ...
-    rec.close()  # unsubscribes, writes what is queued, closes the file
-
-or by hand: ``Recorder.open(path, store=..., notify=pipeline.publish)`` then
-``pipeline.subscribe(rec.on_batch)``.
-
-``notify`` receives a one-element batch with an ``Event`` when recording stops on its own (disk
-full, I/O error): monitoring goes on, the file keeps what was committed.
+It creates the file (or appends to one, refusing a file that is not a recording or that watched
+other GPUs), writes each batch's samples into time blocks, the findings as they change and the
+overview, merges finished minutes, and closes the file self-contained. ``recorder.Recorder`` runs
+it off the pipeline's threads.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import queue
 import socket
 import sqlite3
-import sys
-import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable
 
 from .. import __version__
 from ..errors import UserError
@@ -50,13 +36,13 @@ from ..model import (
     Verdict,
 )
 from ..redact import redact_argv, redact_cmdline, redact_code
+from ..units import fmt_size_limit
 from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
-from .files import wal_page1_head
+from .files import looks_like_recording, sidecars
 from .overview import OverviewBuilder, OverviewRow
 from .span import Span, recording_span
 from .schema import (
-    STATE_EVENT_SOURCES,
     APPLICATION_ID,
     open_session_key,
     DDL,
@@ -66,16 +52,9 @@ from .schema import (
     MAX_BLOCK_SPAN_S,
     SCHEMA_VERSION,
     SERIES,
-    SQLITE_MAGIC,
     pack_ids,
 )
 
-# Commit cadence. The issue's crash-safety budget is ~1 s lost on SIGKILL; half a second leaves
-# room for a slow commit. Each commit is one WAL append (fsync-free at synchronous=NORMAL).
-FLUSH_INTERVAL_S = 0.5
-# Batches waiting for the writer before new ones are dropped (and counted): at default rates a
-# session produces ~7 batches a second, so this is about five minutes of a stalled disk.
-MAX_PENDING_BATCHES = 2000
 # A minute is merged once no sample for it can still arrive: NVML's buffer is read once per
 # poll, so its entries can lag the newest sample by a poll interval and a slow poll.
 COMPACT_SETTLE_S = 5.0
@@ -92,18 +71,12 @@ CHECKPOINT_EVERY_S = 5.0
 # Merging is spread out: after a long stall, at most this many minutes per table per flush.
 MAX_COMPACT_PER_FLUSH = 4
 
-_STOP = object()
-
-Notify = Callable[[Sequence[object]], None]
-
 # Derived state is not recorded: a replay derives the advisor's verdicts and the panes' views
 # again from the samples (the findings are recorded as they change); a reset only ever comes from
 # a replay.
 NOT_RECORDED = (Verdict, PaneViews, Reset)
 # The samples that start a recording's span (record.span): recorded as they happened. Utilisation
 # points may be the buffer's history from before; static info and findings are state, not time.
-# One of each is taken per poll of the GPUs and of the host: what ``Recorder.settle`` waits for.
-POLLS = (GpuSample, HostSample)
 _AS_IT_HAPPENED = (GpuSample, GpuProcess, HostSample, ProcSample, StackSample, Event)
 
 
@@ -123,88 +96,7 @@ class SessionMeta:
     host: str = field(default_factory=socket.gethostname)
 
 
-# --------------------------------------------------------------------------- files
-
-
-def sidecars(path: Path) -> tuple[Path, Path]:
-    return Path(f"{path}-wal"), Path(f"{path}-shm")
-
-
-def looks_like_recording(path: Path) -> bool | None:
-    """True: a gputop recording; False: something else; None: empty (nothing written yet).
-
-    A recording killed before its first checkpoint by an older gputop has its marks only in the
-    ``-wal`` beside it: that counts too.
-    """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except OSError:
-        return False
-    if not head:
-        return None
-    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
-        return False
-    if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
-        return True
-    page1 = wal_page1_head(sidecars(path)[0])
-    return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
-
-
-_SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
-
-
-def _is_recording_main(path: Path) -> bool:
-    kind = looks_like_recording(path)
-    if kind is None:  # empty: a recording killed early by an older gputop keeps all of it in its -wal
-        page1 = wal_page1_head(sidecars(path)[0])
-        return page1 is not None and int.from_bytes(page1[68:72], "big") == APPLICATION_ID
-    return kind
-
-
-def holds_recording(path: Path) -> bool:
-    """Whether writing anything but a recording at ``path`` would destroy (part of) one: the
-    file is a recording (by its content, whatever its name; through a link too), an empty main
-    file whose recording is all in its ``-wal``, or the ``-wal``/``-shm``/``-journal`` beside a
-    recording (whether it exists or not: SQLite would take a file of that name for its own)."""
-    if _recording_beside(path) is not None:
-        return True
-    return (path.exists() or path.is_symlink()) and _is_recording_main(path)
-
-
-def _recording_beside(path: Path) -> Path | None:
-    """The recording whose ``-wal``/``-shm``/``-journal`` ``path`` is named as, or None."""
-    name = str(path)
-    for suffix in _SIDECAR_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            main = Path(name[: -len(suffix)])
-            if main.is_file() and _is_recording_main(main):
-                return main
-    return None
-
-
-def refuse_overwriting_recording(out: Path, reading: Path | None = None) -> None:
-    """For every command whose output is not a recording (``report -o``): never write over the
-    recording being read (the same file by another name or link too), nor over any other one,
-    nor beside one under its ``-wal``/``-shm``/``-journal`` name, whatever ``--force`` says.
-    Raises UserError (one line)."""
-    try:
-        beside = _recording_beside(out)
-        if beside is not None:
-            raise UserError(f"{out} is the {str(out)[len(str(beside)):]} file of the gputop recording {beside}: "
-                            "not writing there; write the output to another file")
-        if not (out.exists() or out.is_symlink()):
-            return
-        same = reading is not None and out.exists() and reading.exists() and os.path.samefile(out, reading)
-        ours = same or _is_recording_main(out)
-    except OSError:
-        return  # cannot be looked at: the write itself will say why it fails
-    if same:
-        raise UserError(f"{out} is the recording being read: not overwriting it (--force or not); "
-                        "write the output to another file")
-    if ours:
-        raise UserError(f"{out} is a gputop recording: not overwriting it (--force or not); "
-                        "write the output to another file")
+# --------------------------------------------------------------------------- creating the file
 
 
 def _create_exclusive(path: Path) -> None:
@@ -260,33 +152,13 @@ def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None, cap_
     msg = str(exc)
     if code == 13 or "full" in msg:  # SQLITE_FULL
         if max_bytes and cap_reached:
-            return f"the --max-size limit of {_fmt_bytes(max_bytes)} reached"
+            return f"the --max-size limit of {fmt_size_limit(max_bytes)} reached"
         if max_bytes and cap_reached is None:
-            return f"disk full (or the --max-size limit of {_fmt_bytes(max_bytes)} reached)"
+            return f"disk full (or the --max-size limit of {fmt_size_limit(max_bytes)} reached)"
         return "disk full"
     if code is not None and code & 0xFF == 10 or "I/O" in msg:  # SQLITE_IOERR
         return f"disk I/O error ({msg})"
     return msg
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
-
-
-def target_cmdline(pid: int | None) -> str:
-    """The target's command line, redacted (empty when it cannot be read)."""
-    if pid is None:
-        return ""
-    try:
-        import psutil
-
-        return redact_cmdline(psutil.Process(pid).cmdline())
-    except Exception:
-        return ""
 
 
 # --------------------------------------------------------------------------- what a session watched
@@ -871,250 +743,5 @@ ON CONFLICT(ts, gpu) DO UPDATE SET
 """
 
 
-# --------------------------------------------------------------------------- the subscriber
-
-
-def _state_of(store) -> list[object]:
-    """What a recording started mid-session must begin with: the static info sources send once,
-    the state events, and the advisor's current verdict (the findings showing now)."""
-    seed: list[object] = []
-    if store.system is not None:
-        seed.append(store.system)
-    seed.extend(store.gpu_info.values())
-    # The newest rank map and GPU topology: said once when the session attached, before
-    # this recording may have started (a replay and the report read the ranks back).
-    events = store.events()
-    for source in STATE_EVENT_SOURCES:
-        seed.extend([e for e in events if e.source == source][-1:])
-    # The advisor sends a finding when it appears or changes (and every RECORD_REFRESH_S): one
-    # already showing would otherwise be missing until then, or for good in a short recording.
-    # Stamped with the recording's start; ``first_seen`` stays when the advisor first showed it,
-    # as in every row it sends later.
-    now = store.now
-    seed.extend(replace(f, ts=max(f.ts, now)) for f in store.findings())
-    return seed
-
-
-
-
-class Recorder:
-    """A pipeline subscriber that records every batch to a file, off the caller's thread."""
-
-    def __init__(
-        self,
-        writer: RecordWriter,
-        notify: Notify | None = None,
-        flush_interval: float = FLUSH_INTERVAL_S,
-        max_pending: int = MAX_PENDING_BATCHES,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.writer = writer
-        self.path = writer.path
-        self.notify = notify
-        self.flush_interval = flush_interval
-        self.clock = clock
-        self.error: str | None = None
-        self.dropped = 0  # samples dropped because the writer fell behind
-        self.started = time.monotonic()
-        self._q: queue.Queue = queue.Queue(maxsize=max_pending)
-        self._active = True
-        self._closed = False
-        self._unsubscribe: Callable[[], None] | None = None
-        self._polled: dict[type, float] = {}  # the newest poll of each kind queued (``settle``)
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="gputop-recorder", daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike,
-        force: bool = False,
-        append: bool = False,
-        *,
-        store=None,
-        notify: Notify | None = None,
-        meta: SessionMeta | None = None,
-        max_bytes: int | None = None,
-        flush_interval: float = FLUSH_INTERVAL_S,
-        identify: Sequence[object] = (),
-    ) -> "Recorder":
-        """Create (or append to) ``path`` and start the writer thread. Raises UserError.
-
-        ``store``: a running session's store; its static info (SystemInfo, GpuInfo), which
-        sources send only once, and the findings showing now are written first so a recording
-        started mid-session is complete.
-        """
-        seed = _state_of(store) if store is not None else []
-        # Appending: the session must watch what the recording watched (``identify``: the
-        # session's static info not in the store yet, e.g. from a first poll not published yet).
-        identity = Identity.of([*seed, *identify]) if append else None
-        writer = RecordWriter.create(path, force=force, append=append, max_bytes=max_bytes, identity=identity)
-        try:
-            writer.start_session(meta or SessionMeta(argv=tuple(sys.argv)))
-        except sqlite3.Error as exc:
-            writer.abort()
-            raise UserError(f"cannot write {path}: {describe_sqlite_error(exc, max_bytes)}") from None
-        rec = cls(writer, notify=notify, flush_interval=flush_interval)
-        if seed:
-            rec.on_batch(seed)
-        return rec
-
-    @classmethod
-    def attach(
-        cls,
-        session,
-        path: str | os.PathLike,
-        force: bool = False,
-        append: bool = False,
-        *,
-        interval: float | None = None,
-        max_bytes: int | None = None,
-        argv: Sequence[str] | None = None,
-        identify: Sequence[object] = (),
-    ) -> "Recorder":
-        """Record a running (or about to run) session: the UI's --record and its record key.
-
-        Writes the session's static info first, subscribes to its pipeline, and reports a
-        failure (disk full) through it as an Event. ``close()`` unsubscribes and closes.
-        """
-        meta = SessionMeta(
-            mode=getattr(session, "mode", "live"),
-            argv=tuple(sys.argv if argv is None else argv),
-            target_pid=getattr(session, "target_pid", None),
-            target_cmdline=target_cmdline(getattr(session, "target_pid", None)),
-            interval=interval,
-        )
-        rec = cls.open(path, force=force, append=append, store=session.store, notify=session.pipeline.publish,
-                       meta=meta, max_bytes=max_bytes, identify=identify)
-        rec._unsubscribe = session.pipeline.subscribe(rec.on_batch)
-        return rec
-
-    # ----------------------------------------------------------------- subscriber side
-
-    @property
-    def active(self) -> bool:
-        return self._active
-
-    def on_batch(self, batch: Sequence[object]) -> None:
-        """Queue a batch; never blocks, never raises."""
-        if not self._active or not batch:
-            return
-        try:
-            self._q.put_nowait(list(batch))
-        except queue.Full:
-            self.dropped += len(batch)
-            return
-        for s in batch:  # after queueing: whoever `settle`s on it finds it queued
-            if isinstance(s, POLLS):
-                k = type(s)
-                if s.ts > self._polled.get(k, float("-inf")):
-                    self._polled[k] = s.ts
-
-    def settle(self, since: float, kinds: Sequence[type] = POLLS, timeout: float = 2.5,
-               alive: Callable[[], bool] = lambda: True) -> bool:
-        """Wait until a poll of each of ``kinds`` taken at or after ``since`` is queued (at most
-        ``timeout`` seconds, and only while ``alive()``): stopping then keeps what happened up to
-        the stop, which the sources only report at their next poll (NVML's utilisation buffer,
-        the host's rates). True when it came."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if all(self._polled.get(k, float("-inf")) >= since for k in kinds):
-                return True
-            if not self._active or not alive() or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, close the file. Idempotent; a second caller waits for the first."""
-        with self._lock:
-            first = not self._closed
-            self._closed = True
-        if first:
-            if self._unsubscribe is not None:
-                self._unsubscribe()
-            if self._thread.is_alive():
-                try:
-                    self._q.put(_STOP, timeout=timeout)
-                except queue.Full:
-                    pass
-        self._thread.join(timeout)
-        self._active = False
-
-    # ----------------------------------------------------------------- status
-
-    @property
-    def samples(self) -> int:
-        return self.writer.samples
-
-    def bytes_on_disk(self) -> int:
-        total = 0
-        for p in (self.path, *sidecars(self.path)):
-            try:
-                total += os.path.getsize(p)
-            except OSError:
-                pass
-        return total
-
-    # ----------------------------------------------------------------- writer thread
-
-    def _run(self) -> None:
-        pending: list[object] = []
-        next_flush = time.monotonic() + self.flush_interval
-        stop = False
-        while not stop:
-            try:
-                item = self._q.get(timeout=max(0.0, next_flush - time.monotonic()))
-            except queue.Empty:
-                item = None
-            while item is not None:
-                if item is _STOP:
-                    stop = True
-                    break
-                if self._active:
-                    pending.extend(item)
-                try:
-                    item = self._q.get_nowait()
-                except queue.Empty:
-                    item = None
-            if stop or time.monotonic() >= next_flush:
-                if pending and self._active:
-                    self._flush(pending)
-                pending = []
-                next_flush = time.monotonic() + self.flush_interval
-        if self._active:
-            try:
-                self.writer.finish()
-            except sqlite3.Error as exc:
-                self._fail(exc)
-        else:
-            self.writer.abort()
-
-    def _flush(self, samples: list[object]) -> None:
-        try:
-            self.writer.flush(samples)
-        except sqlite3.Error as exc:
-            self._fail(exc)
-        except Exception as exc:  # a sample we cannot encode must not kill the recorder silently
-            self._fail(exc)
-
-    def _fail(self, exc: BaseException) -> None:
-        if not self._active or self.error is not None:
-            return
-        reason = (describe_sqlite_error(exc, self.writer.max_bytes, self.writer.cap_reached())
-                  if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}")
-        upto = self.writer.last_ts
-        when = time.strftime("%H:%M:%S", time.localtime(upto)) if upto else "the start"
-        self.error = f"recording to {self.path} stopped: {reason}; the file keeps data up to {when}"
-        self.writer.abort()
-        if self.notify is not None:
-            try:
-                self.notify([Event(self.clock(), "record", self.error + "; monitoring continues", "error")])
-            except Exception:
-                pass
-        # Last: whoever waits for `active` to drop sees the error and the event already out.
-        self._active = False
-
-
-__all__ = ["FLUSH_INTERVAL_S", "Identity", "RecordWriter", "Recorder", "SessionMeta", "holds_recording",
-           "looks_like_recording", "refuse_overwriting_recording", "sidecars"]
+# looks_like_recording and sidecars live in record.files; importable from here too.
+__all__ = ["Identity", "RecordWriter", "SessionMeta", "looks_like_recording", "sidecars"]

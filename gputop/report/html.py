@@ -9,12 +9,11 @@ from __future__ import annotations
 from .. import __version__
 from ..present.advice import breakdown_rows, device_name
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
-from ..units import fmt_bytes
+from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
 from ..record.span import backfill_note
 from . import svg
 from .ranks import rank_html
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
-from .text import clock, hms
 
 BUCKET_COLORS = {
     Bucket.BUSY: "#2e7d32",
@@ -57,7 +56,7 @@ def _breakdown_table(bd, e) -> list[str]:
         labels = ", ".join(f"{lab} ({100 * f:.0f}%)" for lab, f in bd.top_labels(b, 2) if f >= 0.01)
         out.append(f"<tr><td><span class=\"sw\" style=\"background:{BUCKET_COLORS[b]}\"></span>"
                    f"{e(BUCKET_LABELS[b])}</td><td class=\"num\">{100 * sec / bd.total_s:.1f}%</td>"
-                   f"<td class=\"num\">{e(hms(sec))}</td><td>{e(labels)}</td></tr>")
+                   f"<td class=\"num\">{e(fmt_length(sec))}</td><td>{e(labels)}</td></tr>")
     out.append("</table>")
     return out
 
@@ -69,7 +68,7 @@ def _cpu_device_html(s: Summary) -> list[str]:
     bd = c.breakdown
     out = [f"<h2>{e(device_name(bd))}: where the time went</h2>",
            f"<p class=\"small\">{e(c.why)}: the job's main thread stands in for the device "
-           f"({c.samples} stack samples over {e(hms(bd.total_s))}).</p>"]
+           f"({c.samples} stack samples over {e(fmt_length(bd.total_s))}).</p>"]
     note = coverage_note(s)
     if note:
         out.append(f"<p class=\"small\"><b>Not the whole recording:</b> {e(note)}.</p>")
@@ -81,11 +80,11 @@ def render_html(s: Summary) -> str:
     out: list[str] = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        f"<title>gputop report: {e(s.host)} {e(clock(s.start))}</title><style>{CSS}</style></head><body>",
+        f"<title>gputop report: {e(s.host)} {e(fmt_time(s.start))}</title><style>{CSS}</style></head><body>",
         f"<h1>GPU run report: {e(s.host)}</h1>",
         f"<div class=\"meta\">{e(gpus_text(s))}"
         + (f" · driver {e(s.system.driver_version)}" if s.system and s.system.driver_version else "")
-        + f" · {e(clock(s.start))} → {e(clock(s.end))} ({e(hms(s.duration))})"
+        + f" · {e(fmt_time(s.start))} → {e(fmt_time(s.end))} ({e(fmt_length(s.duration))})"
         + (f" · {e(backfill_note(s.backfill_s))}" if backfill_note(s.backfill_s) else "")
         + (" · <b>synthetic / fake data</b>" if s.source == "fake" else "")
         + "</div>",
@@ -100,7 +99,7 @@ def render_html(s: Summary) -> str:
         out.append(f"<h2>GPU {g.index}: {e(g.name)}</h2>")
         out.append("<div class=\"big\">")
         out.append(f"<div><b>{100 * g.busy_fraction:.1f}%</b>busy</div>")
-        out.append(f"<div><b>{e(hms(bd.idle_s))}</b>idle ({100 * (1 - g.busy_fraction):.1f}%)</div>")
+        out.append(f"<div><b>{e(fmt_length(bd.idle_s))}</b>idle ({100 * (1 - g.busy_fraction):.1f}%)</div>")
         out.append(f"<div><b>{g.idle_period_count}</b>idle periods ≥ {MIN_IDLE_PERIOD_S:.0f} s</div>")
         if g.tensor_mean is not None:
             out.append(f"<div><b>{g.tensor_mean:.0f}%</b>tensor cores active</div>")
@@ -111,7 +110,7 @@ def render_html(s: Summary) -> str:
         t0, t1 = s.start, s.end
         util = [(t, b.util) for t, b in g.chart]
         umin = [(t, b.util_min) for t, b in g.chart]
-        idle = [(p.start, p.end, f"{p.cause} {hms(p.duration)}" + (f" — {p.detail}" if p.detail else ""))
+        idle = [(p.start, p.end, f"{p.cause} {fmt_length(p.duration)}" + (f" — {p.detail}" if p.detail else ""))
                 for p in g.idle_periods]
         gmarks = [m for m, fs in zip(marks, s.findings) if fs.finding.gpu_index in (None, g.index)]
         gap = s.chart_max_gap
@@ -131,7 +130,7 @@ def render_html(s: Summary) -> str:
             out.append("<h3>Longest idle periods</h3><table><tr><th>start</th><th class=\"num\">length</th>"
                        "<th>likely cause</th><th>main thread</th></tr>")
             for p in g.idle_periods:
-                out.append(f"<tr><td>{e(clock(p.start))}</td><td class=\"num\">{e(hms(p.duration))}</td>"
+                out.append(f"<tr><td>{e(fmt_time(p.start))}</td><td class=\"num\">{e(fmt_length(p.duration))}</td>"
                            f"<td>{e(p.cause)}</td><td><code>{e(p.detail)}</code></td></tr>")
             out.append("</table>")
         series = [("memory used", [(t, b.mem_max) for t, b in g.chart], "line")]
@@ -145,9 +144,9 @@ def render_html(s: Summary) -> str:
     if s.cpu is not None:
         out += _cpu_device_html(s)
     out.append("<h2>Host</h2>")
-    out.append(f"<p>CPU mean {_pct(s.host_cpu_mean)} (max {_pct(s.host_cpu_max)})"
+    out.append(f"<p>CPU mean {fmt_pct(s.host_cpu_mean)} (max {fmt_pct(s.host_cpu_max)})"
                + (f" of {s.host_cores} cores" if s.host_cores else "")
-               + f", iowait {_pct(s.host_iowait_mean, 1)}"
+               + f", iowait {fmt_pct(s.host_iowait_mean, digits=1)}"
                + (f", memory peak {e(fmt_bytes(s.host_mem_max))} / {e(fmt_bytes(s.host_mem_total))}"
                   if s.host_mem_max else "") + "</p>")
     out.append(svg.line_chart(
@@ -168,7 +167,7 @@ def render_html(s: Summary) -> str:
         dev = finding_device(f)
         gpu = f" · {dev}" if dev else ""
         out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
-                   f"<div class=\"small\">{e(finding_when(fs, clock, s.end))}{e(gpu)}"
+                   f"<div class=\"small\">{e(finding_when(fs, fmt_time, s.end))}{e(gpu)}"
                    f" · confidence {100 * f.confidence:.0f}%"
                    + (f" · {e(cost_text(fs, s))}" if fs.max_cost_s else "") + "</div>")
         if f.evidence:
@@ -181,13 +180,9 @@ def render_html(s: Summary) -> str:
     if s.events:
         out.append(f"<h2>Warnings and errors ({len(s.events)})</h2><table>")
         for ev in s.events:
-            out.append(f"<tr><td>{e(clock(ev.ts))}</td><td>{e(ev.level)}</td><td>{e(ev.source)}</td>"
+            out.append(f"<tr><td>{e(fmt_time(ev.ts))}</td><td>{e(ev.level)}</td><td>{e(ev.source)}</td>"
                        f"<td>{e(ev.message)}</td></tr>")
         out.append("</table>")
     out.append(f"<p class=\"small\">gputop {e(__version__)} · {e(s.path)} ({e(fmt_bytes(s.size_bytes))})</p>")
     out.append("</body></html>")
     return "\n".join(out)
-
-
-def _pct(v: float | None, digits: int = 0) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}%"

@@ -10,6 +10,8 @@ import html
 import time
 from typing import Sequence
 
+from ..units import fmt_si
+
 W = 960  # drawing width
 PAD_L = 44
 PAD_R = 8
@@ -64,18 +66,8 @@ def _y_axis(lo: float, hi: float, h: int, unit: str) -> list[str]:
         y = _y(v, lo, hi, h)
         out.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="{COLORS["grid"]}"/>')
         out.append(f'<text x="{PAD_L - 4}" y="{y + 4:.1f}" font-size="11" fill="{COLORS["text"]}" '
-                   f'text-anchor="end">{esc(_fmt(v))}{esc(unit)}</text>')
+                   f'text-anchor="end">{esc(fmt_si(v))}{esc(unit)}</text>')
     return out
-
-
-def _fmt(v: float) -> str:
-    if abs(v) >= 1e9:
-        return f"{v / 1e9:.0f}G"
-    if abs(v) >= 1e6:
-        return f"{v / 1e6:.0f}M"
-    if abs(v) >= 1e3 and abs(v) >= 10_000:
-        return f"{v / 1e3:.0f}k"
-    return f"{v:.0f}"
 
 
 def _path(

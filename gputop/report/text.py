@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import textwrap
-import time
 
 from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis.breakdown import BUCKET_LABELS, Bucket
-from ..units import fmt_bytes, sparkline
-from ..record.span import backfill_note, fmt_length
+from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
+from ..record.span import backfill_note
 from .ranks import rank_text_lines
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
-
-
-def clock(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def hms(s: float) -> str:
-    # The one way a length is written (info, report, record --list agree to the second).
-    return fmt_length(s)
-
-
-def pct(v: float | None, digits: int = 0) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}%"
 
 
 # The chart's buckets can be shorter than the sample interval (a 1 s bucket, 2 s polls): an empty
@@ -64,14 +50,14 @@ def cpu_device_lines(s: Summary, width: int = 100) -> list[str]:
     if c is None:
         return []
     bd = c.breakdown
-    out = ["", f"{device_name(bd)}: where the time went over {hms(bd.total_s)} "
+    out = ["", f"{device_name(bd)}: where the time went over {fmt_length(bd.total_s)} "
                f"({c.why}: the job's main thread, {c.samples} stack samples)"]
     note = coverage_note(s)
     if note:
         out += textwrap.wrap(note, width=max(60, width), initial_indent="  ", subsequent_indent="  ")
     out.append("  " + bar_text(bd, 50))
     for b, sec, p in breakdown_rows(bd):
-        out.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {hms(sec):>9}  {p:3d} %")
+        out.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {fmt_length(sec):>9}  {p:3d} %")
         for label, frac in bd.top_labels(b, 2):
             if frac >= 0.01:
                 out.append(f"      {label}  ({100 * frac:.0f}% of samples while not computing)")
@@ -86,7 +72,7 @@ def render_text(s: Summary, width: int = 100) -> str:
     drv = f"  driver {s.system.driver_version}" if s.system and s.system.driver_version else ""
     out.append(f"host {s.host}  {gpus_text(s)}{drv}{fake}")
     note = backfill_note(s.backfill_s)
-    out.append(f"{clock(s.start)} → {clock(s.end)}  ({hms(s.duration)})  file {fmt_bytes(s.size_bytes)}")
+    out.append(f"{fmt_time(s.start)} → {fmt_time(s.end)}  ({fmt_length(s.duration)})  file {fmt_bytes(s.size_bytes)}")
     if note:
         out.append(f"({note})")
     if s.target_pid or s.target_cmdline:
@@ -102,7 +88,7 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append(f"  utilisation  {sparkline(utils)}")
         if bd.total_s > 0:
             out.append(f"  busy {100 * g.busy_fraction:.1f}%   idle {100 * (1 - g.busy_fraction):.1f}% "
-                       f"({hms(bd.idle_s)} of {hms(bd.total_s)} measured)")
+                       f"({fmt_length(bd.idle_s)} of {fmt_length(bd.total_s)} measured)")
             rows = [(b, sec, p) for b, sec, p in breakdown_rows(bd) if b is not Bucket.BUSY]
             if rows:
                 why = "stack samples lost in the cut" if s.stacks_lost else "no stack samples"
@@ -111,16 +97,16 @@ def render_text(s: Summary, width: int = 100) -> str:
                 for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
                     share = sec / bd.total_s
                     bar = BUCKET_CHAR[b] * max(1, round(40 * sec / idle))
-                    out.append(f"    {BUCKET_LABELS[b]:<30} {100 * share:5.1f}%  {hms(sec):>9}  {bar}")
+                    out.append(f"    {BUCKET_LABELS[b]:<30} {100 * share:5.1f}%  {fmt_length(sec):>9}  {bar}")
                     for label, frac in bd.top_labels(b, 2):
                         if frac < 0.01:
                             continue
                         out.append(f"      {label}  ({100 * frac:.0f}% of idle samples)")
         if g.idle_periods:
-            out.append(f"  idle periods of {MIN_IDLE_PERIOD_S:.0f} s or more: {g.idle_period_count}, {hms(g.idle_period_s)} in total; longest:")
+            out.append(f"  idle periods of {MIN_IDLE_PERIOD_S:.0f} s or more: {g.idle_period_count}, {fmt_length(g.idle_period_s)} in total; longest:")
             for p in g.idle_periods[:5]:
                 detail = f" — {p.detail}" if p.detail else ""
-                out.append(f"    {clock(p.start)}  {hms(p.duration):>8}  {p.cause}{detail}")
+                out.append(f"    {fmt_time(p.start)}  {fmt_length(p.duration):>8}  {p.cause}{detail}")
         facts = []
         if g.mem_max is not None:
             total = f" / {fmt_bytes(g.memory_total)}" if g.memory_total else ""
@@ -140,8 +126,8 @@ def render_text(s: Summary, width: int = 100) -> str:
         out += cpu_device_lines(s, width)
     out.append("")
     cpu = [b.cpu for _, b in s.host_chart]
-    out.append(f"host   CPU mean {pct(s.host_cpu_mean)} (max {pct(s.host_cpu_max)})"
-               f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {pct(s.host_iowait_mean, 1)}"
+    out.append(f"host   CPU mean {fmt_pct(s.host_cpu_mean)} (max {fmt_pct(s.host_cpu_max)})"
+               f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {fmt_pct(s.host_iowait_mean, digits=1)}"
                + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
     out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
     out.append("")
@@ -160,7 +146,7 @@ def render_text(s: Summary, width: int = 100) -> str:
             dev = finding_device(f)
             gpu = f" {dev}" if dev else ""
             out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
-            out.append(f"      {finding_when(fs, clock, s.end)}"
+            out.append(f"      {finding_when(fs, fmt_time, s.end)}"
                        + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
                        + f", confidence {100 * f.confidence:.0f}%")
             for e in f.evidence:
@@ -177,5 +163,5 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append("")
         out.append(f"warnings and errors ({len(s.events)})")
         for e in s.events[-15:]:
-            out.append(f"  {clock(e.ts)}  {e.level:<7} {e.source}: {e.message}"[:width])
+            out.append(f"  {fmt_time(e.ts)}  {e.level:<7} {e.source}: {e.message}"[:width])
     return "\n".join(out) + "\n"

@@ -1,4 +1,4 @@
-"""Live GPU samples from NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``).
+"""The NVML source: every GPU's samples, polled through ``nvml_binding`` (which loads NVML).
 
 Every metric is optional. A metric the GPU does not support reads ``None`` and is named once in
 an info ``Event``; it is not asked for again. A GPU that stops answering becomes a
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..model import Event, GpuInfo, GpuProcess, GpuSample, SystemInfo, UtilPoint
+from .nvml_binding import SUCCESS, Binding, NvmlUnavailable, open_nvml
 
 SOURCE = "nvml"
 
@@ -52,35 +53,6 @@ _LEVELS = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 
 _P2P_STATUS = {1: "not supported by the chipset", 2: "not supported by the GPU", 3: "not supported by the IOH topology",
                4: "disabled by a registry key", 5: "not supported", 6: "unknown"}
 
-# NVML return codes (nvml.h; pynvml uses the same numbers). Read from the module when present.
-_SUCCESS = 0
-_ERR = {
-    "NOT_SUPPORTED": 3,
-    "NO_PERMISSION": 4,
-    "NOT_FOUND": 6,
-    "DRIVER_NOT_LOADED": 9,
-    "TIMEOUT": 10,
-    "LIBRARY_NOT_FOUND": 12,
-    "FUNCTION_NOT_FOUND": 13,
-    "GPU_IS_LOST": 15,
-    "RESET_REQUIRED": 16,
-    "LIB_RM_VERSION_MISMATCH": 18,
-    "ARGUMENT_VERSION_MISMATCH": 25,
-    "GPU_NOT_FOUND": 28,
-    "UNKNOWN": 999,
-}
-
-# GPM metric ids (nvml.h NVML_GPM_METRIC_*) → GpuSample field. PCIe rates come in MiB/s.
-_GPM_METRICS: tuple[tuple[str, str, int], ...] = (
-    ("sm_active", "NVML_GPM_METRIC_SM_UTIL", 2),
-    ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY", 3),
-    ("tensor_active", "NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5),
-    ("dram_active", "NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
-    ("fp32_active", "NVML_GPM_METRIC_FP32_UTIL", 12),
-    ("fp16_active", "NVML_GPM_METRIC_FP16_UTIL", 13),
-    ("pcie_tx_mib", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20),
-    ("pcie_rx_mib", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21),
-)
 _MIB = 1024 * 1024
 _KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s
 
@@ -101,17 +73,6 @@ _CORES_PER_SM = {
 # nvmlSample_t value union member per nvmlValueType_t.
 _VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 _NOT_AVAILABLE_U64 = 2**64 - 1
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be used at all; ``str()`` is one line saying why.
-
-    ``check`` names what failed (for a doctor-style listing).
-    """
-
-    def __init__(self, message: str, check: str = "NVIDIA driver") -> None:
-        super().__init__(message)
-        self.check = check
 
 
 class _GpuLost(Exception):
@@ -231,49 +192,7 @@ class NvmlSource:
         self._closed = False
         self._refused: list[str] = []  # GPUs NVML lists but would not give a handle for
         self._lock = threading.Lock()
-        self._err_cls: type[BaseException] = getattr(nvml, "NVMLError", Exception)
-        self._code = {k: getattr(nvml, "NVML_ERROR_" + k, v) for k, v in _ERR.items()}
-        c = self._code
-        self._never = {c["NOT_SUPPORTED"], c["FUNCTION_NOT_FOUND"]}
-        self._hard_lost = {c["GPU_IS_LOST"], c["RESET_REQUIRED"], c["GPU_NOT_FOUND"]}
-        # On the first call of a poll, these mean the whole device is not answering.
-        self._probe_lost = self._hard_lost | {c["UNKNOWN"], c["TIMEOUT"]}
-        self._newer_missing = {c["FUNCTION_NOT_FOUND"], c["ARGUMENT_VERSION_MISMATCH"]}
-        self._k = {
-            "temp_gpu": getattr(nvml, "NVML_TEMPERATURE_GPU", 0),
-            "clock_sm": getattr(nvml, "NVML_CLOCK_SM", 1),
-            "clock_mem": getattr(nvml, "NVML_CLOCK_MEM", 2),
-            "ecc_corr": getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
-            "ecc_uncorr": getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-            "ecc_volatile": getattr(nvml, "NVML_VOLATILE_ECC", 0),
-            "util_samples": getattr(nvml, "NVML_GPU_UTILIZATION_SAMPLES", 1),
-            "pcie_tx": getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0),
-            "pcie_rx": getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1),
-            "enabled": getattr(nvml, "NVML_FEATURE_ENABLED", 1),
-        }
-        nv = nvml
-        self._temperature = self._newest(
-            [
-                lambda h: nv.nvmlDeviceGetTemperature(h, self._k["temp_gpu"]),
-                lambda h: nv.nvmlDeviceGetTemperatureV(h, self._k["temp_gpu"]),
-            ]
-        )
-        mem_calls: list[Callable[[Any], Any]] = []
-        if hasattr(nv, "nvmlMemory_v2"):
-            # v2 leaves out the driver's reserved memory, as nvidia-smi does.
-            mem_calls.append(lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2))
-        mem_calls.append(lambda h: nv.nvmlDeviceGetMemoryInfo(h))
-        self._memory = self._newest(mem_calls)
-        self._reasons = self._newest_named(
-            "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
-        self._compute_procs = self._newest_named(
-            "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"
-        )
-        self._graphics_procs = self._newest_named(
-            "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"
-        )
-        self._gpm_ids = [(f, getattr(nv, name, default)) for f, name, default in _GPM_METRICS]
+        self._b = Binding(nvml)  # error codes, constants, the entry points this driver has
         self._nvlinks: dict[int, int] = {}  # GPU index -> NVLinks up (read once, at the first poll)
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}  # index -> (ts, tx KiB, rx KiB)
         # GPU index -> (tx, rx) bytes/s over NVLink between the last two polls (GPUs with links up).
@@ -290,43 +209,7 @@ class NvmlSource:
         pcie_interval: float = PCIE_INTERVAL_S,
     ) -> "NvmlSource":
         """Initialise NVML and find the GPUs; :class:`NvmlUnavailable` if there is nothing to poll."""
-        if nvml is None:
-            try:
-                import pynvml as nvml  # type: ignore[no-redef]
-            except ImportError:
-                raise NvmlUnavailable(
-                    "nvidia-ml-py is not installed (pip install nvidia-ml-py)", check="nvidia-ml-py"
-                ) from None
-        err_cls = getattr(nvml, "NVMLError", Exception)
-        try:
-            nvml.nvmlInit()
-        except err_cls as exc:
-            raise NvmlUnavailable(_init_reason(nvml, exc)) from None
-        except Exception as exc:  # ctypes/OS trouble loading the library
-            raise NvmlUnavailable(f"NVML init failed: {type(exc).__name__}: {exc}") from None
-
-        def fail(message: str, check: str) -> NvmlUnavailable:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:
-                pass
-            return NvmlUnavailable(message, check=check)
-
-        try:
-            count = int(nvml.nvmlDeviceGetCount())
-        except Exception as exc:
-            raise fail(f"cannot count NVIDIA GPUs: {exc}", "GPUs") from None
-        if count <= 0:
-            raise fail("no NVIDIA GPU found", "GPUs")
-        handles: list[tuple[int, Any]] = []
-        refused: list[str] = []
-        for i in range(count):
-            try:
-                handles.append((i, nvml.nvmlDeviceGetHandleByIndex(i)))
-            except Exception as exc:
-                refused.append(f"GPU {i}: {exc}")
-        if not handles:
-            raise fail("no accessible NVIDIA GPU (" + "; ".join(refused) + ")", "GPUs")
+        nvml, handles, refused = open_nvml(nvml)
         src = cls(nvml, handles, interval=interval, clock=clock, pcie_interval=pcie_interval)
         src._refused = refused
         return src
@@ -412,10 +295,10 @@ class NvmlSource:
             )
 
     def _read_gpu(self, g: _Gpu, ts: float) -> list[object]:
-        h, k = g.handle, self._k
+        h, k = g.handle, self._b.k
         util = self._get(g, "utilization", "nvmlDeviceGetUtilizationRates", h, probe=True)
         self._setup_gpm(g)
-        mem = self._get(g, "memory", self._memory, h)
+        mem = self._get(g, "memory", self._b.memory, h)
         mem_total = int(mem.total) if mem is not None else None
         power_mw = self._get(g, "power", "nvmlDeviceGetPowerUsage", h)
         limit_mw = self._get(g, "power limit", "nvmlDeviceGetEnforcedPowerLimit", h)
@@ -426,11 +309,11 @@ class NvmlSource:
         if info is not None:
             items.append(info)
 
-        temp = self._get(g, "temperature", self._temperature, h)
+        temp = self._get(g, "temperature", self._b.temperature, h)
         fan = self._get(g, "fan", "nvmlDeviceGetFanSpeed", h)
         sm_clock = self._get(g, "SM clock", "nvmlDeviceGetClockInfo", h, k["clock_sm"])
         mem_clock = self._get(g, "memory clock", "nvmlDeviceGetClockInfo", h, k["clock_mem"])
-        reasons = self._get(g, "clocks event reasons", self._reasons, h)
+        reasons = self._get(g, "clocks event reasons", self._b.reasons, h)
         gen = self._get(g, "PCIe link gen", "nvmlDeviceGetCurrPcieLinkGeneration", h)
         width = self._get(g, "PCIe link width", "nvmlDeviceGetCurrPcieLinkWidth", h)
         ecc_c = self._get(
@@ -504,14 +387,14 @@ class NvmlSource:
                 return None
         try:
             return fn(*args)
-        except self._err_cls as exc:  # type: ignore[misc]
+        except self._b.err_cls as exc:  # type: ignore[misc]
             code = getattr(exc, "value", None)
-            if code in (self._probe_lost if probe else self._hard_lost):
+            if code in (self._b.probe_lost if probe else self._b.hard_lost):
                 raise _GpuLost(str(exc)) from None
-            if code in self._never:
+            if code in self._b.never:
                 g.skip.add(key)
                 g.missing.setdefault(key, "not supported")
-            elif code == self._code["NOT_FOUND"] and key in _EMPTY_OK:
+            elif code == self._b.code["NOT_FOUND"] and key in _EMPTY_OK:
                 pass  # nothing new since the last read
             else:
                 g.missing.setdefault(key, str(exc) or f"NVML error {code}")
@@ -519,36 +402,6 @@ class NvmlSource:
         except Exception as exc:
             g.missing.setdefault(key, f"{type(exc).__name__}: {exc}")
             return None
-
-    def _newest(self, calls: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
-        """A call trying NVML entry points in order until the driver has one; remembers it."""
-        order = list(calls)
-        missing = self._newer_missing
-
-        def call(h: Any) -> Any:
-            while True:
-                fn = order[0]
-                try:
-                    return fn(h)
-                except AttributeError:
-                    if len(order) == 1:
-                        raise self._nv.NVMLError(self._code["NOT_SUPPORTED"]) from None
-                    order.pop(0)
-                except self._err_cls as exc:  # type: ignore[misc]
-                    if getattr(exc, "value", None) not in missing or len(order) == 1:
-                        raise
-                    order.pop(0)
-                except Exception as exc:
-                    # pynvml wraps a missing versioned entry point in NVMLLibraryMismatchError
-                    if type(exc).__name__ != "NVMLLibraryMismatchError" or len(order) == 1:
-                        raise
-                    order.pop(0)
-
-        return call
-
-    def _newest_named(self, *names: str) -> Callable[[Any], Any]:
-        nv = self._nv
-        return self._newest([lambda h, n=n: getattr(nv, n)(h) for n in names])
 
     def _report_missing(self, g: _Gpu, ts: float, out: list[object]) -> None:
         new = [k for k in g.missing if k not in g.reported]
@@ -563,45 +416,30 @@ class NvmlSource:
 
     # ----------------------------------------------------------------- links between GPUs
 
-    def _call(self, name: str, *args: Any) -> Any:
-        """An optional NVML call: None when this pynvml lacks it, the GPU does not support it
-        (NotSupported) or it fails at all; link facts are never worth an error."""
-        fn = getattr(self._nv, name, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except Exception:
-            return None
-
-    def _const(self, name: str, default: int) -> int:
-        v = getattr(self._nv, name, default)
-        return v[0] if isinstance(v, tuple) else v  # pynvml spells a few of these as 1-tuples
-
     def _topology_event(self, ts: float) -> Event | None:
         """How each pair of GPUs is connected (NVML's common ancestor), whether P2P works between
         them (read, and over NVLink), and the NVLinks each GPU has up: one event
         (``analysis.ranks.topology`` reads it back), None when NVML says nothing of it."""
         pairs = []
-        read_idx = self._const("NVML_P2P_CAPS_INDEX_READ", 0)
-        nvlink_idx = self._const("NVML_P2P_CAPS_INDEX_NVLINK", 2)
-        ok = self._const("NVML_P2P_STATUS_OK", 0)
+        read_idx = self._b.const("NVML_P2P_CAPS_INDEX_READ", 0)
+        nvlink_idx = self._b.const("NVML_P2P_CAPS_INDEX_NVLINK", 2)
+        ok = self._b.const("NVML_P2P_STATUS_OK", 0)
         for i, a in enumerate(self._gpus):
             for b in self._gpus[i + 1:]:
-                level = self._call("nvmlDeviceGetTopologyCommonAncestor", a.handle, b.handle)
-                read = self._call("nvmlDeviceGetP2PStatus", a.handle, b.handle, read_idx)
-                over_nvlink = self._call("nvmlDeviceGetP2PStatus", a.handle, b.handle, nvlink_idx)
+                level = self._b.call("nvmlDeviceGetTopologyCommonAncestor", a.handle, b.handle)
+                read = self._b.call("nvmlDeviceGetP2PStatus", a.handle, b.handle, read_idx)
+                over_nvlink = self._b.call("nvmlDeviceGetP2PStatus", a.handle, b.handle, nvlink_idx)
                 if level is None and read is None:
                     continue
                 link = "NVLink" if over_nvlink == ok else _LEVELS.get(level, "unknown link") if level is not None else "unknown link"
                 p2p = "unknown" if read is None else "ok" if read == ok else _P2P_STATUS.get(read, f"status {read}")
                 pairs.append(f"{a.index}-{b.index} {link}, P2P {p2p}")
-        max_links = self._const("NVML_NVLINK_MAX_LINKS", 18)
-        enabled = self._k["enabled"]
+        max_links = self._b.const("NVML_NVLINK_MAX_LINKS", 18)
+        enabled = self._b.k["enabled"]
         for g in self._gpus:
             up = 0
             for link in range(max_links):
-                state = self._call("nvmlDeviceGetNvLinkState", g.handle, link)
+                state = self._b.call("nvmlDeviceGetNvLinkState", g.handle, link)
                 if state is None:
                     break  # no NVLink (NotSupported), or no more links
                 up += state == enabled
@@ -618,14 +456,14 @@ class NvmlSource:
         """NVLink data throughput per GPU with links up, from its counters (KiB since load)."""
         if not self._nvlinks:
             return
-        tx_id = self._const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
-        rx_id = self._const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
+        tx_id = self._b.const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
+        rx_id = self._b.const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
         for g in self._gpus:
             if g.index not in self._nvlinks:
                 continue
-            vals = self._call("nvmlDeviceGetFieldValues", g.handle, [tx_id, rx_id])
+            vals = self._b.call("nvmlDeviceGetFieldValues", g.handle, [tx_id, rx_id])
             try:
-                tx, rx = (int(v.value.ullVal) for v in vals if v.nvmlReturn == _SUCCESS)
+                tx, rx = (int(v.value.ullVal) for v in vals if v.nvmlReturn == SUCCESS)
             except (TypeError, ValueError, AttributeError):
                 continue  # not both counters: no rate
             prev = self._nvlink_prev.get(g.index)
@@ -675,7 +513,7 @@ class NvmlSource:
         cc = (int(cc_raw[0]), int(cc_raw[1])) if cc_raw is not None else None
         g.pcie_max_gen = _int(self._get(g, "PCIe max gen", "nvmlDeviceGetMaxPcieLinkGeneration", h))
         g.pcie_max_width = _int(self._get(g, "PCIe max width", "nvmlDeviceGetMaxPcieLinkWidth", h))
-        g.sm_clock_max = _int(self._get(g, "max SM clock", "nvmlDeviceGetMaxClockInfo", h, self._k["clock_sm"]))
+        g.sm_clock_max = _int(self._get(g, "max SM clock", "nvmlDeviceGetMaxClockInfo", h, self._b.k["clock_sm"]))
         pm = self._get(g, "persistence mode", "nvmlDeviceGetPersistenceMode", h)
         info = GpuInfo(
             ts=ts,
@@ -689,7 +527,7 @@ class NvmlSource:
             compute_capability=cc,
             sm_count=self._sm_count(g, cc),
             gpm_supported=g.gpm is not None,
-            persistence_mode=(pm == self._k["enabled"]) if pm is not None else None,
+            persistence_mode=(pm == self._b.k["enabled"]) if pm is not None else None,
             numa_cpus=self._numa_cpus(g),
         )
         if g.info is not None and replace(g.info, ts=ts) == info:
@@ -730,8 +568,8 @@ class NvmlSource:
                 samples.append(nv.nvmlGpmSampleAlloc())
             req = nv.c_nvmlGpmMetricsGet_t()
             req.version = nv.NVML_GPM_METRICS_GET_VERSION
-            req.numMetrics = len(self._gpm_ids)
-            for i, (_, mid) in enumerate(self._gpm_ids):
+            req.numMetrics = len(self._b.gpm_ids)
+            for i, (_, mid) in enumerate(self._b.gpm_ids):
                 req.metrics[i].metricId = mid
         except Exception as exc:
             for s in samples:
@@ -770,9 +608,9 @@ class NvmlSource:
         if self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req) is None:
             return {}
         values: dict[str, float] = {}
-        for i, (fld, _) in enumerate(self._gpm_ids):
+        for i, (fld, _) in enumerate(self._b.gpm_ids):
             m = req.metrics[i]
-            if m.nvmlReturn == _SUCCESS:
+            if m.nvmlReturn == SUCCESS:
                 values[fld] = float(m.value)
             elif fld.startswith("pcie"):
                 st.pcie_ok = False  # fall back to the paced legacy counter
@@ -802,7 +640,7 @@ class NvmlSource:
             g.pcie_next = ts + g.pos * self._pcie_interval / max(1, len(self._gpus))
         if ts >= g.pcie_next:
             g.pcie_next = ts + self._pcie_interval
-            k = self._k
+            k = self._b.k
             rx = self._get(g, "PCIe throughput", "nvmlDeviceGetPcieThroughput", g.handle, k["pcie_rx"])
             tx = self._get(g, "PCIe throughput", "nvmlDeviceGetPcieThroughput", g.handle, k["pcie_tx"])
             g.pcie_rx = rx * _KIB if rx is not None else None
@@ -813,7 +651,7 @@ class NvmlSource:
 
     def _util_points(self, g: _Gpu, ts: float) -> list[UtilPoint]:
         got = self._get(
-            g, "utilization samples", "nvmlDeviceGetSamples", g.handle, self._k["util_samples"], g.util_last_us
+            g, "utilization samples", "nvmlDeviceGetSamples", g.handle, self._b.k["util_samples"], g.util_last_us
         )
         if not got:
             return []
@@ -836,8 +674,8 @@ class NvmlSource:
     def _processes(self, g: _Gpu, ts: float) -> list[GpuProcess]:
         procs: dict[int, list[Any]] = {}  # pid -> [used_memory, kind]
         for kind, fn, key in (
-            ("C", self._compute_procs, "compute processes"),
-            ("G", self._graphics_procs, "graphics processes"),
+            ("C", self._b.compute_procs, "compute processes"),
+            ("G", self._b.graphics_procs, "graphics processes"),
         ):
             for p in self._get(g, key, fn, g.handle) or ():
                 mem = getattr(p, "usedGpuMemory", None)
@@ -901,20 +739,6 @@ _EMPTY_OK = frozenset({"utilization samples", "process utilization"})
 
 def _int(v: Any) -> int | None:
     return int(v) if v is not None else None
-
-
-def _init_reason(nvml: Any, exc: BaseException) -> str:
-    code = getattr(exc, "value", None)
-    c = {k: getattr(nvml, "NVML_ERROR_" + k, v) for k, v in _ERR.items()}
-    if code == c["LIBRARY_NOT_FOUND"]:
-        return "NVIDIA driver not loaded (libnvidia-ml.so.1 not found)"
-    if code == c["DRIVER_NOT_LOADED"]:
-        return "NVIDIA driver not loaded (the kernel module is not running)"
-    if code == c["NO_PERMISSION"]:
-        return "no permission to use the NVIDIA driver (check access to /dev/nvidia*)"
-    if code == c["LIB_RM_VERSION_MISMATCH"]:
-        return "NVIDIA driver and library versions differ (reload the driver or reboot)"
-    return f"NVML init failed: {exc}"
 
 
 # --------------------------------------------------------------------------- doctor

@@ -1,4 +1,8 @@
-"""Python stacks of a running training process, by PID, through the py-spy binary.
+"""Python stacks of a running training process, by PID, through the py-spy binary: the sampler.
+
+Its parts are modules of their own: ``pyspy_binary`` (finding and running py-spy, its failures),
+``pyspy_parser`` (py-spy's JSON to samples), ``pyspy_permissions`` (why reading was refused);
+their public names are importable from here too.
 
 One ``py-spy dump --json`` per sample. py-spy has no streaming mode: ``record`` writes its
 samples (raw, speedscope, chrometrace) only when it ends, so a long-lived ``record`` gives no
@@ -29,23 +33,31 @@ use.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import resource
-import shutil
-import subprocess
-import sys
-import sysconfig
-import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
-from ..errors import UserError
-from ..model import Category, Event, Frame, ProcSample, SamplingCost, StackSample
-from ..redact import perf_env, redact_cmdline, redact_code
+from ..model import Event, ProcSample, SamplingCost
+from ..redact import perf_env, redact_cmdline
+from ..units import fmt_clock
+
+# The sampler's parts, each in its own module; their public names are re-exported here, the face
+# callers import py-spy sampling from.
+from .pyspy_binary import (
+    DUMP_TIMEOUT_S,
+    NATIVE_TIMEOUT_S,
+    PYSPY_ENV,
+    AttachError,
+    check_attachable,
+    dump_json,
+    exit_status,
+    find_pyspy,
+    native_dump,
+    thread_on_cpu,
+)
+from .pyspy_parser import _CACHE_MAX, Classify, IsLibrary, SourceLines, StackParser, _unclassified
+from .pyspy_permissions import CAP_SYS_PTRACE_BIT, YAMA_SCOPE_FILE, PtraceFacts, permission_advice, ptrace_facts
 
 # The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
@@ -79,10 +91,6 @@ COST_WINDOW_S = 30.0
 COST_EVERY_S = 2.0
 COST_EVENT_AFTER_S = 10.0  # the one Event comes once this much has been measured
 MAX_INTERVAL_S = 5.0  # however costly py-spy is, a stack at least this often
-# A dump takes ~10-20 ms; one that takes seconds means py-spy or the target is wedged.
-DUMP_TIMEOUT_S = 5.0
-# Native unwinding measured ~0.6 s on the H100 box; allow a slow, loaded machine.
-NATIVE_TIMEOUT_S = 30.0
 # Worker stacks and process details (psutil) change slowly compared with the main thread; a
 # worker's stacks feed the data-fetch breakdown, which a dump every few seconds keeps.
 WORKER_INTERVAL_S = 3.0
@@ -90,435 +98,6 @@ PROC_INTERVAL_S = 1.0
 # After a py-spy failure that may pass (target busy forking, a timeout), try again this often.
 RETRY_AFTER_S = 2.0
 MAX_WORKERS = 64  # children followed at once (torch.compile can start dozens)
-_SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
-_CACHE_MAX = 20000  # interned frames / stacks before the caches start over
-
-PYSPY_ENV = "GPUTOP_PYSPY"  # path to a py-spy binary, to override the search
-
-# CAP_SYS_PTRACE's bit in /proc/self/status CapEff (linux/capability.h).
-CAP_SYS_PTRACE_BIT = 19
-YAMA_SCOPE_FILE = "/proc/sys/kernel/yama/ptrace_scope"
-
-
-@dataclass(frozen=True)
-class PtraceFacts:
-    """What decides whether this process may read another's memory (``ptrace_facts``)."""
-
-    euid: int
-    target_uid: int | None  # None: /proc/PID unreadable
-    ptrace_scope: int | None  # None: no Yama (no /proc/sys/kernel/yama)
-    cap_sys_ptrace: bool | None  # in CapEff; None: unreadable
-    exe_readable: bool  # /proc/PID/exe: what py-spy opens first
-
-
-def ptrace_facts(pid: int) -> PtraceFacts:
-    def read(path: str) -> str | None:
-        try:
-            with open(path, encoding="ascii", errors="replace") as f:
-                return f.read()
-        except OSError:
-            return None
-
-    try:
-        target_uid: int | None = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        target_uid = None
-    scope_text = read(YAMA_SCOPE_FILE)
-    scope = int(scope_text) if scope_text and scope_text.strip().isdigit() else None
-    cap = None
-    m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", read("/proc/self/status") or "", re.M)
-    if m:
-        cap = bool(int(m.group(1), 16) >> CAP_SYS_PTRACE_BIT & 1)
-    try:
-        with open(f"/proc/{pid}/exe", "rb"):
-            exe = True
-    except OSError:
-        exe = False
-    return PtraceFacts(os.geteuid(), target_uid, scope, cap, exe)
-
-
-def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (KeyError, OverflowError):
-        return f"uid {uid}"
-
-
-def permission_advice(pid: int, facts: PtraceFacts | None = None) -> str:
-    """Why reading ``pid``'s stacks was refused, and the one fix that applies: the first of the
-    user, /proc/PID/exe, kernel.yama.ptrace_scope and CAP_SYS_PTRACE that explains it (checked
-    in gputop's own process: py-spy runs with its credentials). One line."""
-    f = facts or ptrace_facts(pid)
-    cap = f.cap_sys_ptrace is not False  # unreadable: do not blame it
-    me = "root" if f.euid == 0 else _user(f.euid)
-    if f.target_uid is not None and f.target_uid != f.euid and not cap:
-        if f.euid == 0:
-            return (f"PID {pid} belongs to {_user(f.target_uid)} and gputop runs as root without CAP_SYS_PTRACE "
-                    "(a container drops it): add it (docker run --cap-add SYS_PTRACE)")
-        owner = "root" if f.target_uid == 0 else _user(f.target_uid)
-        return (f"PID {pid} belongs to {owner} and gputop runs as {me}: "
-                + ("run gputop as root" if f.target_uid == 0 else f"run gputop as {owner} or as root"))
-    if not f.exe_readable:
-        why = (f"gputop runs as {me}" + (" with CAP_SYS_PTRACE" if f.cap_sys_ptrace else "")
-               + (", no kernel.yama.ptrace_scope" if f.ptrace_scope is None else ""))
-        return (f"{why}, yet /proc/{pid}/exe is unreadable: PID {pid} is likely in another container or PID "
-                "namespace, or a security module (AppArmor, SELinux) forbids tracing it; run gputop inside "
-                "the target's container (or on the host, for a container's process)")
-    if f.ptrace_scope == 3:
-        return ("kernel.yama.ptrace_scope=3 forbids attaching for every user, root included, "
-                "and cannot be lowered until a reboot")
-    if f.ptrace_scope == 2 and not cap:
-        return ("kernel.yama.ptrace_scope=2 lets only CAP_SYS_PTRACE attach: run gputop as root "
-                "(in a container: docker run --cap-add SYS_PTRACE)")
-    if f.ptrace_scope == 1 and not cap:
-        return ("kernel.yama.ptrace_scope=1 lets a user attach only to its own children: run gputop as root, "
-                "or 'sudo sysctl kernel.yama.ptrace_scope=0'")
-    if not cap:
-        return ("gputop runs without CAP_SYS_PTRACE and a container's seccomp profile may forbid ptrace "
-                "without it: add it (docker run --cap-add SYS_PTRACE)")
-    return (f"gputop runs as {me} with CAP_SYS_PTRACE"
-            + (f", kernel.yama.ptrace_scope={f.ptrace_scope}" if f.ptrace_scope is not None else ", no Yama")
-            + f" and /proc/{pid}/exe readable: a security module (AppArmor, SELinux) or seccomp profile "
-            "likely forbids ptrace here")
-
-
-class AttachError(UserError):
-    """Why a process's stacks cannot be read. ``kind``: gone | not-python | permission |
-    pyspy-missing | pyspy-failed. The live UI may carry on without stacks for the last four."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-# --------------------------------------------------------------------------- py-spy binary
-
-
-def find_pyspy() -> str | None:
-    """The py-spy executable of the installed py-spy package.
-
-    pip puts it in the interpreter's scripts directory, which is often not on PATH (a venv
-    that is not activated, ``python -m gputop``); PATH is the last resort (and may be a slow
-    shim, e.g. pyenv's).
-    """
-    override = os.environ.get(PYSPY_ENV)
-    if override:
-        return override if os.access(override, os.X_OK) else None
-    exe = "py-spy.exe" if os.name == "nt" else "py-spy"
-    dirs: list[str] = []
-    for scheme in (None, f"{os.name}_user"):
-        try:
-            d = sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts")
-        except KeyError:
-            continue
-        if d:
-            dirs.append(d)
-    dirs.append(os.path.dirname(sys.executable))
-    for d in dirs:
-        cand = os.path.join(d, exe)
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return shutil.which(exe)
-
-
-def _pyspy_or_raise(pyspy: str | None) -> str:
-    path = pyspy or find_pyspy()
-    if not path:
-        where = os.environ.get(PYSPY_ENV) or f"next to {sys.executable} and on PATH"
-        raise AttachError(f"py-spy not found ({where}): pip install py-spy", "pyspy-missing")
-    return path
-
-
-def _classify_failure(pid: int, stderr: str, rc: int) -> AttachError:
-    text = stderr.strip()
-    low = text.lower()
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), f"exit status {rc}")
-    if "permission denied" in low or "operation not permitted" in low or "(os error 1)" in low or "(os error 13)" in low:
-        return AttachError(f"permission denied reading PID {pid}'s stacks: {permission_advice(pid)}", "permission")
-    if "failed to find python version" in low or "failed to find a python interpreter" in low:
-        return AttachError(f"PID {pid} is not a Python process: no stacks (GPU and CPU monitoring still work)", "not-python")
-    special = _not_a_job(pid)
-    if special is not None:
-        return special
-    if not _alive(pid) or "check that the process is running" in low or "no such process" in low:
-        return AttachError(f"no process with PID {pid}", "gone")
-    return AttachError(f"py-spy failed on PID {pid}: {first.removeprefix('Error: ')}", "pyspy-failed")
-
-
-# /proc/PID/stat's flags (field 9): the kernel's own threads carry PF_KTHREAD.
-_PF_KTHREAD = 0x00200000
-
-
-def _not_a_job(pid: int) -> AttachError | None:
-    """Why ``pid`` is a process no stacks can come from, where /proc says so: a kernel thread,
-    or a zombie (it exited and its parent has not reaped it). None otherwise or unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    if not fields:
-        return None
-    if fields[0] == "Z":
-        status = exit_status(pid)
-        parent = f" {fields[1]}" if len(fields) > 1 else ""
-        how = f"exited with {status}" if status else "exited"
-        return AttachError(f"PID {pid} is a zombie ({how}, not reaped by its parent{parent}): it runs no code to sample",
-                           "gone")
-    try:
-        flags = int(fields[6])
-    except (IndexError, ValueError):
-        return None
-    if flags & _PF_KTHREAD:
-        return AttachError(f"PID {pid} is a kernel thread, not a program: it has no Python stacks", "not-python")
-    return None
-
-
-# getrusage(RUSAGE_CHILDREN) is per process: a dump measured under this lock is the only child
-# reaped meanwhile (gputop spawns no other processes while it samples), so its delta is the
-# dump's own CPU.
-_CHILD_LOCK = threading.Lock()
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def _run_pyspy(pyspy: str, args: list[str], pid: int, timeout: float,
-               meter: Callable[[float, float], None] | None = None) -> str:
-    """py-spy's stdout; ``meter(wall_s, cpu_s)`` is told what the run cost."""
-    env = dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0")  # one-line errors
-    with _CHILD_LOCK:
-        t0, c0 = time.perf_counter(), _children_cpu()
-        try:
-            res = subprocess.run(
-                [pyspy, *args, "--pid", str(pid)],
-                capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}", "pyspy-failed") from None
-        except OSError as exc:
-            raise AttachError(f"cannot run py-spy ({pyspy}): {exc.strerror or exc}", "pyspy-missing") from None
-        finally:
-            if meter is not None:
-                meter(time.perf_counter() - t0, _children_cpu() - c0)
-    if res.returncode != 0:
-        raise _classify_failure(pid, res.stderr, res.returncode)
-    return res.stdout
-
-
-def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False,
-              meter: Callable[[float, float], None] | None = None) -> list[dict]:
-    """One ``py-spy dump --json`` of ``pid``: py-spy's thread records as they come."""
-    args = ["dump", "--json"] + (["--nonblocking"] if nonblocking else [])
-    out = _run_pyspy(_pyspy_or_raise(pyspy), args, pid, DUMP_TIMEOUT_S, meter)
-    try:
-        data = json.loads(out)
-    except ValueError:
-        raise AttachError(f"py-spy gave unreadable output for PID {pid}", "pyspy-failed") from None
-    if not isinstance(data, list):
-        raise AttachError(f"py-spy gave unexpected output for PID {pid}", "pyspy-failed")
-    return data
-
-
-def thread_on_cpu(pid: int, tid: int) -> bool | None:
-    """Whether thread ``tid`` of ``pid`` is running or runnable (state R in
-    /proc/PID/task/TID/stat), the on-CPU flag py-spy gives when it knows the thread's kernel id.
-    None when the thread is gone or unreadable."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    rest = stat.rsplit(b")", 1)[-1].split()
-    return rest[0] == b"R" if rest else None
-
-
-def native_dump(pid: int, pyspy: str | None = None, timeout: float = NATIVE_TIMEOUT_S) -> str:
-    """Stacks with native (C/C++/CUDA) frames, as py-spy prints them. Costs ~0.6 s and
-    pauses the target meanwhile: on demand only. Raises AttachError."""
-    text = _run_pyspy(_pyspy_or_raise(pyspy), ["dump", "--native"], pid, timeout)
-    # py-spy's header repeats the raw command line, secrets included.
-    return re.sub(
-        r"(?m)^(Process \d+: )(.*)$", lambda m: m.group(1) + redact_cmdline(m.group(2).split()), text, count=1
-    )
-
-
-def check_attachable(pid: int, pyspy: str | None = None) -> str:
-    """Raise AttachError (a UserError) with the reason and the fix unless py-spy can read
-    ``pid``'s stacks; returns the py-spy path. One dump, ~10-20 ms."""
-    import psutil
-
-    if not psutil.pid_exists(pid):
-        raise AttachError(f"no process with PID {pid}", "gone")
-    special = _not_a_job(pid)
-    if special is not None:
-        raise special
-    path = _pyspy_or_raise(pyspy)
-    dump_json(pid, path)
-    return path
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        return True
-
-
-def exit_status(pid: int) -> str | None:
-    """'code N' or 'signal NAME' for a zombie (exited, not yet reaped by its parent): the
-    kernel keeps the wait status in /proc/PID/stat's last field. None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    # fields[0] is the state (field 3); exit_code is field 52 (Linux >= 3.5).
-    if not fields or fields[0] != "Z" or len(fields) < 50:
-        return None
-    try:
-        status = int(fields[49])
-    except ValueError:
-        return None
-    if status & 0x7F:
-        import signal
-
-        sig = status & 0x7F
-        try:
-            return f"signal {signal.Signals(sig).name}"
-        except ValueError:
-            return f"signal {sig}"
-    return f"code {(status >> 8) & 0xFF}"
-
-
-class SourceLines:
-    """Reads source lines as the target sees its files (through /proc/PID/root, so a target
-    in another mount namespace is read correctly), cached per file."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self._files: dict[str, list[str] | None] = {}
-
-    def line(self, filename: str, lineno: int) -> str | None:
-        if not filename or filename.startswith("<") or lineno <= 0:
-            return None
-        lines = self._files.get(filename, ...)
-        if lines is ...:
-            if len(self._files) > 2000:
-                self._files.clear()
-            lines = self._files[filename] = self._read(filename)
-        if lines is None or lineno > len(lines):
-            return None
-        return lines[lineno - 1].strip() or None
-
-    def _read(self, filename: str) -> list[str] | None:
-        if os.path.isabs(filename):
-            candidates = [f"/proc/{self.pid}/root{filename}", filename]
-        else:
-            candidates = [f"/proc/{self.pid}/cwd/{filename}"]
-        for path in candidates:
-            try:
-                if os.path.getsize(path) > _SOURCE_MAX_BYTES:
-                    return None
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    return f.read().splitlines()
-            except OSError:
-                continue
-        return None
-
-
-# What the source is given to classify stacks with (the analysis layer's classifier): a stack's
-# category from its frames and py-spy's on-CPU flag, and whether a file is library code (whose
-# source lines are not read, but for the leaf frame).
-Classify = Callable[[Sequence[Frame], bool], Category]
-IsLibrary = Callable[[str], bool]
-
-
-def _unclassified(frames: Sequence[Frame], active: bool) -> Category:
-    return Category.OTHER
-
-
-class StackParser:
-    """Turns py-spy's JSON into StackSamples: frames interned (a long session repeats the
-    same few stacks), the leaf and project frames given their source line, then classified."""
-
-    def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
-                 is_library: IsLibrary = lambda filename: False) -> None:
-        self._lines = lines
-        self._classify = classify
-        self._is_library = is_library
-        self._frames: dict[tuple, Frame] = {}
-        self._stacks: dict[tuple, tuple[tuple[Frame, ...], dict[bool, object]]] = {}
-
-    def frame(self, raw: dict, leaf: bool) -> Frame:
-        name = str(raw.get("name") or "?")
-        filename = str(raw.get("filename") or "")
-        line = int(raw.get("line") or 0)
-        key = (name, filename, line, leaf)
-        f = self._frames.get(key)
-        if f is None:
-            code = None
-            if self._lines is not None and (leaf or not self._is_library(filename)):
-                code = self._lines(filename, line)
-                if code:
-                    # Redacted here, once per distinct line (redact_code caches): every frame on
-                    # screen, in `stacks --json`, in the advisor's evidence and in a recording
-                    # comes from this one.
-                    code = redact_code(code)
-            f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code)
-            if len(self._frames) > _CACHE_MAX:
-                self._frames.clear()
-            self._frames[key] = f
-        return f
-
-    def samples(self, data: list[dict], ts: float) -> list[StackSample]:
-        out: list[StackSample] = []
-        for th in data:
-            raw_frames = th.get("frames") or []
-            key = tuple((fr.get("name"), fr.get("filename"), fr.get("line")) for fr in raw_frames)
-            cached = self._stacks.get(key)
-            if cached is None:
-                frames = tuple(self.frame(fr, i == 0) for i, fr in enumerate(raw_frames))
-                if len(self._stacks) > _CACHE_MAX:
-                    self._stacks.clear()
-                cached = self._stacks[key] = (frames, {})
-            frames, cats = cached
-            active = bool(th.get("active", True))
-            cat = cats.get(active)
-            if cat is None:
-                cat = cats[active] = self._classify(frames, active)
-            pid = int(th.get("pid") or 0)
-            os_tid = th.get("os_thread_id")
-            name = str(th.get("thread_name") or "")
-            out.append(
-                StackSample(
-                    ts=ts,
-                    pid=pid,
-                    thread_id=int(th.get("thread_id") or 0),
-                    thread_name=name,
-                    frames=frames,
-                    active=active,
-                    owns_gil=bool(th.get("owns_gil", False)),
-                    is_main=(os_tid == pid) if os_tid is not None else name == "MainThread",
-                    category=cat,  # type: ignore[arg-type]
-                    os_thread_id=int(os_tid) if os_tid is not None else None,
-                )
-            )
-        out.sort(key=lambda s: not s.is_main)
-        return out
 
 
 # --------------------------------------------------------------------------- the source
@@ -673,7 +252,7 @@ class PySpySource:
         if not running:
             self.exit_status = exit_status(self.pid)
             how = f"with {self.exit_status}" if self.exit_status else "(exit code unknown: not our child)"
-            self._mark_exited(now, out, f"target PID {self.pid} exited at {_hms(now)} {how}")
+            self._mark_exited(now, out, f"target PID {self.pid} exited at {fmt_clock(now)} {how}")
         return running
 
     def _mark_exited(self, now: float, out: list[object], message: str) -> None:
@@ -959,5 +538,12 @@ class _Totals:
         return c
 
 
-def _hms(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+__all__ = [
+    "ATTACH_BURST_RATE", "ATTACH_BURST_S", "CAP_SYS_PTRACE_BIT", "CONFIRM_AFTER_S", "CONFIRM_EVERY_S",
+    "COST_EVENT_AFTER_S", "COST_EVERY_S", "COST_WINDOW_S", "CPU_BURST_S", "DEFAULT_CPU_BUDGET",
+    "DEFAULT_NONBLOCKING", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "DUMP_TIMEOUT_S", "MAX_INTERVAL_S",
+    "MAX_WORKERS", "NATIVE_TIMEOUT_S", "NONBLOCKING_FAILS", "PAUSE_BURST_S", "PROC_INTERVAL_S", "PYSPY_ENV",
+    "RETRY_AFTER_S", "WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
+    "PtraceFacts", "PySpySource", "SourceLines", "StackParser", "check_attachable", "dump_json", "exit_status",
+    "find_pyspy", "job_cost_pct", "native_dump", "permission_advice", "ptrace_facts", "thread_on_cpu",
+]

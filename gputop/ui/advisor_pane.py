@@ -7,13 +7,12 @@ it computes nothing itself.
 
 from __future__ import annotations
 
-import time
-
 from textual import events
 from textual.containers import VerticalScroll
 
 from ..advisor.engine import nothing_yet
 from ..present.advice import finding_starts, pane_lines
+from ..units import fmt_clock
 from .lines_pane import LinesPane
 from .lines_view import LinesView
 
@@ -77,7 +76,7 @@ class AdvisorPane(LinesPane):
             breakdowns, self._findings, pending, collecting = (), [], [], nothing_yet(attached, has_gpu)
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
                            pending=pending, no_stacks=no_stacks, collecting=collecting,
-                           exited=None if exited is None else f"PID {pid} at {time.strftime('%H:%M:%S', time.localtime(exited))}")
+                           exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}")
         self._starts = finding_starts(lines)
         self.show(lines)
 

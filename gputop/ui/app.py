@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..model import Event
 from ..present.panels import FULL, header_text, host_panel_lines
 from ..store import Store, StoreSnapshot
+from ..units import fmt_clock
 from .advisor_pane import AdvisorPane
 from .gpu_panels import HOST_LINES, GpuPanels
 from .lines_view import LinesView
@@ -303,7 +304,7 @@ class GputopApp(ReplayControls, App[int]):
         now = self.store.now
         errors = [e for e in events if e.level == "error" and now - e.ts <= STATUS_ERROR_KEEP_S]
         ev = errors[-1] if errors else events[-1]
-        when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+        when = fmt_clock(ev.ts)
         status.set_text(Text(f"{when} {ev.source}: {ev.message}" + cost_text))
         status.set_class(ev.level == "warning", "-warning")
         status.set_class(ev.level == "error", "-error")

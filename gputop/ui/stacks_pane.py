@@ -17,7 +17,8 @@ from textual.binding import Binding
 from .lines_pane import LinesPane
 from .styled_lines import lines_to_text
 
-from ..present.stacks import Line, clock_time, pane_lines, waiting_lines
+from ..present.stacks import Line, pane_lines, waiting_lines
+from ..units import fmt_clock
 
 
 # Semantic style names of gputop.present.stacks -> Rich styles (terminal colours, so the
@@ -124,7 +125,7 @@ class StacksPane(LinesPane):
             if self._native_dump is None:
                 raise UserError("native dumps need a live session")
             out = self._native_dump(pid)
-            lines = [f"Native dump of PID {pid} at {clock_time(started)} ({time.time() - started:.1f} s):"]
+            lines = [f"Native dump of PID {pid} at {fmt_clock(started)} ({time.time() - started:.1f} s):"]
             lines += out.rstrip().splitlines()
         except UserError as exc:
             lines = [f"Native dump of PID {pid} failed: {exc}"]

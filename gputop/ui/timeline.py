@@ -12,7 +12,6 @@ replay session::
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -24,7 +23,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from ..units import fmt_length
+from ..units import fmt_clock, fmt_length, fmt_time
 
 # Shading of a cell by mean utilisation (eighth blocks), and what marks idle / no data.
 LEVELS = " ▁▂▃▄▅▆▇█"
@@ -102,10 +101,6 @@ def render_bar(cells: Sequence[Cell], position: float | None = None) -> tuple[Te
     return top, bar
 
 
-def fmt_offset(s: float) -> str:
-    return fmt_length(s)
-
-
 def status_text(status: dict, width: int = 120) -> Text:
     """``▶ 60×  2026-11-22 14:03:12  2:03:12 / 24:00:00`` and the key hints that fit."""
     pos, start, end = status["position"], status["start"], status["end"]
@@ -118,8 +113,8 @@ def status_text(status: dict, width: int = 120) -> Text:
         t.append("❚❚", "bold yellow")
     speed = status["speed"]
     t.append(f" {speed:g}×  ", "bold")
-    t.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pos)), "bold")
-    t.append(f"  {fmt_offset(pos - start)} / {fmt_offset(end - start)}", "dim")
+    t.append(fmt_time(pos), "bold")
+    t.append(f"  {fmt_length(pos - start)} / {fmt_length(end - start)}", "dim")
     if status.get("damage"):
         t.append("  damaged file: data ends early", "bold red")
     hints = "   space play/pause  +/- speed  ,/. step  x/X idle  f/F finding  g go to  home/end"
@@ -241,7 +236,7 @@ def replay_action(source, name: str) -> str | None:
         if ts is None:
             return missing
         source.seek(ts)
-        return time.strftime("at %H:%M:%S", time.localtime(ts))
+        return f"at {fmt_clock(ts)}"
     return f"unknown replay control {name!r}"
 
 

@@ -18,13 +18,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..model import Event, Reset
-
-if TYPE_CHECKING:  # reader and navigator are passed in: a source imports nothing from the record layer
-    from ..record.navigate import FindingMark, IdlePeriod, Navigator
-    from ..record.reader import Reader
+from ..units import DURATION_UNITS, fmt_clock
+from .navigate import FindingMark, IdlePeriod, Navigator
+from .reader import Reader
 
 # Replay speeds offered by the UI's faster/slower keys.
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -282,13 +281,10 @@ def _valid_speed(speed: float) -> float:
 
 # --------------------------------------------------------------------------- positions as text
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def _offset(text: str) -> float | None:
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
     if parts and not re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", text).strip():
-        return sum(float(n) * _UNITS[u] for n, u in parts)
+        return sum(float(n) * DURATION_UNITS[u] for n, u in parts)
     try:
         return float(text)
     except ValueError:
@@ -339,6 +335,5 @@ def parse_position(text: str, start: float, end: float) -> float:
             cand = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, h, mi, 0, 0, 0, -1)) + sec
             if start - 1 <= cand <= end + 1:
                 return cand
-        raise ValueError(f"{text} is not within the recording ({time.strftime('%H:%M:%S', time.localtime(start))}"
-                         f" to {time.strftime('%H:%M:%S', time.localtime(end))})")
+        raise ValueError(f"{text} is not within the recording ({fmt_clock(start)} to {fmt_clock(end)})")
     raise ValueError(f"not a time: {text!r} (try +90s, 14:03, 2026-11-22 14:03 or 50%)")
