@@ -30,6 +30,7 @@ from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
 from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
 from ..analysis.nccl_ras import CommVerdict, ras_verdicts
 from ..analysis.spin import spin_share
+from ..analysis.step import StepModel, compiling, step_model
 from ..analysis.stuck import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
@@ -148,6 +149,8 @@ class AnalysisContext:
     job_tasks: Mapping[int, Sequence[TaskSample]] = field(default_factory=dict, repr=False)
     # What NCCL's RAS service says of the job's communicators (analysis.nccl_ras), when it answers.
     nccl: tuple[CommVerdict, ...] = ()
+    # The training step as the main thread's samples in the window show it (analysis.step).
+    step: StepModel = StepModel(0, None, (), ())
 
     @functools.cached_property
     def threads(self) -> tuple[ThreadUse, ...]:
@@ -364,6 +367,7 @@ def context_from_samples(
         framework=framework_of(main),
         job_tasks=family_tasks(tasks or {}, target_pid) if target_pid is not None else {},
         nccl=ras_verdicts(events, now) if pid_rank else (),
+        step=step_model(main),
     )
 
 
@@ -384,10 +388,6 @@ WARMUP_SHARE = 0.5
 # shapes) is a cost to report. Judgement: compiling a large model takes minutes.
 WARMUP_MAX_AGE_S = 600.0
 
-# Compilation runs under dynamo's frame conversion; a compiled model's steady steps do not (they
-# run from the frame cache, under eval_frame.py only).
-_COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/output_graph.py",
-                  "torch/_inductor/compile_fx.py")
 _WORKER_LOOP = "_worker_loop"  # torch/utils/data/_utils/worker.py
 _SPAWN_FILES = ("multiprocessing/popen_fork.py", "multiprocessing/popen_spawn_posix.py",
                 "multiprocessing/popen_forkserver.py")
@@ -401,8 +401,7 @@ def warmup_of(s: StackSample) -> str | None:
     import."""
     names = [f.filename.replace("\\", "/") for f in s.frames]
     imp = importing_at(s.frames)
-    if any(n.endswith(c) and f.name != "<module>" for i, (n, f) in enumerate(zip(names, s.frames))
-           if imp is None or i > imp for c in _COMPILE_FILES):
+    if compiling(s.frames):
         return "compiling (torch.compile)"
     # A forked worker keeps its parent's frames below its own, the fork and the loader's
     # __init__ among them, for as long as it lives: once it runs its worker loop it has started.

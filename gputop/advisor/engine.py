@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Evidence, Finding, Severity, Verdict
 from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
-from .context import DEFAULT_WINDOW_S, build_context
+from .context import DEFAULT_WINDOW_S, AnalysisContext, build_context
 from .rules import RULES, THROUGHPUT_IDS, Rule
 
 # While the job warms up (imports, worker start-up, torch.compile, its first steps: see
@@ -78,7 +78,7 @@ class Advisor:
     _tracks: dict[str, _Track] = field(default_factory=dict)
     _order: list[str] = field(default_factory=list)  # ids as last ranked
     errors: dict[str, str] = field(default_factory=dict)  # rule id -> last exception text
-    last_context: object | None = None
+    last_context: AnalysisContext | None = None
     _last_update: float | None = None
 
     # ----------------------------------------------------------------- driving

@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analysis.step import step_dict, step_line
     from ..present.advice import breakdown_table, findings_text, report_dict
     from ..session import Config, open_live
 
@@ -75,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     # findings can say: the reader must see it.
     attach_errors = [e.message for e in store.events() if e.source == "stacks" and e.level == "error"]
     cost = getattr(session.stacks, "cost", None)  # what sampling the job cost it, as measured
+    # The training step as the last evaluation saw it (the main thread's phases, its loop, the
+    # user's code outside the model), from the same context the findings came from.
+    last = advisor.advisor.last_context
+    step = last.step if last is not None and last.step.samples else None
     if args.json:
         extra = {
             "pid": args.pid,
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "target_exited": ended,
             "nvml_error": nvml_error,
             "attach_errors": attach_errors,
+            "step": None if step is None else step_dict(step),
             "sampling_cost": None if cost is None else {
                 "job_cost_pct": round(cost.job_cost_pct, 3),
                 "sampler_cpu_pct": round(cost.sampler_cpu_pct, 2),
@@ -126,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     if table:
         print()
         print(table)
+    if step is not None:
+        print()
+        print(step_line(step))
     print()
     print(findings_text(findings, since=start, collecting=store.collecting()))
     return 0

@@ -1,0 +1,150 @@
+"""The training step as the main thread's samples show it. Pure: stack samples in.
+
+The stacks' categories say what kind of code a sample was in; the step says where in the loop
+it was: the training loop's own frame (the one place of the user's code under nearly every
+sample), and each sample's phase of the step: waiting for data, a host-to-device copy, forward,
+backward, the optimizer, a sync, a collective, a checkpoint, compiling, importing, or the user's
+own code outside the model, named by its function and line. A rule that tells launch-bound
+(the model's ops dispatched) from CPU work in the loop (the user's own function) reads the
+phases, not the categories alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..model import Category, Frame, StackSample
+from .classify import importing_at, is_library, own_frames, project_frame, short_path
+
+# The phases, in the order they are shown.
+DATA = "data wait"
+H2D = "H2D copy"
+FORWARD = "forward"
+BACKWARD = "backward"
+OPTIMIZER = "optimizer"
+SYNC = "sync"
+COLLECTIVE = "collective"
+CHECKPOINT = "checkpoint"
+COMPILE = "compile"
+IMPORT = "import"
+GC = "gc"
+OUTSIDE = "user code outside the model"
+IDLE = "idle"
+OTHER = "other"
+PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COLLECTIVE, CHECKPOINT, COMPILE, IMPORT, GC, OUTSIDE,
+          IDLE, OTHER)
+
+_BY_CATEGORY = {
+    Category.DATA_WAIT: DATA, Category.DATA_FETCH: DATA, Category.H2D_COPY: H2D, Category.FORWARD: FORWARD,
+    Category.BACKWARD: BACKWARD, Category.OPTIMIZER: OPTIMIZER, Category.HOST_SYNC: SYNC,
+    Category.COLLECTIVE: COLLECTIVE, Category.CHECKPOINT_IO: CHECKPOINT, Category.GC: GC, Category.IDLE: IDLE,
+}
+
+# Compilation runs under dynamo's frame conversion and inductor's compile; a compiled model's
+# steady steps do not (they run from the frame cache, under eval_frame.py only).
+COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py",
+                 "torch/_dynamo/output_graph.py", "torch/_inductor/compile_fx.py")
+# The training loop is the user's frame under at least this share of the samples. Judgement: a
+# loop's frame is under every sample of its steps; a fifth aside leaves room for logging, eval and
+# checkpoint code called from elsewhere.
+LOOP_SHARE = 0.80
+
+
+def compiling(frames: Sequence[Frame]) -> bool:
+    """dynamo's or inductor's compiling functions run (below any import: importing a compiler's
+    modules is importing, not compiling)."""
+    imp = importing_at(frames)
+    return any(f.name != "<module>" and f.filename.replace("\\", "/").endswith(c)
+               for i, f in enumerate(frames) if imp is None or i > imp for c in COMPILE_FILES)
+
+
+def phase_of(s: StackSample) -> str:
+    """One sample's phase of the step."""
+    if compiling(s.frames):
+        return COMPILE
+    if importing_at(s.frames) is not None:
+        return IMPORT
+    if s.category is Category.OTHER:
+        return OUTSIDE if s.active and project_frame(s.frames) is not None else OTHER
+    return _BY_CATEGORY.get(s.category, OTHER)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    samples: int
+    loop: str | None  # the training loop's frame: "train (train.py:40)"
+    phases: tuple[tuple[str, float], ...]  # (phase, share of the samples), largest first
+    outside: tuple[tuple[str, float], ...]  # the user's own code outside the model: (where, share)
+
+    def share(self, phase: str) -> float:
+        return dict(self.phases).get(phase, 0.0)
+
+
+def _place(f: Frame) -> tuple[str, str]:
+    return f.name, short_path(f.filename)
+
+
+def training_loop(main: Sequence[StackSample]) -> str | None:
+    """The newest frame of the user's code that is under at least LOOP_SHARE of the samples,
+    with its commonest line: the loop that calls everything else."""
+    if not main:
+        return None
+    under: Counter = Counter()
+    lines: dict[tuple[str, str], Counter] = {}
+    for s in main:
+        seen = set()
+        for f in own_frames(s.frames):
+            if is_library(f.filename):
+                continue
+            key = _place(f)
+            if key not in seen:
+                seen.add(key)
+                under[key] += 1
+                lines.setdefault(key, Counter())[f.line] += 1
+    n = len(main)
+    common = [k for k, c in under.items() if c / n >= LOOP_SHARE]
+    if not common:
+        return None
+    # The newest of them: the one nearest the work, found at the smallest depth from the top.
+    def depth(key: tuple[str, str]) -> int:
+        return min((i for s in main for i, f in enumerate(own_frames(s.frames)) if _place(f) == key), default=10**6)
+
+    name, path = min(common, key=depth)
+    return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
+
+
+def step_model(main: Sequence[StackSample]) -> StepModel:
+    """The step of the main thread's samples (time order)."""
+    n = len(main)
+    if not n:
+        return StepModel(0, None, (), ())
+    counts = Counter(phase_of(s) for s in main)
+    order = {p: i for i, p in enumerate(PHASES)}
+    phases = tuple((p, k / n) for p, k in sorted(counts.items(), key=lambda pk: (-pk[1], order[pk[0]])))
+    where: Counter = Counter()
+    for s in main:
+        if phase_of(s) == OUTSIDE:
+            f = project_frame(s.frames)
+            if f is not None:
+                where[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
+    outside = tuple((w, k / n) for w, k in where.most_common(3))
+    return StepModel(n, training_loop(main), phases, outside)
+
+
+def step_dict(m: StepModel) -> dict:
+    return {"samples": m.samples, "loop": m.loop, "phases": {p: round(sh, 3) for p, sh in m.phases},
+            "outside_model": [{"where": w, "share": round(sh, 3)} for w, sh in m.outside]}
+
+
+def step_line(m: StepModel) -> str:
+    """One line: "step of train (train.py:40): data wait 62 %, forward 20 %, … (45 samples)"."""
+    if not m.samples:
+        return "step: no stacks of the main thread yet"
+    parts = ", ".join(f"{p} {100 * sh:.0f} %" for p, sh in m.phases if sh >= 0.01)
+    outside = ("; outside the model: " + ", ".join(f"{w} {100 * sh:.0f} %" for w, sh in m.outside)) if m.outside else ""
+    return f"step{f' of {m.loop}' if m.loop else ''}: {parts}{outside} ({m.samples} samples)"
+
+
+__all__ = ["PHASES", "StepModel", "compiling", "phase_of", "step_dict", "step_line", "step_model", "training_loop"]

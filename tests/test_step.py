@@ -1,0 +1,81 @@
+"""The training step from the main thread's samples (analysis.step)."""
+
+from gputop.analysis.step import (
+    COMPILE,
+    FORWARD,
+    IMPORT,
+    OUTSIDE,
+    SYNC,
+    phase_of,
+    step_dict,
+    step_line,
+    step_model,
+    training_loop,
+)
+from gputop.model import Category as C
+from gputop.model import Frame, StackSample
+
+SITE = "/usr/lib/python3.11/site-packages"
+TRAIN = "/home/u/train.py"
+
+
+def sample(frames, cat, active=True, ts=0.0):
+    return StackSample(ts=ts, pid=1, thread_id=1, thread_name="MainThread", frames=tuple(frames), active=active,
+                       is_main=True, category=cat)
+
+
+LOOP = Frame("train", TRAIN, 40)
+MAIN = Frame("<module>", TRAIN, 99)
+FWD = [Frame("Linear.forward", f"{SITE}/torch/nn/modules/linear.py", 116), Frame("step", TRAIN, 55), LOOP, MAIN]
+AUG = [Frame("augment", TRAIN, 22, code="x = F.interpolate(x, size=(224, 224))"), LOOP, MAIN]
+SYNCED = [Frame("step", TRAIN, 70, code="losses.append(loss.item())"), LOOP, MAIN]
+
+
+def test_each_sample_is_placed_in_a_phase_of_the_step():
+    assert phase_of(sample(FWD, C.FORWARD)) == FORWARD
+    assert phase_of(sample(SYNCED, C.HOST_SYNC, active=False)) == SYNC
+    assert phase_of(sample(AUG, C.OTHER)) == OUTSIDE  # the user's own code, on a CPU
+    compile_ = [Frame("_compile", f"{SITE}/torch/_dynamo/convert_frame.py", 700)] + FWD
+    assert phase_of(sample(compile_, C.FORWARD)) == COMPILE
+    lazy = [Frame("<module>", f"{SITE}/torch/_dynamo/eval_frame.py", 1),
+            Frame("_load_unlocked", "<frozen importlib._bootstrap>", 690)] + FWD
+    assert phase_of(sample(lazy, C.FORWARD)) == IMPORT
+
+
+def test_the_loop_is_the_users_frame_under_nearly_every_sample():
+    main = [sample(FWD, C.FORWARD)] * 6 + [sample(AUG, C.OTHER)] * 3 + [sample(SYNCED, C.HOST_SYNC, False)]
+    assert training_loop(main) == "train (u/train.py:40)"
+    assert training_loop([sample(AUG, C.OTHER), sample([Frame("log", "/home/u/log.py", 3)], C.OTHER)]) is None
+
+
+def test_the_step_names_the_users_code_outside_the_model():
+    main = [sample(FWD, C.FORWARD)] * 2 + [sample(AUG, C.OTHER)] * 7 + [sample(SYNCED, C.HOST_SYNC, False)]
+    m = step_model(main)
+    assert m.samples == 10 and m.loop == "train (u/train.py:40)"
+    assert m.phases[0] == (OUTSIDE, 0.7) and m.share(FORWARD) == 0.2 and m.share(SYNC) == 0.1
+    assert m.outside == (("augment (u/train.py:22)", 0.7),)
+    d = step_dict(m)
+    assert d["phases"][OUTSIDE] == 0.7 and d["outside_model"][0]["where"] == "augment (u/train.py:22)"
+    line = step_line(m)
+    assert line.startswith("step of train (u/train.py:40): user code outside the model 70 %")
+    assert "outside the model: augment (u/train.py:22) 70 %" in line and line.endswith("(10 samples)")
+    assert step_model([]).samples == 0 and "no stacks" in step_line(step_model([]))
+
+
+def test_the_step_of_a_real_nccl_rank():
+    from pathlib import Path
+
+    from gputop.advisor.context import build_context
+    from gputop.session import open_replay
+
+    session = open_replay(Path(__file__).parent / "fixtures" / "nccl" / "straggler-h100x2.gputop", speed=1000.0,
+                          advisor=False)
+    try:
+        session.replay.seek(session.replay.start_ts + 15)
+        session.pipeline.poll_once()
+        ctx = build_context(session.store, target_pid=session.target_pid)
+        m = ctx.step
+        assert m.samples > 20 and m.loop is not None and m.loop.startswith("run_job (")
+        assert abs(sum(sh for _, sh in m.phases) - 1.0) < 1e-9
+    finally:
+        session.pipeline.stop()
