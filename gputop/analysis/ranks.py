@@ -15,7 +15,7 @@ from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
-from .classify import category_shares, own_frames, project_frame, rank_samples, short_path, stack_key
+from .classify import category_shares, hot_place, own_frames, project_frame, rank_samples, short_path, stack_key
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .stats import wilson_interval
@@ -195,19 +195,8 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
 
 
 def _hot_place(samples: Sequence[StackSample]) -> str | None:
-    """The commonest project place among ``samples`` ("decode_record (data.py:88)"), or None."""
-    places: Counter = Counter()
-    lines: dict[tuple, Counter] = {}
-    for st in samples:
-        f = project_frame(st.frames)
-        if f is not None:
-            key = (f.name, short_path(f.filename))
-            places[key] += 1
-            lines.setdefault(key, Counter())[f.line] += 1
-    if not places:
-        return None
-    (name, path), _ = places.most_common(1)[0]
-    return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
+    found = hot_place(samples)
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)

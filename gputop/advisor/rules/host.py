@@ -7,11 +7,10 @@ sync, in a copy, dispatching) and GPM's SM activity tell them apart.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from ...analysis.breakdown import Bucket
-from ...analysis.classify import project_frame, short_path
+from ...analysis.classify import hot_place
 from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
@@ -250,22 +249,13 @@ def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
     other = [s for s in main if s.category is Category.OTHER and s.active]
     if not main or len(other) / len(main) < CPU_WORK_MIN_SHARE:
         return None
-    places: Counter = Counter()
-    lines: dict[tuple[str, str], Counter] = {}
-    for s in other:
-        f = project_frame(s.frames)
-        if f is None:
-            continue
-        key = (f.name, short_path(f.filename))
-        places[key] += 1
-        lines.setdefault(key, Counter())[f.line] += 1
-    if not places:
+    found = hot_place(other)
+    if found is None:
         return None
-    (name, path), k = places.most_common(1)[0]
+    where, k = found
     if k / len(other) < CPU_WORK_ONE_PLACE:
         return None
-    line = lines[(name, path)].most_common(1)[0][0]
-    return f"{name} ({path}:{line})", k / len(main), k / len(other)
+    return where, k / len(main), k / len(other)
 
 
 def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
