@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .advisor.context import DEFAULT_WINDOW_S
-from .analysis.stuck import DEFAULT_STUCK_AFTER_S
+from .analysis.stuck import DEFAULT_STUCK_AFTER_S, StuckWatch
 from .errors import UserError
 from .model import Event, GpuSample, HostSample, SystemInfo
 from .pipeline import Pipeline, Source
@@ -75,7 +75,7 @@ class Session:
     procfs: Source | None = None  # the target's threads as /proc shows them (state, CPU, wchan)
     replay: Source | None = None
     advisor: Source | None = None
-    stuck_watch: Source | None = None
+    stuck_watch: StuckWatch | None = None  # its events come from the advisor stage when there is one
     views: Source | None = None  # the Stacks and Ranks panes' views (analysis.views), UI sessions only
     # One sampler per other local rank of a multi-rank job (``stacks`` samples the target rank).
     rank_stacks: tuple[Source, ...] = ()
@@ -352,14 +352,15 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         store.add([attach_note])
     # The stuck watch is a derived stage: it reads the store and returns events through the
     # pipeline like a source, so the UI, the recorder and the exporter all see them.
-    from .analysis.stuck import StuckWatch
-
     session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
-    for src in (gpu, session.host, session.stuck_watch):
+    for src in (gpu, session.host):
         if src is not None:
             session.pipeline.add_source(src)
     if config.advisor:
-        _add_advisor(session)
+        # One stuck verdict a tick: the advisor's stage makes the watch's events from its own.
+        _add_advisor(session, stuck_watch=session.stuck_watch)
+    else:
+        session.pipeline.add_source(session.stuck_watch)
     if config.views:
         _add_views(session)
     return session
@@ -453,10 +454,10 @@ def _ranks_event(job, ts: float) -> Event:
     return Event(ts, "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
 
 
-def _add_advisor(session: Session) -> None:
+def _add_advisor(session: Session, stuck_watch: StuckWatch | None = None) -> None:
     from .advisor.engine import add_advisor
 
-    session.advisor = add_advisor(session)
+    session.advisor = add_advisor(session, stuck_watch=stuck_watch)
 
 
 def _add_views(session: Session) -> None:

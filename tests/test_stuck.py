@@ -273,3 +273,38 @@ def test_stuck_watch_event_uses_the_same_decision():
     # and one when it moves again
     moved = feed(1.0, MOVING[0], Category.FORWARD, True, 100.0)
     assert len(moved) == 1 and "moving again" in moved[0].message
+
+
+def test_one_stuck_verdict_a_tick_for_the_advisor_and_the_stuck_watch(monkeypatch):
+    """The advisor's stage makes the stuck watch's events from its own verdict: one judgement of
+    one set of inputs a tick, and the event and the finding say the same."""
+    import gputop.advisor.context as context_mod
+    import gputop.analysis.stuck as stuck_mod
+    from gputop.advisor.engine import AdvisorSource
+    from gputop.analysis.stuck import StuckWatch
+
+    store = Store()
+    fill(store, 40.0)
+    gpu(store, store.now, util=0.0)
+    calls = []
+    real = stuck_mod.judge
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(stuck_mod, "judge", counting)
+    monkeypatch.setattr(context_mod, "judge", counting)
+    watch = StuckWatch(store, PID, threshold=30.0)
+    src = AdvisorSource(store, target_pid=PID, stuck_after_s=30.0, stuck_watch=watch)
+    first = src.poll()  # a fresh start may also look back once (the window as it stood)
+    events = [x for x in first if getattr(x, "source", None) == "stuck"]
+    assert len(events) == 1 and "looks stuck" in events[0].message
+    ctx = src.advisor.last_context
+    assert ctx.stuck.stuck and ctx.stuck.where in events[0].message
+    # The next tick: one judgement, the advisor's; the watch, having told, adds none and says nothing.
+    gpu(store, store.now + 1.0, util=0.0)
+    calls.clear()
+    again = src.poll()
+    assert len(calls) == 1
+    assert not [x for x in again if getattr(x, "source", None) == "stuck"]

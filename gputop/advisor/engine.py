@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Evidence, Finding, Severity, Verdict
-from ..analysis.stuck import DEFAULT_STUCK_AFTER_S
+from ..analysis.stuck import DEFAULT_STUCK_AFTER_S, StuckWatch
 from .context import DEFAULT_WINDOW_S, AnalysisContext, build_context
 from .rules import RULES, THROUGHPUT_IDS, Rule
 
@@ -274,8 +274,12 @@ class AdvisorSource:
         target_pid: int | Callable[[], int | None] | None = None,
         advisor: Advisor | None = None,
         unattached_every: float = 0.0,
+        stuck_watch: StuckWatch | None = None,
     ) -> None:
         self.store = store
+        # The stuck watch's events come from this stage's own verdict (the context's), worked out
+        # once a tick, instead of the watch reading the store again for the same verdict.
+        self.stuck_watch = stuck_watch
         self.unattached_every = unattached_every  # seconds between evaluations with no target
         self.interval = interval
         # A callable follows the session when the user attaches to another process.
@@ -338,6 +342,8 @@ class AdvisorSource:
             if rid not in self._reported_errors:
                 self._reported_errors.add(rid)
                 out.append(Event(now, self.name, f"rule {rid} failed: {err}", "error"))
+        if self.stuck_watch is not None and target is not None and ctx is not None and ctx.stuck is not None:
+            out.extend(self.stuck_watch.events_for(ctx.stuck, target, now))
         return out
 
     def _look_back(self) -> None:
@@ -367,11 +373,12 @@ def advisor_every() -> float:
     return ADVISOR_EVERY_S
 
 
-def add_advisor(session) -> AdvisorSource:
+def add_advisor(session, stuck_watch: StuckWatch | None = None) -> AdvisorSource:
     """Put the advisor on a live or replayed session's pipeline. The UI, ``advise``, ``record``
     and ``replay`` all call this with nothing but the session, so they run one advisor with the
     same window, stuck threshold and cadence, and reach one verdict on the same data (the
-    hysteresis counts evaluations, so how often it runs changes how soon, never what)."""
+    hysteresis counts evaluations, so how often it runs changes how soon, never what). With
+    ``stuck_watch`` the stage also makes the watch's events, from its own stuck verdict."""
     src = AdvisorSource(
         session.store,
         interval=advisor_every(),
@@ -379,6 +386,7 @@ def add_advisor(session) -> AdvisorSource:
         stuck_after_s=session.stuck_after,
         target_pid=lambda: session.target_pid,
         unattached_every=session.advisor_idle_every,
+        stuck_watch=stuck_watch,
     )
     session.pipeline.add_source(src)
     return src

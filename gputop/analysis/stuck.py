@@ -470,8 +470,11 @@ class StuckWatch:
         pid = self._target()
         if pid is None or self.store.now <= 0:
             return []
-        v = stuck_verdict(self.store, pid, self.threshold)
-        now = self.store.now
+        return self.events_for(stuck_verdict(self.store, pid, self.threshold), pid, self.store.now)
+
+    def events_for(self, v: StuckVerdict, pid: int, now: float) -> list[Event]:
+        """The events a verdict on ``pid`` at ``now`` makes: the advisor's stage hands its own
+        verdict here, so the verdict is worked out once a tick for both (session)."""
         if self._reported is not None:
             was_pid, since = self._reported
             if was_pid != pid:
