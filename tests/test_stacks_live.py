@@ -193,7 +193,8 @@ def test_item_every_step_is_host_sync(targets, sampled):
     shares = category_shares(main)
     assert shares[0][0] is Category.HOST_SYNC, shares
     line = marker_line("# HOT host-sync")
-    assert any(s.frames[0].line == line and ".item()" in (s.frames[0].code or "") for s in main)
+    # (a dump caught between frames can come back empty on a loaded machine: it is skipped)
+    assert any(s.frames and s.frames[0].line == line and ".item()" in (s.frames[0].code or "") for s in main)
 
 
 # --------------------------------------------------------------------------- stuck
