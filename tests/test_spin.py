@@ -29,6 +29,9 @@ def test_a_spin_is_busy_with_few_sms_and_no_tensor_work():
     assert is_spin(poll(T0, 100, sm=18.5, tensor=0.0)) is True  # NCCL all_reduce waiting (H100)
     assert is_spin(poll(T0, 100, sm=68.0, tensor=0.0)) is False  # fp32 compute
     assert is_spin(poll(T0, 100, sm=20.0, tensor=30.0)) is False  # small bf16 kernels
+    small_fp32 = GpuSample(ts=T0, index=0, util_gpu=100, sm_active=20.0, tensor_active=0.0, fp32_active=12.0,
+                           dram_active=9.0)
+    assert is_spin(small_fp32) is False  # small fp32 kernels: math and memory traffic, no wait
     assert is_spin(poll(T0, 40, sm=5.0)) is False  # idle half the time: not a spin
     assert is_spin(poll(T0, 100, power=140.0)) is True  # no GPM: power near idle
     assert is_spin(poll(T0, 100, power=500.0)) is False
