@@ -262,7 +262,8 @@ def test_not_supported_is_none_with_one_event_and_not_asked_again():
     events = [e for b in batches for e in of(b, Event)]
     assert len(events) == 1
     ev = events[0]
-    assert ev.level == "info" and ev.source == "nvml"
+    # a metric the model does not have is kept as data, not held in the status line
+    assert ev.level == "debug" and ev.source == "nvml"
     assert "GPU 0" in ev.message and "fan" in ev.message and "ECC" in ev.message and "not supported" in ev.message
     assert fake.calls["nvmlDeviceGetFanSpeed"] == 1
     assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 1
@@ -697,3 +698,12 @@ def test_fake_only_uses_names_real_pynvml_has():
     for const in ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", "nvmlMemory_v2", "NVML_ERROR_GPU_IS_LOST"):
         assert getattr(pynvml, const) == getattr(FakeNvml(), const), const
     assert pynvml.NVMLError(3).__class__.__name__ == NVMLError(3).__class__.__name__ == "NVMLError_NotSupported"
+
+
+def test_doctor_notes_a_metric_the_model_does_not_have_once_as_no_problem():
+    # A datacenter GPU has no fan: doctor says so once, as a fact of the model, not a failure.
+    fake = FakeNvml([FakeGpu(unsupported={"nvmlDeviceGetFanSpeed"})])
+    checks = describe_environment(fake)
+    notes = [(ok, detail) for name, ok, detail in checks if name == "metrics"]
+    assert notes == [(True, "GPU 0: not available: fan (not supported)")]
+    assert all(ok for name, ok, _ in checks if name == "NVML")

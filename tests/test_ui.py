@@ -298,3 +298,19 @@ async def test_help_says_how_to_close_it(clock):
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_the_status_line_fades_and_holds_no_metric_the_model_lacks(clock):
+    s = make_session(clock, gpus=1)
+    feed(s, clock)
+    s.store.add([Event(ts=clock(), source="nvml", message="GPU 0: not available: fan (not supported)", level="debug"),
+                 Event(ts=clock(), source="attach", message="attached to process 42", level="info")])
+    app = GputopApp(s, refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        assert "attached to process 42" in plain(app, "#status")  # what changed recently
+        assert "fan" not in plain(app, "#status")
+        s.store.add([GpuSample(ts=clock.advance(40), index=0, util_gpu=50.0)])  # 40 s on, nothing new
+        app.tick(force=True)
+        await pilot.pause()
+        assert "attached to process 42" not in plain(app, "#status") and "ready" in plain(app, "#status")

@@ -412,7 +412,10 @@ class NvmlSource:
         for k in new:
             by_reason.setdefault(g.missing[k], []).append(k)
         text = "; ".join(f"{', '.join(keys)} ({why})" for why, keys in by_reason.items())
-        out.append(Event(ts, SOURCE, f"GPU {g.index}: not available: {text}", "info"))
+        # A metric this GPU model does not have (a fan on a datacenter GPU) is a fact of the model,
+        # not news: kept (recordings, doctor) but not a line for the status bar. A failure is news.
+        level = "debug" if set(by_reason) == {"not supported"} else "info"
+        out.append(Event(ts, SOURCE, f"GPU {g.index}: not available: {text}", level))
 
     # ----------------------------------------------------------------- links between GPUs
 
@@ -764,7 +767,10 @@ def describe_environment(nvml: Any = None) -> list[tuple[str, bool, str]]:
         checks.append(("NVML", system.nvml_version is not None, f"version {system.nvml_version or 'unknown'}"))
         checks.append(("GPUs", system.gpu_count > 0, f"{system.gpu_count} visible to NVML"))
     for ev in batch:
-        if isinstance(ev, Event) and ev.level != "info":
+        if isinstance(ev, Event) and ev.level == "debug":
+            # Metrics this GPU model does not have: noted here once, not a problem.
+            checks.append(("metrics", True, ev.message))
+        elif isinstance(ev, Event) and ev.level != "info":
             checks.append(("NVML", False, ev.message))
     for i in sorted(set(infos) | set(samples)):
         info, s = infos.get(i), samples.get(i)

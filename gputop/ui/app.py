@@ -51,6 +51,8 @@ CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the char
 ADVISOR_TAB_EVERY_S = 0.5
 STATUS_LOOKBACK_EVENTS = 20
 STATUS_ERROR_KEEP_S = 60.0
+# The status line shows what changed recently: an event older than this fades back to the hint.
+STATUS_FADE_S = 30.0
 DEFAULT_CHART_WINDOW = 120.0
 
 HELP = """\
@@ -304,6 +306,11 @@ class GputopApp(ReplayControls, App[int]):
         now = self.store.now
         errors = [e for e in events if e.level == "error" and now - e.ts <= STATUS_ERROR_KEEP_S]
         ev = errors[-1] if errors else events[-1]
+        if not errors and now - ev.ts > STATUS_FADE_S:
+            status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
+            status.set_class(False, "-warning")
+            status.set_class(False, "-error")
+            return
         when = fmt_clock(ev.ts)
         status.set_text(Text(f"{when} {ev.source}: {ev.message}" + cost_text))
         status.set_class(ev.level == "warning", "-warning")
