@@ -302,3 +302,22 @@ async def test_the_advisor_tab_follows_each_verdict_not_the_slower_display_refre
         store.add([Verdict(1061.0, (FINDING,), (BD,), target_pid=4242)])
         await pilot.pause(ADVISOR_TAB_EVERY_S * 2.5)
         assert any("waits for data" in _plain(ln) for ln in pane.last_lines)
+
+
+def test_the_verdict_line_is_the_advisor_tabs_top_finding_in_one_line():
+    from dataclasses import replace
+
+    from gputop.model import Evidence
+    from gputop.present.advice import verdict_line
+
+    def text(line):
+        return "".join(t for t, _ in line)
+
+    f = replace(FINDING, gain_predicted=3.2)
+    line = text(verdict_line([f, CKPT], 100))
+    assert FINDING.title[:40] in line and "at most 3.2x" in line and "(+1)" in line and line.endswith("2: details")
+    assert len(text(verdict_line([f], 40))) <= 40  # it fits the terminal's width
+    assert text(verdict_line([], 100, pending=[CKPT])).startswith("weighing: ")
+    waiting = text(verdict_line([], 100, collecting=Evidence(stacks=3, stacks_needed=20, gpu_s=1.0, gpu_needed_s=2.0)))
+    assert waiting.startswith("Collecting evidence: 3 of ~20 stacks") and "No findings" not in waiting
+    assert text(verdict_line([f], 100, exited="PID 4 at 10:00:00")).startswith("the attached job exited (PID 4")

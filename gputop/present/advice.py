@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
+from ..units import truncate
 
 SEVERITY_MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "! ", Severity.INFO: "i "}
 # One character per bucket in a monochrome bar (the pane colours them as well).
@@ -230,6 +231,31 @@ def _plain(ln: Line) -> str:
 def finding_starts(lines: Sequence[Line]) -> list[int]:
     """Row of each finding's title line in ``pane_lines``' output, in rank order."""
     return [i for i, ln in enumerate(lines) if ln and ln[0][1].startswith("sev.")]
+
+
+def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Finding] = (),
+                 collecting: Evidence | None = None, exited: str | None = None) -> Line:
+    """The attached job's verdict in one line, for every screen: the Advisor tab's top finding
+    (never another), or what it is still weighing or collecting."""
+    if exited is not None:
+        text, style = f"the attached job exited ({exited})", "warn"
+        if findings:
+            text += f"; last: {findings[0].title}"
+        return ((truncate(text, width), style),)
+    if findings:
+        f = findings[0]
+        more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
+        bound = f" · at most {f.gain_predicted:.2g}x" if f.gain_predicted and f.gain_predicted > 1 else ""
+        tail = f"{bound}{more} · 2: details"
+        head = SEVERITY_MARK.get(f.severity, "  ")
+        room = max(10, width - len(head) - len(tail))
+        return ((head, f"sev.{f.severity.value}"), (truncate(f.title, room), "title"), (tail, "dim"))
+    if pending:
+        return ((truncate(f"weighing: {'; '.join(p.title for p in pending[:2])}", width), "dim"),)
+    wait = collecting_text(collecting)
+    if wait is not None:
+        return ((truncate(wait, width), "dim"),)
+    return (("no findings: nothing costs the job a visible share of its time", "dim"),)
 
 
 def pane_lines(

@@ -39,6 +39,17 @@ STYLES = {
 }
 
 
+def verdict_for(store, pid: int | None, has_gpu: bool) -> tuple:
+    """(breakdowns, findings, pending, collecting) of the advisor's latest verdict, if it speaks of
+    the job attached now: just after the user attaches to another job it is still the previous
+    one's (its findings, its age), and none is there before the first evaluation; then nothing but
+    what is being collected. The pane and the verdict line read the same, so they never disagree."""
+    published, about = store.verdict_target()
+    if published and about == pid:
+        return store.breakdowns(), store.findings(), store.pending_findings(), store.collecting()
+    return (), [], [], nothing_yet(pid is not None, has_gpu)
+
+
 class AdvisorPane(LinesPane):
     """Call ``update_view(store)`` on each UI tick; it redraws only when the advisor published."""
 
@@ -68,12 +79,7 @@ class AdvisorPane(LinesPane):
         # The advisor's latest verdict, if it speaks of the job attached now: just after the user
         # attaches to another job it is still the previous one's (its findings, its age), and none
         # is there before the first evaluation. Then the pane says what is being collected.
-        published, about = store.verdict_target()
-        if published and about == pid:
-            breakdowns, self._findings = store.breakdowns(), store.findings()
-            pending, collecting = store.pending_findings(), store.collecting()
-        else:
-            breakdowns, self._findings, pending, collecting = (), [], [], nothing_yet(attached, has_gpu)
+        breakdowns, self._findings, pending, collecting = verdict_for(store, pid, has_gpu)
         lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
                            pending=pending, no_stacks=no_stacks, collecting=collecting,
                            exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}")

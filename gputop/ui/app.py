@@ -23,12 +23,15 @@ from textual.widgets import Footer, Input, Static
 from .. import __version__
 from ..errors import UserError
 from ..model import Event
+from ..present.advice import verdict_line
 from ..present.panels import FULL, header_text, host_panel_lines
 from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
-from .advisor_pane import AdvisorPane
+from .advisor_pane import STYLES as ADVICE_STYLES
+from .advisor_pane import AdvisorPane, verdict_for
 from .gpu_panels import HOST_LINES, GpuPanels
 from .lines_view import LinesView
+from .styled_lines import lines_to_texts
 from .proc_list import ProcList
 from .process_table import ProcessTable
 from .ranks_pane import RanksPane
@@ -150,6 +153,8 @@ class GputopApp(ReplayControls, App[int]):
         yield LinesView(id="header")
         if self.session.mode == "replay":
             yield ReplayTimeline(self.session.replay, id="timeline")
+        # The attached job's verdict on every screen: the Advisor tab's top finding, one line.
+        yield LinesView(id="verdict")
         yield GpuPanels(id="gpus")
         yield LinesView(id="host")
         # The panes are siblings shown one at a time: no container repaints around the process list.
@@ -229,6 +234,7 @@ class GputopApp(ReplayControls, App[int]):
         if not self._mounted_ok:
             return
         self._update_header()
+        self._update_verdict()
         if self.paused and not force:
             return
         version = self.store.version
@@ -244,6 +250,19 @@ class GputopApp(ReplayControls, App[int]):
         else:
             self._update_panes(tab)
         self._update_status()
+
+    def _update_verdict(self) -> None:
+        view = self.query_one("#verdict", LinesView)
+        pid = self.session.target_pid
+        view.display = pid is not None
+        if pid is None:
+            return
+        width = max(20, (self.size.width or 80) - 2)
+        _, findings, pending, collecting = verdict_for(self.store, pid, bool(self.store.gpu_indices()))
+        last = self.store.procs_latest().get(pid)
+        exited = f"PID {pid} at {fmt_clock(last.ts)}" if last is not None and last.status == "exited" else None
+        line = verdict_line(findings, width, pending=pending, collecting=collecting, exited=exited)
+        view.set_lines(lines_to_texts([line], ADVICE_STYLES, width))
 
     def _update_header(self) -> None:
         width = self.size.width or 80
