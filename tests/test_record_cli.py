@@ -120,9 +120,19 @@ def test_duration_stops_and_the_file_is_complete(tmp_path, capsys):
 def test_existing_output_needs_force(tmp_path, capsys):
     out = tmp_path / "exists.gputop"
     out.write_text("something else")
+    # A file that is not a recording: neither --force nor --append would write over it, so the
+    # message offers neither (it used to, then refused both).
     assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"gputop: error: {out} already exists: use --force to overwrite it or --append to add to it"
+    assert err == (f"gputop: error: {out} exists and is not a gputop recording: record will not write over it; "
+                   "choose another file name")
+    # An existing recording needs --force (or --append).
+    rec = tmp_path / "rec.gputop"
+    assert main(["record", "-o", str(rec), "--fake", "1", "--interval", "0.1", "--duration", "0.3s"]) == 0
+    capsys.readouterr()
+    assert main(["record", "-o", str(rec), "--fake", "1", "--duration", "1s"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"gputop: error: {rec} already exists: use --force to overwrite it or --append to add to it")
     # --force refuses a file that is not a recording, rather than destroying it.
     assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s", "--force"]) == 2
     assert "not a gputop recording" in capsys.readouterr().err
@@ -495,3 +505,32 @@ def test_quitting_the_ui_while_recording_says_where_the_file_is(tmp_path, capsys
     session = open_live(Config(fake=1, interval=0.2, advisor=False))
     assert app_mod.run_app(session) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_info_says_cpu_only_for_a_recording_without_a_gpu(tmp_path, capsys):
+    _cpu_only_recording(tmp_path / "cpu.gputop")
+    assert main(["info", str(tmp_path / "cpu.gputop")]) == 0
+    out = capsys.readouterr().out
+    assert "CPU only (no NVIDIA GPU or driver seen)" in out
+    assert "driver ?" not in out and "CUDA ?" not in out and "no device details" not in out
+
+
+def test_list_gives_an_unreadable_recordings_reason_whole(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    _cpu_only_recording(src / "full.gputop")
+    data = (src / "full.gputop").read_bytes()
+    (tmp_path / "cut.gputop").write_bytes(data[:4096])
+    assert main(["record", "--list", str(tmp_path)]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("cut.gputop"))
+    assert "unreadable: is truncated" in row and "nothing readable survived" in row, row
+
+
+def test_record_over_a_file_that_is_not_a_recording_says_so_without_a_hint_it_would_refuse(tmp_path, capsys):
+    page = tmp_path / "r.html"
+    page.write_text("<html>a report</html>")
+    for extra in ([], ["--force"], ["--append"]):
+        assert main(["record", "-o", str(page), "--fake", "1", "-d", "1s", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "is not a gputop recording" in err and "--force" not in err and "Traceback" not in err
+    assert page.read_text() == "<html>a report</html>"

@@ -57,14 +57,19 @@ def format_info(d: dict) -> str:
     lines = [
         f"file        {d['path']}",
         f"format      gputop recording, schema {d['schema_version']}, written by {d['created_by'] or '?'}",
-        f"host        {d['host'] or '?'}  driver {d['driver'] or '?'}  CUDA {d['cuda'] or '?'}"
-        + ("  [fake GPU source]" if d.get("source") == "fake" else ""),
     ]
+    cpu_only = not d["gpus"] and not d["gpu_indices"] and not d["driver"]
+    if cpu_only:
+        # No GPU was seen: "driver ?  CUDA ?" would read as details lost, not as none there.
+        lines.append(f"host        {d['host'] or '?'}  CPU only (no NVIDIA GPU or driver seen)")
+    else:
+        lines.append(f"host        {d['host'] or '?'}  driver {d['driver'] or '?'}  CUDA {d['cuda'] or '?'}"
+                     + ("  [fake GPU source]" if d.get("source") == "fake" else ""))
     if d["gpus"]:
         for g in d["gpus"]:
             mem = f", {g['memory_total'] / 1024**3:.0f} GiB" if g.get("memory_total") else ""
             lines.append(f"gpu {g['index']:<7} {g['name']}{mem}")
-    else:
+    elif not cpu_only:
         lines.append(f"gpus        {len(d['gpu_indices'])} (no device details recorded)")
     lines += [
         f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({fmt_length(d['duration_s'] or 0.0)}{'; ' + note if note else ''})",

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..units import fmt_elapsed, fmt_length, fmt_size, fmt_time
+from ..units import fmt_elapsed, fmt_length, fmt_size, fmt_time, truncate
 from .options import add_live_options, add_stuck_after, parse_duration, parse_size
 
 # How often the status line is rewritten on a terminal.
@@ -121,6 +121,12 @@ def _check_output(path: Path, force: bool, append: bool) -> None:
         raise UserError(f"{path} is a directory: give a file name, e.g. {path / 'run.gputop'}")
     if not path.parent.exists() and str(path.parent) not in ("", "."):
         raise UserError(f"cannot create {path}: directory {path.parent} does not exist")
+    from ..record.files import looks_like_recording
+
+    if path.is_file() and looks_like_recording(path) is False:
+        # --force and --append are for recordings: neither would write over a report or a script.
+        raise UserError(f"{path} exists and is not a gputop recording: record will not write over it; "
+                        "choose another file name")
     if (path.exists() or path.is_symlink()) and not (force or append):
         raise UserError(f"{path} already exists: use --force to overwrite it or --append to add to it")
 
@@ -277,7 +283,13 @@ def list_recordings(folder: Path) -> int:
                          fmt_length(d["duration_s"]), fmt_size(d["size_bytes"]),
                          (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
         except (UserError, OSError) as exc:
-            rows.append((p.name, "?", "?", "?", "?", _size_of(p), f"unreadable: {exc}"[:60]))
+            # The row names the file already: the reason without it, whole up to a long line.
+            why = str(exc)
+            for name in (str(p), p.name):
+                if why.startswith(name):
+                    why = why[len(name):].lstrip(" :")
+                    break
+            rows.append((p.name, "?", "?", "?", "?", _size_of(p), truncate(f"unreadable: {why}", 100)))
     if not rows:
         print(f"no gputop recordings in {folder}")
         return 0
