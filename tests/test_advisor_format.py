@@ -321,3 +321,15 @@ def test_the_verdict_line_is_the_advisor_tabs_top_finding_in_one_line():
     waiting = text(verdict_line([], 100, collecting=Evidence(stacks=3, stacks_needed=20, gpu_s=1.0, gpu_needed_s=2.0)))
     assert waiting.startswith("Collecting evidence: 3 of ~20 stacks") and "No findings" not in waiting
     assert text(verdict_line([f], 100, exited="PID 4 at 10:00:00")).startswith("the attached job exited (PID 4")
+
+
+def test_no_finding_under_a_bar_of_unknown_time_does_not_say_nothing_costs_the_job():
+    from gputop.present.advice import pane_lines
+
+    bd = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 10.0, Bucket.UNKNOWN: 41.0, Bucket.DATA: 9.0}, attributed=True)
+    text = "\n".join("".join(t for t, _ in line) for line in pane_lines([], [bd], 100))
+    assert "nothing costs the job" not in text
+    assert "68% of the time is other/unknown" in text and "Stacks tab (3)" in text
+    healthy = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 58.0, Bucket.UNKNOWN: 2.0}, attributed=True)
+    text = "\n".join("".join(t for t, _ in line) for line in pane_lines([], [healthy], 100))
+    assert "No findings: nothing costs the job a visible share of its time." in text

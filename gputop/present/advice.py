@@ -233,6 +233,12 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
     return [i for i, ln in enumerate(lines) if ln and ln[0][1].startswith("sev.")]
 
 
+# Other/unknown time at least this share of a breakdown: "no findings" says what is not known
+# rather than "nothing costs the job". Judgement: the advisor's own cost bar (a tenth) would
+# flag less; a quarter of the time unexplained is not a healthy job's.
+UNEXPLAINED_SHARE = 0.25
+
+
 def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Finding] = (),
                  collecting: Evidence | None = None, exited: str | None = None) -> Line:
     """The attached job's verdict in one line, for every screen: the Advisor tab's top finding
@@ -301,6 +307,13 @@ def pane_lines(
     wait = collecting_text(collecting, stacks_readable=no_stacks is None)
     if not findings and wait is not None:
         out.extend(_wrapped(wait, width, "", "", "dim"))
+        return out
+    unknown = max((bd.get(Bucket.UNKNOWN) / bd.total_s for bd in shown), default=0.0)
+    if not findings and unknown >= UNEXPLAINED_SHARE:
+        # The bar above shows time no cause was found for: "nothing costs the job" would deny it.
+        out.extend(_wrapped(f"No finding names a cause, but {unknown:.0%} of the time is other/unknown: no rule "
+                            "knows what the job does then. The Stacks tab (3) shows where its main thread is.",
+                            width, "", "", "dim"))
         return out
     if not findings:
         msg = "No findings: nothing costs the job a visible share of its time."
