@@ -190,3 +190,25 @@ def test_a_straggler_on_a_shared_gpu_is_told_to_move_the_other_process():
 
     doing, fix = straggler_phase(Ctx, found)
     assert "shares with PID 77" in doing and "move PID 77 off GPU 1" in fix
+
+
+def test_a_throttled_straggler_gpu_is_named_from_its_own_polls():
+    from gputop.advisor.rules.distributed import straggler_phase
+
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(50)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    hot = 0x20  # NVML's HW thermal slowdown
+    gpus = {0: [poll(T0 + i, 100, sm=40.0, tensor=0.0, index=0) for i in range(11)],
+            1: [GpuSample(ts=T0 + i, index=1, util_gpu=100, sm_active=80.0, tensor_active=0.0,
+                          throttle_reasons=hot) for i in range(11)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 10)
+    found = gpu_straggler(views, 0.30, 0.25)
+    assert found is not None and found.slow.rank == 1 and found.slow.gpu_throttled
+
+    class Ctx:
+        gpus = ()  # not the target's GPU: no GpuView of it
+        ranks = views
+
+    doing, fix = straggler_phase(Ctx, found)
+    assert "throttled (" in doing and "nvidia-smi -q -d PERFORMANCE" in fix

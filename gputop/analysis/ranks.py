@@ -18,6 +18,7 @@ from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSam
 from .classify import category_shares, hot_place, own_frames, project_frame, rank_samples, short_path, stack_key
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
+from .throttle import decode_throttle
 from .stats import wilson_interval
 
 RANKS_SOURCE = "ranks"
@@ -86,6 +87,9 @@ class RankView:
     worker_hot: str | None = None
     # Other processes NVML lists on its GPU (not ranks of the job): a GPU it shares.
     gpu_guests: tuple[int, ...] = ()
+    # Why its GPU's clocks were held down (power, heat, a hardware slowdown) in at least a third
+    # of its busy polls: the same work takes it longer.
+    gpu_throttled: tuple[str, ...] = ()
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -190,8 +194,22 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
                              gpu_sm=mean_of([s.sm_active for s in ps if s.sm_active is not None]),
                              worker_hot=_hot_place(worker_main.get(p, ())),
                              gpu_guests=tuple(sorted({q.pid for q in gpu_processes if g is not None
-                                                      and q.gpu_index == g and q.pid not in ranks}))))
+                                                      and q.gpu_index == g and q.pid not in ranks})),
+                             gpu_throttled=_throttled(ps)))
     return tuple(sorted(views, key=lambda v: v.rank))
+
+
+# A reason holds a GPU's clocks down in at least this share of its busy polls to count. Judgement:
+# a third, as the efficiency check's own (advisor.rules.system).
+THROTTLED_SHARE = 0.3
+
+
+def _throttled(polls: Sequence[GpuSample]) -> tuple[str, ...]:
+    busy = [p for p in polls if (p.util_gpu or 0.0) >= 50.0]
+    if not busy:
+        return ()
+    counts: Counter = Counter(w for p in busy for w in decode_throttle(p.throttle_reasons, limiting_only=True))
+    return tuple(w for w, k in counts.most_common() if k / len(busy) >= THROTTLED_SHARE)
 
 
 def _hot_place(samples: Sequence[StackSample]) -> str | None:

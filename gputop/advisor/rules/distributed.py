@@ -127,12 +127,11 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
     stacks and GPU: its GPU computing while the others wait is a compute straggler (more work per
     step, or a slower GPU: throttled or shared); else its host's hottest line."""
     slow = found.slow
-    g = next((v for v in ctx.gpus if v.index == slow.gpu), None) if slow.gpu is not None else None
     if found.on_gpu and slow.gpu_util is not None and slow.gpu_util >= COMPUTE_STRAGGLER_UTIL:
         sm = f", SMs active {slow.gpu_sm:.0f} %" if slow.gpu_sm is not None else ""
         doing = f"computes on GPU {slow.gpu} (utilisation {slow.gpu_util:.0f} %{sm})"
-        # Throttled for a good share of its busy time: the same work takes it longer.
-        throttled = ", ".join(r for r, sh in g.efficiency.throttle_reasons if sh >= 0.3) if g is not None else ""
+        # Throttled for a good share of its busy time (its own GPU's polls): the same work takes it longer.
+        throttled = ", ".join(slow.gpu_throttled)
         if slow.gpu_guests:
             who = ", ".join(f"PID {p}" for p in slow.gpu_guests[:3])
             return (f"{doing}, a GPU it shares with {who}",
