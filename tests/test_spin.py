@@ -198,7 +198,7 @@ def test_a_throttled_straggler_gpu_is_named_from_its_own_polls():
     step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
     stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(50)]
     procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
-    hot = 0x20  # NVML's HW thermal slowdown
+    hot = 0x20  # NVML's software thermal slowdown
     gpus = {0: [poll(T0 + i, 100, sm=40.0, tensor=0.0, index=0) for i in range(11)],
             1: [GpuSample(ts=T0 + i, index=1, util_gpu=100, sm_active=80.0, tensor_active=0.0,
                           throttle_reasons=hot) for i in range(11)]}
