@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .advisor.context import DEFAULT_WINDOW_S
-from .analysis.stuck import DEFAULT_STUCK_AFTER_S, StuckWatch
+from .analysis import DEFAULT_STUCK_AFTER_S, StuckWatch
 from .errors import UserError
 from .model import Event, GpuSample, HostSample, SystemInfo
 from .pipeline import Pipeline, Source
@@ -206,7 +206,7 @@ class Session:
         is sampled, and the target follows its rank (else the lowest rank left). Returns the
         events that say so, and the ranks event again whenever the map changed (or the store
         let it go). Never raises for a process that is gone."""
-        from .analysis.ranks import rank_map
+        from .analysis import rank_map
 
         with self._attach_lock:
             job = self.job
@@ -449,7 +449,7 @@ def _rank_of(job, pid: int) -> int | None:
 
 def _ranks_event(job, ts: float) -> Event:
     """The event that names every rank: ``analysis.ranks`` reads it back, live and in a recording."""
-    from .analysis.ranks import ranks_message
+    from .analysis import ranks_message
 
     return Event(ts, "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
 
@@ -464,7 +464,7 @@ def _add_views(session: Session) -> None:
     """The panes' views as a derived stage: what the Stacks and Ranks panes show is computed on the
     pipeline's thread and published through the store, live and in a replay alike, never on the
     UI's event loop. It follows the session's target and uses its stuck threshold."""
-    from .analysis.views import ViewsStage
+    from .analysis import ViewsStage
 
     session.views = ViewsStage(session.store, lambda: session.target_pid, session.stuck_after)
     session.pipeline.add_source(session.views)
@@ -510,9 +510,9 @@ def nccl_ras_source(pid: int, **options) -> Source | None:
 def stack_sampler(pid: int, **options) -> Source:
     """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
     decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""
-    from .analysis.classify import classify, is_library
+    from .analysis import classify_stack, is_library
     from .sources.stacks import PySpySource
 
-    return PySpySource(pid, classify=classify, is_library=is_library, **options)
+    return PySpySource(pid, classify=classify_stack, is_library=is_library, **options)
 
 

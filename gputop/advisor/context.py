@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from ..analysis.classify import importing_at
-from ..analysis.breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
-from ..analysis.efficiency import (
+from ..analysis import importing_at
+from ..analysis import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_label, stack_slices
+from ..analysis import (
     GpuEfficiency,
     HostLoad,
     ProcStats,
@@ -25,13 +25,13 @@ from ..analysis.efficiency import (
     proc_stats,
     worker_stats,
 )
-from ..analysis.frameworks import FrameworkSeen, framework_of
-from ..analysis.idle import Slice, idle_intervals, poll_slices, util_slices
-from ..analysis.ranks import RankView, as_ranks, rank_map, rank_views
-from ..analysis.nccl_ras import CommVerdict, ras_verdicts
-from ..analysis.spin import spin_share
-from ..analysis.step import StepModel, compiling, step_model
-from ..analysis.stuck import (
+from ..analysis import FrameworkSeen, framework_of
+from ..analysis import Slice, idle_intervals, poll_slices, util_slices
+from ..analysis import RankView, as_ranks, rank_map, rank_views
+from ..analysis import CommVerdict, ras_verdicts
+from ..analysis import spin_share
+from ..analysis import StepModel, compiling, step_model
+from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
     GPU_IDLE_PCT,
     GPU_IDLE_WINDOW_S,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Evidence, Finding, Severity, Verdict
-from ..analysis.stuck import DEFAULT_STUCK_AFTER_S, StuckWatch
+from ..analysis import DEFAULT_STUCK_AFTER_S, StuckWatch
 from .context import DEFAULT_WINDOW_S, AnalysisContext, build_context
 from .rules import RULES, THROUGHPUT_IDS, Rule
 

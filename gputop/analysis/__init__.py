@@ -1,1 +1,67 @@
+"""Analysis: pure functions over a window of the store (idle intervals, the time breakdown,
+efficiency, the step, progress, the stuck verdict, ranks, NCCL's RAS reports). This is its
+face: the layers above import from here, never from its modules (an import-linter contract
+keeps it so), so a module can be split or renamed without touching them."""
 
+from __future__ import annotations
+
+# The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
+from .classify import classify as classify_stack
+
+from .breakdown import (
+    BUCKET_LABELS, Breakdown, Bucket, CPU_DEVICE, POLL_JOIN_S, STACK_JOIN_S, attribute, bucket_of,
+    stack_label, stack_slices, whole_percentages,
+)
+from .classify import (
+    hot_place, importing_at, is_library, own_frames, project_frame, short_path, where,
+)
+from .efficiency import (
+    GpuEfficiency, HostLoad, ProcStats, Workers, gpu_efficiency, host_load, is_worker, proc_stats,
+    worker_stats,
+)
+from .frameworks import (
+    FP32, FrameworkSeen, HALF, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob, precision_knob,
+)
+from .hang import COLLECTIVE, collective_fn
+from .idle import (
+    IDLE_UTIL_PCT, MAX_POLL_SLICE_S, MAX_SLICE_S, NOMINAL_PERIOD_S, Slice, idle_intervals, periodicity,
+    poll_slices, util_slices,
+)
+from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
+from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from .ranks import (
+    GROUPS, JobView, RANKS_SOURCE, RankView, as_ranks, doing_now, group_shares, rank_map, rank_views,
+    ranks_message, straggler,
+)
+from .spin import spin_share
+from .stacks_summary import Hot, StacksView, WorkerView, stacks_view
+from .stats import wilson_interval
+from .step import StepModel, compiling, step_dict, step_line, step_model
+from .stuck import (
+    DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, StuckWatch,
+    across_ranks, family_tasks, idle_reach, judge, latest_others, spinning_pids,
+)
+from .throttle import (
+    POWER_MASK, REASONS, THERMAL_MASK, decode_throttle, is_performance_limiting, throttle_label,
+)
+from .views import ViewsStage
+
+__all__ = [
+    "classify_stack",
+    "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
+    "DEFAULT_STUCK_AFTER_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
+    "GROUPS", "GpuEfficiency", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
+    "JobView", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
+    "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
+    "STACK_JOIN_S", "STRAGGLER", "Slice", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
+    "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
+    "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
+    "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "host_load",
+    "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
+    "is_performance_limiting", "is_worker", "judge", "latest_others", "loader_knob", "own_frames",
+    "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
+    "rank_views", "ranks_message", "ras_line", "ras_verdicts", "short_path", "spin_share",
+    "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
+    "step_model", "straggler", "throttle_label", "util_slices", "where", "whole_percentages",
+    "wilson_interval", "worker_stats",
+]

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.step import step_dict, step_line
+    from ..analysis import step_dict, step_line
     from ..present.advice import breakdown_table, findings_text, report_dict
     from ..session import Config, open_live
 

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.stacks_summary import stacks_view
+    from ..analysis import stacks_view
     from ..model import Event, StackSample
     from ..session import stack_sampler
     from ..sources.stacks import check_attachable, native_dump

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ..analysis.breakdown import POLL_JOIN_S, STACK_JOIN_S, Bucket, attribute
-from ..analysis.idle import MAX_POLL_SLICE_S, MAX_SLICE_S, poll_slices, util_slices
+from ..analysis import POLL_JOIN_S, STACK_JOIN_S, Bucket, attribute
+from ..analysis import MAX_POLL_SLICE_S, MAX_SLICE_S, poll_slices, util_slices
 
 SETTLE_S = POLL_JOIN_S
 # A job's counters are kept this long after NVML stops listing it, so a process list that

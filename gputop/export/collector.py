@@ -20,9 +20,9 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import __version__
-from ..analysis.breakdown import Bucket
+from ..analysis import Bucket
 from ..model import GpuInfo, GpuSample
-from ..analysis.throttle import REASONS
+from ..analysis import REASONS
 from .account import TimeAccount
 from .jobs import Placement, read_placement, script_of
 

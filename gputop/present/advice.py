@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import Iterable, Mapping, Sequence
 
-from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
+from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
 from ..units import truncate
 

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..units import NA, SPARK, bar, bridge_gaps, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from ..model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
-from ..analysis.throttle import decode_throttle, is_performance_limiting, throttle_label
+from ..analysis import decode_throttle, is_performance_limiting, throttle_label
 
 # A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
 IDLE_UTIL_PCT = 10.0

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..analysis import BUCKET_LABELS, Bucket
 from ..advisor.rules.base import MIN_MAIN_SAMPLES
 from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
-from ..analysis.ranks import GROUPS, JobView, RankView, doing_now, group_shares, straggler
+from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
 from ..units import fmt_share, truncate
 

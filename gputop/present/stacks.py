@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ..analysis.stacks_summary import Hot, StacksView, WorkerView
-from ..analysis.stuck import StuckVerdict
-from ..analysis.classify import is_library, own_frames, short_path, where
+from ..analysis import Hot, StacksView, WorkerView
+from ..analysis import StuckVerdict
+from ..analysis import is_library, own_frames, short_path, where
 from ..units import fmt_bytes, fmt_clock, fmt_duration, fmt_pct, truncate
 from ..model import Category, Frame, ProcSample, StackSample
 

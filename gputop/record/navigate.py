@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..analysis.idle import NOMINAL_PERIOD_S, idle_intervals, poll_slices, util_slices
+from ..analysis import NOMINAL_PERIOD_S, idle_intervals, poll_slices, util_slices
 from ..model import GpuSample, UtilPoint
 from . import codec
 from .overview import OverviewRow

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..analysis.idle import IDLE_UTIL_PCT, MAX_POLL_SLICE_S, MAX_SLICE_S, NOMINAL_PERIOD_S
+from ..analysis import IDLE_UTIL_PCT, MAX_POLL_SLICE_S, MAX_SLICE_S, NOMINAL_PERIOD_S
 from ..model import GpuSample, UtilPoint
 from .schema import OVERVIEW_BUCKET_S
 

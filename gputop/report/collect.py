@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 from ..advisor.context import holds_no_gpu
-from ..analysis.breakdown import stack_slices
-from ..analysis.efficiency import is_worker
-from ..analysis.idle import poll_slices, util_slices
-from ..analysis.ranks import rank_map
+from ..analysis import stack_slices
+from ..analysis import is_worker
+from ..analysis import poll_slices, util_slices
+from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from ..record.reader import Reader
 from .ranks import collect_ranks

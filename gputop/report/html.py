@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..present.advice import breakdown_rows, device_name
-from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
 from ..record.span import backfill_note
 from . import svg

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..analysis.classify import project_frame, short_path
-from ..analysis.hang import collective_fn
-from ..analysis.ranks import GROUPS, RANKS_SOURCE, as_ranks, rank_map
+from ..analysis import project_frame, short_path
+from ..analysis import collective_fn
+from ..analysis import GROUPS, RANKS_SOURCE, as_ranks, rank_map
 from ..model import Category
 from ..record.reader import Reader
 

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from ..analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
-from ..analysis.idle import IDLE_UTIL_PCT, Slice, idle_intervals
+from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
+from ..analysis import IDLE_UTIL_PCT, Slice, idle_intervals
 from ..units import fmt_length
 from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
 
@@ -246,7 +246,7 @@ def _merge(a: Breakdown | None, b: Breakdown) -> Breakdown:
 
 def cause_of(stacks: Sequence[StackSample]) -> tuple[str, str]:
     """The commonest idle bucket among main-thread samples, and its commonest stack label."""
-    from ..analysis.breakdown import stack_label
+    from ..analysis import stack_label
 
     if not stacks:
         return BUCKET_LABELS[Bucket.UNKNOWN], ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
-from ..analysis.breakdown import BUCKET_LABELS, Bucket
+from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record.span import backfill_note
 from .ranks import rank_text_lines

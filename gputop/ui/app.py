@@ -283,7 +283,7 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_tabs(self) -> None:
         """The Ranks tab appears once the session watches a multi-rank job."""
-        from ..analysis.ranks import rank_map
+        from ..analysis import rank_map
 
         bar = self.query_one("#tabs", TabBar)
         want = TABS + ((RANKS_TAB,) if rank_map(self.store.events()) else ())

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
-from ...analysis.breakdown import BUCKET_LABELS, CPU_DEVICE, Bucket
-from ...analysis.stats import wilson_interval
+from ...analysis import BUCKET_LABELS, CPU_DEVICE, Bucket
+from ...analysis import wilson_interval
 from ...model import Category, Finding, Severity
 from ..context import AnalysisContext, GpuView
 

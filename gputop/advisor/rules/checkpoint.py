@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...analysis.breakdown import CPU_DEVICE, Bucket
-from ...analysis.idle import periodicity
+from ...analysis import CPU_DEVICE, Bucket
+from ...analysis import periodicity
 from ...model import Category
 from ..context import AnalysisContext
 from .base import Hit, bounded, loop_wait, loop_wait_upper, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst

@@ -11,10 +11,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from ...analysis.breakdown import CPU_DEVICE, Bucket
+from ...analysis import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
-from ...analysis.frameworks import loader_knob
+from ...analysis import loader_knob
 from ..context import AnalysisContext, GpuView, ThreadUse
 from .base import (
     loop_wait,

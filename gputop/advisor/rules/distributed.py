@@ -5,10 +5,10 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 
 from __future__ import annotations
 
-from ...analysis.breakdown import Bucket
+from ...analysis import Bucket
 from ...model import Category
-from ...analysis.nccl_ras import STRAGGLER, ras_line
-from ...analysis.ranks import straggler
+from ...analysis import STRAGGLER, ras_line
+from ...analysis import straggler
 from ..context import AnalysisContext
 from .base import MIN_MAIN_SAMPLES, Hit, confidence, gain, idle_line, labels_line, pct, significant, worst
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...analysis.breakdown import Bucket
-from ...analysis.classify import hot_place
+from ...analysis import Bucket
+from ...analysis import hot_place
 from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView

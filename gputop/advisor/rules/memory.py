@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...analysis.breakdown import CPU_DEVICE
+from ...analysis import CPU_DEVICE
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, spinning, times

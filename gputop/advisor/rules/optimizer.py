@@ -14,8 +14,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ...analysis.breakdown import Bucket
-from ...analysis.frameworks import HF_TRAINER, LIGHTNING
+from ...analysis import Bucket
+from ...analysis import HF_TRAINER, LIGHTNING
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, worst

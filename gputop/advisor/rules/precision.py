@@ -3,7 +3,7 @@ framework job that its own stacks show training in fp32."""
 
 from __future__ import annotations
 
-from ...analysis.frameworks import FP32, HALF, MIXED, precision_knob
+from ...analysis import FP32, HALF, MIXED, precision_knob
 from ..context import AnalysisContext, GpuView
 from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, spinning, times, worst
 

@@ -8,12 +8,12 @@ party's line in the evidence, the kind's own next step as the action.
 
 from __future__ import annotations
 
-from ...analysis.hang import COLLECTIVE
-from ...analysis.nccl_ras import DESYNC, HANG, ras_line
+from ...analysis import COLLECTIVE
+from ...analysis import DESYNC, HANG, ras_line
 
-from ...analysis.breakdown import CPU_DEVICE
+from ...analysis import CPU_DEVICE
 from ...model import Category
-from ...analysis.progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from ...analysis import CPU_WINDOW_S, TREE_BUSY_CORES
 from ..context import AnalysisContext, GpuView
 from .base import Hit, workers_cpu_line
 

@@ -5,9 +5,9 @@ loop fixes.
 
 from __future__ import annotations
 
-from ...analysis.breakdown import CPU_DEVICE, Bucket
+from ...analysis import CPU_DEVICE, Bucket
 from ...model import Severity
-from ...analysis.throttle import POWER_MASK, THERMAL_MASK
+from ...analysis import POWER_MASK, THERMAL_MASK
 from ..context import AnalysisContext, GpuView
 from .base import MIN_BUSY_POLLS, Hit, bounded, gain, pct, secs, times, worst
 
