@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .advisor.context import DEFAULT_WINDOW_S
+from .advisor import DEFAULT_WINDOW_S
 from .analysis import DEFAULT_STUCK_AFTER_S, StuckWatch
 from .errors import UserError
 from .model import Event, GpuSample, HostSample, SystemInfo
@@ -249,8 +249,8 @@ class Session:
                         max_bytes: int | None = None) -> object:
         """Record everything the pipeline carries from now on. Raises UserError (file exists,
         not a recording, cannot write)."""
-        from .record.recorder import Recorder
-        from .record.writer import OutputExists
+        from .record import Recorder
+        from .record import OutputExists
 
         if self.recorder is not None:
             raise UserError(f"already recording to {self.recorder.path}")
@@ -371,9 +371,9 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
     """A session whose only source is the recording, and the derived stages a live session has:
     the advisor, and with ``views`` the panes' views (as ``Config.views``). Raises UserError for a
     bad file or time."""
-    from .record.navigate import Navigator
-    from .record.reader import Reader
-    from .record.replay import ReplaySource, parse_position
+    from .record import Navigator
+    from .record import Reader
+    from .record import ReplaySource, parse_position
 
     reader = Reader(path)
     try:
@@ -455,7 +455,7 @@ def _ranks_event(job, ts: float) -> Event:
 
 
 def _add_advisor(session: Session, stuck_watch: StuckWatch | None = None) -> None:
-    from .advisor.engine import add_advisor
+    from .advisor import add_advisor
 
     session.advisor = add_advisor(session, stuck_watch=stuck_watch)
 

@@ -1,1 +1,13 @@
+"""The advisor: findings from the analysis, with evidence, the exact change and the gain to expect. This is its face: the layers above import from here (an import-linter contract keeps it so)."""
 
+from __future__ import annotations
+
+from .context import DEFAULT_WINDOW_S, holds_no_gpu
+from .engine import RECORD_REFRESH_S, add_advisor, nothing_yet
+from .rules.base import MIN_MAIN_SAMPLES
+from .rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
+
+__all__ = [
+    "DEFAULT_WINDOW_S", "MIN_MAIN_SAMPLES", "OTHERS_WAIT_MIN", "RECORD_REFRESH_S", "STRAGGLER_GAP",
+    "STRAGGLER_LEVEL", "add_advisor", "holds_no_gpu", "nothing_yet",
+]

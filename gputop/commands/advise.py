@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from ..advisor.context import DEFAULT_WINDOW_S
+from ..advisor import DEFAULT_WINDOW_S
 from .options import add_live_options, add_stuck_after, parse_duration
 
 DEFAULT_DURATION_S = 30.0

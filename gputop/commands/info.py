@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..record.navigate import Navigator
-    from ..record.reader import Reader
+    from ..record import Navigator
+    from ..record import Reader
 
     with Reader(args.file) as r:
         nav = Navigator(r)
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_info(d: dict) -> str:
-    from ..record.span import backfill_note
+    from ..record import backfill_note
 
     note = backfill_note(d.get("backfill_s") or 0.0)
     lines = [

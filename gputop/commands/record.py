@@ -121,7 +121,7 @@ def _check_output(path: Path, force: bool, append: bool) -> None:
         raise UserError(f"{path} is a directory: give a file name, e.g. {path / 'run.gputop'}")
     if not path.parent.exists() and str(path.parent) not in ("", "."):
         raise UserError(f"cannot create {path}: directory {path.parent} does not exist")
-    from ..record.files import looks_like_recording
+    from ..record import looks_like_recording
 
     if path.is_file() and looks_like_recording(path) is False:
         # --force and --append are for recordings: neither would write over a report or a script.
@@ -207,7 +207,7 @@ class _Status:
         reason = f" ({why[0]})" if why else ""
         if self.recorder.error:
             return
-        from ..record.span import backfill_note
+        from ..record import backfill_note
 
         # This session's span, counted as `info` counts it: from its first sample recorded as it
         # happened, not from the GPU utilisation history NVML's buffer gave with the first poll
@@ -244,8 +244,8 @@ def _size_of(p: Path) -> str:
 
 
 def list_recordings(folder: Path) -> int:
-    from ..record.reader import Reader
-    from ..record.files import looks_like_recording
+    from ..record import Reader
+    from ..record import looks_like_recording
 
     if not folder.is_dir():
         raise UserError(f"{folder}: not a directory")

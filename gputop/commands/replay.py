@@ -35,7 +35,7 @@ START_SLACK_S = 1.0
 def outside_problem(text: str, start: float, end: float) -> None:
     """Raise a one-line UserError when ``--start TEXT`` lies outside the recording."""
     from ..units import fmt_length
-    from ..record.replay import parse_position
+    from ..record import parse_position
 
     try:
         pos = parse_position(text, start, end)

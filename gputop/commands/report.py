@@ -62,8 +62,8 @@ _SUFFIX = {"html": ".html", "json": ".json", "text": ".txt"}
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..record.reader import Reader
-    from ..record.files import refuse_overwriting_recording
+    from ..record import Reader
+    from ..record import refuse_overwriting_recording
     from ..report import collect, render_html, render_text, summary_dict
 
     # `-o -` is standard output, as for most tools: never a file named "-".

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, Bucket
-from ..advisor.rules.base import MIN_MAIN_SAMPLES
-from ..advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
+from ..advisor import MIN_MAIN_SAMPLES
+from ..advisor import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
 from ..units import fmt_share, truncate

@@ -2,3 +2,18 @@
 ``writer.RecordWriter``, ``reader.Reader`` reads a recording by time (for ``report`` and the
 replay), ``replay.ReplaySource`` plays a recording back as a session's source; ``schema``
 describes the format."""
+
+from __future__ import annotations
+
+from .files import looks_like_recording, refuse_overwriting_recording
+from .navigate import Navigator
+from .reader import Reader
+from .recorder import Recorder
+from .replay import ReplaySource, parse_position
+from .span import backfill_note
+from .writer import OutputExists
+
+__all__ = [
+    "Navigator", "OutputExists", "Reader", "Recorder", "ReplaySource", "backfill_note",
+    "looks_like_recording", "parse_position", "refuse_overwriting_recording",
+]

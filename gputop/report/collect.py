@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..advisor.context import holds_no_gpu
+from ..advisor import holds_no_gpu
 from ..analysis import stack_slices
 from ..analysis import is_worker
 from ..analysis import poll_slices, util_slices
 from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
-from ..record.reader import Reader
+from ..record import Reader
 from .ranks import collect_ranks
 from .summary import RunAccumulator, Summary, finding_ends, summarise_findings
 

@@ -10,7 +10,7 @@ from .. import __version__
 from ..present.advice import breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
-from ..record.span import backfill_note
+from ..record import backfill_note
 from . import svg
 from .ranks import rank_html
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text

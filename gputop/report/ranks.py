@@ -11,7 +11,7 @@ from ..analysis import project_frame, short_path
 from ..analysis import collective_fn
 from ..analysis import GROUPS, RANKS_SOURCE, as_ranks, rank_map
 from ..model import Category
-from ..record.reader import Reader
+from ..record import Reader
 
 
 @dataclass(frozen=True)

@@ -569,7 +569,7 @@ def finding_ends(
     the recording ended (``until_end``). ``sessions``: (start, end) of each recording session in
     time order, the last one's end the recording's. A finding neither cleared nor written near
     its session's end keeps only ``last_seen`` (how it ended is not in the file)."""
-    from ..advisor.engine import RECORD_REFRESH_S
+    from ..advisor import RECORD_REFRESH_S
 
     clears: dict[str, list[float]] = {}
     for ev in events:

@@ -7,7 +7,7 @@ import textwrap
 from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
-from ..record.span import backfill_note
+from ..record import backfill_note
 from .ranks import rank_text_lines
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from textual import events
 from textual.containers import VerticalScroll
 
-from ..advisor.engine import nothing_yet
+from ..advisor import nothing_yet
 from ..present.advice import finding_starts, pane_lines
 from ..units import fmt_clock
 from .lines_pane import LinesPane
