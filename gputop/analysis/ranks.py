@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
 from .classify import category_shares, hot_place, own_frames, project_frame, rank_samples, short_path, stack_key
+from .efficiency import BUSY_UTIL_PCT
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .throttle import decode_throttle
@@ -110,32 +111,22 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
     n = len(main)
     coll = [s for s in main if s.category is Category.COLLECTIVE]
     fns = Counter(f for f in (collective_fn(s) for s in coll) if f)
-    places: Counter = Counter()
-    lines: dict[tuple, Counter] = {}
     anywhere: Counter = Counter()
     any_lines: dict[tuple, Counter] = {}
     for s in main:
-        f = project_frame(s.frames)
         # The user's frame under library frames; a stack all in libraries by its newest frame.
-        g = f or (own_frames(s.frames)[0] if s.frames else None)
+        g = project_frame(s.frames) or (own_frames(s.frames)[0] if s.frames else None)
         if g is not None:
             key = (g.name, short_path(g.filename))
             anywhere[key] += 1
             any_lines.setdefault(key, Counter())[g.line] += 1
-        if s.category in (Category.COLLECTIVE, Category.IDLE) or f is None:
-            continue
-        key = (f.name, short_path(f.filename))
-        places[key] += 1
-        lines.setdefault(key, Counter())[f.line] += 1
-
-    def commonest(counts: Counter, at: dict[tuple, Counter]) -> tuple[str | None, float]:
-        if not counts:
-            return None, 0.0
-        (name, path), k = counts.most_common(1)[0]
-        return f"{name} ({path}:{at[(name, path)].most_common(1)[0][0]})", k / n
-
-    hot, hot_share = commonest(places, lines)
-    top, top_share = commonest(anywhere, any_lines)
+    # Outside collectives and idle waits: the place of the user's code it works in most.
+    found = hot_place([s for s in main if s.category not in (Category.COLLECTIVE, Category.IDLE)])
+    hot, hot_share = (found[0], found[1] / n) if found else (None, 0.0)
+    top, top_share = None, 0.0
+    if anywhere:
+        (name, path), k = anywhere.most_common(1)[0]
+        top, top_share = f"{name} ({path}:{any_lines[(name, path)].most_common(1)[0][0]})", k / n
     recent = main[-WORKS_RECENT:]
     works = bool(recent) and (len({stack_key(s.frames) for s in recent}) > 1
                               or sum(1 for s in recent if s.active) >= len(recent) / 2)
@@ -205,7 +196,7 @@ THROTTLED_SHARE = 0.3
 
 
 def _throttled(polls: Sequence[GpuSample]) -> tuple[str, ...]:
-    busy = [p for p in polls if (p.util_gpu or 0.0) >= 50.0]
+    busy = [p for p in polls if (p.util_gpu or 0.0) >= BUSY_UTIL_PCT]
     if not busy:
         return ()
     counts: Counter = Counter(w for p in busy for w in decode_throttle(p.throttle_reasons, limiting_only=True))

@@ -17,6 +17,7 @@ idles or computes while this one spins (a straggler).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -125,8 +126,9 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
     blocks are active SMs too): read from the window where it spun, else NCCL_SPIN_SM. Within ACTIVITY_SAME of the peer it is the same work. A GPU
     that idles (utilisation under SPIN_UTIL_MIN) does not wait on its GPU: its host does something
     else."""
-    by_gpu = {i: [s for s in ss if t0 <= s.ts <= t1 and s.error is None and s.util_gpu is not None]
-              for i, ss in samples.items()}
+    by_gpu = {i: sorted((s for s in ss if t0 <= s.ts <= t1 and s.error is None and s.util_gpu is not None),
+                        key=lambda x: x.ts) for i, ss in samples.items()}
+    times = {i: [s.ts for s in ss] for i, ss in by_gpu.items()}  # to find a peer's polls by time
     floor = {}
     for i, ss in by_gpu.items():
         spun = [s.sm_active for s in ss if is_spin(s) and s.sm_active is not None]
@@ -154,8 +156,8 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
                 # most of the step (its host is the slow part) still shows how full its kernels
                 # are while they run.
                 expected = [min(1.0, p.sm_active / p.util_gpu) * (s.util_gpu or 0.0)
-                            for j, pp in by_gpu.items() if j != i for p in pp
-                            if abs(p.ts - s.ts) <= 0.25 and p.sm_active is not None and not is_spin(p)
+                            for j in by_gpu if j != i for p in _near(by_gpu[j], times[j], s.ts)
+                            if p.sm_active is not None and not is_spin(p)
                             and (p.util_gpu or 0.0) >= PEER_UTIL_MIN and p.sm_active >= PEER_UTIL_MIN]
                 if mine is not None and expected and max(expected) >= ACTIVITY_MIN:
                     top = max(expected)
@@ -165,6 +167,15 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
             polls.append(WaitPoll(s.ts, dt, w))
         out[i] = tuple(polls)
     return out
+
+
+# Polls of two GPUs within this many seconds are one poll (NVML reads every GPU in one pass).
+SAME_POLL_S = 0.25
+
+
+def _near(polls: Sequence[GpuSample], times: Sequence[float], ts: float) -> Sequence[GpuSample]:
+    """The polls (time order, ``times`` their timestamps) within SAME_POLL_S of ``ts``."""
+    return polls[bisect_left(times, ts - SAME_POLL_S):bisect_right(times, ts + SAME_POLL_S)]
 
 
 def mean_wait(polls: Sequence[WaitPoll]) -> float | None:
@@ -177,9 +188,11 @@ def paired_gap(waiting: Sequence[WaitPoll], slow: Sequence[WaitPoll], z: float) 
     (the two GPUs polled together). Each poll's share is an average over the whole poll (GPM counts
     every cycle), not a 0/1 draw, so the limit is the paired mean's t-style one: mean − z·sd/√n."""
     pairs = []
+    times = [p.ts for p in slow]  # the series is in time order (wait_series)
     for a in waiting:
-        b = min(slow, key=lambda p: abs(p.ts - a.ts), default=None)
-        if b is not None and abs(b.ts - a.ts) <= 0.25:
+        near = slow[bisect_left(times, a.ts - SAME_POLL_S):bisect_right(times, a.ts + SAME_POLL_S)]
+        b = min(near, key=lambda p: abs(p.ts - a.ts), default=None)
+        if b is not None:
             pairs.append(a.wait - b.wait)
     n = len(pairs)
     if n == 0:

@@ -127,12 +127,13 @@ def store_spinning_pids(store: Store, pids: Sequence[int], now: float) -> frozen
                          {i: store.util_window(i, t0, now) for i in idx}, now)
 
 
-def gpu_state(store: Store, pid: int, now: float) -> str:
-    """'spin', 'busy', 'idle' or 'unknown' for the GPUs the target holds a context on."""
+def gpu_state(store: Store, pid: int, now: float, spinning: frozenset[int] | None = None) -> str:
+    """'spin', 'busy', 'idle' or 'unknown' for the GPUs the target holds a context on.
+    ``spinning``: the processes already found spinning (store_spinning_pids), if the caller has it."""
     procs = [p for p in store.gpu_processes() if p.pid == pid]
     if not procs:
         return "unknown"
-    if store_spinning_pids(store, [pid], now):
+    if pid in (spinning if spinning is not None else store_spinning_pids(store, [pid], now)):
         return "spin"
     if any(p.sm_util is not None for p in procs):
         # Per-process SM utilisation: not confused by other jobs on the same GPU.
@@ -388,11 +389,12 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
     tc0 = now - CPU_WINDOW_S
     procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
     tasks = family_tasks(store.task_windows(t0, now), pid)
+    spins = store_spinning_pids(store, list(pid_rank) or [pid], now)  # once, for every use below
     v = judge(
         main,
         now,
         threshold,
-        gpu=gpu_state(store, pid, now),
+        gpu=gpu_state(store, pid, now, spins),
         others=latest_others(samples, pid),
         history_start=t0,
         exited=proc is not None and proc.status in ("exited", "zombie"),
@@ -400,9 +402,9 @@ def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = 
         tasks=tasks,
         gpu_idle_s=gpu_idle_reach(store, pid, now),
         ranks=pid_rank or None,
-        spin_pids=store_spinning_pids(store, list(pid_rank) or [pid], now),
+        spin_pids=spins,
     )
-    return across_ranks(v, pid_rank, samples, pid, store_spinning_pids(store, list(pid_rank), now) if pid_rank else frozenset())
+    return across_ranks(v, pid_rank, samples, pid, spins)
 
 
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],

@@ -30,6 +30,7 @@ from .base import (
     times,
     worst,
 )
+from .data import workers_for
 from .memory import larger_batch
 from .optimizer import optimizer_leads
 
@@ -289,7 +290,8 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
           + (f", its kernels filling the SMs while it runs (SM activity {fill:.2f} per point of utilisation)"
              if fill is not None else "")
           + ": it waits for that CPU work, not for kernel launches"]
-    workers = max(2, min(8, (ctx.cores or 4) - 1))
+    # Sized as the loader rules size a pool: from none today, to carry the share the GPU waits.
+    workers = workers_for(0, frac, max(2, (ctx.cores or 4) - 1))
     return Hit(
         evidence=tuple(ev),
         action=(f"move the work in `{where}` out of the training loop's thread: into the Dataset's __getitem__ "
