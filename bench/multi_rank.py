@@ -117,29 +117,68 @@ def run_job(mode: str, device: str) -> None:
 
 # --------------------------------------------------------------------------- held-out jobs
 
-FRESH_SCRIPT = ROOT / "bench" / "jobs" / "multi_rank_fresh.py"
+# Written at different times, each by someone who had not read the rules; a mode's script is the
+# one whose TRUTHS holds it.
+FRESH_SCRIPTS = (ROOT / "bench" / "jobs" / "multi_rank_fresh.py", ROOT / "bench" / "jobs" / "multi_rank_fresh2.py")
 
 
-def fresh_truths() -> dict:
-    """The held-out jobs' truths (bench/jobs/multi_rank_fresh.py's TRUTHS), read without importing
-    torch: the file's TRUTHS literal."""
+def _truths_of(script: Path) -> dict:
     import ast
 
-    if not FRESH_SCRIPT.exists():
+    if not script.exists():
         return {}
-    tree = ast.parse(FRESH_SCRIPT.read_text())
+    tree = ast.parse(script.read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TRUTHS" for t in node.targets):
             return ast.literal_eval(node.value)
     return {}
 
 
+def fresh_truths() -> dict:
+    """The held-out jobs' truths (each bench/jobs/multi_rank_fresh*.py's TRUTHS), read without
+    importing torch: the files' TRUTHS literals, each with the script it came from."""
+    out = {}
+    for script in FRESH_SCRIPTS:
+        for mode, truth in _truths_of(script).items():
+            out[mode] = {**truth, "script": script.name}
+    return out
+
+
+def fresh_script(mode: str) -> Path:
+    return next(s for s in FRESH_SCRIPTS if mode in _truths_of(s))
+
+
+def wanted_finding(truth: dict) -> str | None:
+    """The finding id a held-out truth accepts (None: no finding id of its own: healthy, or an
+    inefficiency judged by what the warnings say)."""
+    return {"straggler": "rank-straggler", "stuck": "stuck", "desync": "stuck"}.get(truth["verdict"])
+
+
+def _mentions(text: str, name: str) -> bool:
+    """A name said in any of its spellings: NCCL says AllReduce where Python says all_reduce."""
+    def norm(s: str) -> str:
+        return s.lower().replace("_", "")
+    return norm(name) in norm(text)
+
+
 def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
     """A held-out job's verdict against its truth: the finding its verdict wants, naming its rank,
-    and its functions (or, for a compute straggler, its GPU's work) somewhere in what it says."""
+    and its functions (or, for a compute straggler, its GPU's work) somewhere in what it says. A
+    healthy job is right when no warning is standing; an inefficiency when a standing warning
+    names its fix."""
     findings = report.get("findings", [])
     seen = {s["id"]: s["first_seen_s"] for s in report.get("seen", [])}
-    want = "rank-straggler" if truth["verdict"] == "straggler" else "stuck"
+    names = truth.get("names") or []
+    loud = [f for f in findings if f["severity"] in ("warning", "critical")]
+    if truth["verdict"] == "healthy":
+        return (not loud, None, loud[0]["title"] if loud else "(no warning)")
+    if truth["verdict"] not in ("straggler", "stuck", "desync"):
+        hit = next((f for f in loud if any(_mentions(" ".join([f["title"], *f.get("evidence", []), f.get("action", "")]), n)
+                                           for n in names)), None)
+        if hit is None:
+            return False, None, findings[0]["title"] if findings else "(nothing)"
+        return True, seen.get(hit["id"]), hit["title"]
+    want = wanted_finding(truth)
     f = next((f for f in findings if f["id"] == want), None)
     if f is None:
         return False, None, findings[0]["title"] if findings else "(nothing)"
@@ -153,9 +192,8 @@ def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
         named = "desync" in text
     else:
         named = f"rank {rank} (pid" in text and "never arrives" in text
-    names = truth.get("names") or []
     if names:
-        named = named and any(n in text for n in names)
+        named = named and any(_mentions(text, n) for n in names)
     return named, seen.get(want), f["title"]
 
 
@@ -194,7 +232,7 @@ def right(mode: str, report: dict) -> tuple[bool, float | None, str]:
 def start_job(mode: str, device: str, log: Path, fresh: bool, fixed: bool = False) -> subprocess.Popen:
     env = dict(os.environ, **NVLS_OFF, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = str(ROOT / "bench" / "jobs") + os.pathsep + env.get("PYTHONPATH", "")
-    script = FRESH_SCRIPT if fresh else Path(__file__).resolve()
+    script = fresh_script(mode) if fresh else Path(__file__).resolve()
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                  str(script), "--job", mode, "--device", device, *(["--fixed"] if fixed else [])],
@@ -261,7 +299,9 @@ def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = Fa
         if fresh:
             truth = fresh_truths()[mode]
             ok, first, title = fresh_right(truth, report)
-            want = "rank-straggler" if truth["verdict"] == "straggler" else "stuck"
+            # An inefficiency has no finding id of its own: the one that named its fix is the truth.
+            want = wanted_finding(truth) or next((f["id"] for f in report.get("findings", [])
+                                                  if ok and f["title"] == title), None)
         else:
             ok, first, title = right(mode, report)
             want = {"healthy": None, "straggler": "rank-straggler", "compute": "rank-straggler"}.get(mode, "stuck")
@@ -321,7 +361,7 @@ def markdown(doc: dict) -> str:
             continue
         if fresh:
             lines += ["", "Held out: written apart from the rules, before any rule change for them, never tuned on "
-                          "(bench/jobs/multi_rank_fresh.py).", "",
+                          "(bench/jobs/multi_rank_fresh*.py).", "",
                       "| job | right | time to the verdict | false warnings | measured fix | what gputop said |",
                       "| --- | --- | --- | --- | --- | --- |"]
         for r in rows:
@@ -349,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for multi_rank.{json,md} (default bench/results on CUDA; required on CPU)")
-    ap.add_argument("--fresh", default="all" if FRESH_SCRIPT.exists() else "",
-                    help="held-out jobs of bench/jobs/multi_rank_fresh.py to run too (comma list, 'all' or '')")
+    ap.add_argument("--fresh", default="all",
+                    help="held-out jobs of bench/jobs/multi_rank_fresh*.py to run too (comma list, 'all' or '')")
     ap.add_argument("--measure-fixes", action="store_true", help="also measure each held-out straggler's fix")
     ap.add_argument("--fixes-only", action="store_true",
                     help="only measure the held-out stragglers' fixes (no advise), into fixes.json")
@@ -388,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         fixes = {}
         with tempfile.TemporaryDirectory() as tmp:
             for m in fresh:
-                if truths[m]["verdict"] == "straggler":
+                if truths[m]["verdict"] not in ("stuck", "desync", "healthy"):
                     fixes[m] = measure_fix(m, args.device, Path(tmp))
                     print(json.dumps({m: fixes[m]}), flush=True)
         out.mkdir(parents=True, exist_ok=True)
@@ -404,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in fresh:
             r = run_one(m, args.device, args.duration, Path(tmp), fresh=True)
             r["truth"] = truths[m]
-            if args.measure_fixes and truths[m]["verdict"] == "straggler":
+            if args.measure_fixes and truths[m]["verdict"] not in ("stuck", "desync", "healthy"):
                 r["fix"] = measure_fix(m, args.device, Path(tmp))
             print(json.dumps(r), flush=True)
             results.append(r)
