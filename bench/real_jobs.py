@@ -447,6 +447,16 @@ def dump_stacks(pid: int, path: str) -> None:
                 f.write(f"### pid {pr.pid}: {exc!r}\n")
 
 
+def right_at(timeline: list[dict], ok: tuple[str, ...], t: float) -> bool:
+    """Whether the top finding standing ``t`` s after attaching is right (for a healthy job, ``ok``
+    empty: whether no warning stands then)."""
+    standing = [e for e in timeline if e.get("t_s", 0.0) <= t + 0.05]
+    top = standing[-1] if standing else {}
+    if top.get("severity") not in BLOCKING:
+        return not ok
+    return top.get("top") in ok
+
+
 def judge(truth: str, report: dict | None) -> dict:
     """The verdict against the truth: the final top blocking finding, and when it first was right."""
     if report is None:
@@ -463,13 +473,16 @@ def judge(truth: str, report: dict | None) -> dict:
         "timeline": timeline,
         "sampling_cost": report.get("sampling_cost"),
     }
+    ok = () if truth == "healthy" else TRUTH_FINDINGS[truth]
+    # A wrong warning shown for any time is a false warning: each distinct wrong top is counted.
+    out["false_warnings"] = sorted({e["top"] for e in timeline if e.get("severity") in BLOCKING and e["top"] not in ok})
+    out["right_at_5s"] = right_at(timeline, ok, 5.0)
     if truth == "healthy":
         ever = sorted({e["top"] for e in timeline if e.get("severity") in BLOCKING})
         out["correct"] = not blocking and not ever
         out["warned_on_the_way"] = ever
         out["t_correct_s"] = None
         return out
-    ok = TRUTH_FINDINGS[truth]
     out["correct"] = out["top_finding"] in ok
     first = next((e["t_s"] for e in timeline if e.get("top") in ok and e.get("severity") in BLOCKING), None)
     out["t_correct_s"] = first if out["correct"] else None
@@ -567,6 +580,8 @@ def summary(rows: list[dict]) -> dict:
         ok = [r for r in rs if r.get("correct")]
         ts = sorted(r["t_correct_s"] for r in ok if r.get("t_correct_s") is not None)
         return {"jobs": len(rs), "correct": len(ok), "share": round(len(ok) / len(rs), 3) if rs else None,
+                "right_at_5s": sum(bool(r.get("right_at_5s")) for r in rs),
+                "with_false_warnings": sum(bool(r.get("false_warnings")) for r in rs),
                 "median_t_correct_s": statistics.median(ts) if ts else None, "max_t_correct_s": max(ts) if ts else None}
 
     return {"in_sample": part([r for r in rows if not r["held_out"]]), "held_out": part([r for r in rows if r["held_out"]]),
@@ -578,7 +593,9 @@ def markdown(result: dict) -> str:
 
     def line(name: str, p: dict) -> str:
         t = "" if p["median_t_correct_s"] is None else f"; attach -> correct: median {p['median_t_correct_s']:.2f} s, max {p['max_t_correct_s']:.2f} s"
-        return f"- **{name}: {p['correct']} of {p['jobs']} right**{t}"
+        fw = (f"; right at 5 s: {p['right_at_5s']} of {p['jobs']}; jobs shown a false warning: {p['with_false_warnings']}"
+              if "right_at_5s" in p else "")
+        return f"- **{name}: {p['correct']} of {p['jobs']} right**{t}{fw}"
 
     out = [
         "# Real jobs: is the advisor right on jobs it was not written for?",
@@ -605,8 +622,8 @@ def markdown(result: dict) -> str:
         if not rows:
             continue
         out += [f"## {title}", "",
-                "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) | rule fired (s) |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "| job | framework | truth | gain measured | top finding | gain predicted | right | attach -> right (s) | rule fired (s) | right at 5 s | false warnings |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             g = r.get("gain_measured")
             t = r.get("t_correct_s")
@@ -614,7 +631,9 @@ def markdown(result: dict) -> str:
             out.append(
                 f"| {r['name']} | {r['framework']} | {r.get('truth', '?')} | {'-' if g is None else f'{g:.2f}x'} | "
                 f"{r.get('top_finding') or '(none)'} | {r.get('gain_predicted') or '-'} | "
-                f"{'yes' if r.get('correct') else 'NO'} | {'-' if t is None else f'{t:.1f}'} | {'-' if tf is None else f'{tf:.1f}'} |")
+                f"{'yes' if r.get('correct') else 'NO'} | {'-' if t is None else f'{t:.1f}'} | {'-' if tf is None else f'{tf:.1f}'} | "
+                f"{'-' if 'right_at_5s' not in r else ('yes' if r['right_at_5s'] else 'NO')} | "
+                f"{', '.join(r['false_warnings']) if r.get('false_warnings') else ('0' if 'false_warnings' in r else '-')} |")
         out.append("")
     out += ["## Changes measured", ""]
     for r in result["jobs"]:
