@@ -96,6 +96,7 @@ class Job:
     target_on_gpu: bool = True
     worker_stack: Callable[[float], StackSample | None] | None = None
     main_frames: Callable[[float], tuple[Frame, ...]] | None = None  # real frames for the main thread
+    main_active: Callable[[float], bool] | None = None  # py-spy's active flag (default: by category)
 
     def store(self) -> Store:
         st = Store()
@@ -119,7 +120,8 @@ class Job:
             for k in range(1, n_stacks + 1):
                 t = self.stack_start + k / self.stack_rate
                 frames = self.main_frames(t) if self.main_frames is not None else None
-                events.append((T0 + t, stack(T0 + t, self.main(t), frames=frames)))
+                active = self.main_active(t) if self.main_active is not None else None
+                events.append((T0 + t, stack(T0 + t, self.main(t), frames=frames, active=active)))
         for sec in range(1, int(self.seconds) + 1):
             t = float(sec)
             ts = T0 + t

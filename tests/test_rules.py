@@ -596,6 +596,28 @@ def test_workers_replaced_every_epoch():
     assert f.severity is (Severity.WARNING if significant(g, raw.cost_s) else Severity.INFO)
 
 
+def test_workers_restarted_every_short_epoch_are_the_cause_not_a_saturated_pool():
+    """Epochs of 2 s with persistent_workers=False: a new pool starts at each, its workers busy
+    with their start-up while the GPU waits. More workers start slower still (measured on such a
+    job on an H100: persistent_workers=True 15.6x, 8 workers instead of 4 0.68x), so the finding is
+    the restart, with every epoch's stall counted, and no 'add workers'."""
+    from synth import T0
+    from gputop.model import ProcSample
+
+    job = Job(seconds=20, util=periodic(2.0, 0.15), main=phases(2.0, 0.15, C.FORWARD, C.DATA_WAIT),
+              gpu=HEALTHY_GPM, workers=2, worker_cpu=99.0, host_cpu=lambda t: 15.0)
+    store = job.store()
+    old = [ProcSample(ts=T0 + 2 * k + dt, pid=6000 + 2 * k + w, ppid=TARGET, cpu_percent=99.0, role="worker",
+                      create_time=T0 + 2 * k)
+           for k in range(9) for dt in (0.5, 1.5) for w in range(2)]
+    fresh = Store_with(store, old, born=T0 + 18.0)
+    found = {f.id: f for f in Advisor().run_rules(build_context(fresh))}
+    assert "loader-respawn" in found and "workers-saturated" not in found, sorted(found)
+    f = found["loader-respawn"]
+    assert f.severity is Severity.WARNING and "every epoch" in f.evidence[0]
+    assert "persistent_workers=True" in f.action
+
+
 def Store_with(store, extra, born):
     from dataclasses import replace
     from gputop.store import Store
@@ -665,6 +687,47 @@ def test_cpu_work_in_the_loop_is_named_with_its_function_not_launch_bound():
 def test_a_plain_loop_of_tiny_kernels_in_one_function_is_not_cpu_work():
     found, _ = run_rules(_augment_job(sm_active=0.1))  # the same stacks, kernels that leave the SMs empty
     assert "cpu-work-in-loop" not in found
+    assert "launch-bound" in found  # kernels too small for the SMs: positive evidence of launching
+
+
+def test_cpu_work_whose_torch_op_runs_on_the_intra_op_pool_is_still_cpu_work():
+    """A batch resized on the CPU: torch's intra-op threads do the op while the main thread waits
+    for them, so py-spy reads it idle inside interpolate most of the time (a real fresh job lost
+    its right finding to launch-bound that way once the idle samples outnumbered the running)."""
+    from gputop.model import Frame
+    from synth import periodic, phases
+
+    in_op = (Frame("interpolate", "/venv/lib/python3.12/site-packages/torch/nn/functional.py", 4860),
+             Frame("augment", "/home/u/train.py", 22), Frame("train", "/home/u/train.py", 40))
+    cats = phases(1.0, 0.15, C.FORWARD, C.OTHER)
+    job = Job(seconds=20.0, util=periodic(1.0, 0.15), main=cats,
+              main_frames=lambda t: in_op if cats(t) is C.OTHER else None,
+              main_active=lambda t: cats(t) is not C.OTHER or round(t * 5) % 3 == 0,  # 2 in 3 'idle' in the op
+              gpu={"sm_active": 12.0, "tensor_active": 0.0, "mem_used": 8 * GiB})
+    found, _ = run_rules(job)
+    assert "cpu-work-in-loop" in found, sorted(found)
+    assert "augment" in found["cpu-work-in-loop"].title
+
+
+def test_busy_python_outside_the_model_is_not_launch_bound_without_positive_evidence():
+    """The main thread in the user's own code (spread over several functions: no one place to name)
+    while the GPU's kernels fill its SMs: nothing says the GPU waits for kernel launches, so no
+    launch-bound (whose change, compile or a larger batch, would not touch that work)."""
+    from gputop.model import Frame
+    from synth import periodic, phases
+
+    places = [(Frame(name, "/home/u/train.py", 10 + i), Frame("train", "/home/u/train.py", 40))
+              for i, name in enumerate(("log_metrics", "augment", "tokenize", "mask"))]
+    cats = phases(1.0, 0.15, C.FORWARD, C.OTHER)
+    job = Job(seconds=20.0, util=periodic(1.0, 0.15), main=cats,
+              main_frames=lambda t: places[int(t * 5) % 4] if cats(t) is C.OTHER else None,
+              gpu={"sm_active": 12.0, "tensor_active": 0.0, "mem_used": 8 * GiB})
+    found, _ = run_rules(job)
+    assert "launch-bound" not in found, sorted(found)
+    # The same Python with kernels too small to fill the SMs is launch-bound again.
+    job.gpu = {"sm_active": 0.1, "tensor_active": 0.0, "mem_used": 8 * GiB}
+    found, _ = run_rules(job)
+    assert "launch-bound" in found, sorted(found)
 
 
 def test_a_save_caught_by_one_sample_is_bounded_by_the_samples_around_it():

@@ -218,6 +218,16 @@ class Workers:
 
     current: tuple[ProcStats, ...] = ()  # alive at the end of the window
     seen: int = 0  # distinct worker pids in the window (more than current: workers respawned)
+    births: tuple[float, ...] = ()  # every worker's start time seen in the window, sorted
+
+    def pool_starts(self, within_s: float = 1.0) -> tuple[float, ...]:
+        """When a pool of workers started: births closer than ``within_s`` are one pool (a
+        DataLoader starts its workers together at each epoch's iter())."""
+        starts: list[float] = []
+        for b in self.births:
+            if not starts or b - starts[-1] > within_s:
+                starts.append(b)
+        return tuple(starts)
 
     @property
     def count(self) -> int:
@@ -272,11 +282,14 @@ def worker_stats(
     ``stale_s`` has exited (a poll is ~1 s)."""
     current: list[ProcStats] = []
     seen = 0
+    births: list[float] = []
     for pid, samples in windows.items():
         if not samples or not is_worker(samples[-1], target_pid, (stacks or {}).get(pid, ())):
             continue
         seen += 1
+        if samples[-1].create_time:
+            births.append(samples[-1].create_time)
         if now - samples[-1].ts <= stale_s:
             current.append(proc_stats(samples))
     current.sort(key=lambda w: w.pid)
-    return Workers(current=tuple(current), seen=seen)
+    return Workers(current=tuple(current), seen=seen, births=tuple(sorted(births)))

@@ -243,11 +243,23 @@ CPU_WORK_GPU_BUSY_MAX = 0.50
 CPU_WORK_SM_FILL_MIN = 0.25
 
 
+def cpu_working(s) -> bool:
+    """Whether a main-thread sample is CPU work: running, or blocked inside a torch op, whose
+    intra-op thread pool does the op's work while the calling thread waits for it (a batch
+    resized or normalised on the CPU tensor shows its main thread 'idle' in interpolate or
+    normalize for most of the time the pool runs). A sleep or a lock in the user's own code is
+    not CPU work: its newest frame is not torch's."""
+    if s.active:
+        return True
+    leaf = s.frames[0].filename.replace("\\", "/") if s.frames else ""
+    return "/torch/" in leaf or leaf.startswith("torch/")
+
+
 def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
     """(the user's function doing the main thread's CPU work outside the model, its share of the
     main thread's samples, the share of all 'other' work it holds) or None."""
     main = ctx.main_stacks
-    other = [s for s in main if s.category is Category.OTHER and s.active]
+    other = [s for s in main if s.category is Category.OTHER and cpu_working(s)]
     if not main or len(other) / len(main) < CPU_WORK_MIN_SHARE:
         return None
     found = hot_place(other)
@@ -316,11 +328,29 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
 DISPATCH_MIN_SHARE = 0.50
 
 
+def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
+    """Positive evidence that the main thread's Python is the launching of the GPU's kernels, not
+    other CPU work the GPU happens to wait for: most of it inside the model's forward, backward or
+    optimizer step, or, where GPM reads the SMs, kernels too small to fill them (a plain loop of
+    tiny torch ops outside any nn.Module is 'other' code, and launch-bound: its kernels fill the
+    SMs 0.006 per point of utilisation on an H100; a model's fill 0.6-1.0). Without either, a busy
+    main thread in the user's own code is CPU work in the loop, data handling or logging, and the
+    change that fixes it is not torch.compile or a larger batch (measured: a loop augmenting each
+    batch on the CPU was told launch-bound; moving the augmentation to the GPU made it 17x faster)."""
+    model = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+    if model >= dispatch / 2:
+        return True
+    fills = [g.efficiency.sm_fill for g in ctx.gpus if g.efficiency.sm_fill is not None]
+    return bool(fills) and min(fills) < CPU_WORK_SM_FILL_MIN
+
+
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
     dispatch = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
     if dispatch < DISPATCH_MIN_SHARE:
+        return None
+    if not dispatching_positively(ctx, dispatch):
         return None
     # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
