@@ -286,6 +286,21 @@ def host_sync_job(seconds=10.0, **kw):
     return Job(seconds=seconds, util=lambda t: 41.0, main=sampled(0.19), gpu=HOST_SYNC_GPM, **kw)
 
 
+def test_a_few_syncs_seen_early_hold_launch_bound_back_until_they_are_counted():
+    """4 s into a loop syncing in 12 % of its samples: 2 sync samples, too few to call the pattern
+    either way. Launch-bound (whose idle time a per-step sync would claim) waits; once counted,
+    the syncs claim it."""
+    early = Job(seconds=4.0, util=lambda t: 41.0, main=sampled(0.12, seed=1), gpu=HOST_SYNC_GPM)
+    found, ctx = run_rules(early)
+    assert "launch-bound" not in found, sorted(found)
+    later = Job(seconds=10.0, util=lambda t: 41.0, main=sampled(0.12, seed=1), gpu=HOST_SYNC_GPM)
+    found, _ = run_rules(later)
+    assert "host-sync" in found and "launch-bound" not in found, sorted(found)
+    # No sync at all: launch-bound is not held back.
+    found, _ = run_rules(launch_bound_job(4.0, sync_share=0.0))
+    assert "launch-bound" in found, sorted(found)
+
+
 def launch_bound_job(seconds=10.0, sync_share=0.02):
     return Job(seconds=seconds, util=lambda t: 19.0, main=sampled(sync_share), gpu=LAUNCH_GPM_H100)
 
