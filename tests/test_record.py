@@ -489,10 +489,42 @@ def test_recorder_seeds_static_info_from_a_running_store(tmp_path):
     assert [g.name for g in r.gpu_infos()] == ["H100"]
 
 
+def test_the_max_size_cap_closes_the_recording_cleanly_and_says_so(tmp_path):
+    """A recording stopped by --max-size is an end the user asked for: the file closed like any
+    other (no 'not closed cleanly'), within the cap plus its closing reserve, no error."""
+    from gputop.record import looks_like_recording
+    from gputop.record.reader import Reader as R
+
+    p = tmp_path / "capped.gputop"
+    notes = []
+    cap = 512 * 1024
+    rec = Recorder.open(p, max_bytes=cap, notify=notes.extend, flush_interval=0.01)
+    ss = SyntheticSession(t0=T0)
+    for batch in ss.seconds(3000):
+        rec.on_batch(batch)
+        if not rec.active:
+            break
+        time.sleep(0.001)
+    deadline = time.monotonic() + 20
+    while rec.active and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rec.close()
+    assert not rec.active and rec.error is None
+    assert rec.capped and "the --max-size limit of 512 KB reached" in rec.capped
+    assert notes and notes[0].level == "warning" and "monitoring continues" in notes[0].message
+    assert looks_like_recording(p) and os.path.getsize(p) <= cap * 1.02 + 256 * 1024
+    with R(p) as r:
+        assert r.gpu_samples(0, 2e9)
+        assert not r.unclosed_sessions  # closed, not left open as a killed recording is
+
+
 def test_disk_full_stops_recording_says_so_and_keeps_the_file(tmp_path):
     p = tmp_path / "full.gputop"
     notes = []
-    rec = Recorder.open(p, max_bytes=256 * 1024, notify=notes.extend, flush_interval=0.01)
+    rec = Recorder.open(p, notify=notes.extend, flush_interval=0.01)
+    # The disk, not a --max-size cap, runs out: the file may grow by 160 KB only.
+    used = rec.writer.conn.execute("PRAGMA page_count").fetchone()[0]
+    rec.writer.conn.execute(f"PRAGMA max_page_count={used + 40}")
     ss = SyntheticSession(t0=T0)
     for batch in ss.seconds(3000):
         rec.on_batch(batch)
@@ -503,7 +535,7 @@ def test_disk_full_stops_recording_says_so_and_keeps_the_file(tmp_path):
     while rec.active and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not rec.active
-    assert rec.error and "the --max-size limit of 256 KB reached" in rec.error  # the cap, not the disk
+    assert rec.error and "disk full" in rec.error and "--max-size" not in rec.error
     assert notes and isinstance(notes[0], Event) and notes[0].level == "error"
     assert "monitoring continues" in notes[0].message
     rec.on_batch([GpuSample(ts=T0 + 9999, index=0)])  # ignored, no exception

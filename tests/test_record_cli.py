@@ -175,6 +175,26 @@ def test_disk_full_while_recording_stops_and_says_so(tmp_path, capsys, monkeypat
         assert r.gpu_samples(0, 2e10)
 
 
+def test_a_max_size_stop_is_a_clean_end_not_an_error(tmp_path, capsys, monkeypatch):
+    real = RecordWriter._set_max_bytes
+
+    def small(self, max_bytes):
+        # --max-size given, with room for a few seconds only past what the file holds already.
+        self.max_bytes = max_bytes
+        page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        self.conn.execute(f"PRAGMA max_page_count={page_count + 100}")
+
+    monkeypatch.setattr(RecordWriter, "_set_max_bytes", small)
+    out = tmp_path / "capped.gputop"
+    rc = main(["record", "-o", str(out), "--fake", "8", "--interval", "0.1", "--duration", "60s", "--max-size", "1M"])
+    monkeypatch.setattr(RecordWriter, "_set_max_bytes", real)
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "(--max-size reached)" in err and "error" not in err
+    with Reader(out) as r:
+        assert r.gpu_samples(0, 2e10) and not r.unclosed_sessions
+
+
 def test_list_and_info(tmp_path, capsys):
     p = tmp_path / "one.gputop"
     w = RecordWriter.create(p)

@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
             elapsed = time.monotonic() - started
             if recorder.error:
                 break
+            if recorder.capped:
+                why.append("--max-size reached")
+                break
             if args.duration is not None and elapsed >= args.duration:
                 why.append("duration reached")
                 until = session.clock() - (elapsed - args.duration)

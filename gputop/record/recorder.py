@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from ..errors import UserError
 from ..model import Event, GpuSample, HostSample
 from ..redact import redact_cmdline
-from ..units import fmt_clock
+from ..units import fmt_clock, fmt_size_limit
 from .schema import STATE_EVENT_SOURCES
 from .files import sidecars
 from .writer import Identity, RecordWriter, SessionMeta, describe_sqlite_error
@@ -106,6 +106,9 @@ class Recorder:
         self.flush_interval = flush_interval
         self.clock = clock
         self.error: str | None = None
+        # Set when the --max-size cap stopped the recording and the file was closed cleanly: an
+        # end the user asked for, not an error.
+        self.capped: str | None = None
         self.dropped = 0  # samples dropped because the writer fell behind
         self.started = time.monotonic()
         self._q: queue.Queue = queue.Queue(maxsize=max_pending)
@@ -283,6 +286,9 @@ class Recorder:
             self.writer.abort()
 
     def _flush(self, samples: list[object]) -> None:
+        if self.writer.max_bytes and self.writer.near_cap():
+            self._stop_at_cap()
+            return
         try:
             self.writer.flush(samples)
         except sqlite3.Error as exc:
@@ -290,8 +296,37 @@ class Recorder:
         except Exception as exc:  # a sample we cannot encode must not kill the recorder silently
             self._fail(exc)
 
+    def _stop_at_cap(self) -> None:
+        """The --max-size cap is reached: close the file cleanly with what it holds."""
+        if not self._active:
+            return
+        upto = self.writer.last_ts
+        when = fmt_clock(upto) if upto else "the start"
+        try:
+            self.writer.finish_at_cap()
+            closed = True
+        except sqlite3.Error:
+            self.writer.abort()
+            closed = False
+        msg = (f"recording to {self.path} stopped: the --max-size limit of {fmt_size_limit(self.writer.max_bytes)} "
+               f"reached; the file keeps data up to {when}")
+        if closed:
+            self.capped = msg
+        else:
+            self.error = msg + " (it could not be closed cleanly)"
+        if self.notify is not None:
+            try:
+                self.notify([Event(self.clock(), "record", (self.error or msg) + "; monitoring continues",
+                                   "warning" if closed else "error")])
+            except Exception:
+                pass
+        self._active = False
+
     def _fail(self, exc: BaseException) -> None:
         if not self._active or self.error is not None:
+            return
+        if isinstance(exc, sqlite3.Error) and self.writer.cap_reached():
+            self._stop_at_cap()
             return
         reason = (describe_sqlite_error(exc, self.writer.max_bytes, self.writer.cap_reached())
                   if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}")

@@ -144,6 +144,12 @@ def _chmod_private(path: Path) -> None:
             pass
 
 
+def _closing_reserve(cap_pages: int) -> int:
+    """Pages kept for closing a capped recording: 2 % of the cap, at least 64 (256 KB with 4 KB
+    pages); a second of 8 GPUs' samples with stacks takes a few dozen."""
+    return max(64, cap_pages // 50)
+
+
 def describe_sqlite_error(exc: BaseException, max_bytes: int | None = None, cap_reached: bool | None = None) -> str:
     """One line for a failed write. ``max_bytes``: the --max-size cap, when one was given (SQLite
     reports a full disk and a reached page cap alike); ``cap_reached``: whether the file had grown
@@ -345,6 +351,30 @@ class RecordWriter:
         if max_bytes:
             page = self.conn.execute("PRAGMA page_size").fetchone()[0]
             self.conn.execute(f"PRAGMA max_page_count={max(1, int(max_bytes) // page)}")
+
+    def near_cap(self) -> bool:
+        """Whether the file is within its closing reserve of the --max-size cap: time to stop
+        taking samples and close it cleanly while closing still fits."""
+        if not self.max_bytes:
+            return False
+        try:
+            used = self.conn.execute("PRAGMA page_count").fetchone()[0]
+            cap = self.conn.execute("PRAGMA max_page_count").fetchone()[0]
+        except sqlite3.Error:
+            return False
+        return cap - used <= _closing_reserve(cap)
+
+    def finish_at_cap(self) -> None:
+        """Close a recording stopped by its --max-size cap, cleanly: closing writes the pending
+        overview, the session's end and the last minute's merge, which may need pages past the
+        cap; the file may end up to one reserve (2 %, at least 256 KB) over it rather than be left
+        open, which readers take for a recording that was killed."""
+        try:
+            cap = self.conn.execute("PRAGMA max_page_count").fetchone()[0]
+            self.conn.execute(f"PRAGMA max_page_count={cap + _closing_reserve(cap)}")
+        except sqlite3.Error:
+            pass
+        self.finish()
 
     def cap_reached(self) -> bool | None:
         """After a write failed for want of space with a --max-size cap: whether the file had
