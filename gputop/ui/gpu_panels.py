@@ -68,6 +68,7 @@ class GpuPanels(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._panels: dict[int | str, LinesView] = {}
+        self._share = "60%"  # #gpus' max-height in gputop.tcss
 
     def show(self, view, chart_window: float, height: int, target: int | None = None, job=None) -> str:
         """``job``: the store the attached job's stacks and host samples are read from (the live
@@ -81,7 +82,9 @@ class GpuPanels(VerticalScroll):
         gpu_procs = view.gpu_processes()
         attached = target is not None
         mode, charts = choose_layout(height, len(indices), attached, procs=bool(gpu_procs))
-        self.styles.max_height = f"{round(100 * (MAX_SHARE if gpu_procs else MAX_SHARE_NO_PROCS))}%"
+        share = f"{round(100 * (MAX_SHARE if gpu_procs else MAX_SHARE_NO_PROCS))}%"
+        if share != self._share:  # only on a change: a style set every tick would lay out again
+            self._share = self.styles.max_height = share
         width = max(20, (self.size.width or self.app.size.width or 80) - 2)
         now = view.now
         t0 = now - chart_window
