@@ -53,13 +53,12 @@ def choose_mode(height: int, n_gpus: int) -> str:
     return choose_layout(height, n_gpus)[0]
 
 
-def job_gpus(gpu_processes, procs_latest, target: int | None) -> set[int]:
-    """The GPUs NVML lists the attached job on (the target or a process it started): the only
-    ones whose idle time its stacks can explain."""
+def job_gpus(gpu_processes, target: int | None) -> set[int]:
+    """The GPUs NVML lists the attached process on: the only ones its own main-thread stacks
+    can explain (a launcher's stacks say nothing of its ranks' GPUs, which stay uncoloured)."""
     if target is None:
         return set()
-    family = {target} | {pid for pid, p in procs_latest.items() if p.ppid == target}
-    return {p.gpu_index for p in gpu_processes if p.pid in family}
+    return {p.gpu_index for p in gpu_processes if p.pid == target}
 
 
 class GpuPanels(VerticalScroll):
@@ -89,7 +88,7 @@ class GpuPanels(VerticalScroll):
         now = view.now
         t0 = now - chart_window
         t1 = now + 1e-6
-        mine = job_gpus(gpu_procs, view.procs_latest(), target) if attached and job is not None else set()
+        mine = job_gpus(gpu_procs, target) if attached and job is not None else set()
         stacks = host = ()
         if mine:
             stacks = [x for x in job.stack_window(t0, t1) if x.pid == target and x.is_main]
