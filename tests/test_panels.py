@@ -20,22 +20,22 @@ def test_full_panel_shows_every_metric():
     hist = History(t0=0, t1=10.0, util=[UtilPoint(ts=t / 5, index=0, util=100 if t % 5 else 0) for t in range(50)])
     text = gpu_panel(INFO, full_sample(), hist, 140, FULL).plain
     lines = text.split("\n")
-    assert len(lines) == 6
+    assert len(lines) == 7  # three lines of numbers, three chart rows, the legend
     assert "H100 80GB HBM3" in lines[0] and "97%" in lines[0] and "61.0G/80.0G" in lines[0]
     assert "84°C" in lines[0] and "698W/700W" in lines[0]
     assert "1980MHz" in lines[1] and "power cap" in lines[1] and "5x16/5x16" in lines[1]
     assert "rx 1.9G/s" in lines[1] and "ECC 0/0" in lines[1]
     assert "SM act 97%" in lines[2] and "tensor 0%" in lines[2] and "dram 6%" in lines[2]
-    assert lines[3].lstrip().startswith("util")
+    assert lines[6].startswith("util 10s") and "power to 700W" in lines[6] and "mem to 80.0G" in lines[6]
     assert all(len(line) <= 140 for line in lines)
 
 
 def test_idle_buckets_are_marked_red_in_the_util_chart():
     hist = History(t0=0, t1=10.0, util=[UtilPoint(ts=t / 5, index=0, util=100 if t % 5 else 0) for t in range(50)])
     text = gpu_panel(INFO, full_sample(), hist, 140, FULL)
-    util_line_start = text.plain.index("util ")
-    styles = {str(span.style) for span in text.spans if span.start > util_line_start and span.style}
-    assert "red" in styles  # buckets holding a sub-second idle sample
+    charts_start = text.plain.index("\n", text.plain.index("fp16"))
+    styles = {str(span.style) for span in text.spans if span.start > charts_start and span.style}
+    assert "red" in styles  # columns holding a sub-second idle sample
 
 
 def test_missing_metrics_say_na_not_zero():

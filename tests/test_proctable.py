@@ -109,3 +109,24 @@ async def test_without_a_gpu_the_selection_follows_the_top_attachable_row_until_
         poll(store, 103.0, {1: 1.0, 300: 1.0, 400: 95.0, 500: 99.0})
         table.show(store, None)
         assert table.selected.pid == chosen
+
+
+def test_the_attached_job_comes_first_with_its_workers_under_it():
+    from gputop.model import GpuProcess, ProcSample
+    from gputop.present.process_table import build_rows
+
+    now = 100.0
+    gpu = [GpuProcess(ts=now, gpu_index=0, pid=50, used_memory=9 * 2**30),
+           GpuProcess(ts=now, gpu_index=1, pid=10, used_memory=2 * 2**30),
+           GpuProcess(ts=now, gpu_index=1, pid=11, used_memory=2 * 2**30)]
+    procs = {
+        50: ProcSample(ts=now, pid=50, ppid=1, name="other", cmdline="other job"),
+        10: ProcSample(ts=now, pid=10, ppid=1, name="python", cmdline="python train.py", role="target"),
+        11: ProcSample(ts=now, pid=11, ppid=10, name="python", cmdline="python rank1", role="worker"),
+        12: ProcSample(ts=now, pid=12, ppid=11, name="pt_data_worker", cmdline="pt_data_worker", role="worker"),
+        13: ProcSample(ts=now - 60, pid=13, ppid=10, name="gone", role="worker"),  # stale: no row
+    }
+    rows = build_rows(gpu, procs, now, target=10, ranks={10: 0, 11: 1})
+    assert [(r.pid, r.job) for r in rows] == [(10, "rank 0"), (11, "rank 1"), (12, "worker"), (50, "")]
+    # Not attached: as sorted (GPU memory), nobody grouped, no workers listed.
+    assert [r.pid for r in build_rows(gpu, procs, now)] == [50, 10, 11]

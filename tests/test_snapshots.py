@@ -168,3 +168,24 @@ def test_replay_of_a_recording_paused_at_60_percent(snap_compare):
         assert snap_compare(app, terminal_size=(120, 40))
     finally:
         session.pipeline.stop()
+
+
+# The main screen at the sizes people run it, with the GPUs a node has: the charts fill what the
+# table leaves (1, 4 and 8 scripted GPUs at 80x24, 120x40 and 200x50), not attached.
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("gpus", [1, 4, 8])
+def test_main_screen_sizes(snap_compare, clock, gpus, size):
+    app = GputopApp(fake_session(clock, gpus=gpus, polls=60), interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=size)
+
+
+def test_replay_attached_idle_coloured_by_cause_200x50(snap_compare):
+    """The bundled H100 recording, attached to its job: the utilisation chart's idle columns
+    in the colour of their cause (the checkpoint saves), with the legend."""
+    session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
+    session.pipeline.poll_once()
+    app = GputopApp(session, refresh=60)
+    try:
+        assert snap_compare(app, terminal_size=(200, 50))
+    finally:
+        session.pipeline.stop()

@@ -63,25 +63,30 @@ async def test_eight_gpus_fit_80x24_compact(clock):
         # Growing the terminal gives room for richer panels.
         await pilot.resize_terminal(200, 80)
         await pilot.pause()
-        assert app.panel_mode in ("medium", "full")
+        assert app.panel_mode in ("medium", "charts", "full")
 
 
 async def test_four_gpus_at_120x40_draw_the_charts_that_fit_without_scrolling(clock):
-    """No history chart was drawn (medium panels) while 18 lines stayed blank: full panels draw
-    as many charts as the space holds, the utilisation chart first."""
+    """No history chart was drawn (medium panels) while 18 lines stayed blank: four GPUs at
+    120x40 get charts panels (one line of numbers, two chart rows, the legend); fewer GPUs or a
+    taller terminal get full panels with taller charts."""
     from gputop.ui.gpu_panels import choose_layout
 
-    assert choose_layout(40, 4) == ("full", 1) and choose_layout(45, 4) == ("full", 2)
-    assert choose_layout(40, 2) == ("full", 3) and choose_layout(24, 8) == ("compact", 0)
+    assert choose_layout(40, 4) == ("charts", 2) and choose_layout(45, 4) == ("charts", 3)
+    assert choose_layout(40, 2) == ("full", 6) and choose_layout(24, 8) == ("compact", 0)
+    assert choose_layout(40, 2, attached=True) == ("full", 5)
+    # Without GPU processes to list, the table's space goes to the charts.
+    assert choose_layout(40, 2, procs=False)[1] > choose_layout(40, 2)[1]
+    assert choose_layout(70, 1) == ("full", 12)
     s = make_session(clock, gpus=4)
     feed(s, clock)
     app = GputopApp(s, refresh=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        assert app.panel_mode == "full"
+        assert app.panel_mode == "charts"
         for i in range(4):
             lines = plain(app, f"#gpu-{i}").splitlines()
-            assert len(lines) == 4 and lines[3].lstrip().startswith("util")
+            assert len(lines) == 4 and lines[3].startswith("util 2m")
         gpus = app.query_one("#gpus")
         assert gpus.virtual_size.height <= gpus.region.height  # all of it in sight, no scrolling
 
@@ -265,10 +270,10 @@ async def test_zoom_shows_the_window_on_the_chart_and_says_so_at_the_ends(clock)
     app = GputopApp(s, refresh=60)
     async with app.run_test(size=(140, 45)) as pilot:
         await pilot.pause()
-        assert "util  2m " in plain(app, "#gpu-0")
+        assert "util 2m " in plain(app, "#gpu-0")
         await pilot.press("right_square_bracket")
         await pilot.pause()
-        assert "util  5m " in plain(app, "#gpu-0")
+        assert "util 5m " in plain(app, "#gpu-0")
         await pilot.press(*["left_square_bracket"] * 5)
         await pilot.pause()
         assert "util 30s " in plain(app, "#gpu-0")

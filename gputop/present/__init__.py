@@ -6,6 +6,9 @@ read it plainly. Nothing here imports Textual, NVML, psutil or the record layer;
 (``gputop.units``: sizes, rates, durations, bars, sparklines) sit below, for the rules too.
 
 - ``panels``: the header, the GPU panels and the host panel
+- ``gpu_charts``: a GPU panel's history charts and their legend; ``plot`` their drawing math
+  (max/min buckets, eighth blocks); ``idle_causes`` the idle columns' causes, from the advisor's
+  attribution
 - ``process_table``: rows and columns of the process table
 - ``stacks``: the Stacks pane and ``gputop stacks``
 - ``advice``: findings and time breakdowns (the Advisor pane, ``advise``, JSON)

@@ -11,9 +11,11 @@ from typing import Sequence
 
 from rich.text import Text
 
-from ..units import NA, SPARK, bar, bridge_gaps, bucket, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
+from ..units import NA, SPARK, bar, bridge_gaps, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from ..model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
-from ..analysis import decode_throttle, is_performance_limiting, throttle_label
+from ..analysis import Bucket, decode_throttle, is_performance_limiting, throttle_label
+from .gpu_charts import chart_lines
+from .plot import minmax
 
 # A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
 IDLE_UTIL_PCT = 10.0
@@ -22,9 +24,11 @@ IDLE_UTIL_PCT = 10.0
 POWER_CAP_ONLY = 0x4
 POWER_CAP_NEAR = 0.9
 
-# Panel heights in lines, largest first; the app picks the largest that fits every GPU.
-FULL, MEDIUM, COMPACT = "full", "medium", "compact"
-PANEL_LINES = {FULL: 6, MEDIUM: 3, COMPACT: 1}
+# Panel sizes, largest first; the app picks the largest that fits every GPU. Full and charts
+# panels add their chart rows and legend to these lines: full keeps the three lines of numbers,
+# charts keeps one (the compact line) so that four GPUs still get multi-row charts at 120x40.
+FULL, CHARTS, MEDIUM, COMPACT = "full", "charts", "medium", "compact"
+PANEL_LINES = {FULL: 3, CHARTS: 1, MEDIUM: 3, COMPACT: 1}
 
 
 def level_style(fraction: float | None, warn: float = 0.75, crit: float = 0.92) -> str:
@@ -56,6 +60,9 @@ class History:
     t1: float
     util: Sequence[UtilPoint] = ()
     samples: Sequence[GpuSample] = ()
+    # When attached: each utilisation chart column's idle cause (None where it has none).
+    causes: Sequence[Bucket | None] | None = None
+    attached: bool = False
 
 
 def header_text(
@@ -95,8 +102,8 @@ def gpu_panel_lines(
     mode: str = FULL,
     charts: int = 3,
 ) -> list[Text]:
-    """One GPU: a line (compact), three (medium) or six (full) lines of ``width`` columns; a full
-    panel with less room draws its first ``charts`` history charts (utilisation first)."""
+    """One GPU in ``width`` columns: a line (compact), three (medium), or full (three lines) and
+    charts (one line) panels with ``charts`` rows of history charts and their legend under them."""
     width = max(20, width)
     idx = s.index if s is not None else (info.index if info else 0)
     name = info.name if info else "GPU"
@@ -114,7 +121,7 @@ def gpu_panel_lines(
     power_frac = (s.power_w / s.power_limit_w) if s.power_w is not None and s.power_limit_w else None
     # Line 1 holds ~46 columns of numbers and labels beside the name; the two bars share the
     # rest. Compact lines also need room for tensor activity and throttle words.
-    compact = mode == COMPACT
+    compact = mode in (COMPACT, CHARTS)
     name_w = 14 if width >= 100 else 9
     label_w = name_w + 5
     fixed = 46 + label_w + (22 if compact else 0)
@@ -135,11 +142,14 @@ def gpu_panel_lines(
     if s.power_limit_w and not compact:
         power += f"/{s.power_limit_w:.0f}W"
     _metric(t, "  ", power, level_style(power_frac, 0.9, 0.98))
-    if mode == COMPACT:
+    if compact:
         if s.tensor_active is not None:
             _metric(t, "  TC ", fmt_pct(s.tensor_active), "cyan")
         if s.throttle_reasons and is_performance_limiting(s.throttle_reasons):
             t.append("  ⚠" + throttle_label(s.throttle_reasons), style="yellow")
+        if mode == CHARTS and history is not None:
+            lines.extend(chart_lines(history, s, width, charts, history.attached))
+            return _fit(lines, width)
         if history is not None:
             room = width - t.cell_len - 2
             if room >= 8:
@@ -194,29 +204,8 @@ def gpu_panel_lines(
     if mode == MEDIUM or history is None:
         return _fit(lines, width)
 
-    # Lines 4-6: history charts.
-    chart_w = max(10, width - 12)
-    t = _newline(lines)
-    # The window the charts span, so `[` and `]` show on the chart itself.
-    t.append(f"  util{_window_label(history.t1 - history.t0):>4} ", style="dim")
-    t.append_text(_util_spark(history, chart_w))
-    if charts < 2:
-        return _fit(lines, width)
-    t = _newline(lines)
-    t.append("    tensor ", style="dim")
-    t.append(_sample_spark(history, chart_w, lambda x: x.tensor_active), style="cyan")
-    if charts < 3:
-        return _fit(lines, width)
-    t = _newline(lines)
-    t.append("    mem    ", style="dim")
-    mem_line = _sample_spark(history, chart_w // 2 - 1, lambda x: 100 * x.mem_fraction if x.mem_fraction is not None else None)
-    t.append(mem_line, style="magenta")
-    t.append(" pwr ", style="dim")
-    lim = s.power_limit_w or 1000.0
-    t.append(
-        _sample_spark(history, chart_w - chart_w // 2 - 4, lambda x: 100 * x.power_w / lim if x.power_w is not None else None),
-        style="yellow",
-    )
+    # Then the history charts and their legend.
+    lines.extend(chart_lines(history, s, width, max(1, charts), history.attached))
     return _fit(lines, width)
 
 
@@ -242,21 +231,22 @@ def _pcie_link(s: GpuSample) -> tuple[str, str]:
 
 
 def _util_spark(h: History, width: int) -> Text:
-    """Utilisation from the 200 ms buffer: mean per bucket, red where any sample was idle."""
+    """Utilisation from the 200 ms buffer: the highest sample per column, red where any sample
+    was idle (the mean would average a short gap away)."""
     pts = [(p.ts, p.util) for p in h.util]
     if not pts:
         pts = [(x.ts, x.util_gpu) for x in h.samples if x.util_gpu is not None]
-    cells = bridge_gaps(bucket(pts, h.t0, h.t1, width), pts, h.t0, h.t1)
+    cells = bridge_gaps(minmax(pts, h.t0, h.t1, width), pts, h.t0, h.t1)
     # One span per run of equal style, not one per cell: fewer segments to render every tick.
     t = Text()
     run: list[str] = []
     run_style = None
     top = len(SPARK) - 1
-    for mean, low in cells:
-        if mean is None:
+    for high, low in cells:
+        if high is None:
             ch, style = " ", None
         else:
-            ch = SPARK[min(top, max(0, int(mean / 100.0 * len(SPARK))))]
+            ch = SPARK[min(top, max(0, int(high / 100.0 * len(SPARK))))]
             style = "red" if low is not None and low < IDLE_UTIL_PCT else "green"
         if style != run_style and run:
             t.append("".join(run), style=run_style)
@@ -266,19 +256,6 @@ def _util_spark(h: History, width: int) -> Text:
     if run:
         t.append("".join(run), style=run_style)
     return t
-
-
-def _sample_spark(h: History, width: int, get) -> str:
-    if width <= 0:
-        return ""
-    pts = [(x.ts, v) for x in h.samples if (v := get(x)) is not None]
-    cells = bridge_gaps(bucket(pts, h.t0, h.t1, width), pts, h.t0, h.t1)
-    return sparkline([m for m, _ in cells])
-
-
-def _window_label(seconds: float) -> str:
-    """'30s', '2m', '15m': the chart window in at most 4 characters."""
-    return f"{seconds / 60:.0f}m" if seconds >= 60 else f"{seconds:.0f}s"
 
 
 def _newline(lines: list[Text]) -> Text:

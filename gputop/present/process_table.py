@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model import GpuProcess, ProcSample
 
@@ -37,6 +37,9 @@ class ProcRow:
     elapsed: float | None
     command: str
     kind: str = "C"
+    # The attached job's rows: "job" (the target), "rank N", "worker" (a process it started);
+    # drawn first, each of its processes under it.
+    job: str = ""
 
     @property
     def key(self) -> str:
@@ -50,6 +53,8 @@ def build_rows(
     sort: str = "gpu_mem",
     reverse: bool = False,
     query: str = "",
+    target: int | None = None,
+    ranks: dict[int, int] | None = None,
 ) -> list[ProcRow]:
     rows = []
     for gp in gpu_procs:
@@ -88,10 +93,55 @@ def build_rows(
                 kind="-",
             )
         )
+    if target is not None:
+        _add_workers(rows, procs, now, target)
     if query:
         q = query.lower()
         rows = [r for r in rows if q in _haystack(r)]
-    return sort_rows(rows, sort, reverse)
+    return group_job(sort_rows(rows, sort, reverse), procs, target, ranks or {})
+
+
+def _add_workers(rows: list[ProcRow], procs: dict[int, ProcSample], now: float, target: int) -> None:
+    """The target's workers (DataLoader workers, ranks it launched) that hold no GPU: rows too,
+    so the job shows whole."""
+    shown = {r.pid for r in rows}
+    for pid, ps in procs.items():
+        if pid in shown or ps.ts < now - STALE_S or not (ps.role == "worker" or ps.ppid == target):
+            continue
+        rows.append(ProcRow(pid=pid, gpu=None, user=ps.user, gpu_mem=None, sm=None, cpu=ps.cpu_percent, rss=ps.rss,
+                            elapsed=(now - ps.create_time) if ps.create_time else None,
+                            command=ps.cmdline or ps.name, kind="-"))
+
+
+def group_job(rows: list[ProcRow], procs: dict[int, ProcSample], target: int | None,
+              ranks: dict[int, int]) -> list[ProcRow]:
+    """The attached job first: the target's rows, then each process it started (by parent PID)
+    under its parent, ranks named, in the order the sort gave; the other rows after, as sorted."""
+    if target is None or not any(r.pid == target for r in rows):
+        return rows
+    parent = {pid: ps.ppid for pid, ps in procs.items()}
+    children: dict[int, list[ProcRow]] = {}
+    for r in rows:
+        if r.pid != target and parent.get(r.pid) is not None:
+            children.setdefault(parent[r.pid], []).append(r)
+
+    def tag(r: ProcRow, default: str) -> ProcRow:
+        return replace(r, job=f"rank {ranks[r.pid]}" if r.pid in ranks else default)
+
+    job = [tag(r, "job") for r in rows if r.pid == target]
+    keys = {r.key for r in job}
+
+    def walk(pid: int, depth: int) -> None:
+        for c in children.get(pid, ()):
+            if c.key in keys:
+                continue  # a parent loop in stale samples must not repeat rows
+            job.append(tag(c, "worker"))
+            keys.add(c.key)
+            if depth < 4:
+                walk(c.pid, depth + 1)
+
+    walk(target, 0)
+    return job + [r for r in rows if r.key not in keys]
 
 
 def attachable(r: ProcRow, user: str | None, root: bool, own_pid: int) -> bool:

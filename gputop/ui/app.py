@@ -271,7 +271,8 @@ class GputopApp(ReplayControls, App[int]):
         )
 
     def _update_gpus(self) -> None:
-        self.panel_mode = self.query_one(GpuPanels).show(self.view, self.chart_window, self.size.height or 24)
+        self.panel_mode = self.query_one(GpuPanels).show(self.view, self.chart_window, self.size.height or 24,
+                                                         self.session.target_pid, self.store)
 
     def _update_processes(self) -> None:
         self.query_one(ProcessTable).show(self.view, self.session.target_pid)

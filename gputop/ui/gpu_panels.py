@@ -1,34 +1,47 @@
-"""The GPU panels: one per GPU, shrunk (full, medium, one line) so that all of them and a few
-rows of the process table fit the terminal."""
+"""The GPU panels: one per GPU, shrunk (full, charts, medium, one line) so that all of them and a
+few rows of the process table fit the terminal; the charts take the table's space when it has
+no GPU process to list."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from ..present.panels import COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines
+from ..present.idle_causes import column_causes
+from ..present.gpu_charts import split_width
+from ..present.panels import CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines
 from .lines_view import LinesView
 
-# Rows the process table keeps for itself before GPU panels shrink to fit.
+# Rows the process table keeps for itself before GPU panels shrink to fit (its title and rows).
 MIN_TABLE_ROWS = 6
+# ...and with no GPU process to list: a title and the line saying so; the charts get the rest.
+EMPTY_TABLE_ROWS = 2
 HOST_LINES = 3
 
-
-# The panels' share of the screen at most (``#gpus { max-height: 60% }`` in gputop.tcss, of the
-# screen less the footer docked at its bottom).
+# The panels' share of the screen at most (of the screen less the footer docked at its bottom):
+# with processes to list, the rest is the table's; without, the charts may take most of it.
 MAX_SHARE = 0.6
-CHART_LINES = PANEL_LINES[FULL] - PANEL_LINES[MEDIUM]  # util, tensor, memory and power
+MAX_SHARE_NO_PROCS = 0.8
+# Chart rows a panel draws at most (8 eighths each): past this a taller chart shows no more.
+MAX_CHART_ROWS = 12
+# The fewest chart rows a full panel draws (else a charts panel, one line of numbers, draws more).
+MIN_FULL_ROWS = 3
 
 
-def choose_layout(height: int, n_gpus: int) -> tuple[str, int]:
-    """The largest panel size at which ``n_gpus`` panels leave the table its rows, and how many
-    history charts each full panel draws: all of them, else as many as fit (the utilisation
-    chart first) before the panels fall back to no charts at all."""
-    avail = height - 1 - HOST_LINES - 1 - 1 - 3 - MIN_TABLE_ROWS  # header, host, status, footer, tabs
-    avail = min(avail, int((height - 1) * MAX_SHARE))
-    for charts in range(CHART_LINES, 0, -1):
-        if n_gpus * (PANEL_LINES[MEDIUM] + charts + 1) <= avail:  # full panels carry a rule
-            return FULL, charts
+def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool = True) -> tuple[str, int]:
+    """The largest panel size at which ``n_gpus`` panels leave the process table its rows, and
+    how many chart rows each full or charts panel draws: full panels with at least three rows,
+    else charts panels with at least two, else panels without charts. ``attached``: a line more
+    per panel (the idle causes' legend); ``procs``: whether the table has processes to list."""
+    table = MIN_TABLE_ROWS if procs else EMPTY_TABLE_ROWS
+    avail = height - 1 - HOST_LINES - 1 - 1 - 3 - table  # header, host, status, footer, tabs
+    avail = min(avail, int((height - 1) * (MAX_SHARE if procs else MAX_SHARE_NO_PROCS)))
+    per_gpu = avail // max(1, n_gpus)
+    legend = 2 if attached else 1
+    for mode, least in ((FULL, MIN_FULL_ROWS), (CHARTS, 2)):
+        rows = min(MAX_CHART_ROWS, per_gpu - PANEL_LINES[mode] - legend - 1)  # a rule under each
+        if rows >= least:
+            return mode, rows
     for mode in (MEDIUM, COMPACT):
         if n_gpus * PANEL_LINES[mode] <= avail:
             return mode, 0
@@ -40,34 +53,58 @@ def choose_mode(height: int, n_gpus: int) -> str:
     return choose_layout(height, n_gpus)[0]
 
 
+def job_gpus(gpu_processes, target: int | None) -> set[int]:
+    """The GPUs NVML lists the attached process on: the only ones its own main-thread stacks
+    can explain (a launcher's stacks say nothing of its ranks' GPUs, which stay uncoloured)."""
+    if target is None:
+        return set()
+    return {p.gpu_index for p in gpu_processes if p.pid == target}
+
+
 class GpuPanels(VerticalScroll):
     """Call ``show(view, chart_window, height)`` on each redraw; it returns the panel size used."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._panels: dict[int | str, LinesView] = {}
+        self._share = "60%"  # #gpus' max-height in gputop.tcss
 
-    def show(self, view, chart_window: float, height: int) -> str:
+    def show(self, view, chart_window: float, height: int, target: int | None = None, job=None) -> str:
+        """``job``: the store the attached job's stacks and host samples are read from (the live
+        one even while the display is paused: ``view`` may be a snapshot without them)."""
         indices = view.gpu_indices()
         if not indices:
             self._no_gpus(view.system)
             return FULL
         if set(self._panels) != set(indices):
             self._replace({i: LinesView(classes="gpu-panel", id=f"gpu-{i}") for i in indices})
-        mode, charts = choose_layout(height, len(indices))
+        gpu_procs = view.gpu_processes()
+        attached = target is not None
+        mode, charts = choose_layout(height, len(indices), attached, procs=bool(gpu_procs))
+        share = f"{round(100 * (MAX_SHARE if gpu_procs else MAX_SHARE_NO_PROCS))}%"
+        if share != self._share:  # only on a change: a style set every tick would lay out again
+            self._share = self.styles.max_height = share
         width = max(20, (self.size.width or self.app.size.width or 80) - 2)
         now = view.now
         t0 = now - chart_window
+        t1 = now + 1e-6
+        mine = job_gpus(gpu_procs, target) if attached and job is not None else set()
+        stacks = host = ()
+        if mine:
+            stacks = [x for x in job.stack_window(t0, t1) if x.pid == target and x.is_main]
+            host = job.host_window(t0, t1)
         for i, widget in self._panels.items():
-            widget.set_class(mode == FULL, "-full")
+            widget.set_class(mode in (FULL, CHARTS), "-full")
             history = None
             if mode != MEDIUM:
-                history = History(
-                    t0=t0,
-                    t1=now + 1e-6,
-                    util=view.util_window(i, t0),
-                    samples=view.gpu_window(i, t0) if mode == FULL else (),
-                )
+                util = view.util_window(i, t0)
+                samples = view.gpu_window(i, t0) if mode != COMPACT else ()
+                causes = None
+                if mode != COMPACT and attached:
+                    # Uncoloured where the job's stacks cannot speak for this GPU.
+                    causes = column_causes(i, util, samples, stacks if i in mine else (), host, t0, t1,
+                                           split_width(width)[0])
+                history = History(t0=t0, t1=t1, util=util, samples=samples, causes=causes, attached=attached)
             widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode, charts))
         return mode
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ..analysis import rank_map
 from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from .proc_list import ProcList
@@ -31,12 +32,18 @@ class ProcessTable(ProcList):
     def show(self, view, target: int | None) -> None:
         self._view, self._target = view, target
         rows = build_rows(view.gpu_processes(), view.procs_latest(), view.now, self.sort_key, self.sort_reverse,
-                          self.filter_text)
+                          self.filter_text, target, self._ranks(view) if target is not None else None)
         if self._shown == (rows, target):
             return
         self._rows, self._shown = rows, (rows, target)
-        self.set_rows([r.key for r in rows], [_cells(r) for r in rows],
-                      highlight={r.key for r in rows if r.pid == target})
+        # The attached job stands out: its rows first, highlighted, its workers under it.
+        self.set_rows([r.key for r in rows], [_cells(r, target) for r in rows],
+                      highlight={r.key for r in rows if r.job})
+
+    @staticmethod
+    def _ranks(view) -> dict[int, int]:
+        events = getattr(view, "events", None)
+        return rank_map(events()) if events is not None else {}
 
     def default_row(self) -> int:
         """Before the user moves the cursor: the top row gputop can attach to (not init, not a
@@ -101,7 +108,11 @@ def _me() -> tuple[str | None, bool]:
         return None, False
 
 
-def _cells(r: ProcRow) -> tuple[str, ...]:
+def _cells(r: ProcRow, target: int | None = None) -> tuple[str, ...]:
+    command = r.command
+    if r.job:
+        label = "" if r.job == "job" else f"{r.job}  "
+        command = ("● " if r.pid == target else "└ ") + label + command
     return (
         str(r.pid),
         truncate(r.user or "?", 10),
@@ -111,5 +122,5 @@ def _cells(r: ProcRow) -> tuple[str, ...]:
         "n/a" if r.cpu is None else f"{r.cpu:.0f}",
         fmt_bytes(r.rss),
         fmt_duration(r.elapsed),
-        r.command,
+        command,
     )
