@@ -141,6 +141,9 @@ class Store:
         self._gpu: dict[int, Ring[GpuSample]] = {}
         self._util: dict[int, Ring[UtilPoint]] = {}
         self._gpu_procs: list[GpuProcess] = []
+        # Every poll's process list, per (GPU, PID): the job's own memory over time, which the
+        # memory forecast fits (the snapshot above is only the latest poll).
+        self._gpu_proc_hist: dict[tuple[int, int], Ring[GpuProcess]] = {}
         self._procs: dict[int, Ring[ProcSample]] = {}
         self._tasks: dict[int, Ring[TaskSample]] = {}
         self._host: Ring[HostSample] = Ring(self.retention.host_samples)
@@ -185,6 +188,7 @@ class Store:
                     self._add_proc(s)
                 elif isinstance(s, GpuProcess):
                     procs.append(s)
+                    self._add_gpu_proc(s)
                 elif isinstance(s, StackSample):
                     self._stacks.append(s)
                 elif isinstance(s, TaskSample):
@@ -257,6 +261,16 @@ class Store:
             ring = self._procs[s.pid] = Ring(self.retention.proc_samples)
         ring.append(s)
 
+    def _add_gpu_proc(self, s: GpuProcess) -> None:
+        key = (s.gpu_index, s.pid)
+        ring = self._gpu_proc_hist.get(key)
+        if ring is None:
+            if len(self._gpu_proc_hist) >= self.retention.max_processes:
+                oldest = min(self._gpu_proc_hist, key=lambda k: self._gpu_proc_hist[k][-1].ts)
+                del self._gpu_proc_hist[oldest]
+            ring = self._gpu_proc_hist[key] = Ring(self.retention.proc_samples)
+        ring.append(s)
+
     def _add_task(self, s: TaskSample) -> None:
         ring = self._tasks.get(s.pid)
         if ring is None:
@@ -290,6 +304,12 @@ class Store:
     def gpu_processes(self) -> list[GpuProcess]:
         with self._lock:
             return list(self._gpu_procs)
+
+    def gpu_process_window(self, pids: Iterable[int], t0: float, t1: float = float("inf")) -> list[GpuProcess]:
+        """Every poll's entries for ``pids`` (on any GPU) in [t0, t1], in no particular order."""
+        want = set(pids)
+        with self._lock:
+            return [p for (_, pid), r in self._gpu_proc_hist.items() if pid in want for p in r.window(t0, t1)]
 
     def latest_proc(self, pid: int) -> ProcSample | None:
         with self._lock:

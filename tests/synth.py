@@ -97,6 +97,10 @@ class Job:
     worker_stack: Callable[[float], StackSample | None] | None = None
     main_frames: Callable[[float], tuple[Frame, ...]] | None = None  # real frames for the main thread
     main_active: Callable[[float], bool] | None = None  # py-spy's active flag (default: by category)
+    proc_mem: Callable[[float], float] | None = None  # the target's NVML memory, bytes (None: 8 GiB)
+    host_mem_total: int = 0  # bytes; 0: the host's memory not read
+    host_available: Callable[[float], float] = lambda t: 0.0
+    worker_rss: Callable[[float], float] | None = None
 
     def store(self) -> Store:
         st = Store()
@@ -134,18 +138,22 @@ class Job:
                     fields.update({k: (v(t) if callable(v) else v) for k, v in self.gpu.items()})
                     events.append((ts, GpuSample(ts=ts, index=i, **fields)))
                     if self.target_on_gpu:
-                        events.append((ts, GpuProcess(ts=ts, gpu_index=i, pid=TARGET, used_memory=8 * GiB)))
+                        used = int(self.proc_mem(t)) if self.proc_mem is not None else 8 * GiB
+                        events.append((ts, GpuProcess(ts=ts, gpu_index=i, pid=TARGET, used_memory=used)))
             cpu = self.host_cpu(t)
             events.append((ts, HostSample(
                 ts=ts, cpu_percent=cpu, cores=tuple(CoreTimes(cpu, 0.0, self.iowait(t)) for _ in range(self.cores)),
                 iowait_percent=self.iowait(t), load1=cpu / 100 * self.cores, disk_read_bps=self.disk_read,
                 shm_total=self.shm_total, shm_used=self.shm_used if self.shm_total else None,
+                mem_total=self.host_mem_total, mem_available=int(self.host_available(t)),
+                mem_used=self.host_mem_total - int(self.host_available(t)),
             )))
             events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
                                           num_threads=20, status="sleeping", role="target", env=self.env)))
             for w in range(self.workers):
                 events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="pt_data_worker",
                                               cpu_percent=self.worker_cpu, num_threads=self.worker_threads,
+                                              rss=int(self.worker_rss(t)) if self.worker_rss else None,
                                               status="running", role="worker")))
                 if self.worker_stack is not None:
                     s = self.worker_stack(t)

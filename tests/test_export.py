@@ -368,3 +368,32 @@ def test_serves_and_stops_cleanly_on_sigterm():
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_memory_growth_and_time_to_limit(clock):
+    """A GPU whose memory grows 50 MiB/s gets its rate and the time to the card's limit; a flat
+    one gets rate 0 and no time; only the GPU's labels (no PID)."""
+    from gputop.export.account import TimeAccount
+    from gputop.model import GpuProcess, HostSample
+
+    store = Store()
+    t0 = clock()
+    for k in range(181):
+        ts = t0 + k
+        store.add([GpuSample(ts=ts, index=0, mem_used=4 * 2**30 + 50 * 2**20 * k, mem_total=80 * 2**30),
+                   GpuSample(ts=ts, index=1, mem_used=10 * 2**30, mem_total=80 * 2**30),
+                   GpuProcess(ts=ts, gpu_index=0, pid=77, used_memory=4 * 2**30 + 50 * 2**20 * k),
+                   HostSample(ts=ts, cpu_percent=1.0, mem_total=64 * 2**30, mem_available=32 * 2**30)])
+    now = t0 + 180
+    c = GputopCollector(store, interval=1.0, clock=lambda: now, account=TimeAccount(t0), placement=lambda pid: Placement(),
+                        attached=lambda: [77])
+    got = scrape(c)
+    rate = got["gputop_gpu_memory_growth_bytes_per_second"]
+    assert value(rate, gpu="0") == pytest.approx(50 * 2**20)
+    assert value(rate, gpu="1") == 0.0
+    eta = got["gputop_gpu_memory_time_to_limit_seconds"]
+    assert value(eta, gpu="0") == pytest.approx((80 * 2**30 - (4 * 2**30 + 50 * 2**20 * 180)) / (50 * 2**20), rel=0.01)
+    assert [s.labels["gpu"] for s in eta] == ["0"]
+    assert set(eta[0].labels) == {"gpu", "uuid", "model"}
+    assert value(got["gputop_host_memory_growth_bytes_per_second"]) == 0.0
+    assert "gputop_host_memory_time_to_limit_seconds" not in got

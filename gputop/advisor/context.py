@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis import importing_at
@@ -30,6 +30,7 @@ from ..analysis import Slice, idle_intervals, poll_slices, util_slices
 from ..analysis import RankView, as_ranks, rank_map, rank_views
 from ..analysis import CommVerdict, ras_verdicts
 from ..analysis import spin_share
+from ..analysis import MEMORY_WINDOW_S, MemoryView, exit_cause, exit_status_of, leak_lines, memory_view
 from ..analysis import StepModel, compiling, step_model
 from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
@@ -151,6 +152,10 @@ class AnalysisContext:
     nccl: tuple[CommVerdict, ...] = ()
     # The training step as the main thread's samples in the window show it (analysis.step).
     step: StepModel = StepModel(0, None, (), ())
+    # The job's memory over the last minutes (analysis.memory_view): growth, forecast, leak lines
+    # and, once the target has exited, what likely ended it. None: not worked out (a context
+    # built from samples alone).
+    memory: MemoryView | None = None
 
     @functools.cached_property
     def threads(self) -> tuple[ThreadUse, ...]:
@@ -461,7 +466,7 @@ def build_context(
     now = store.now if now is None else now
     t0 = now - window_s
     indices = store.gpu_indices()
-    return context_from_samples(
+    ctx = context_from_samples(
         now=now,
         window_s=window_s,
         gpu_info=dict(store.gpu_info),
@@ -478,3 +483,28 @@ def build_context(
         stuck_after_s=stuck_after_s,
         tasks=store.task_windows(min(t0, now - stuck_after_s - LOOKBACK_EXTRA_S), now),
     )
+    return replace(ctx, memory=memory_of(store, ctx))
+
+
+def memory_of(store, ctx: AnalysisContext) -> MemoryView | None:
+    """The job's memory over ``MEMORY_WINDOW_S`` (longer than the findings' window: a forecast
+    needs minutes), its leak lines and, once the target has exited, the likely cause."""
+    if ctx.target_pid is None:
+        return None
+    now, t0 = ctx.now, ctx.now - MEMORY_WINDOW_S
+    workers = {w.pid for w in ctx.workers.current}
+    family = {ctx.target_pid} | workers
+    listed = store.gpu_process_window(family, t0, now)
+    # The job's GPUs now, and those NVML listed it on before (after an exit, the only record).
+    gpus = sorted({g.index for g in ctx.gpus if g.index != CPU_DEVICE} | {p.gpu_index for p in listed})
+    samples = {i: store.gpu_window(i, t0, now) for i in gpus}
+    host = store.host_window(t0, now)
+    view = memory_view(gpus, samples, listed, host,
+                       {pid: store.proc_window(pid, t0, now) for pid in workers}, family, workers,
+                       dict(store.gpu_info))
+    exited = [s for s in store.proc_window(ctx.target_pid, t0, now) if s.status in ("exited", "zombie")]
+    cause = None
+    if exited:
+        said = [e.message for e in ctx.events if e.source == "stacks" and f"PID {ctx.target_pid} exited" in e.message]
+        cause = exit_cause(exited[0].ts, exit_status_of(said[-1]) if said else None, samples, host, gpus)
+    return replace(view, leaks=leak_lines(ctx.main_stacks), exit_cause=cause)

@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     # user's code outside the model), from the same context the findings came from.
     last = advisor.advisor.last_context
     step = last.step if last is not None and last.step.samples else None
+    # How the target ended, where its memory readings tell (likely CUDA OOM, likely the OOM killer).
+    cause = last.memory.exit_cause if ended and last is not None and last.memory is not None else None
+    if cause:
+        ended = f"{ended}: {cause}"
     if args.json:
         extra = {
             "pid": args.pid,

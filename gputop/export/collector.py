@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from .. import __version__
 from ..analysis import Bucket
 from ..model import GpuInfo, GpuSample
-from ..analysis import REASONS
+from ..analysis import MEMORY_WINDOW_S, REASONS, memory_view
 from .account import TimeAccount
 from .jobs import Placement, read_placement, script_of
 
@@ -178,6 +178,7 @@ class GputopCollector:
         yield ecc
 
         yield from self._processes_and_time(labels, latest)
+        yield from self._memory(labels, latest, now)
         yield from self._findings(labels)
 
     def _processes_and_time(self, labels: dict[int, list[str]], latest: dict[int, GpuSample]) -> Iterator[Metric]:
@@ -241,6 +242,46 @@ class GputopCollector:
             for b in Bucket:
                 jt.add_metric([*job_labels[pid], b.value], job.seconds.get(b, 0.0))
         yield jt
+
+    def _memory(self, labels: dict[int, list[str]], latest: dict[int, GpuSample], now: float) -> Iterator[Metric]:
+        """Memory growth and the time to the limit at that rate (analysis.memory_growth), per GPU
+        and for the host: the attached jobs' own NVML memory, else the whole card's. Labels are
+        the GPU's only (no PID): one series per GPU however many jobs come and go."""
+        store = self.store
+        t0 = now - MEMORY_WINDOW_S
+        attached = set(self.attached())
+        host = store.host_window(t0, now)
+        view = memory_view(list(latest), {i: store.gpu_window(i, t0, now) for i in latest},
+                           store.gpu_process_window(attached, t0, now) if attached else [], host, {}, attached,
+                           gpu_info=dict(store.gpu_info))
+        rate = GaugeMetricFamily(
+            "gputop_gpu_memory_growth_bytes_per_second",
+            "Steady growth of the attached jobs' device memory (the whole card's without one) over the last "
+            "minutes; 0 when flat, warming up or a saw-tooth; absent until there are minutes of history",
+            labels=list(GPU_LABELS))
+        eta = GaugeMetricFamily(
+            "gputop_gpu_memory_time_to_limit_seconds",
+            "At the growth rate, seconds until the card's memory is full; only while memory grows",
+            labels=list(GPU_LABELS))
+        for gm in view.gpus:
+            if gm.growth.kind == "too short":
+                continue
+            rate.add_metric(labels[gm.index], gm.growth.rate if gm.growth.growing else 0.0)
+            if gm.growth.growing and gm.growth.eta_s is not None:
+                eta.add_metric(labels[gm.index], gm.growth.eta_s)
+        yield rate
+        yield eta
+        hrate = GaugeMetricFamily("gputop_host_memory_growth_bytes_per_second",
+                                  "Steady growth of the host's used memory; 0 when flat")
+        heta = GaugeMetricFamily("gputop_host_memory_time_to_limit_seconds",
+                                 "At the growth rate, seconds until the host's memory is full (the OOM killer)")
+        hg = view.host
+        if hg is not None and hg.kind != "too short":
+            hrate.add_metric([], hg.rate if hg.growing else 0.0)
+            if hg.growing and hg.eta_s is not None:
+                heta.add_metric([], hg.eta_s)
+        yield hrate
+        yield heta
 
     def _findings(self, labels: dict[int, list[str]]) -> Iterator[Metric]:
         window = GaugeMetricFamily("gputop_advisor_window_seconds", "The span the advisor's findings speak of")

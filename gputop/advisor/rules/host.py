@@ -375,7 +375,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     # Most of the launching is an unfused optimizer step and no larger batch fits to amortise
     # it: the change is the optimizer's own (unfused-optimizer names it). With memory to spare
     # a larger batch amortises the step as well and fills the SMs: launch-bound stays.
-    if optimizer_leads(ctx, dispatch) and larger_batch(g) is None:
+    if optimizer_leads(ctx, dispatch) and larger_batch(g, ctx) is None:
         return None
     e, bd = g.efficiency, g.breakdown
     frac = c / bd.total_s
@@ -395,7 +395,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     # The change is "fewer, larger kernels": CUDA graphs take the launch overhead away (the
     # idle share's bound), a larger batch also fills SMs that ran small kernels; the bound is
     # the larger of the two when the batch fits.
-    batch = larger_batch(g)
+    batch = larger_batch(g, ctx)
     bigger = ""
     bound, gain_text = bounded(frac), gain(frac) + ": fewer, larger kernels per step"
     if batch is not None:

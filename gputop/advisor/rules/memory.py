@@ -1,10 +1,12 @@
-"""GPU memory: too close to the card's limit, or so much to spare that a larger batch fits."""
+"""GPU memory: too close to the card's limit, so much to spare that a larger batch fits, growing
+towards the limit (with a forecast), or what ended a job that ran out."""
 
 from __future__ import annotations
 
-from ...analysis import CPU_DEVICE
+from ...analysis import CPU_DEVICE, Growth, eta_text, rate_text
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
+from ...model import Severity
 from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, spinning, times
 
 # Above this share of the card the caching allocator has no slack: one larger batch or
@@ -23,7 +25,7 @@ BATCH_TARGET_SHARE = 0.8
 MAX_BATCH_FACTOR = 8
 
 
-def larger_batch(g: GpuView) -> tuple[int, float] | None:
+def larger_batch(g: GpuView, ctx: AnalysisContext | None = None) -> tuple[int, float] | None:
     """The batch factor that fits in ``g``'s spare memory, and the samples/s it can give at most;
     None without a memory reading that says it fits.
 
@@ -34,7 +36,7 @@ def larger_batch(g: GpuView) -> tuple[int, float] | None:
     at best; without GPM, at least what it was)."""
     e = g.efficiency
     frac = e.mem_peak_fraction
-    if frac is None or frac >= MEM_HEADROOM:
+    if frac is None or frac >= MEM_HEADROOM or growing(ctx, g):
         return None
     factor = max(2, int(MEM_NEAR_LIMIT * BATCH_TARGET_SHARE / max(0.01, frac)))
     factor = min(factor, MAX_BATCH_FACTOR)
@@ -83,6 +85,9 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         frac = e.mem_peak_fraction
         if frac is None or frac >= MEM_HEADROOM or e.busy_polls < MIN_BUSY_POLLS or spinning(g):
             return False
+        # Today's spare memory is tomorrow's OOM when it grows: never a larger batch then.
+        if growing(ctx, g):
+            return False
         # A bigger batch helps a GPU that is not full; one starved of data it does not help.
         if data_wait_s(g) > MIN_COST_FRACTION * g.breakdown.total_s:
             return False
@@ -93,7 +98,7 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         return None
     g = min(cands, key=lambda x: x.efficiency.mem_peak_fraction or 1.0)
     e = g.efficiency
-    found = larger_batch(g)
+    found = larger_batch(g, ctx)
     if found is None:
         return None
     factor, bound = found
@@ -114,3 +119,113 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         title=f"{g.name} has memory to spare: a larger batch fits",
     )
 
+
+
+def growing(ctx: AnalysisContext | None, g: GpuView) -> bool:
+    """The job's memory on ``g`` grows steadily (memory-growth's verdict)."""
+    return ctx is not None and ctx.memory is not None and ctx.memory.growing_on(g.index)
+
+
+# --------------------------------------------------------------------------- growth and its forecast
+
+# Growth that reaches the limit within this long is a finding at all; sooner than WARN_WITHIN_S it
+# is a warning. Judgement: past a day the forecast rests on minutes of history stretched too far,
+# and a job told two hours ahead can be checkpointed and fixed.
+HORIZON_S = 24 * 3600.0
+WARN_WITHIN_S = 2 * 3600.0
+# A named pattern in the job's stacks gets this confidence, a forecast alone this. Judgement.
+NAMED_CONFIDENCE = 0.85
+FORECAST_CONFIDENCE = 0.7
+
+_FIND_IT = ("find what is kept across steps: a loss or output summed or appended without .item() / "
+            ".detach(), a list or dict that grows, a cache without a bound; "
+            "torch.cuda.memory._record_memory_history() then torch.cuda.memory._dump_snapshot('mem.pickle') "
+            "shows the allocating lines (pytorch.org/memory_viz)")
+_FIND_IT_HOST = ("find what the job keeps across steps in host memory: a list or dict that grows, a cache "
+                 "without a bound, tensors moved to the CPU and kept; tracemalloc.start() then "
+                 "tracemalloc.take_snapshot().statistics('lineno') names the allocating lines")
+_COPY_ON_READ = ("a Dataset holding Python lists or dicts is copied page by page into every forked worker as "
+                 "refcounts touch it (copy-on-read): store it as a numpy array or an Arrow table; or fewer "
+                 "workers")
+
+
+def _growth_line(who: str, gr: Growth) -> str:
+    used = f"{fmt_bytes(int(gr.used))} of {fmt_bytes(int(gr.limit))} used" if gr.limit else f"{fmt_bytes(int(gr.used))} used"
+    return (f"{who} grows {rate_text(gr.rate)} (95 %: {rate_text(gr.rate_low)}-{rate_text(gr.rate_high)}) "
+            f"over the last {gr.span_s / 60:.0f} min; {used}")
+
+
+def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
+    mem = ctx.memory
+    if mem is None:
+        return None
+    soon: list[tuple[float, str, object]] = []
+    for gm in mem.gpus:
+        gr = gm.growth
+        if gr.growing and gr.eta_s is not None and gr.eta_s <= HORIZON_S:
+            soon.append((gr.eta_s, "gpu", gm))
+    if mem.host is not None and mem.host.growing and mem.host.eta_s is not None and mem.host.eta_s <= HORIZON_S:
+        soon.append((mem.host.eta_s, "host", mem.host))
+    if not soon:
+        return None
+    eta, kind, what = min(soon, key=lambda x: x[0])
+    if kind == "gpu":
+        gr, name = what.growth, f"GPU {what.index}"
+        evidence = [_growth_line(f"{name}: the job's memory", gr),
+                    f"at this rate it runs out in {eta_text(gr)} (the card's total; a cap set in the job, "
+                    "torch.cuda.set_per_process_memory_fraction, comes sooner)"]
+        if what.source != "process":
+            evidence.append("NVML gives no per-process figure here: this is the whole card's used memory")
+        if gr.sawtooth:
+            evidence.append("it also rises and falls (eval or variable shapes): the lows it falls back to rise")
+        leaks = mem.leaks
+        if leaks:
+            top = leaks[0]
+            evidence.append(f"{top.where}: `{top.code}` keeps each step's tensor with its autograd graph")
+            action = f"{top.where}: {top.fix}"
+        else:
+            evidence.append("the job's stacks show no line that keeps a step's tensor (such a line runs for "
+                            "microseconds: the samples may miss it)")
+            action = _FIND_IT
+        title = f"{name} memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
+        gpu = what.index
+    else:
+        gr, gpu = what, None
+        evidence = [_growth_line("host memory", gr),
+                    f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
+        grow = [w for w in mem.workers if w.growth.growing]
+        if grow:
+            rates = sorted(w.growth.rate for w in grow)
+            evidence.append(f"{len(grow)} of {len(mem.workers)} DataLoader workers' RSS grows, "
+                            f"{rate_text(rates[len(rates) // 2])} each (median)")
+        elif mem.workers:
+            evidence.append(f"the {len(mem.workers)} DataLoader workers' RSS is flat: copies of shared pages "
+                            "(copy-on-read) do not show in RSS, only in USS/PSS, which gputop does not read")
+        action = _COPY_ON_READ if mem.workers else _FIND_IT_HOST
+        title = f"host memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
+    return Hit(
+        evidence=tuple(evidence),
+        action=action,
+        expected_gain="the job finishes instead of dying out of memory",
+        confidence=NAMED_CONFIDENCE if kind == "gpu" and mem.leaks else FORECAST_CONFIDENCE,
+        gpu_index=gpu,
+        severity=Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO,
+        title=title,
+    )
+
+
+def check_oom_exit(ctx: AnalysisContext) -> Hit | None:
+    cause = ctx.memory.exit_cause if ctx.memory is not None else None
+    if cause is None:
+        return None
+    gpu = "CUDA" in cause
+    return Hit(
+        evidence=(cause, "likely, not certain: read from the memory readings just before the exit"),
+        action=("the job's error output says for sure (torch.OutOfMemoryError); then the remedies of "
+                "memory-near-limit, or the leak memory-growth named" if gpu else
+                "the kernel log says for sure (journalctl -k | grep -i 'killed process'); then fewer DataLoader "
+                "workers or a Dataset in numpy/Arrow instead of Python objects, or more host memory"),
+        expected_gain="the job finishes",
+        confidence=0.7,
+        title="Job ended: likely CUDA out of memory" if gpu else "Job ended: likely the OOM killer",
+    )

@@ -1,0 +1,195 @@
+"""Memory over time: warm-up, steady growth or a saw-tooth, the growth rate with an interval,
+and the time left to the limit at that rate.
+
+Pure: series of (timestamp, bytes) in, a ``Growth`` out. The same fit serves a GPU (the job's
+NVML memory against the card's total) and the host (used memory against its total).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+# Less history than this says nothing of a trend: an allocator warms up over the first steps,
+# and a minute holds hundreds of steps of any job worth forecasting. Judgement.
+MIN_SPAN_S = 60.0
+MIN_POINTS = 10
+# The fit is O(n^2) in its points: longer series are thinned evenly to this many (80 points are
+# 3,160 pairs, ~1 ms in Python; a point every 7.5 s over 10 min), several fits a series a second.
+MAX_POINTS = 80
+# A fall of at least this much between two polls is memory given back (an eval batch freed, a
+# cache emptied), not noise: the larger of a floor and a share of the series' range. Judgement:
+# the caching allocator returns whole segments (2 MiB or 20 MiB each), and NVML's figure moves
+# only when it does.
+DROP_MIN_BYTES = 64 * 2**20
+DROP_RANGE_SHARE = 0.10
+# Falls adding up to this share of the rises make a saw-tooth (the memory comes back): judged
+# then on its troughs, not its peaks. Judgement.
+SAWTOOTH_FALL_SHARE = 0.3
+# Growth whose last quarter runs clearly slower than the quarter before (its rate's interval
+# below this share of the other's) is levelling off (an allocator or a cache reaching its size),
+# not steady. Judgement: a steady leak's quarters agree within their noise.
+DECELERATION = 0.5
+# The interval on the rate: 95 % (z of the normal approximation to Kendall's statistic).
+Z95 = 1.96
+
+GROWING, PLATEAU, SAWTOOTH, FLAT, SHORT = "growing", "plateau", "saw-tooth", "flat", "too short"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A Theil-Sen line: the median of the pairwise slopes, with Sen's rank interval."""
+
+    rate: float  # units per second
+    low: float
+    high: float
+    points: int
+
+
+@dataclass(frozen=True)
+class Growth:
+    kind: str  # GROWING, PLATEAU (grew then levelled off: warm-up), SAWTOOTH, FLAT, SHORT
+    rate: float = 0.0  # bytes/s over the part the verdict rests on (0 unless growing)
+    rate_low: float = 0.0
+    rate_high: float = 0.0
+    used: float = 0.0  # bytes now (the peak of the last cycle for a saw-tooth)
+    limit: float | None = None  # bytes the series may reach (the card, the host)
+    span_s: float = 0.0
+    eta_s: float | None = None  # seconds to the limit at ``rate``; None unless growing to a known limit
+    eta_low_s: float | None = None  # at the interval's fast end
+    eta_high_s: float | None = None  # at its slow end
+    sawtooth: bool = False  # the memory also rises and falls (a saw-tooth under the trend)
+
+    @property
+    def growing(self) -> bool:
+        return self.kind == GROWING
+
+
+def theil_sen(points: Sequence[tuple[float, float]], z: float = Z95) -> Fit | None:
+    """The median pairwise slope and its rank interval (Sen 1968): robust to outliers and to
+    the allocator's steps, with an interval that is exact on a noiseless line. The interval
+    assumes independent errors; memory that wanders makes it too narrow."""
+    n = len(points)
+    if n < 3:
+        return None
+    slopes = []
+    for i in range(n):
+        ti, yi = points[i]
+        for j in range(i + 1, n):
+            tj, yj = points[j]
+            if tj > ti:
+                slopes.append((yj - yi) / (tj - ti))
+    if not slopes:
+        return None
+    slopes.sort()
+    m = len(slopes)
+    mid = slopes[m // 2] if m % 2 else 0.5 * (slopes[m // 2 - 1] + slopes[m // 2])
+    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    lo = max(0, min(m - 1, int(math.floor((m - c) / 2.0))))
+    hi = max(0, min(m - 1, int(math.ceil((m + c) / 2.0))))
+    return Fit(mid, slopes[lo], slopes[hi], n)
+
+
+def _thin(points: Sequence[tuple[float, float]], k: int = MAX_POINTS) -> list[tuple[float, float]]:
+    n = len(points)
+    if n <= k:
+        return list(points)
+    return [points[round(i * (n - 1) / (k - 1))] for i in range(k)]
+
+
+def _since(points: Sequence[tuple[float, float]], t: float) -> list[tuple[float, float]]:
+    return [p for p in points if p[0] >= t]
+
+
+def growth(points: Sequence[tuple[float, float]], limit: float | None = None,
+           used_now: float | None = None) -> Growth:
+    """The verdict on one series (time order). ``limit``: what it may reach; ``used_now``: what
+    counts against the limit now when more than the series itself does (a card shared with
+    other processes: its whole used memory). Only steady growth gets a rate and a forecast."""
+    pts = sorted((float(t), float(v)) for t, v in points)
+    if len(pts) < MIN_POINTS or pts[-1][0] - pts[0][0] < MIN_SPAN_S:
+        return Growth(SHORT, used=pts[-1][1] if pts else 0.0, limit=limit,
+                      span_s=pts[-1][0] - pts[0][0] if pts else 0.0)
+    span = pts[-1][0] - pts[0][0]
+    values = [v for _, v in pts]
+    drop = max(DROP_MIN_BYTES, DROP_RANGE_SHARE * (max(values) - min(values)))
+    steps = [b - a for a, b in zip(values, values[1:])]
+    rises = sum(d for d in steps if d > 0)
+    falls = [(i, -d) for i, d in enumerate(steps) if -d >= drop]
+    saw = bool(falls) and sum(f for _, f in falls) >= SAWTOOTH_FALL_SHARE * max(rises, 1.0)
+    if saw:
+        # Judged on its troughs (what stays after each release): a saw-tooth over a leak has
+        # rising troughs, one over a steady job has level ones. Peaks set the headroom: the OOM
+        # comes at a peak.
+        troughs = [pts[i + 1] for i, _ in falls]
+        fit = theil_sen(troughs) if len(troughs) >= 3 else None
+        last_cycle = pts[falls[-1][0] + 1:]
+        peak = max(v for _, v in pts[falls[-2][0] + 1:]) if len(falls) >= 2 else max(values)
+        peak = max(peak, max(v for _, v in last_cycle))
+        if fit is None or fit.low <= 0:
+            return Growth(SAWTOOTH, used=peak, limit=limit, span_s=span, sawtooth=True)
+        return _forecast(fit, max(peak, used_now or 0.0), limit, span, sawtooth=True)
+    # The recent half is what the job does now: an allocator's warm-up is over by then.
+    recent = _since(pts, pts[-1][0] - span / 2)
+    fit = theil_sen(_thin(recent))
+    if fit is None or fit.low <= 0:
+        kind = PLATEAU if values[-1] - values[0] >= drop else FLAT
+        return Growth(kind, used=values[-1], limit=limit, span_s=span)
+    # Steady, or levelling off? The recent half's two quarters compared, each with its interval.
+    mid = pts[-1][0] - span / 4
+    before = theil_sen(_thin([p for p in recent if p[0] <= mid]))
+    last = theil_sen(_thin(_since(pts, mid)))
+    if before is not None and last is not None and last.high < DECELERATION * before.low:
+        return Growth(PLATEAU, used=values[-1], limit=limit, span_s=span)
+    return _forecast(fit, max(values[-1], used_now or 0.0), limit, span)
+
+
+def _forecast(fit: Fit, used: float, limit: float | None, span: float, sawtooth: bool = False) -> Growth:
+    eta = lo = hi = None
+    if limit is not None and fit.rate > 0:
+        room = max(0.0, limit - used)
+        eta = room / fit.rate
+        lo = room / fit.high if fit.high > 0 else None
+        hi = room / fit.low if fit.low > 0 else None
+    return Growth(GROWING, rate=fit.rate, rate_low=fit.low, rate_high=fit.high, used=used, limit=limit,
+                  span_s=span, eta_s=eta, eta_low_s=lo, eta_high_s=hi, sawtooth=sawtooth)
+
+
+def rate_text(bytes_per_s: float) -> str:
+    """'310 MB/min': the unit people read memory growth in."""
+    per_min = bytes_per_s * 60.0
+    if abs(per_min) >= 10 * 2**30:
+        return f"{per_min / 2**30:.0f} GB/min"
+    if abs(per_min) >= 2**30:
+        return f"{per_min / 2**30:.1f} GB/min"
+    if abs(per_min) >= 10 * 2**20:
+        return f"{per_min / 2**20:.0f} MB/min"
+    return f"{per_min / 2**20:.1f} MB/min"
+
+
+def eta_text(g: Growth) -> str:
+    """'~14 min (10-20)': the point forecast with its interval, in the unit that reads best."""
+    if g.eta_s is None:
+        return "unknown"
+
+    def unit(s: float) -> tuple[float, str]:
+        if s >= 2 * 3600:
+            return 3600.0, "h"
+        if s >= 120:
+            return 60.0, "min"
+        return 1.0, "s"
+
+    div, name = unit(g.eta_s)
+    point = f"~{g.eta_s / div:.0f} {name}"
+    if g.eta_low_s is None:
+        return point
+    lo = f"{g.eta_low_s / div:.0f}"
+    hi = "?" if g.eta_high_s is None else f"{g.eta_high_s / div:.0f}"
+    if lo == hi == f"{g.eta_s / div:.0f}":
+        return point  # a line without noise: the interval says nothing more
+    return f"{point} ({lo}-{hi})"
+
+
+__all__ = ["FLAT", "Fit", "GROWING", "Growth", "PLATEAU", "SAWTOOTH", "SHORT", "eta_text", "growth",
+           "rate_text", "theil_sen"]

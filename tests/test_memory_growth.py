@@ -1,0 +1,244 @@
+"""Memory growth: the fit and its verdict on synthetic series, the leak lines, the exit cause,
+and the rules (memory-growth, oom-exit, memory-headroom held back) through the advisor."""
+
+import random
+
+import pytest
+
+from gputop.analysis import GROWING, growth, leak_line, leak_lines, theil_sen, exit_cause, exit_status_of
+from gputop.analysis.memory_growth import PLATEAU, SAWTOOTH, SHORT, eta_text, rate_text
+from gputop.model import Category as C
+from gputop.model import Event, Frame, GpuSample, HostSample, ProcSample, Severity, StackSample
+
+from synth import GiB, T0, TARGET, Job, rule_findings
+
+MiB = 2**20
+LIMIT = 80 * GiB
+
+
+def line(rate, start=10 * GiB, seconds=600, every=1.0, noise=0.0, seed=1):
+    rnd = random.Random(seed)
+    n = int(seconds / every)
+    return [(T0 + k * every, start + rate * k * every + rnd.gauss(0, noise)) for k in range(n + 1)]
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def test_noiseless_leak_forecast_within_10_percent():
+    rate = 5 * MiB  # per second: 300 MiB/min
+    pts = line(rate)
+    g = growth(pts, LIMIT)
+    truth = (LIMIT - pts[-1][1]) / rate
+    assert g.kind == GROWING
+    assert g.rate == pytest.approx(rate, rel=1e-6)
+    assert g.eta_s == pytest.approx(truth, rel=0.10)
+    assert g.eta_low_s <= truth <= g.eta_high_s
+    assert rate_text(g.rate) == "300 MB/min"
+
+
+def test_noisy_leak_interval_contains_the_truth():
+    rate = 2 * MiB
+    for seed in range(5):
+        pts = line(rate, noise=200 * MiB, seed=seed)
+        g = growth(pts, LIMIT)
+        assert g.kind == GROWING, seed
+        assert g.rate_low <= rate <= g.rate_high, seed
+        truth = (LIMIT - g.used) / rate
+        assert g.eta_low_s <= truth <= g.eta_high_s, seed
+        assert g.rate_high - g.rate_low > 0  # noise widens it
+
+
+def test_allocator_warm_up_that_plateaus_is_not_growth():
+    # 6 GiB in the first 30 s (the caching allocator's first steps), then flat with its 2 MiB steps
+    pts = [(T0 + t, min(6 * GiB, t * 0.2 * GiB) + (2 * MiB if t % 97 < 3 else 0)) for t in range(0, 600)]
+    g = growth(pts, LIMIT)
+    assert g.kind == PLATEAU
+    assert not g.growing and g.eta_s is None
+
+
+def test_growth_that_levels_off_is_not_steady():
+    # a cache filling towards its size: fast at first, slower and slower
+    pts = [(T0 + t, 10 * GiB + 4 * GiB * (1 - 0.99 ** t)) for t in range(0, 600)]
+    assert growth(pts, LIMIT).kind == PLATEAU
+
+
+def test_saw_tooth_eval_is_not_a_leak():
+    # every 60 s an eval phase takes 3 GiB more for 15 s, then gives it back
+    pts = [(T0 + t, 20 * GiB + (3 * GiB * ((t % 60) - 45) / 15 if t % 60 >= 45 else 0)) for t in range(0, 600)]
+    g = growth(pts, LIMIT)
+    assert g.kind == SAWTOOTH
+    assert not g.growing
+    assert g.used == pytest.approx(20 * GiB + 3 * GiB * 14 / 15, rel=0.01)  # the peak sets the headroom
+
+
+def test_saw_tooth_over_a_leak_is_growth_judged_on_its_troughs():
+    leak = 3 * MiB
+    pts = [(T0 + t, 20 * GiB + leak * t + (3 * GiB * ((t % 60) - 45) / 15 if t % 60 >= 45 else 0)) for t in range(0, 600)]
+    g = growth(pts, LIMIT)
+    assert g.kind == GROWING and g.sawtooth
+    assert g.rate == pytest.approx(leak, rel=0.05)
+
+
+def test_too_little_history_says_nothing():
+    assert growth(line(5 * MiB, seconds=30), LIMIT).kind == SHORT
+    assert growth([], LIMIT).kind == SHORT
+
+
+def test_theil_sen_shrugs_off_an_outlier():
+    pts = [(float(t), 2.0 * t) for t in range(30)]
+    pts[10] = (10.0, 1e6)
+    fit = theil_sen(pts)
+    assert fit.rate == pytest.approx(2.0)
+    assert fit.low <= 2.0 <= fit.high
+
+
+def test_eta_text_reads_in_minutes_with_its_interval():
+    g = growth(line(5 * MiB, start=LIMIT - 70 * 5 * MiB * 60 - 600 * 5 * MiB), LIMIT)
+    assert eta_text(g) == "~70 min"  # noiseless: no interval to speak of
+    g = growth(line(5 * MiB, start=LIMIT - 70 * 5 * MiB * 60 - 600 * 5 * MiB, noise=300 * MiB), LIMIT)
+    assert eta_text(g).startswith("~7") and "(" in eta_text(g)
+
+
+# --------------------------------------------------------------------------- the line
+
+
+@pytest.mark.parametrize("code,kept", [
+    ("total_loss += loss", "loss"),
+    ("    running = running + outputs.loss", "outputs.loss"),
+    ("losses.append(loss)", "loss"),
+    ("all_outputs.append(outputs)", "outputs"),
+])
+def test_leak_lines_are_named(code, kept):
+    hit = leak_line(code)
+    assert hit is not None and hit[0] == kept
+
+
+@pytest.mark.parametrize("code", [
+    "total_loss += loss.item()",
+    "losses.append(loss.detach())",
+    "history.append(float(loss))",
+    "step += 1",
+    "x = x + 1",
+    "paths.append(path)",
+])
+def test_lines_that_keep_nothing_are_not_named(code):
+    assert leak_line(code) is None
+
+
+def test_leak_lines_from_stacks_skip_libraries():
+    user = Frame("train", "/home/u/train.py", 57, code="total_loss += loss")
+    lib = Frame("f", "/usr/lib/python3.11/site-packages/torch/x.py", 3, code="acc += loss")
+    s = StackSample(ts=T0, pid=TARGET, thread_id=1, frames=(lib, user), is_main=True)
+    found = leak_lines([s, s])
+    assert [x.where for x in found] == ["u/train.py:57"]
+    assert "loss.item()" in found[0].fix
+
+
+# --------------------------------------------------------------------------- after the fact
+
+
+def _gpu(ts, used):
+    return GpuSample(ts=ts, index=0, mem_used=int(used), mem_total=LIMIT)
+
+
+def test_exit_at_the_cards_limit_is_likely_cuda_oom():
+    samples = {0: [_gpu(T0 + k, 79.5 * GiB) for k in range(5)]}
+    why = exit_cause(T0 + 5, None, samples, [])
+    assert why.startswith("likely CUDA out of memory") and "99 %" in why
+    assert exit_cause(T0 + 5, None, {0: [_gpu(T0 + k, 60 * GiB) for k in range(5)]}, []) is None
+    assert exit_cause(T0 + 5, "code 0", samples, []) is None  # it finished
+
+
+def test_sigkill_with_the_host_full_is_likely_the_oom_killer():
+    host = [HostSample(ts=T0 + k, cpu_percent=0, mem_total=64 * GiB, mem_available=200 * MiB) for k in range(5)]
+    why = exit_cause(T0 + 5, "signal SIGKILL", {}, host)
+    assert why.startswith("likely the OOM killer") and "killed by SIGKILL" in why
+    assert "journalctl" in exit_cause(T0 + 5, None, {}, host)  # status unknown: says how to be sure
+    assert exit_cause(T0 + 5, "signal SIGTERM", {}, host) is None
+    roomy = [HostSample(ts=T0 + k, cpu_percent=0, mem_total=64 * GiB, mem_available=30 * GiB) for k in range(5)]
+    assert exit_cause(T0 + 5, "signal SIGKILL", {}, roomy) is None
+
+
+def test_exit_status_is_read_from_the_samplers_message():
+    assert exit_status_of("target PID 7 exited at 12:00:01 with signal SIGKILL") == "signal SIGKILL"
+    assert exit_status_of("target PID 7 exited at 12:00:01 (exit code unknown: not our child)") is None
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+GPM = {"sm_active": 30.0, "sm_occupancy": 10.0, "tensor_active": 20.0, "fp32_active": 5.0}
+
+
+def leaking_job(rate=50 * MiB, frames=None, **kw):
+    mem = lambda t: 4 * GiB + rate * t  # noqa: E731
+    return Job(seconds=150, gpu={**GPM, "mem_used": mem}, proc_mem=mem, main_frames=frames, **kw)
+
+
+def test_memory_growth_names_the_line_and_the_forecast():
+    frames = lambda t: (Frame("train", "/home/u/train.py", 57, code="total_loss += loss"),)  # noqa: E731
+    found, ctx = rule_findings(leaking_job(frames=frames))
+    f = found["memory-growth"]
+    assert f.severity is Severity.WARNING  # (80 - 11.3) GiB at 3 GiB/min: ~23 min
+    assert f.gpu_index == 0
+    assert "GPU 0 memory grows 2.9 GB/min: out of memory in ~23 min" in f.title
+    assert any("at this rate it runs out in ~23 min" in e for e in f.evidence)
+    assert "u/train.py:57: total_loss += loss  →  loss.item()" in f.action
+    assert ctx.memory.gpu(0).source == "process"
+
+
+def test_memory_growth_without_a_line_says_what_is_known():
+    f = rule_findings(leaking_job())[0]["memory-growth"]
+    assert "_record_memory_history" in f.action
+    assert any("show no line" in e for e in f.evidence)
+
+
+def test_slow_growth_is_info_and_flat_memory_is_silent():
+    f = rule_findings(leaking_job(rate=6 * MiB))[0]["memory-growth"]  # 76 GiB at 360 MiB/min: ~3.6 h
+    assert f.severity is Severity.INFO
+    assert "memory-growth" not in rule_findings(leaking_job(rate=0))[0]
+
+
+def test_no_larger_batch_for_a_job_whose_memory_grows():
+    # the same job, its memory flat: memory-headroom offers a larger batch ...
+    flat = rule_findings(leaking_job(rate=0))[0]
+    assert "memory-headroom" in flat
+    # ... growing (still far below the headroom bar): never
+    found = rule_findings(leaking_job(rate=20 * MiB))[0]
+    assert "memory-growth" in found
+    assert "memory-headroom" not in found
+    assert all("batch fits" not in f.action for f in found.values())
+
+
+def test_host_growth_of_dataloader_workers():
+    job = Job(seconds=150, workers=4, host_mem_total=64 * GiB, host_available=lambda t: 40 * GiB - 100 * MiB * t,
+              worker_rss=lambda t: 2 * GiB)
+    f = rule_findings(job)[0]["memory-growth"]
+    assert f.title.startswith("host memory grows 5.9 GB/min")
+    assert any("RSS is flat" in e and "USS/PSS" in e for e in f.evidence)  # said honestly
+    assert "numpy array or an Arrow table" in f.action
+    job = Job(seconds=150, workers=4, host_mem_total=64 * GiB, host_available=lambda t: 40 * GiB - 100 * MiB * t,
+              worker_rss=lambda t: 1 * GiB + 25 * MiB * t)
+    f = rule_findings(job)[0]["memory-growth"]
+    assert any("4 of 4 DataLoader workers' RSS grows, 1.5 GB/min each" in e for e in f.evidence)
+
+
+def _exited(job: Job, status_text: str, last_mem):
+    st = job.store()
+    ts = T0 + job.seconds + 0.5
+    st.add([GpuSample(ts=ts - 0.4, index=0, mem_used=int(last_mem), mem_total=80 * GiB),
+            ProcSample(ts=ts, pid=TARGET, name="python", status="exited", role="target"),
+            Event(ts, "stacks", f"target PID {TARGET} exited at 12:00:00 {status_text}", "warning")])
+    from gputop.advisor.context import build_context
+    from gputop.advisor.engine import Advisor
+    return {f.id: f for f in Advisor().run_rules(build_context(st))}
+
+
+def test_oom_exit_after_the_fact():
+    found = _exited(leaking_job(), "(exit code unknown: not our child)", 79.2 * GiB)
+    f = found["oom-exit"]
+    assert f.title == "Job ended: likely CUDA out of memory" and f.severity is Severity.CRITICAL
+    assert "99 %" in f.evidence[0]
+    assert "oom-exit" not in _exited(leaking_job(), "with code 0", 79.2 * GiB)
+    assert "oom-exit" not in _exited(leaking_job(), "(exit code unknown: not our child)", 20 * GiB)
