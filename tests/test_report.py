@@ -588,3 +588,16 @@ def test_wrapped_finding_lines_hang_under_their_first_line(tmp_path):
         assert len(cont) >= 3, (lead, lines[k:k + 4])  # it wrapped, every continuation at the text's column
         assert all(len(x) <= 60 for x in [lines[k], *cont])
         assert " ".join(x.strip() for x in [lines[k], *cont]).endswith("word39")  # nothing left at another indent
+
+
+def test_html_idle_bands_are_coloured_by_their_cause(summary):
+    """The report's utilisation chart shows the idle time by cause, as the terminal's chart does:
+    the two checkpoint saves as checkpoint-coloured bands, named in the legend."""
+    from gputop.analysis import Bucket
+    from gputop.report.html import CAUSE_COLOURS
+
+    html = render_html(summary)
+    bands = re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})" fill-opacity="0.35"><title>([^<]*)</title>', html)
+    assert len(bands) == 2 and all(c == CAUSE_COLOURS[Bucket.CHECKPOINT] for c, _ in bands), bands
+    assert all(t.startswith("checkpoint save") for _, t in bands)
+    assert f'color:{CAUSE_COLOURS[Bucket.CHECKPOINT]}">&#9632;</span> checkpoint save' in html

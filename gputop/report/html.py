@@ -12,6 +12,20 @@ from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
 from ..record import backfill_note
 from . import svg
+
+# Idle bands by cause, the same causes the terminal's chart colours (present.idle_causes), in
+# shades readable on a white page.
+CAUSE_COLOURS: dict[Bucket, str] = {
+    Bucket.DATA: "#f9a825",
+    Bucket.CPU: "#ad1457",
+    Bucket.SYNC: "#e53935",
+    Bucket.H2D: "#1e88e5",
+    Bucket.IO: "#ef6c00",
+    Bucket.COLLECTIVE: "#8e24aa",
+    Bucket.CHECKPOINT: "#546e7a",
+    Bucket.UNKNOWN: "#9e9e9e",
+}
+_BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
 from .ranks import rank_html
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
@@ -110,13 +124,17 @@ def render_html(s: Summary) -> str:
         t0, t1 = s.start, s.end
         util = [(t, b.util) for t, b in g.chart]
         umin = [(t, b.util_min) for t, b in g.chart]
-        idle = [(p.start, p.end, f"{p.cause} {fmt_length(p.duration)}" + (f" — {p.detail}" if p.detail else ""))
+        idle = [(p.start, p.end, f"{p.cause} {fmt_length(p.duration)}" + (f" — {p.detail}" if p.detail else ""),
+                 CAUSE_COLOURS.get(_BUCKET_OF.get(p.cause, Bucket.UNKNOWN), svg.COLORS["idle"]))
                 for p in g.idle_periods]
         gmarks = [m for m, fs in zip(marks, s.findings) if fs.finding.gpu_index in (None, g.index)]
         gap = s.chart_max_gap
         out.append(svg.util_chart(t0, t1, util, umin, idle, gmarks, title=f"GPU {g.index} utilisation", max_gap=gap))
+        causes = sorted({_BUCKET_OF.get(p.cause, Bucket.UNKNOWN) for p in g.idle_periods}, key=list(Bucket).index)
+        legend = ", ".join(f'<span style="color:{CAUSE_COLOURS[b]}">&#9632;</span> {e(BUCKET_LABELS[b])}' for b in causes)
         out.append("<div class=\"small\">green: mean utilisation per interval; thin red line: its lowest "
-                   "200 ms sample; red bands: the longest idle periods (hover for the cause); triangles: findings.</div>")
+                   "200 ms sample; bands: the longest idle periods, coloured by their cause"
+                   + (f" ({legend})" if legend else "") + " (hover for the detail); triangles: findings.</div>")
         if bd.total_s > 0:
             out.append("<h3>Where the time went</h3>")
             out += _breakdown_table(bd, e)

@@ -107,21 +107,23 @@ def util_chart(
     t1: float,
     util: Sequence[tuple[float, float | None]],
     util_min: Sequence[tuple[float, float | None]] = (),
-    idle: Sequence[tuple[float, float, str]] = (),
+    idle: Sequence[tuple[float, float, str] | tuple[float, float, str, str]] = (),
     marks: Sequence[tuple[float, str, str]] = (),
     h: int = 170,
     title: str = "GPU utilisation",
     max_gap: float | None = None,
 ) -> str:
-    """Mean utilisation (filled), its minimum (thin), idle periods as red bands with their
-    cause on hover, findings as triangles on top with their title on hover."""
+    """Mean utilisation (filled), its minimum (thin), idle periods as bands coloured by their
+    cause (red where none is known; an optional fourth item is the band's colour) with the cause
+    on hover, findings as triangles on top with their title on hover."""
     parts = [svg_open(h, title)]
     parts += _y_axis(0, 100, h, "%")
     parts += _time_axis(t0, t1, h)
-    for a, b, cause in idle:
+    for a, b, cause, *colour in idle:
         x0, x1 = _x(a, t0, t1), _x(b, t0, t1)
+        fill, opacity = (colour[0], 0.35) if colour else (COLORS["idle"], 0.18)
         parts.append(f'<rect x="{x0:.1f}" y="{PAD_T}" width="{max(1.0, x1 - x0):.1f}" height="{h - PAD_T - PAD_B}" '
-                     f'fill="{COLORS["idle"]}" fill-opacity="0.18"><title>{esc(cause)}</title></rect>')
+                     f'fill="{fill}" fill-opacity="{opacity}"><title>{esc(cause)}</title></rect>')
     line = _path(util, t0, t1, 0, 100, h, max_gap)
     if line:
         base = h - PAD_B
