@@ -13,6 +13,7 @@ from ..errors import UserError
 from .attach import Attacher
 from .collector import GputopCollector
 from .config import DEFAULT_LISTEN, DEFAULT_PORT
+from .job_collector import JobCollector
 
 # No job attached: the advisor's system checks need no second-by-second answer (as in the UI).
 UNATTACHED_ADVISOR_EVERY_S = 10.0
@@ -154,6 +155,13 @@ def serve(
     registry = CollectorRegistry()
     registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
                                       attached=attached, mode=session.mode))
+    if attacher is not None:
+        # The ranks of distributed jobs among the attached: what the job view (gputop job) reads.
+        from ..sources.job_identity import host_name, read_identity
+
+        host = host_name()
+        registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, host),
+                                       window=session.window, stuck_after=stuck_after))
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
     ProcessCollector(registry=registry)
     try:

@@ -1,0 +1,100 @@
+"""Across every rank of a job: the rank the others wait for (the straggler), the rank that never
+arrives (stuck outside a collective while the others wait), and ranks no exporter reports. Pure:
+a ``model.Job`` in, the verdicts out.
+
+The thresholds are the advisor's own rank-straggler rule's (``advisor``: the others wait at least
+OTHERS_WAIT_MIN, the straggler STRAGGLER_GAP less than the least-waiting of them, at
+STRAGGLER_LEVEL confidence over the ranks), so one host's Ranks tab and the job view agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist, mean
+from typing import Sequence
+
+from ..advisor import MIN_MAIN_SAMPLES, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
+from ..analysis import wilson_interval
+from .model import Job, RankState
+
+
+@dataclass(frozen=True)
+class Straggler:
+    slow: RankState
+    waiting: int  # ranks that wait for it
+    others_wait: float  # their mean share of the window spent waiting: what it costs them
+    collective: str  # the collective they wait in, most often ('' unknown)
+
+
+@dataclass(frozen=True)
+class NeverArrives:
+    rank: RankState
+    waiting: int  # ranks stuck in (or waiting at) a collective meanwhile
+
+
+@dataclass(frozen=True)
+class Judgement:
+    straggler: Straggler | None
+    never_arrives: tuple[NeverArrives, ...]
+    stuck: tuple[RankState, ...]  # every stuck rank
+    missing: tuple[int, ...]  # rank numbers below the world size nobody reports
+
+
+def _z(level: float, ranks: int) -> float:
+    # One-sided, Bonferroni over the ranks the straggler could have been (picked after looking).
+    return NormalDist().inv_cdf(1 - (1 - level) / max(1, ranks))
+
+
+def _gap_low(waiting: RankState, slow: RankState, z: float) -> float:
+    """Lower confidence limit of waiting.wait - slow.wait (Newcombe's hybrid score interval from
+    each share's Wilson interval, as analysis.ranks does for one host's ranks)."""
+    pw, ps = waiting.wait, slow.wait
+    lw, _ = wilson_interval(pw * waiting.samples, waiting.samples, z)
+    _, us = wilson_interval(ps * slow.samples, slow.samples, z)
+    return (pw - ps) - ((pw - lw) ** 2 + (us - ps) ** 2) ** 0.5
+
+
+def straggler(ranks: Sequence[RankState]) -> Straggler | None:
+    seen = [r for r in ranks if r.samples >= MIN_MAIN_SAMPLES and not r.stuck]
+    if len(seen) < 2:
+        return None
+    slow = min(seen, key=lambda r: r.wait)
+    others = [r for r in seen if r is not slow]
+    if min(r.wait for r in others) < OTHERS_WAIT_MIN:
+        return None
+    z = _z(STRAGGLER_LEVEL, len(seen))
+    # The least-waiting other rank bounds the gap; checking it alone is enough since the lower
+    # limit falls with the share. For 1,024 ranks this keeps a refresh linear.
+    nearest = min(others, key=lambda r: r.wait)
+    if nearest.wait - slow.wait < STRAGGLER_GAP or _gap_low(nearest, slow, z) < STRAGGLER_GAP:
+        return None
+    colls: dict[str, int] = {}
+    for r in others:
+        if r.collective:
+            colls[r.collective] = colls.get(r.collective, 0) + 1
+    coll = max(colls, key=lambda c: colls[c]) if colls else ""
+    return Straggler(slow, len(others), mean(r.wait for r in others), coll)
+
+
+def never_arrives(ranks: Sequence[RankState]) -> tuple[NeverArrives, ...]:
+    """Stuck ranks that do not wait for peers while the others do (stuck in a collective, or
+    waiting most of the window): the ones the job waits for. When every stuck rank waits in a
+    collective, none is named here: the rank it waits for is then missing or unsampled."""
+    stuck = [r for r in ranks if r.stuck]
+    if not stuck:
+        return ()
+    waiting = [r for r in ranks if (r.stuck and _in_collective(r)) or (not r.stuck and r.wait >= OTHERS_WAIT_MIN)]
+    culprits = [r for r in stuck if not _in_collective(r)]
+    if not waiting or not culprits:
+        return ()
+    return tuple(NeverArrives(r, len(waiting)) for r in culprits)
+
+
+def _in_collective(r: RankState) -> bool:
+    where = r.stuck_where.lower()
+    return r.wait >= OTHERS_WAIT_MIN or "distributed" in where or (bool(r.collective) and r.collective in where)
+
+
+def judge(job: Job) -> Judgement:
+    return Judgement(straggler(job.ranks), never_arrives(job.ranks), tuple(r for r in job.ranks if r.stuck),
+                     tuple(job.missing()))

@@ -1,0 +1,152 @@
+"""Text of the job view (``gputop job``): one distributed job across its hosts, as Prometheus
+holds it. Pure: the job model and its judgement in (``fleet``), (text, style) lines out, with the
+ranks pane's style names ("grp.<phase>", "title", "dim", "bad", "warn", "num", "head").
+
+The verdict lines (straggler, never-arrives, missing ranks) come first and stay on screen; the
+ranks follow, grouped by host, one line each, so 64 ranks on 8 hosts are 72 lines to scroll.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..fleet import PHASES, Job, JobSummary, Judgement, RankState
+from ..units import fmt_duration, fmt_share, truncate
+
+Seg = tuple[str, str]
+Line = tuple[Seg, ...]
+
+# A phase at or above this share is coloured (the ranks pane's threshold).
+HIGH_SHARE = 0.30
+COL_W = 5
+HEAD = {"compute": "COMP", "data": "DATA", "comm": "COMM", "ckpt": "CKPT", "other": "OTHR"}
+FIXED_W = 5 + 1 + 5 + COL_W * (len(PHASES) + 1) + 2  # RANK, STATE, the phases, WAIT, the gap
+
+
+def _ranges(ks: Sequence[int]) -> str:
+    """0,1,2,5 -> '0-2, 5'."""
+    out, start, prev = [], None, None
+    for k in sorted(ks):
+        if start is None:
+            start = prev = k
+        elif k == prev + 1:
+            prev = k
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = k
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ", ".join(out)
+
+
+def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
+    lines: list[Line] = []
+    s = j.straggler
+    if s is not None:
+        r = s.slow
+        phase, share = r.main_phase()
+        what = f"{phase} {fmt_share(share)}" if phase else "no phase seen"
+        where = f", {r.hot}" if r.hot else ""
+        wait_in = f" in {s.collective}" if s.collective else ""
+        head = ("Straggler: ", f"rank {r.rank}", f" on {r.host}")
+        lines.append(((head[0], "bad"), (head[1], "num"), (head[2], "title"),
+                      (truncate(f" · {what}{where}", max(0, width - sum(map(len, head)))), "")))
+        if r.code:
+            lines.append((("  ", ""), (truncate(r.code, width - 2), "dim")))
+        lines.append((("  costs the others: ", "dim"),
+                      (f"{s.waiting} rank{'s' if s.waiting != 1 else ''} wait {fmt_share(s.others_wait)} "
+                       f"of their time{wait_in}", "warn")))
+    for n in j.never_arrives:
+        r = n.rank
+        head = ("Never arrives: ", f"rank {r.rank}", f" on {r.host}")
+        lines.append(((head[0], "bad"), (head[1], "num"), (head[2], "title"),
+                      (truncate(f" · still {fmt_duration(r.stuck_s)} at {r.stuck_where or r.hot or '?'}",
+                                max(0, width - sum(map(len, head)))), "")))
+        lines.append((("  ", ""), (f"{n.waiting} rank{'s' if n.waiting != 1 else ''} wait for it", "warn")))
+    others = [r for r in j.stuck if all(r is not n.rank for n in j.never_arrives)]
+    if others and not j.never_arrives:
+        lines.append((("Stuck: ", "bad"), (truncate(f"ranks {_ranges([r.rank for r in others])} make no progress"
+                                                    + (", each waiting in a collective: the rank they wait for is "
+                                                       "not among those reported" if j.missing else ""), width - 7), "")))
+    if j.missing:
+        lines.append((("Not reported: ", "warn"),
+                      (truncate(f"rank{'s' if len(j.missing) != 1 else ''} {_ranges(j.missing)} of {job.world_size} "
+                                "(no exporter with --attach all sees them)", width - 14), "")))
+    if not lines:
+        lines.append((("No rank holds the others up", "title"),
+                      (" · no straggler, none stuck", "dim")))
+    return lines
+
+
+def header_lines(job: Job, refreshed: str, interval: float) -> list[Line]:
+    n, hosts = len(job.ranks), len(job.hosts)
+    of = f" of {job.world_size}" if job.world_size else ""
+    return [((f"job {job.job}", "title"),
+             (f" · {n}{of} ranks on {hosts} host{'s' if hosts != 1 else ''}", ""),
+             (f" · {refreshed}, every {interval:g} s", "dim"))]
+
+
+def _col_head() -> Line:
+    cols = "".join(f"{HEAD[p]:>{COL_W}}" for p in PHASES)
+    return ((f"{'RANK':>5} {'STATE':<5}{cols}{'WAIT':>{COL_W}}  HOT LINE · TOP FINDING", "head"),)
+
+
+def rank_line(r: RankState, j: Judgement, width: int) -> Line:
+    slow = j.straggler is not None and j.straggler.slow is r
+    never = any(n.rank is r for n in j.never_arrives)
+    # A rank stuck in a collective while another never arrives is its victim: it waits.
+    state, style = ("SLOW", "bad") if slow else ("NEVER", "bad") if never \
+        else ("wait", "grp.comm") if r.stuck and j.never_arrives \
+        else ("STUCK", "warn") if r.stuck else ("wait", "grp.comm") if r.wait >= HIGH_SHARE else ("ok", "dim")
+    segs: list[Seg] = [(f"{r.rank:>5} ", "num"), (f"{state:<5}", style)]
+    for p in PHASES:
+        share = r.phases.get(p)
+        text = "-" if share is None else fmt_share(share)
+        segs.append((f"{text:>{COL_W}}", f"grp.{p}" if share and share >= HIGH_SHARE else "dim" if not share else ""))
+    segs.append((f"{fmt_share(r.wait):>{COL_W}}", "grp.comm" if r.wait >= HIGH_SHARE else "dim"))
+    rest = max(0, width - FIXED_W)
+    top = r.top_finding
+    tail = f" · {top[0]}" if top else ""
+    place = r.stuck_where if r.stuck and r.stuck_where else r.hot
+    hot = truncate(place, max(0, rest - len(tail))) if place else ""
+    segs.append(("  " + hot, "project" if hot else ""))
+    if tail and rest > len(tail):
+        segs.append((tail, "bad" if top[1] == "critical" else "warn"))
+    return tuple(segs)
+
+
+def host_line(host: str, ranks: Sequence[RankState]) -> Line:
+    stuck = sum(1 for r in ranks if r.stuck)
+    return ((f"{host}", "title"), (f" · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", "dim"),
+            (f" · {stuck} stuck" if stuck else "", "bad"))
+
+
+def rank_lines(job: Job, j: Judgement, width: int) -> list[Line]:
+    """The ranks, grouped by host: a host line, then one line per rank."""
+    lines: list[Line] = [_col_head()]
+    for host, ranks in job.by_host():
+        lines.append(host_line(host, ranks))
+        lines += [rank_line(r, j, width) for r in ranks]
+    return lines
+
+
+def job_lines(job: Job, j: Judgement, width: int, refreshed: str, interval: float) -> list[Line]:
+    """The whole view as one list (``gputop job --once`` prints it)."""
+    return [*header_lines(job, refreshed, interval), *verdict_lines(job, j, width), (), *rank_lines(job, j, width)]
+
+
+def jobs_lines(jobs: Sequence[JobSummary], url: str) -> list[Line]:
+    """The jobs Prometheus holds rank series of, when no job is named."""
+    if not jobs:
+        return [((f"No job at {url}: no gputop_rank_info series (exporters need --attach all).", "warn"),)]
+    out: list[Line] = [((f"{len(jobs)} job{'s' if len(jobs) != 1 else ''} at {url}:", "title"),),
+                       ((f"{'RANKS':>6} {'HOSTS':>5} {'WORLD':>5} {'STUCK':>5}  JOB", "head"),)]
+    for s in jobs:
+        out.append(((f"{s.ranks:>6} {s.hosts:>5} {s.world_size if s.world_size else '-':>5} ", ""),
+                    (f"{s.stuck:>5}", "bad" if s.stuck else "dim"), (f"  {s.job}", "title")))
+    out.append((("gputop job --prometheus URL JOB shows one.", "dim"),))
+    return out
+
+
+def plain(lines: Sequence[Line]) -> str:
+    return "\n".join("".join(t for t, _ in ln) for ln in lines)

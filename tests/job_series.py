@@ -1,0 +1,57 @@
+"""Synthetic Prometheus answers for the job view: the API's instant-vector JSON for a job of N
+ranks, every series the exporter publishes per rank (export.job_collector), as a scrape of many
+hosts would leave them. One rank can be the straggler, one stuck, some left unreported."""
+
+from __future__ import annotations
+
+TS = 1_732_550_400.123
+
+
+def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: int | None = None,
+                stuck: int | None = None, missing: tuple[int, ...] = ()) -> dict:
+    result = []
+
+    def add(name: str, rank: int, value: float, **labels: str) -> None:
+        host = f"node-{rank // per_host:03d}"
+        metric = {"__name__": name, "instance": f"{host}:10405", "job": "gputop", "job_id": job, "host": host,
+                  "rank": str(rank), **labels}
+        result.append({"metric": metric, "value": [TS, repr(float(value))]})
+
+    for r in range(ranks):
+        if r in missing:
+            continue
+        slow, hung = r == straggler, r == stuck
+        if slow:
+            phases = {"compute": 0.35, "data": 0.61, "comm": 0.02, "ckpt": 0.0, "other": 0.02}
+        elif hung:
+            phases = {"compute": 0.0, "data": 0.0, "comm": 0.0, "ckpt": 0.0, "other": 1.0}
+        else:
+            phases = {"compute": 0.42, "data": 0.04, "comm": 0.5, "ckpt": 0.0, "other": 0.04}
+        wait = phases["comm"]
+        if stuck is not None and not hung:
+            phases, wait = {"compute": 0.0, "data": 0.0, "comm": 1.0, "ckpt": 0.0, "other": 0.0}, 1.0
+        add("gputop_rank_info", r, 1, job_source="torchelastic", local_rank=str(r % per_host),
+            world_size=str(ranks), pid=str(40000 + r), gpu=str(r % per_host))
+        for p, v in phases.items():
+            add("gputop_rank_phase_ratio", r, v, phase=p)
+        add("gputop_rank_wait_ratio", r, wait)
+        add("gputop_rank_stack_samples", r, 300)
+        if slow:
+            add("gputop_rank_hot_line", r, 0.58, place="decode (u/data.py:88)", code="img = decode(buf, quality=95)",
+                collective="")
+        elif hung:
+            add("gputop_rank_hot_line", r, 1.0, place="wait_forever (u/train.py:66)", code="lock.acquire()",
+                collective="")
+        else:
+            add("gputop_rank_hot_line", r, 0.3, place="step (u/train.py:57)", code="loss.backward()",
+                collective="all_reduce")
+        stuck_now = hung or stuck is not None
+        where = ("wait_forever (u/train.py:66)" if hung
+                 else "all_reduce (torch/distributed/distributed_c10d.py:2000)" if stuck_now else "")
+        add("gputop_rank_stuck", r, 1 if stuck_now else 0, where=where)
+        add("gputop_rank_stuck_seconds", r, 95.0 if stuck_now else 0.0)
+        if slow:
+            add("gputop_rank_finding", r, 36.6, id="data-starved", severity="critical")
+        elif r % 5 == 0:
+            add("gputop_rank_finding", r, 4.0, id="rank-straggler", severity="warning")
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
