@@ -1,6 +1,6 @@
 """What the Stacks and Ranks panes' views cost, and where it runs.
 
-The views (``analysis.stacks_summary.stacks_view``, ``analysis.ranks.job_view``) walk every stack
+The views (``analysis.window.stacks_view``, ``analysis.window.job_view``) walk every stack
 sample in their windows: a minute for the bar, the hottest frames and the ranks, the stuck
 threshold plus a minute for the stuck verdict. They used to be computed by the panes at each UI
 refresh, on Textual's event loop; ``analysis.views`` computes them on the pipeline's thread once a
