@@ -1,6 +1,6 @@
 """What the Stacks and Ranks panes' views cost, and where it runs.
 
-The views (``analysis.stacks_summary.stacks_view``, ``analysis.ranks.job_view``) walk every stack
+The views (``analysis.window.stacks_view``, ``analysis.window.job_view``) walk every stack
 sample in their windows: a minute for the bar, the hottest frames and the ranks, the stuck
 threshold plus a minute for the stuck verdict. They used to be computed by the panes at each UI
 refresh, on Textual's event loop; ``analysis.views`` computes them on the pipeline's thread once a
@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gputop.analysis.classify import classify, is_library  # noqa: E402
-from gputop.analysis.ranks import job_view, ranks_message  # noqa: E402
-from gputop.analysis.stacks_summary import stacks_view  # noqa: E402
+from gputop.analysis.ranks import ranks_message  # noqa: E402
+from gputop.analysis.window import job_view  # noqa: E402
+from gputop.analysis.window import stacks_view  # noqa: E402
 from gputop.analysis.views import ViewsStage, pane_views  # noqa: E402
 from gputop.model import Event, GpuProcess, ProcSample, TaskSample, ThreadState  # noqa: E402
 from gputop.present.ranks import pane_lines as rank_lines  # noqa: E402

@@ -33,7 +33,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gputop.advisor.engine import add_advisor  # noqa: E402
+from gputop.advisor import add_job_stage  # noqa: E402
 from gputop.commands.options import DEFAULT_INTERVAL  # noqa: E402
 from gputop.session import UI_IDLE_ADVISOR_EVERY_S, Session  # noqa: E402
 from gputop.pipeline import Pipeline  # noqa: E402
@@ -115,7 +115,8 @@ async def soak(hours: float, gpus: int, interval: float, checkpoints: int) -> tu
     pipeline = Pipeline(store, [fake, host], clock=clock)
     session = Session(store=store, pipeline=pipeline, gpu=fake, host=host, mode="fake",
                       interval=interval, advisor_idle_every=UI_IDLE_ADVISOR_EVERY_S)  # as the live UI runs it
-    session.advisor = add_advisor(session)
+    session.stage = add_job_stage(session)
+    session.advisor = session.stage.advisor
     app = GputopApp(session, interval=REDRAW_EVERY_S, refresh=1e6)  # redrawn by hand below, on the sim clock
     polls = max(1, int(hours * 3600 / interval))
     every = max(1, polls // checkpoints)

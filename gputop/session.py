@@ -13,15 +13,23 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .advisor import DEFAULT_WINDOW_S
-from .analysis import DEFAULT_STUCK_AFTER_S, StuckWatch
+from .analysis import DEFAULT_STUCK_AFTER_S
 from .errors import UserError
 from .model import Event, GpuSample, HostSample, SystemInfo
 from .pipeline import Pipeline, Source
 from .store import Store
+
+if TYPE_CHECKING:
+    from .advisor import AdvisorSource, JobStage
+    from .record import Recorder, ReplaySource
+    from .sources.host import HostSource
+    from .sources.ranks import Job
+    from .sources.stacks import PySpySource
 
 # NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
 # no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
@@ -56,13 +64,25 @@ class Config:
     views: bool = False
 
 
+class Mode(str, Enum):
+    """Where a session's samples come from. A str, so the UI and the recording compare and write
+    it as the word ("replay")."""
+
+    LIVE = "live"
+    FAKE = "fake"  # scripted GPUs (sources.fake)
+    REPLAY = "replay"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Session:
     """A running (or about to run) pipeline and the named parts the UI and commands use."""
 
     store: Store
     pipeline: Pipeline
-    mode: str = "live"  # live | fake | replay
+    mode: Mode = Mode.LIVE
     interval: float = DEFAULT_INTERVAL_S  # seconds between samples (a replay: the recorded one)
     window: float = DEFAULT_WINDOW_S
     stuck_after: float = DEFAULT_STUCK_AFTER_S
@@ -70,23 +90,25 @@ class Session:
     attach_error: str | None = None  # why the target's stacks cannot be sampled
     advisor_idle_every: float = 0.0
     gpu: Source | None = None  # NVML or the fake
-    host: Source | None = None
-    stacks: Source | None = None
+    host: HostSource | None = None
+    stacks: PySpySource | None = None
     procfs: Source | None = None  # the target's threads as /proc shows them (state, CPU, wchan)
-    replay: Source | None = None
-    advisor: Source | None = None
-    stuck_watch: StuckWatch | None = None  # its events come from the advisor stage when there is one
-    views: Source | None = None  # the Stacks and Ranks panes' views (analysis.views), UI sessions only
+    replay: ReplaySource | None = None
+    # The one derived stage (advisor.stage): each tick one evidence window, and from it the
+    # advisor's verdict (``advisor``: its part, None when off), the stuck watch's events and, in
+    # the UI's sessions, the panes' views.
+    stage: JobStage | None = None
+    advisor: AdvisorSource | None = None
     # One sampler per other local rank of a multi-rank job (``stacks`` samples the target rank).
-    rank_stacks: tuple[Source, ...] = ()
-    job: object | None = None  # the multi-rank job attached to (sources.ranks.Job), None: one process
+    rank_stacks: tuple[PySpySource, ...] = ()
+    job: Job | None = None  # the multi-rank job attached to, None: one process
     rank_watch: Source | None = None  # finds the job's ranks again: a rank that exits or restarts
     nccl_ras: Source | None = None  # NCCL's RAS report of a multi-rank job (its ranks' collective counts)
-    recorder: object | None = None  # the Recorder while one is attached
+    recorder: Recorder | None = None  # while one is attached
     sample_rate: float = DEFAULT_SAMPLE_RATE_HZ
     clock: Callable[[], float] = time.time
     _attach_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _closing: set = field(default_factory=set, repr=False)  # recorders being stopped
+    _closing: set[Recorder] = field(default_factory=set, repr=False)  # recorders being stopped
 
     # ----------------------------------------------------------------- running
 
@@ -130,7 +152,7 @@ class Session:
         (with the reason and the fix) when it cannot be done; the session is then unchanged."""
         from .sources.stacks import check_attachable
 
-        if self.mode == "replay":
+        if self.mode is Mode.REPLAY:
             raise UserError("a replay cannot attach to a process")
         with self._attach_lock:
             # A launcher's or a rank's PID: the job's ranks are found now, as at start-up.
@@ -167,7 +189,7 @@ class Session:
         burst = ATTACH_BURST_RATE if self.sample_rate >= DEFAULT_RATE else self.sample_rate
         share = dict(rate=self.sample_rate / n, cpu_budget=DEFAULT_CPU_BUDGET / n, pause_budget=DEFAULT_PAUSE_BUDGET / n,
                      burst_rate=burst / n)
-        if self.stacks is None or getattr(self.stacks, "pid", None) != target:
+        if self.stacks is None or self.stacks.pid != target:
             if self.stacks is not None:
                 self.pipeline.remove_source(self.stacks)
             self.stacks = stack_sampler(target, clock=self.clock, **share)
@@ -175,12 +197,12 @@ class Session:
         if job is not None:
             keep = {r.pid for r in job.ranks if r.pid != target}  # the target has its own sampler
             for src in self.rank_stacks:
-                if getattr(src, "pid", None) not in keep:
+                if src.pid not in keep:
                     self.pipeline.remove_source(src)
-            have = {getattr(src, "pid", None) for src in self.rank_stacks if getattr(src, "pid", None) in keep}
+            have = {src.pid for src in self.rank_stacks if src.pid in keep}
             added = tuple(stack_sampler(r.pid, clock=self.clock, **share) for r in job.ranks
                           if r.pid != target and r.pid not in have)
-            self.rank_stacks = tuple(src for src in self.rank_stacks if getattr(src, "pid", None) in keep) + added
+            self.rank_stacks = tuple(src for src in self.rank_stacks if src.pid in keep) + added
             for src in added:
                 self.pipeline.add_source(src)
         self.job = job
@@ -197,7 +219,7 @@ class Session:
             self.procfs = procfs_reader(target, clock=self.clock)
             self.pipeline.add_source(self.procfs)
         self.target_pid = target
-        if hasattr(self.host, "target_pid"):
+        if self.host is not None:
             self.host.target_pid = target  # OS details (environment, IO) follow the new target
 
     def refresh_ranks(self) -> list[object]:
@@ -246,7 +268,7 @@ class Session:
         return native_dump(pid)
 
     def start_recording(self, path: str | Path, *, force: bool = False, append: bool = False,
-                        max_bytes: int | None = None) -> object:
+                        max_bytes: int | None = None) -> Recorder:
         """Record everything the pipeline carries from now on. Raises UserError (file exists,
         not a recording, cannot write)."""
         from .record import Recorder
@@ -270,7 +292,7 @@ class Session:
                 self.pipeline.publish(first)
         return self.recorder
 
-    def stop_recording(self, until: float | None = None) -> object | None:
+    def stop_recording(self, until: float | None = None) -> Recorder | None:
         """Close the recording: first, while collection runs, wait for the sources' next poll
         (at most a poll interval), which holds what happened up to the stop (or up to ``until``,
         an earlier instant on the session's clock: a poll already taken then is enough); then
@@ -280,7 +302,7 @@ class Session:
             return None
         self._closing.add(rec)
         try:
-            if self.pipeline.running and hasattr(rec, "settle"):
+            if self.pipeline.running:
                 kinds = [k for k, src in ((GpuSample, self.gpu), (HostSample, self.host)) if src is not None]
                 rec.settle(self.clock() if until is None else min(until, self.clock()), kinds, timeout=min(self.interval, RECORD_SETTLE_MAX_S) + 0.5,
                            alive=lambda: self.pipeline.running)
@@ -320,7 +342,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     if notes:
         store.add(notes)
     session = Session(
-        store=store, pipeline=Pipeline(store, [], clock=clock), mode="fake" if config.fake is not None else "live",
+        store=store, pipeline=Pipeline(store, [], clock=clock), mode=Mode.FAKE if config.fake is not None else Mode.LIVE,
         interval=config.interval, window=config.window, stuck_after=config.stuck_after, target_pid=pid,
         attach_error=attach_note.message if attach_note is not None else None,
         advisor_idle_every=config.advisor_idle_every, gpu=gpu, clock=clock, sample_rate=config.sample_rate,
@@ -350,19 +372,12 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         session.pipeline.add_source(session.procfs)
     if attach_note is not None:
         store.add([attach_note])
-    # The stuck watch is a derived stage: it reads the store and returns events through the
-    # pipeline like a source, so the UI, the recorder and the exporter all see them.
-    session.stuck_watch = StuckWatch(store, lambda: session.target_pid, config.stuck_after)
     for src in (gpu, session.host):
         if src is not None:
             session.pipeline.add_source(src)
-    if config.advisor:
-        # One stuck verdict a tick: the advisor's stage makes the watch's events from its own.
-        _add_advisor(session, stuck_watch=session.stuck_watch)
-    else:
-        session.pipeline.add_source(session.stuck_watch)
-    if config.views:
-        _add_views(session)
+    # The stuck watch's events go through the pipeline like a source's samples, so the UI, the
+    # recorder and the exporter all see them.
+    _add_stage(session, advise=config.advisor, stuck=True, views=config.views)
     return session
 
 
@@ -388,15 +403,14 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
         pipeline = Pipeline(store, [source], clock=lambda: source.position)
         source.attach(pipeline.publish)
         last = reader.sessions[-1] if reader.sessions else {}
-        session = Session(store=store, pipeline=pipeline, mode="replay", interval=last.get("interval") or DEFAULT_INTERVAL_S,
+        session = Session(store=store, pipeline=pipeline, mode=Mode.REPLAY, interval=last.get("interval") or DEFAULT_INTERVAL_S,
                           target_pid=last.get("target_pid"), replay=source, clock=lambda: source.position)
     except BaseException:
         reader.close()
         raise
-    if advisor:
-        _add_advisor(session)
-    if views:
-        _add_views(session)
+    if advisor or views:
+        # No stuck watch: the recording holds the events it made.
+        _add_stage(session, advise=advisor, stuck=False, views=views)
     return session
 
 
@@ -454,20 +468,15 @@ def _ranks_event(job, ts: float) -> Event:
     return Event(ts, "ranks", ranks_message({r.pid: r.rank for r in job.ranks}, job.launcher), "info")
 
 
-def _add_advisor(session: Session, stuck_watch: StuckWatch | None = None) -> None:
-    from .advisor import add_advisor
+def _add_stage(session: Session, *, advise: bool, stuck: bool, views: bool) -> None:
+    """The one derived stage (advisor.stage.JobStage): the advisor, the stuck watch and, for the UI
+    (``views``), the Stacks and Ranks panes' views, all from one evidence window a tick, computed
+    on the pipeline's thread and published through the store, live and in a replay alike, never on
+    the UI's event loop. It follows the session's target and uses its window and stuck threshold."""
+    from .advisor import add_job_stage
 
-    session.advisor = add_advisor(session, stuck_watch=stuck_watch)
-
-
-def _add_views(session: Session) -> None:
-    """The panes' views as a derived stage: what the Stacks and Ranks panes show is computed on the
-    pipeline's thread and published through the store, live and in a replay alike, never on the
-    UI's event loop. It follows the session's target and uses its stuck threshold."""
-    from .analysis import ViewsStage
-
-    session.views = ViewsStage(session.store, lambda: session.target_pid, session.stuck_after)
-    session.pipeline.add_source(session.views)
+    session.stage = add_job_stage(session, advise=advise, stuck=stuck, views=views)
+    session.advisor = session.stage.advisor
 
 
 def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None, list[object]]:
@@ -507,7 +516,7 @@ def nccl_ras_source(pid: int, **options) -> Source | None:
     return NcclRasSource.for_environment(environ_of(pid), interval=RAS_EVERY_S, **options)
 
 
-def stack_sampler(pid: int, **options) -> Source:
+def stack_sampler(pid: int, **options) -> PySpySource:
     """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
     decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""
     from .analysis import classify_stack, is_library

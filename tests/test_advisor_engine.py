@@ -2,7 +2,8 @@
 
 import pytest
 
-from gputop.advisor.engine import APPEAR_AFTER_S, CLEAR_AFTER_S, Advisor, AdvisorSource, add_advisor, changed
+from gputop.advisor.engine import APPEAR_AFTER_S, CLEAR_AFTER_S, Advisor, AdvisorSource, changed
+from gputop.advisor.stage import add_job_stage
 from gputop.advisor.rules import Hit, Rule
 from gputop.analysis.breakdown import Breakdown
 from gputop.model import Category as C
@@ -183,7 +184,7 @@ def test_a_cleared_finding_becomes_an_event():
     assert store.findings() == []
 
 
-def test_add_advisor_puts_it_on_a_session_pipeline():
+def test_add_job_stage_puts_the_advisor_on_a_session_pipeline():
     class Session:
         store = Store()
         pipeline = Pipeline(store, [])
@@ -193,11 +194,12 @@ def test_add_advisor_puts_it_on_a_session_pipeline():
         interval = 2.0
         advisor_idle_every = 0.0
 
-    src = add_advisor(Session)
-    assert src in Session.pipeline.sources
+    stage = add_job_stage(Session)
+    assert stage in Session.pipeline.sources
+    src = stage.advisor
     assert src.advisor.window_s == 30.0 and src.advisor.stuck_after_s == 7.0 and src.advisor.target_pid == 1234
     # once a second whatever the sampling interval: stacks bring new evidence every second
-    assert src.interval == 1.0
+    assert stage.interval == 1.0
 
 
 @pytest.mark.parametrize("dt", [0.5, 1.0, 2.0, 60.0])

@@ -152,7 +152,7 @@ async def test_just_after_attaching_to_another_job_the_tab_does_not_show_the_pre
 
 @pytest.mark.timeout(60)
 async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
-    from gputop.advisor.engine import add_advisor
+    from gputop.advisor.stage import add_job_stage
     from gputop.session import Session
     from gputop.pipeline import Pipeline
     from gputop.sources.fake import FakeGpuSource
@@ -161,7 +161,7 @@ async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
     store = Store()
     src = FakeGpuSource(gpus=2, clock=clock)
     session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), gpu=src, mode="fake")
-    add_advisor(session)
+    add_job_stage(session)
     for _ in range(5):
         clock.advance(1.0)
         session.pipeline.poll_once()

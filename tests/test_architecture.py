@@ -48,3 +48,20 @@ def test_no_argparse_below_the_commands():
         if rel == "gputop/cli.py" or rel.startswith(("gputop/commands/", "gputop/workloads/")):
             continue
         assert "import argparse" not in path.read_text(), rel
+
+
+def test_the_window_is_the_one_reader_of_the_store_in_analysis():
+    # analysis.window reads the store once a tick; every other analysis module works on what it
+    # read, so no two readers of one tick can disagree about the evidence.
+    import re
+
+    queries = re.compile(r"\.(stack_window|gpu_window|util_window|proc_window|task_windows|host_window|"
+                         r"gpu_processes|procs_latest|latest_proc|gpu_indices|events)\(")
+    offenders = []
+    for path in sorted((PKG / "analysis").glob("*.py")):
+        if path.name == "window.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if queries.search(line) and "store" in line:
+                offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert offenders == []

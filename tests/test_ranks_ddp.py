@@ -18,8 +18,10 @@ from gputop.advisor.context import build_context
 from gputop.advisor.rules import RULES_BY_ID
 from gputop.analysis.classify import classify, is_library, rank_category, rank_samples
 from gputop.analysis.hang import COLLECTIVE, collective_fn
-from gputop.analysis.ranks import as_ranks, cpu_ranks, group_shares, job_view, ranks_message
-from gputop.analysis.stuck import StuckWatch, stuck_verdict
+from gputop.analysis.ranks import as_ranks, cpu_ranks, group_shares, ranks_message
+from gputop.analysis.window import job_view
+from gputop.analysis.watch import StuckWatch
+from gputop.analysis.window import stuck_verdict
 from gputop.model import Category, Event, Frame, GpuInfo, GpuProcess, ProcSample, StackSample, SystemInfo
 from gputop.sources.stacks import StackParser
 from gputop.store import Store

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from gputop.analysis.hang import COLLECTIVE, collective_fn, diagnose
 from gputop.analysis.ranks import ranks_message
-from gputop.analysis.stuck import StuckWatch, stuck_verdict
+from gputop.analysis.watch import StuckWatch
+from gputop.analysis.window import stuck_verdict
 from gputop.model import Category, Event, Frame, ProcSample, StackSample, TaskSample, ThreadState
 from gputop.store import Store
 

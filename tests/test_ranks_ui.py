@@ -4,7 +4,8 @@ the pure lines behind it, and the tab appearing only for a multi-rank job."""
 from __future__ import annotations
 
 from gputop.analysis.breakdown import Breakdown, Bucket
-from gputop.analysis.ranks import job_view, ranks_message
+from gputop.analysis.ranks import ranks_message
+from gputop.analysis.window import job_view
 from gputop.model import Category, Event, Frame, GpuProcess, StackSample, Verdict
 from gputop.present.ranks import pane_lines
 from gputop.ui.app import GputopApp

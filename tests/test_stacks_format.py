@@ -3,7 +3,7 @@
 import json
 import os
 
-from gputop.analysis.stacks_summary import stacks_view
+from gputop.analysis.window import stacks_view
 from gputop.analysis.stuck import judge
 from gputop.model import Category, Event, Frame, ProcSample
 from gputop.analysis.classify import classify, is_library

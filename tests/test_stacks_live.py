@@ -23,8 +23,11 @@ import pytest
 
 psutil = pytest.importorskip("psutil")
 
-from gputop.analysis.stacks_summary import category_shares, stacks_view  # noqa: E402
-from gputop.analysis.stuck import StuckWatch, stuck_verdict  # noqa: E402
+from gputop.analysis.stacks_summary import category_shares  # noqa: E402
+
+from gputop.analysis.window import stacks_view  # noqa: E402
+from gputop.analysis.watch import StuckWatch  # noqa: E402
+from gputop.analysis.window import stuck_verdict  # noqa: E402
 from gputop.cli import main as cli_main  # noqa: E402
 from gputop.model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample  # noqa: E402
 from gputop.pipeline import Pipeline  # noqa: E402
@@ -237,6 +240,45 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets, busy_watch):
     text = plain(pane_lines(view))
     assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text
     assert "metrics-writer" in text and "press n for a native" in text
+
+
+def test_the_stacks_tab_the_stuck_event_and_the_advisor_agree_on_a_hung_job(targets):
+    """One window a tick (the session's job stage): on a real deadlocked CPU job the Stacks tab's
+    verdict, the stuck watch's event and the advisor's stuck finding name the same place, from
+    the same verdict."""
+    from gputop.advisor.engine import AdvisorSource
+    from gputop.advisor.stage import JobStage
+    from gputop.analysis.views import ViewsStage
+
+    t = targets["deadlock"]
+    store = Store()
+    stage = JobStage(store, t.pid, stuck_after_s=STUCK_AFTER,
+                     advisor=AdvisorSource(store, target_pid=t.pid, stuck_after_s=STUCK_AFTER),
+                     stuck_watch=StuckWatch(store, t.pid, STUCK_AFTER), views=ViewsStage(store, t.pid, STUCK_AFTER))
+    pipe = Pipeline(store, [stack_sampler(t.pid), stage])
+    pipe.start()
+    try:
+        deadline = time.time() + STUCK_AFTER + 15.0  # a bound, not a speed claim
+
+        def all_three() -> bool:
+            views = store.pane_views()
+            return (any(e.source == "stuck" for e in store.events()) and any(f.id == "stuck" for f in store.findings())
+                    and views is not None and views.stacks is not None and views.stacks.verdict.stuck)
+
+        while not all_three() and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        pipe.stop()
+    assert all_three(), [e.message for e in store.events()]
+    place = f"tests/stack_targets.py:{marker_line('# DEADLOCK')} in mode_deadlock"
+    tab = store.pane_views().stacks.verdict
+    event = next(e for e in store.events() if e.source == "stuck")
+    finding = next(f for f in store.findings() if f.id == "stuck")
+    assert tab.where == place
+    assert place in event.message
+    assert any(place in line for line in finding.evidence), finding.evidence
+    # The tab's verdict is the one the advisor's last evaluation judged, not a second judgement.
+    assert stage.advisor.advisor.last_context.stuck.where == tab.where
 
 
 async def test_pane_native_dump_runs_off_the_event_loop(targets):

@@ -6,9 +6,9 @@ from gputop.analysis.stacks_summary import (
     latest_fault,
     latest_threads,
     main_samples,
-    stacks_view,
     worker_views,
 )
+from gputop.analysis.window import stacks_view
 from gputop.model import Category, Event, Frame, ProcSample, StackSample
 from gputop.store import Store
 

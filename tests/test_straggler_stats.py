@@ -14,7 +14,8 @@ from gputop.advisor.context import build_context
 from gputop.advisor.rules import RULES_BY_ID
 from gputop.advisor.rules.base import MIN_MAIN_SAMPLES
 from gputop.advisor.rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
-from gputop.analysis.ranks import RankView, gap_lower, job_view, pick_z, straggler
+from gputop.analysis.ranks import RankView, gap_lower, pick_z, straggler
+from gputop.analysis.window import job_view
 from gputop.analysis.stats import wilson_interval
 from gputop.model import Category
 from gputop.present.ranks import _straggler

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from gputop.analysis.stuck import gpu_state, judge, stuck_verdict, target_gpu_busy
-from gputop.model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
+from gputop.analysis.stuck import judge
+
+from gputop.analysis.window import read_window, stuck_verdict
+from gputop.model import Category, Frame, PaneViews, GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
 from gputop.store import Store
@@ -36,6 +38,11 @@ def fill(store, seconds, rate=5.0, frames=LOCK, cat=Category.IDLE, start=T0):
         fr = frames[i % len(frames)] if isinstance(frames, list) else frames
         store.add([main_sample(ts, fr, cat), other(ts)])
     return start + (n - 1) / rate
+
+
+def gpu_state(store, pid, now):
+    """The stuck verdict's reading of the target's GPUs, from the window it judges."""
+    return read_window(store, pid, now=now).gpu_state
 
 
 def gpu(store, ts, util, sm_util=None, pid=PID):
@@ -94,7 +101,6 @@ def test_idle_gpu_from_util_buffer_and_per_process_util():
     gpu(store, now, util=None)
     store.add([UtilPoint(ts=now - 0.2 * k, index=0, util=0.0) for k in range(20, 0, -1)])
     assert gpu_state(store, PID, now) == "idle"
-    assert target_gpu_busy(store, PID) is False
     v = stuck_verdict(store, PID, threshold=30.0)
     assert v.stuck and v.gpu == "idle" and "GPU idle" in v.reason
     # Per-process SM utilisation wins over the device's (another job may share the GPU).
@@ -102,8 +108,12 @@ def test_idle_gpu_from_util_buffer_and_per_process_util():
     assert gpu_state(store, PID, now + 0.1) == "idle"
     gpu(store, now + 0.2, util=0.0, sm_util=40.0)
     assert gpu_state(store, PID, now + 0.2) == "busy"
-    # The target on no GPU we can see: unknown, the stack decides.
-    assert gpu_state(store, PID + 1, now) == "unknown"
+    # The target on no GPU we can see while another process is (another PID namespace): the job's
+    # GPUs' time line, as the advisor has always read it; with no GPU at all, unknown.
+    assert gpu_state(store, PID + 1, now) == "idle"
+    nogpu = Store()
+    fill(nogpu, 5.0)
+    assert gpu_state(nogpu, PID, nogpu.now) == "unknown"
 
 
 def test_stale_samples_and_exited_target_give_no_verdict():
@@ -244,7 +254,7 @@ def test_without_cpu_readings_the_main_threads_own_flag_decides():
 
 
 def test_stuck_watch_event_uses_the_same_decision():
-    from gputop.analysis.stuck import StuckWatch
+    from gputop.analysis.watch import StuckWatch
 
     store = Store()
     watch = StuckWatch(store, PID, threshold=5.0)
@@ -275,36 +285,50 @@ def test_stuck_watch_event_uses_the_same_decision():
     assert len(moved) == 1 and "moving again" in moved[0].message
 
 
-def test_one_stuck_verdict_a_tick_for_the_advisor_and_the_stuck_watch(monkeypatch):
-    """The advisor's stage makes the stuck watch's events from its own verdict: one judgement of
-    one set of inputs a tick, and the event and the finding say the same."""
-    import gputop.advisor.context as context_mod
-    import gputop.analysis.stuck as stuck_mod
+def test_one_stuck_verdict_a_tick_for_the_advisor_the_stuck_watch_and_the_panes(monkeypatch):
+    """The job stage reads one evidence window a tick and the advisor, the stuck watch and the
+    panes' views all read it: one judgement of one set of inputs, one rank map, one pass of the
+    ranks over the stacks; the event, the finding and the Stacks tab say the same."""
+    import gputop.analysis.window as window_mod
     from gputop.advisor.engine import AdvisorSource
-    from gputop.analysis.stuck import StuckWatch
+    from gputop.advisor.stage import JobStage
+    from gputop.analysis.views import ViewsStage
+    from gputop.analysis.watch import StuckWatch
 
     store = Store()
     fill(store, 40.0)
     gpu(store, store.now, util=0.0)
-    calls = []
-    real = stuck_mod.judge
+    calls = {"judge": 0, "rank_map": 0, "as_ranks": 0}
 
-    def counting(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
+    def counting(name):
+        real = getattr(window_mod, name)
 
-    monkeypatch.setattr(stuck_mod, "judge", counting)
-    monkeypatch.setattr(context_mod, "judge", counting)
-    watch = StuckWatch(store, PID, threshold=30.0)
-    src = AdvisorSource(store, target_pid=PID, stuck_after_s=30.0, stuck_watch=watch)
-    first = src.poll()  # a fresh start may also look back once (the window as it stood)
+        def f(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+        return f
+
+    for name in calls:
+        monkeypatch.setattr(window_mod, name, counting(name))
+    stage = JobStage(store, PID, stuck_after_s=30.0,
+                     advisor=AdvisorSource(store, target_pid=PID, stuck_after_s=30.0),
+                     stuck_watch=StuckWatch(store, PID, threshold=30.0), views=ViewsStage(store, PID, 30.0))
+    first = stage.poll()  # a fresh start also looks back once (the window as it stood a second ago)
+    assert stage.windows_read == 2
     events = [x for x in first if getattr(x, "source", None) == "stuck"]
     assert len(events) == 1 and "looks stuck" in events[0].message
-    ctx = src.advisor.last_context
+    ctx = stage.advisor.advisor.last_context
+    (views,) = [x for x in first if isinstance(x, PaneViews)]
     assert ctx.stuck.stuck and ctx.stuck.where in events[0].message
-    # The next tick: one judgement, the advisor's; the watch, having told, adds none and says nothing.
+    assert views.stacks.verdict is ctx.stuck  # the Stacks tab's verdict is the advisor's, the same object
+    # The next tick: one window, one judgement, one rank map, one ranks pass; the watch, having
+    # told, says nothing.
     gpu(store, store.now + 1.0, util=0.0)
-    calls.clear()
-    again = src.poll()
-    assert len(calls) == 1
+    for name in calls:
+        calls[name] = 0
+    again = stage.poll()
+    assert stage.windows_read == 3
+    assert calls == {"judge": 1, "rank_map": 1, "as_ranks": 1}
     assert not [x for x in again if getattr(x, "source", None) == "stuck"]
+    (views,) = [x for x in again if isinstance(x, PaneViews)]
+    assert views.stacks.verdict is stage.advisor.advisor.last_context.stuck

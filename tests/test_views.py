@@ -11,8 +11,9 @@ import pytest
 from textual.app import App
 
 from gputop.analysis.classify import classify, is_library
-from gputop.analysis.ranks import job_view, ranks_message
-from gputop.analysis.stacks_summary import stacks_view
+from gputop.analysis.ranks import ranks_message
+from gputop.analysis.window import job_view
+from gputop.analysis.window import stacks_view
 from gputop.analysis.views import ViewsStage, pane_views
 from gputop.model import Category, Event, Frame, GpuProcess, GpuSample, PaneViews, Reset, StackSample, Verdict
 from gputop.present.ranks import pane_lines as rank_lines
@@ -149,10 +150,11 @@ def test_ui_sessions_live_and_replay_run_the_stage_headless_ones_do_not():
     headless = open_live(Config(fake=1))
     replay = open_replay(RECORDING, start="60%", paused=True, views=True)
     try:
-        assert isinstance(live.views, ViewsStage) and live.views in live.pipeline.sources
-        assert headless.views is None and not any(isinstance(s, ViewsStage) for s in headless.pipeline.sources)
-        assert isinstance(replay.views, ViewsStage) and replay.views in replay.pipeline.sources
-        assert live.views.stuck_after == live.stuck_after and replay.views.stuck_after == replay.stuck_after
+        # The views are a part of the session's one stage (advisor.stage), which is on the pipeline.
+        assert isinstance(live.stage.views, ViewsStage) and live.stage in live.pipeline.sources
+        assert headless.stage.views is None and not any(isinstance(s, ViewsStage) for s in headless.pipeline.sources)
+        assert isinstance(replay.stage.views, ViewsStage) and replay.stage in replay.pipeline.sources
+        assert live.stage.views.stuck_after == live.stuck_after and replay.stage.views.stuck_after == replay.stuck_after
         # The stage follows the session's target (an attach changes it).
         live.target_pid = 4_000_000
         live.pipeline.poll_once()
@@ -171,7 +173,7 @@ def test_a_replay_publishes_the_recorded_targets_stacks_as_a_live_session_would(
         assert views.stacks == pane_views(session.store, session.target_pid, session.stuck_after).stacks
         assert views.stacks.samples > 0 and dict(views.stacks.shares).get(Category.CHECKPOINT_IO, 0) > 0
         # Paused: nothing changes, nothing is computed again.
-        assert session.views.poll() == []
+        assert session.stage.views.poll() == [] and not session.stage.views.due()
     finally:
         session.pipeline.stop()
 

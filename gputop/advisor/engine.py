@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Evidence, Finding, Severity, Verdict
-from ..analysis import DEFAULT_STUCK_AFTER_S, StuckWatch
-from .context import DEFAULT_WINDOW_S, AnalysisContext, build_context
+from ..analysis import DEFAULT_STUCK_AFTER_S, JobWindow, read_window
+from .context import DEFAULT_WINDOW_S, AnalysisContext, context_of
 from .rules import RULES, THROUGHPUT_IDS, Rule
 
 # While the job warms up (imports, worker start-up, torch.compile, its first steps: see
@@ -84,13 +84,18 @@ class Advisor:
     # ----------------------------------------------------------------- driving
 
     def evaluate(self, store, now: float | None = None) -> list[Finding]:
-        ctx = build_context(store, self.window_s, self.target_pid, self.stuck_after_s, now)
+        """Run the rules on the store's window ending at ``now`` (a window of its own)."""
+        return self.evaluate_window(read_window(store, self.target_pid, self.stuck_after_s, self.window_s, now))
+
+    def evaluate_window(self, window: JobWindow) -> list[Finding]:
+        """Run the rules on one evidence window, shared with the other readers of its tick."""
+        ctx = context_of(window)
         self.last_context = ctx
         return self.update(self.run_rules(ctx), ctx.now)
 
-    def run_rules(self, ctx) -> list[Finding]:
+    def run_rules(self, ctx: AnalysisContext) -> list[Finding]:
         out: list[Finding] = []
-        warmup = getattr(ctx, "warmup", None)
+        warmup = ctx.warmup
         for r in self.rules:
             if warmup and r.id in HELD_WHILE_WARMING:
                 continue
@@ -201,13 +206,14 @@ class Advisor:
         self._last_update = None
 
 
-def evidence(ctx, store, attached: bool = True) -> Evidence:
+def evidence(ctx: AnalysisContext, window: JobWindow, attached: bool = True) -> Evidence:
     """What an evaluation had to go on: the attached job's main-thread stacks in its window (none
     are asked for when no job is attached), and the longest span of GPU samples (NVML's 200 ms
     points, else the polls) of any GPU in it."""
     gpu_s = None
-    for i in store.gpu_indices():
-        pts = store.util_window(i, ctx.t0, ctx.now) or store.gpu_window(i, ctx.t0, ctx.now)
+    for i in window.gpu_indices:
+        pts = ([p for p in window.util_points.get(i, ()) if ctx.t0 <= p.ts <= ctx.now]
+               or [p for p in window.gpu_samples.get(i, ()) if ctx.t0 <= p.ts <= ctx.now])
         span = pts[-1].ts - pts[0].ts if len(pts) >= 2 else 0.0
         gpu_s = max(gpu_s or 0.0, span)
     return Evidence(stacks=len(ctx.main_stacks) if attached else None,
@@ -254,13 +260,11 @@ RECORD_REFRESH_S = 10.0
 
 
 class AdvisorSource:
-    """The advisor as a derived stage of the pipeline: it reads the store and returns batches
-    like any source, so there is one way into the store.
-
-    ``poll`` returns a ``Verdict`` (the ranked findings and the breakdowns, for the panes and
-    the exporter), then the findings that are new or changed (and, every ``RECORD_REFRESH_S``,
-    the current ones again) so a recorder subscribed to the pipeline writes them; a finding that
-    clears becomes an Event.
+    """The advisor's part of the session's job stage (advisor.stage): from a tick's evidence
+    window it makes a ``Verdict`` (the ranked findings and the breakdowns, for the panes and the
+    exporter), then the findings that are new or changed (and, every ``RECORD_REFRESH_S``, the
+    current ones again) so a recorder subscribed to the pipeline writes them; a finding that
+    clears becomes an Event. ``poll`` reads windows of its own, for the advisor run alone.
     """
 
     name = "advisor"
@@ -274,12 +278,8 @@ class AdvisorSource:
         target_pid: int | Callable[[], int | None] | None = None,
         advisor: Advisor | None = None,
         unattached_every: float = 0.0,
-        stuck_watch: StuckWatch | None = None,
     ) -> None:
         self.store = store
-        # The stuck watch's events come from this stage's own verdict (the context's), worked out
-        # once a tick, instead of the watch reading the store again for the same verdict.
-        self.stuck_watch = stuck_watch
         self.unattached_every = unattached_every  # seconds between evaluations with no target
         self.interval = interval
         # A callable follows the session when the user attaches to another process.
@@ -290,13 +290,22 @@ class AdvisorSource:
         self.history: dict[str, tuple[float, float]] = {}  # id -> (first shown, last shown)
         self.evaluations = 0
         self._last_eval: float | None = None
-        self._resets_seen = getattr(store, "resets", 0)
+        self._resets_seen = store.resets
         self._enough = False  # an evaluation since the attach (or the replay's jump) had enough evidence
+
+    def window_at(self, target: int | None, now: float | None = None) -> JobWindow:
+        """A window of its own, as the advisor's parameters say (the advisor run alone)."""
+        return read_window(self.store, target, self.advisor.stuck_after_s, self.advisor.window_s, now)
 
     def poll(self) -> list[object]:
         if self.store.now <= 0:
             return []  # nothing collected yet
         target = self._target()
+        return self.advise(target, lambda now=None: self.window_at(target, now))
+
+    def advise(self, target: int | None, window_at: Callable[..., JobWindow]) -> list[object]:
+        """One evaluation for ``target``: ``window_at(now=None)`` gives the tick's window (at the
+        store's clock) or, on a fresh start, the one as it stood ``appear_after_s`` earlier."""
         if target != self.advisor.target_pid:
             self.advisor.target_pid = target
             self.advisor.reset()  # another job: its findings start over
@@ -313,16 +322,17 @@ class AdvisorSource:
             self.advisor.reset()  # a replay jumped: what held before the jump does not hold after
             self._enough = False
         if self.advisor.fresh:
-            self._look_back()
-        self._last_eval = self.store.now
-        findings = self.advisor.evaluate(self.store)
+            self._look_back(window_at)
+        window = window_at()
+        now = window.now
+        self._last_eval = now
+        findings = self.advisor.evaluate_window(window)
         self.evaluations += 1
-        now = self.store.now
         ctx = self.advisor.last_context
         breakdowns = tuple(g.breakdown for g in ctx.gpus) if ctx is not None else ()
         collecting = None
         if not self._enough and ctx is not None:
-            collecting = evidence(ctx, self.store, attached=target is not None)
+            collecting = evidence(ctx, window, attached=target is not None)
             self._enough = collecting.enough()
         out: list[object] = [Verdict(now, tuple(findings), breakdowns, tuple(self.advisor.pending),
                                      None if self._enough else collecting, target)]
@@ -342,18 +352,16 @@ class AdvisorSource:
             if rid not in self._reported_errors:
                 self._reported_errors.add(rid)
                 out.append(Event(now, self.name, f"rule {rid} failed: {err}", "error"))
-        if self.stuck_watch is not None and target is not None and ctx is not None and ctx.stuck is not None:
-            out.extend(self.stuck_watch.events_for(ctx.stuck, target, now))
         return out
 
-    def _look_back(self) -> None:
+    def _look_back(self, window_at: Callable[..., JobWindow]) -> None:
         """On a fresh start (attach, a replay's jump) the store already holds history: evaluate
         the window as it stood ``appear_after_s`` ago too, so a cause that held over that span is
         shown at once, from the evidence, instead of after seconds of watching (a paused replay
         would otherwise never show what was there)."""
         then = self.store.now - self.advisor.appear_after_s
         if then > 0 and self.store.has_data_before(then):
-            self.advisor.evaluate(self.store, now=then)
+            self.advisor.evaluate_window(window_at(then))
 
     def close(self) -> None:
         pass
@@ -371,22 +379,3 @@ ADVISOR_EVERY_S = 1.0
 def advisor_every() -> float:
     """Seconds between evaluations, the same in every mode whatever the sampling interval."""
     return ADVISOR_EVERY_S
-
-
-def add_advisor(session, stuck_watch: StuckWatch | None = None) -> AdvisorSource:
-    """Put the advisor on a live or replayed session's pipeline. The UI, ``advise``, ``record``
-    and ``replay`` all call this with nothing but the session, so they run one advisor with the
-    same window, stuck threshold and cadence, and reach one verdict on the same data (the
-    hysteresis counts evaluations, so how often it runs changes how soon, never what). With
-    ``stuck_watch`` the stage also makes the watch's events, from its own stuck verdict."""
-    src = AdvisorSource(
-        session.store,
-        interval=advisor_every(),
-        window_s=session.window,
-        stuck_after_s=session.stuck_after,
-        target_pid=lambda: session.target_pid,
-        unattached_every=session.advisor_idle_every,
-        stuck_watch=stuck_watch,
-    )
-    session.pipeline.add_source(src)
-    return src

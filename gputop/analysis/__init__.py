@@ -37,35 +37,37 @@ from .ranks import (
     ranks_message, straggler,
 )
 from .spin import spin_share
-from .stacks_summary import Hot, StacksView, WorkerView, stacks_view
+from .stacks_summary import Hot, StacksView, WorkerView
 from .stats import wilson_interval
 from .step import StepModel, compiling, step_dict, step_line, step_model
 from .stuck import (
-    DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, StuckWatch,
-    across_ranks, family_tasks, idle_reach, judge, latest_others, spinning_pids,
+    DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
+    family_tasks, idle_reach, judge, latest_others, spinning_pids,
 )
 from .throttle import (
     POWER_MASK, REASONS, THERMAL_MASK, decode_throttle, is_performance_limiting, throttle_label,
 )
-from .views import ViewsStage
+from .views import ViewsStage, pane_views, views_of
+from .watch import StuckWatch
+from .window import GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict
 
 __all__ = [
     "classify_stack",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
     "DEFAULT_STUCK_AFTER_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
-    "GROUPS", "GpuEfficiency", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
-    "JobView", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
+    "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
+    "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
     "STACK_JOIN_S", "STRAGGLER", "Slice", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
-    "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "host_load",
+    "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",
     "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
-    "is_performance_limiting", "is_worker", "judge", "latest_others", "loader_knob", "own_frames",
-    "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
-    "rank_views", "ranks_message", "ras_line", "ras_verdicts", "short_path", "spin_share",
+    "is_performance_limiting", "is_worker", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
+    "pane_views", "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
+    "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
-    "step_model", "straggler", "throttle_label", "util_slices", "where", "whole_percentages",
+    "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "wilson_interval", "worker_stats",
     "GROWING", "GpuMemory", "Growth", "LeakLine", "MEMORY_WINDOW_S", "MemoryView", "WorkerMemory", "eta_text",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",

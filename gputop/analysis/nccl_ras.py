@@ -53,6 +53,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..model import Event
+
 OK = "ok"
 STRAGGLER = "straggler"
 HANG = "hang"
@@ -673,11 +675,11 @@ __all__ = [
 RAS_SOURCE = "nccl-ras"
 
 
-def ras_verdicts(events: Sequence, now: float) -> tuple[CommVerdict, ...]:
+def ras_verdicts(events: Sequence[Event], now: float) -> tuple[CommVerdict, ...]:
     """What NCCL's RAS reports among ``events`` (time order) say at ``now``: the newest report
     against the one before it, or against itself when it has stood unchanged (the source sends a
     report only when it changes, so one standing for 10 s is counts frozen for 10 s)."""
-    reports = [e for e in events if getattr(e, "source", None) == RAS_SOURCE and e.message.startswith("NCCL version")]
+    reports = [e for e in events if e.source == RAS_SOURCE and e.message.startswith("NCCL version")]
     if not reports:
         return ()
     newest = reports[-1]

@@ -415,20 +415,9 @@ class JobView:
 _LAUNCHER = re.compile(r"\(launcher (\d+)\)")
 
 
-def job_view(store, window_s: float, now: float | None = None) -> JobView | None:
-    """The attached multi-rank job as the ranks pane shows it at ``now`` (the store's clock by
-    default), None when there is none."""
-    events = store.events()
-    pid_rank = rank_map(events)
-    if not pid_rank:
-        return None
-    now = store.now if now is None else now
-    t0 = now - window_s
-    procs = {p: store.proc_window(p, t0, now) for p in pid_rank}
-    gpu_processes = store.gpu_processes()
-    stacks = as_ranks(store.stack_window(t0, now), pid_rank, gpu_processes, bool(store.gpu_indices()))
-    gpu_samples = {i: store.gpu_window(i, t0, now) for i in store.gpu_indices()}
-    views = rank_views(pid_rank, stacks, t0, gpu_processes, procs, gpu_samples=gpu_samples, t1=now)
+def job_view_of(events: Sequence[Event], views: Sequence[RankView], window_s: float) -> JobView:
+    """The attached multi-rank job as the ranks pane shows it: its ranks' views over the window
+    (analysis.window), its launcher and its GPUs' links as the events name them."""
     launcher = next((int(m.group(1)) for e in reversed(events) if e.source == RANKS_SOURCE
                      for m in [_LAUNCHER.search(e.message)] if m), None)
-    return JobView(launcher, views, window_s, topology(events))
+    return JobView(launcher, tuple(views), window_s, topology(events))

@@ -1,4 +1,4 @@
-"""What the stacks pane and ``gputop stacks`` show, computed from the store. Pure.
+"""What the stacks pane and ``gputop stacks`` show, from one evidence window (analysis.window). Pure.
 
 - the latest stack of every thread of the target (one py-spy dump shares one timestamp);
 - the share of the main thread's time by category over a window (samples are evenly spaced,
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .classify import category_shares, project_frame
 from ..model import Category, Event, Frame, ProcSample, StackSample
-from ..store import Store
-from .stuck import StuckVerdict, stuck_verdict
+from .stuck import StuckVerdict
 
 # The window the bar and the hottest frames cover: long enough for a few hundred samples at
 # 5 Hz, short enough to follow a change of phase (eval, checkpoint).
@@ -139,13 +138,12 @@ def latest_fault(events: Sequence[Event], source: str = "stacks") -> Event | Non
     return None
 
 
-def stacks_view(
-    store: Store, pid: int, stuck_after: float, window_s: float = DEFAULT_WINDOW_S, now: float | None = None
-) -> StacksView:
-    now = store.now if now is None else now
-    samples = store.stack_window(now - window_s, now)
+def stacks_view_of(pid: int, now: float, window_s: float, samples: Sequence[StackSample],
+                   procs_latest: Mapping[int, ProcSample], events: Sequence[Event], verdict: StuckVerdict) -> StacksView:
+    """The view of ``pid`` from the window's stack samples (``samples``: since ``now - window_s``),
+    each process's newest reading, the newest events and the window's stuck verdict."""
     main = main_samples(samples, pid)
-    target = store.latest_proc(pid)
+    target = procs_latest.get(pid)
     return StacksView(
         pid=pid,
         now=now,
@@ -156,8 +154,8 @@ def stacks_view(
         shares=category_shares(main),
         samples=len(main),
         hot=hottest(main),
-        workers=worker_views(store.procs_latest(), samples, now, pid),
-        verdict=stuck_verdict(store, pid, stuck_after, now),
-        fault=latest_fault(store.events(50)),
+        workers=worker_views(dict(procs_latest), samples, now, pid),
+        verdict=verdict,
+        fault=latest_fault(events),
         exited=target is not None and target.status in ("exited", "zombie"),
     )

@@ -1,4 +1,5 @@
-"""Is the attached job stuck? Pure: reads the store, returns a verdict.
+"""Is the attached job stuck? Pure: ``judge`` reads the main thread's samples and what the window
+(analysis.window) says of the job, and returns a verdict.
 
 Stuck means: the main thread's Python stack has not changed for ``threshold`` seconds and the
 GPU work of the target has stopped (or cannot be seen: no NVML, or the target holds no GPU
@@ -8,7 +9,8 @@ a hang, a deadlock or a wait that never ends.
 
 An unchanged stack is not proof of no progress, though: a slow loop that spends every step in
 one long call looks the same sample after sample. A job whose process tree burns CPU is working;
-gputop.analysis.progress says when (``working``). ``StuckWatch`` turns the verdict into events.
+gputop.analysis.progress says when (``working``). ``analysis.watch.StuckWatch`` turns the verdict
+into events.
 
 One exception to "the GPU has stopped": a main thread inside a collective. A hung NCCL
 collective spins its kernel and NVML shows the GPU 100 % busy for as long as it hangs (and its
@@ -30,12 +32,11 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from .classify import project_frame, stack_key, where
-from ..model import Category, Event, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
+from ..model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
-from .progress import CPU_WINDOW_S, TREE_BUSY_CORES, activity, working
-from ..store import Store
+from .progress import TREE_BUSY_CORES, activity, working
 from .efficiency import is_worker, worker_stats
-from .ranks import as_ranks, moving_ranks, rank_map
+from .ranks import moving_ranks
 from .spin import spins_now
 
 # A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
@@ -118,43 +119,6 @@ def spinning_pids(pids: Sequence[int], gpu_processes: Sequence[GpuProcess],
         if idx and all(spins_now(samples.get(i, ()), points.get(i, ()), now, GPU_IDLE_WINDOW_S) for i in idx):
             out.add(pid)
     return frozenset(out)
-
-
-def store_spinning_pids(store: Store, pids: Sequence[int], now: float) -> frozenset[int]:
-    t0 = now - GPU_IDLE_WINDOW_S - 1.0
-    idx = store.gpu_indices()
-    return spinning_pids(pids, store.gpu_processes(), {i: store.gpu_window(i, t0, now) for i in idx},
-                         {i: store.util_window(i, t0, now) for i in idx}, now)
-
-
-def gpu_state(store: Store, pid: int, now: float, spinning: frozenset[int] | None = None) -> str:
-    """'spin', 'busy', 'idle' or 'unknown' for the GPUs the target holds a context on.
-    ``spinning``: the processes already found spinning (store_spinning_pids), if the caller has it."""
-    procs = [p for p in store.gpu_processes() if p.pid == pid]
-    if not procs:
-        return "unknown"
-    if pid in (spinning if spinning is not None else store_spinning_pids(store, [pid], now)):
-        return "spin"
-    if any(p.sm_util is not None for p in procs):
-        # Per-process SM utilisation: not confused by other jobs on the same GPU.
-        return "busy" if any((p.sm_util or 0) > GPU_IDLE_PCT for p in procs) else "idle"
-    t0 = now - GPU_IDLE_WINDOW_S
-    utils: list[float] = []
-    for idx in {p.gpu_index for p in procs}:
-        pts = store.util_window(idx, t0, now)
-        if pts:
-            utils.extend(p.util for p in pts)
-        else:
-            utils.extend(s.util_gpu for s in store.gpu_window(idx, t0, now) if s.util_gpu is not None)
-    if not utils:
-        return "unknown"
-    return "busy" if max(utils) > GPU_IDLE_PCT else "idle"
-
-
-def target_gpu_busy(store: Store, pid: int) -> bool | None:
-    """Whether the target's GPU work runs now: True/False, None when unknown."""
-    state = gpu_state(store, pid, store.now)
-    return None if state == "unknown" else state == "busy"
 
 
 def idle_reach(points: Sequence[tuple[float, float]], now: float) -> float:
@@ -377,36 +341,6 @@ def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample
     return tuple(out)
 
 
-def stuck_verdict(store: Store, pid: int, threshold: float, now: float | None = None) -> StuckVerdict:
-    """The verdict for target ``pid`` from what the store holds."""
-    now = store.now if now is None else now
-    t0 = now - threshold - LOOKBACK_EXTRA_S
-    pid_rank = rank_map(store.events())
-    # A multi-rank job's ranks judged as ranks: a CPU rank off the CPU in backward waits in DDP's all-reduce.
-    samples = as_ranks(store.stack_window(t0, now), pid_rank, store.gpu_processes(), bool(store.gpu_indices()))
-    main = [s for s in samples if s.pid == pid and s.is_main]
-    proc = store.latest_proc(pid)
-    tc0 = now - CPU_WINDOW_S
-    procs = {p: store.proc_window(p, tc0, now) for p in store.procs_latest()}
-    tasks = family_tasks(store.task_windows(t0, now), pid)
-    spins = store_spinning_pids(store, list(pid_rank) or [pid], now)  # once, for every use below
-    v = judge(
-        main,
-        now,
-        threshold,
-        gpu=gpu_state(store, pid, now, spins),
-        others=latest_others(samples, pid),
-        history_start=t0,
-        exited=proc is not None and proc.status in ("exited", "zombie"),
-        procs=procs,
-        tasks=tasks,
-        gpu_idle_s=gpu_idle_reach(store, pid, now),
-        ranks=pid_rank or None,
-        spin_pids=spins,
-    )
-    return across_ranks(v, pid_rank, samples, pid, spins)
-
-
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
                  target: int, spin_pids: frozenset[int] = frozenset()) -> StuckVerdict:
     """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
@@ -437,71 +371,3 @@ def family_tasks(tasks: Mapping[int, Sequence[TaskSample]], pid: int) -> dict[in
             seen.add(q)
             q = parent.get(q)
     return out
-
-
-def gpu_idle_reach(store: Store, pid: int, now: float) -> float:
-    """How long the target's GPUs have been idle without a break, from NVML's buffer."""
-    idx = {p.gpu_index for p in store.gpu_processes() if p.pid == pid}
-    if not idx:
-        return 0.0
-    reaches = []
-    for i in idx:
-        pts = [(p.ts, p.util) for p in store.util_window(i, now - LOOKBACK_EXTRA_S, now)]
-        if not pts:
-            pts = [(s.ts, s.util_gpu) for s in store.gpu_window(i, now - LOOKBACK_EXTRA_S, now) if s.util_gpu is not None]
-        reaches.append(idle_reach(pts, now))
-    return min(reaches)
-
-
-class StuckWatch:
-    """The stuck verdict as a pipeline stage: one Event (source ``stuck``) when the attached job
-    becomes stuck, one when its main thread moves again, for the event log, the status line and
-    recordings. It reads the same ``stuck_verdict`` the pane and the advisor's stuck rule read:
-    there is one stuck detector. ``target_pid`` may be a callable, to follow the session."""
-
-    name = "stuck"
-
-    def __init__(self, store: Store, target_pid, threshold: float, interval: float = 1.0) -> None:
-        self.store = store
-        self.threshold = threshold
-        self.interval = interval
-        self._target = target_pid if callable(target_pid) else (lambda: target_pid)
-        self._reported: tuple[int, float] | None = None  # (pid, start of the stuck run)
-
-    def poll(self) -> list[object]:
-        pid = self._target()
-        if pid is None or self.store.now <= 0:
-            return []
-        return self.events_for(stuck_verdict(self.store, pid, self.threshold), pid, self.store.now)
-
-    def events_for(self, v: StuckVerdict, pid: int, now: float) -> list[Event]:
-        """The events a verdict on ``pid`` at ``now`` makes: the advisor's stage hands its own
-        verdict here, so the verdict is worked out once a tick for both (session)."""
-        if self._reported is not None:
-            was_pid, since = self._reported
-            if was_pid != pid:
-                self._reported = None
-            elif v.since is not None and v.since > since:  # a new unchanged run: it moved
-                self._reported = None
-                return [Event(now, self.name, f"main thread of {self._who(pid)} is moving again", "info")]
-            else:
-                return []
-        if not v.stuck:
-            return []
-        self._reported = (pid, v.since or now)
-        who = self._who(pid)
-        gpu_note = GPU_NOTES.get(v.gpu, "GPU activity unknown")
-        cpu_note = "" if v.tree_cores is None else f", processes at {v.tree_cores * 100:.0f} % CPU"
-        held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
-        category = v.category.value if v.category is not None else "?"
-        kind = f": {v.diagnosis.summary}" if v.diagnosis is not None else ""
-        return [Event(now, self.name, f"{who} looks stuck: no progress for {held} at {v.where} "
-                                      f"({category}, {gpu_note}{cpu_note}){kind}", "warning")]
-
-    def _who(self, pid: int) -> str:
-        """'PID 123', or 'rank 0 (PID 123)' for a rank of a multi-rank job."""
-        rank = rank_map(self.store.events()).get(pid)
-        return f"PID {pid}" if rank is None else f"rank {rank} (PID {pid})"
-
-    def close(self) -> None:
-        pass

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
                                window=args.window, sample_rate=args.sample_rate))
     session.require_stacks()
-    advisor = session.advisor
+    stage, advisor = session.stage, session.advisor
+    assert stage is not None and advisor is not None  # open_live puts the advisor on (Config.advisor)
     start = time.time()
     interrupted = False
     ended = None
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.stop()
     # One last evaluation on everything collected.
-    session.pipeline.publish(advisor.poll())
+    session.pipeline.publish(stage.poll())
     progress.note_top()
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")  # the progress line
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     # Why stacks could not be read (not Python, permission, py-spy failing) changes what the
     # findings can say: the reader must see it.
     attach_errors = [e.message for e in store.events() if e.source == "stacks" and e.level == "error"]
-    cost = getattr(session.stacks, "cost", None)  # what sampling the job cost it, as measured
+    cost = session.stacks.cost if session.stacks is not None else None  # what sampling the job cost it, as measured
     # The training step as the last evaluation saw it (the main thread's phases, its loop, the
     # user's code outside the model), from the same context the findings came from.
     last = advisor.advisor.last_context
@@ -152,7 +153,7 @@ def sampling_cost_text(cost) -> str:
 
 
 def _target_exited(session, start: float) -> str | None:
-    exited = getattr(session.stacks, "exited", None)
+    exited = session.stacks.exited if session.stacks is not None else None
     return f"the target exited after {exited - start:.0f} s" if exited is not None else None
 
 
@@ -177,7 +178,7 @@ class _Progress:
         pending = self.session.store.pending_findings()
         for f in [*findings, *pending]:
             self.first_fired.setdefault(f.id, now)
-        ctx = getattr(getattr(self.session.advisor, "advisor", None), "last_context", None)
+        ctx = self.session.advisor.advisor.last_context if self.session.advisor is not None else None
         if ctx is not None and ctx is not self._last_ctx and len(self.evaluations) < EVALUATION_LOG_MAX:
             self._last_ctx = ctx
             self.evaluations.append({

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..model import Event
 from .config import DEFAULT_MAX_ATTACH
+
+if TYPE_CHECKING:
+    from ..sources.stacks import PySpySource
 
 # New GPU processes are looked for this often: a job is attached within a few seconds of
 # opening its CUDA context, and the check costs one NVML process list already in the store.
@@ -47,7 +50,7 @@ class Attacher:
     def __init__(
         self,
         session,
-        sampler: Callable[[int], object],
+        sampler: Callable[[int], PySpySource],
         max_attach: int = DEFAULT_MAX_ATTACH,
         interval: float = ATTACH_EVERY_S,
         python: Callable[[int], bool] = is_python,
@@ -60,7 +63,7 @@ class Attacher:
         self._python = python
         self._check = check
         self._lock = threading.Lock()
-        self._attached: dict[int, object] = {}
+        self._attached: dict[int, PySpySource] = {}
         self._tried: set[int] = set()
 
     def pids(self) -> list[int]:
@@ -72,7 +75,7 @@ class Attacher:
         out: list[object] = []
         with self._lock:
             for pid, src in list(self._attached.items()):
-                if getattr(src, "exited", None) is not None:  # the job ended: free its slot
+                if src.exited is not None:  # the job ended: free its slot
                     self.session.pipeline.remove_source(src)
                     del self._attached[pid]
             for pid in sorted({p.pid for p in store.gpu_processes()}):

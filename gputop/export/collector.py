@@ -297,7 +297,7 @@ class GputopCollector:
                                  labels=["id", "severity", "gpu"])
         rows: dict[tuple[str, str, str], tuple[float, float]] = {}
         for f in self.store.findings():
-            key = (f.id, getattr(f.severity, "value", str(f.severity)), "" if f.gpu_index is None else str(f.gpu_index))
+            key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index))
             rows.setdefault(key, (float(f.cost_s), float(f.confidence)))  # one series per label set
         for key, (cost, confidence) in rows.items():
             fam.add_metric(list(key), cost)

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UserError
 from ..model import Event, GpuSample, HostSample
@@ -36,6 +36,9 @@ from ..units import fmt_clock, fmt_size_limit
 from .schema import STATE_EVENT_SOURCES
 from .files import sidecars
 from .writer import Identity, RecordWriter, SessionMeta, describe_sqlite_error
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 # Commit cadence. The issue's crash-safety budget is ~1 s lost on SIGKILL; half a second leaves
 # room for a slow commit. Each commit is one WAL append (fsync-free at synchronous=NORMAL).
@@ -158,7 +161,7 @@ class Recorder:
     @classmethod
     def attach(
         cls,
-        session,
+        session: Session,
         path: str | os.PathLike,
         force: bool = False,
         append: bool = False,
@@ -174,10 +177,10 @@ class Recorder:
         failure (disk full) through it as an Event. ``close()`` unsubscribes and closes.
         """
         meta = SessionMeta(
-            mode=getattr(session, "mode", "live"),
+            mode=str(session.mode),
             argv=tuple(sys.argv if argv is None else argv),
-            target_pid=getattr(session, "target_pid", None),
-            target_cmdline=target_cmdline(getattr(session, "target_pid", None)),
+            target_pid=session.target_pid,
+            target_cmdline=target_cmdline(session.target_pid),
             interval=interval,
         )
         rec = cls.open(path, force=force, append=append, store=session.store, notify=session.pipeline.publish,

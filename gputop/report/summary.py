@@ -553,7 +553,7 @@ def summarise_findings(rows: Iterable[tuple[Finding, float]]) -> list[FindingSum
     return sorted(groups.values(), key=lambda g: (rank.get(g.finding.severity.value, 3), -g.max_cost_s, g.first_seen))
 
 
-# The advisor's event when a finding stops showing (advisor.engine.AdvisorSource.poll).
+# The advisor's event when a finding stops showing (advisor.engine.AdvisorSource.advise).
 CLEARED_PREFIX = "cleared: "
 # A finding showing is re-written at least every RECORD_REFRESH_S (advisor.engine): one last
 # written within this much of its session's end, and not cleared, was still showing at the end.
