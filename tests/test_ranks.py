@@ -44,6 +44,31 @@ def test_straggler_is_the_rank_that_does_not_wait():
     assert straggler([r0, r0], 0.3, 0.25) is None
 
 
+def test_a_ranks_hot_place_is_its_own_work_before_the_models_loop_line():
+    """FSDP on H200s: rank 1 tokenizes in Python (35 % of its samples, over a few functions) and
+    waits in backward on the loop's line (40 %). Its hot place is the tokenizer, the work the
+    other rank does not do, not `loss.backward()`."""
+    step = (Frame("backward", "/usr/lib/python3/site-packages/torch/_tensor.py", 520), Frame("main", "/p/train.py", 506))
+    tok = [(Frame("tokenize_slowly", "/p/train.py", 430 + k), Frame("load_batch", "/p/train.py", 460),
+            Frame("main", "/p/train.py", 502)) for k in range(3)]
+    win = (Frame("window", "/p/train.py", 452), Frame("load_batch", "/p/train.py", 461), Frame("main", "/p/train.py", 502))
+    samples = []
+    for i in range(40):
+        if i % 20 < 8:
+            samples.append(_main(102, i, step, Category.BACKWARD))
+        elif i % 20 < 15:
+            samples.append(_main(102, i, tok[i % 3], Category.OTHER, active=True))
+        elif i % 20 < 16:
+            samples.append(_main(102, i, win, Category.OTHER, active=True))
+        else:
+            samples.append(_main(102, i, (Frame("all_reduce", DIST, 10),) + step[1:], Category.COLLECTIVE))
+    r = rank_view(1, 102, samples)
+    assert r.hot is not None and r.hot.startswith("tokenize_slowly ("), r.hot
+    # A rank whose work is the model's step alone keeps the loop's line.
+    r = rank_view(1, 102, [_main(102, i, step, Category.BACKWARD) for i in range(20)])
+    assert r.hot is not None and r.hot.startswith("main ("), r.hot
+
+
 # Each mode's job and how long `advise` watches it. The straggler is watched past its warm-up
 # (throughput findings, the straggler among them, wait out a job's first seconds).
 DURATION_S = {"straggler": 10, "hang": 10, "healthy": 8}

@@ -107,6 +107,13 @@ class RankView:
         return max(self.collective, self.gpu_wait or 0.0)
 
 
+# The model's own step: its samples say "the step", not what one rank does apart.
+MODEL_PHASES = (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+# A rank's own work outside the model (Python data handling, metrics, ...) in at least this share
+# of its samples is its hot place, before the model's step. Judgement: a fifth.
+OWN_WORK_MIN_SHARE = 0.2
+
+
 def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None = None) -> RankView:
     n = len(main)
     coll = [s for s in main if s.category is Category.COLLECTIVE]
@@ -120,8 +127,15 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
             key = (g.name, short_path(g.filename))
             anywhere[key] += 1
             any_lines.setdefault(key, Counter())[g.line] += 1
-    # Outside collectives and idle waits: the place of the user's code it works in most.
-    found = hot_place([s for s in main if s.category not in (Category.COLLECTIVE, Category.IDLE)])
+    # Outside collectives and idle waits: the place of the user's code it works in most. Its
+    # own work outside the model first, when there is a share of it worth naming: the model's
+    # forward/backward samples all sit on the loop's line (under library frames), which names
+    # the step, not what this rank does that the others do not (an FSDP rank tokenizing in
+    # Python was named by its `loss.backward()` line, where it waited on the GPU 38 % of the
+    # time, over `tokenize_slowly` spread over its lines).
+    work = [s for s in main if s.category not in (Category.COLLECTIVE, Category.IDLE)]
+    own = [s for s in work if s.category not in MODEL_PHASES]
+    found = (hot_place(own) if n and len(own) >= OWN_WORK_MIN_SHARE * n else None) or hot_place(work)
     hot, hot_share = (found[0], found[1] / n) if found else (None, 0.0)
     top, top_share = None, 0.0
     if anywhere:
