@@ -103,6 +103,17 @@ def test_the_first_seconds_are_warm_up_by_age_alone():
     assert "data-starved" not in found and WARMUP_ID in found
 
 
+def test_a_job_that_has_ended_is_not_warming_up():
+    """A job that exits 5 s after its start was 'warming up, the job started N s ago' with N
+    counting on after its death; an ended job warms up no more."""
+    from gputop.advisor.context import warming_up
+
+    procs = [ProcSample(ts=100.0 + k, pid=7, ppid=1, create_time=98.0) for k in range(3)]
+    assert warming_up(103.0, procs, [], []) == "the job started 5 s ago (first steps)"
+    ended = procs + [replace(procs[-1], ts=104.0, status="exited")]
+    assert warming_up(108.0, ended, [], []) is None
+
+
 def test_a_long_compile_holds_until_the_age_limit():
     found, ctx = evaluate(job_store(20.0, compiling=True, age=120.0))
     assert ctx.warmup and "data-starved" not in found

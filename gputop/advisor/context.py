@@ -275,6 +275,8 @@ def warming_up(now: float, target: Sequence[ProcSample], main: Sequence[StackSam
                workers: Sequence[StackSample]) -> str | None:
     """What the job is warming up on ("compiling (torch.compile)", "started 3 s ago"), or None
     once it runs steadily. Throughput findings wait for it (advisor.engine)."""
+    if target and target[-1].status in ("exited", "zombie"):
+        return None  # a job that has ended warms up no more (its age would count on for ever)
     born = next((p.create_time for p in reversed(target) if p.create_time), None)
     age = None if born is None else now - born
     if age is not None and age > WARMUP_MAX_AGE_S:
