@@ -108,10 +108,10 @@ def test_a_job_that_has_ended_is_not_warming_up():
     counting on after its death; an ended job warms up no more."""
     from gputop.advisor.context import warming_up
 
-    procs = [ProcSample(ts=100.0 + k, pid=7, ppid=1, create_time=98.0) for k in range(3)]
-    assert warming_up(103.0, procs, [], []) == "the job started 5 s ago (first steps)"
-    ended = procs + [replace(procs[-1], ts=104.0, status="exited")]
-    assert warming_up(108.0, ended, [], []) is None
+    procs = [ProcSample(ts=99.0 + k, pid=7, ppid=1, create_time=98.0) for k in range(2)]
+    assert warming_up(101.0, procs, [], []) == "the job started 3 s ago (first steps)"
+    ended = procs + [replace(procs[-1], ts=101.0, status="exited")]
+    assert warming_up(104.0, ended, [], []) is None  # 6 s after its start, 3 s after its exit
 
 
 def test_a_long_compile_holds_until_the_age_limit():
