@@ -489,6 +489,18 @@ def test_recorder_seeds_static_info_from_a_running_store(tmp_path):
     assert [g.name for g in r.gpu_infos()] == ["H100"]
 
 
+def _feed_until_it_stops(rec) -> None:
+    """Synthetic seconds into ``rec`` until its writer stops taking them (a cap, a full disk)."""
+    for batch in SyntheticSession(t0=T0).seconds(3000):
+        rec.on_batch(batch)
+        if not rec.active:
+            break
+        time.sleep(0.001)
+    deadline = time.monotonic() + 20
+    while rec.active and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_the_max_size_cap_closes_the_recording_cleanly_and_says_so(tmp_path):
     """A recording stopped by --max-size is an end the user asked for: the file closed like any
     other (no 'not closed cleanly'), within the cap plus its closing reserve, no error."""
@@ -499,15 +511,7 @@ def test_the_max_size_cap_closes_the_recording_cleanly_and_says_so(tmp_path):
     notes = []
     cap = 512 * 1024
     rec = Recorder.open(p, max_bytes=cap, notify=notes.extend, flush_interval=0.01)
-    ss = SyntheticSession(t0=T0)
-    for batch in ss.seconds(3000):
-        rec.on_batch(batch)
-        if not rec.active:
-            break
-        time.sleep(0.001)
-    deadline = time.monotonic() + 20
-    while rec.active and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _feed_until_it_stops(rec)
     rec.close()
     assert not rec.active and rec.error is None
     assert rec.capped and "the --max-size limit of 512 KB reached" in rec.capped
@@ -525,15 +529,7 @@ def test_disk_full_stops_recording_says_so_and_keeps_the_file(tmp_path):
     # The disk, not a --max-size cap, runs out: the file may grow by 160 KB only.
     used = rec.writer.conn.execute("PRAGMA page_count").fetchone()[0]
     rec.writer.conn.execute(f"PRAGMA max_page_count={used + 40}")
-    ss = SyntheticSession(t0=T0)
-    for batch in ss.seconds(3000):
-        rec.on_batch(batch)
-        if not rec.active:
-            break
-        time.sleep(0.001)
-    deadline = time.monotonic() + 20
-    while rec.active and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _feed_until_it_stops(rec)
     assert not rec.active
     assert rec.error and "disk full" in rec.error and "--max-size" not in rec.error
     assert notes and isinstance(notes[0], Event) and notes[0].level == "error"

@@ -355,14 +355,16 @@ class RecordWriter:
     def near_cap(self) -> bool:
         """Whether the file is within its closing reserve of the --max-size cap: time to stop
         taking samples and close it cleanly while closing still fits."""
-        if not self.max_bytes:
-            return False
+        pages = self._pages() if self.max_bytes else None
+        return pages is not None and pages[1] - pages[0] <= _closing_reserve(pages[1])
+
+    def _pages(self) -> tuple[int, int] | None:
+        """(pages used, the cap in pages), None when unreadable."""
         try:
-            used = self.conn.execute("PRAGMA page_count").fetchone()[0]
-            cap = self.conn.execute("PRAGMA max_page_count").fetchone()[0]
+            return (self.conn.execute("PRAGMA page_count").fetchone()[0],
+                    self.conn.execute("PRAGMA max_page_count").fetchone()[0])
         except sqlite3.Error:
-            return False
-        return cap - used <= _closing_reserve(cap)
+            return None
 
     def finish_at_cap(self) -> None:
         """Close a recording stopped by its --max-size cap, cleanly: closing writes the pending
@@ -381,13 +383,10 @@ class RecordWriter:
         grown to the cap (else the disk is what is full). None: no cap, or unreadable. The cap is
         SQLite's max_page_count; a failed batch needed at most a few dozen pages more, so a file
         within 1 % (at least 64 pages) of it is at the cap: a full disk stops it far below."""
-        if not self.max_bytes:
+        pages = self._pages() if self.max_bytes else None
+        if pages is None:
             return None
-        try:
-            used = self.conn.execute("PRAGMA page_count").fetchone()[0]
-            cap = self.conn.execute("PRAGMA max_page_count").fetchone()[0]
-        except sqlite3.Error:
-            return None
+        used, cap = pages
         return cap - used <= max(64, cap // 100)
 
     def _load_caches(self) -> None:
