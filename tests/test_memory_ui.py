@@ -109,7 +109,7 @@ def test_the_job_stage_publishes_the_memory_view_and_says_the_forecast_once():
     assert job_memory(st, TARGET + 1) is None and job_memory(st, None) is None  # another target, none
     told = [x for x in stage.poll() if isinstance(x, Event)]
     assert len(told) == 1 and told[0].level == "warning" and told[0].source == "memory"
-    assert told[0].message.startswith("GPU 0: the job's memory grows 2.9 GB/min: full in ~23 min")
+    assert told[0].message == "GPU 0 out of memory in ~23 min: the job's memory grows 2.9 GB/min (Advisor tab)"
     assert not [x for x in stage.poll() if isinstance(x, Event)]  # once
 
 

@@ -40,10 +40,10 @@ class MemoryWatch:
         for gm in memory.gpus:
             g = gm.growth
             # The whole card's figure where NVML gives no per-process one: said as the card's.
-            who = f"GPU {gm.index}: the job's memory" if gm.source == "process" else f"GPU {gm.index}'s memory (whole card)"
-            soon.append((f"gpu{gm.index}", self._line(who, g)))
+            whose = "the job's memory" if gm.source == "process" else "the whole card's memory"
+            soon.append((f"gpu{gm.index}", self._line(f"GPU {gm.index}", whose, g)))
         if memory.host is not None:
-            soon.append(("host", self._line("host memory", memory.host)))
+            soon.append(("host", self._line("the host", "its used memory", memory.host)))
         out = []
         for key, line in soon:
             if not line:
@@ -56,11 +56,12 @@ class MemoryWatch:
         return out
 
     @staticmethod
-    def _line(who: str, g) -> str:
-        """The message when ``g`` grows to its limit within WARN_WITHIN_S, else ''."""
+    def _line(device: str, whose: str, g) -> str:
+        """The message when ``g`` grows to its limit within WARN_WITHIN_S, else ''. The time
+        comes first: the status line is one line, cut at the terminal's width."""
         if not g.growing or g.eta_s is None or g.eta_s > WARN_WITHIN_S:
             return ""
-        return f"{who} grows {rate_text(g.rate)}: full in {eta_text(g)} at this rate; see the Advisor tab"
+        return f"{device} out of memory in {eta_text(g)}: {whose} grows {rate_text(g.rate)} (Advisor tab)"
 
 
 __all__ = ["AGREE", "MemoryWatch"]
