@@ -17,6 +17,7 @@ from gputop.present.panels import CHARTS, COMPACT, FULL, gpu_panel_lines
 from gputop.record.reader import Reader
 from gputop.record.writer import RecordWriter, SessionMeta
 from gputop.report import collect, render_html, render_text
+from gputop.store import StoreSnapshot
 from gputop.ui.gpu_panels import job_memory
 from synth import GiB, TARGET, Job
 
@@ -107,6 +108,9 @@ def test_the_job_stage_publishes_the_memory_view_and_says_the_forecast_once():
     st.add(first)
     assert job_memory(st, TARGET) is views.memory
     assert job_memory(st, TARGET + 1) is None and job_memory(st, None) is None  # another target, none
+    paused = StoreSnapshot(st)
+    st.add([replace(views, memory=None)])
+    assert job_memory(paused, TARGET) is views.memory  # paused: the forecast of the paused moment
     told = [x for x in stage.poll() if isinstance(x, Event)]
     assert len(told) == 1 and told[0].level == "warning" and told[0].source == "memory"
     assert told[0].message == "GPU 0 out of memory in ~23 min: the job's memory grows 2.9 GB/min (Advisor tab)"

@@ -53,11 +53,12 @@ def choose_mode(height: int, n_gpus: int) -> str:
     return choose_layout(height, n_gpus)[0]
 
 
-def job_memory(store, target: int | None):
+def job_memory(view, target: int | None):
     """The attached job's ``MemoryView`` from the latest panes' views the job stage published
     (computed on the pipeline's thread with the advisor's, never here); None unattached, before
-    the first views, or while they still describe a previous target."""
-    views = store.pane_views() if target is not None and store is not None else None
+    the first views, or while they still describe a previous target. ``view``: the store or the
+    paused display's snapshot of it."""
+    views = view.pane_views() if target is not None and view is not None else None
     if views is None or views.target_pid != target:
         return None
     return views.memory
@@ -99,7 +100,8 @@ class GpuPanels(VerticalScroll):
         t0 = now - chart_window
         t1 = now + 1e-6
         mine = job_gpus(gpu_procs, target) if attached and job is not None else set()
-        memory = job_memory(job, target)
+        # From ``view``: paused, the forecast stays the one of the paused moment.
+        memory = job_memory(view, target)
         stacks = host = ()
         if mine:
             stacks = [x for x in job.stack_window(t0, t1) if x.pid == target and x.is_main]
