@@ -322,6 +322,9 @@ class PaneViews:
     target_pid: int | None = None  # whose stacks ``stacks`` shows (None: no target)
     stacks: object | None = None  # analysis.stacks_summary.StacksView of the target
     job: object | None = None  # analysis.ranks.JobView; None: not a multi-rank job
+    # analysis.memory_window.MemoryView of the target (growth and forecast per GPU, for the GPU
+    # panels); None without a target.
+    memory: object | None = None
 
 
 @dataclass(frozen=True, slots=True)

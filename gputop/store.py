@@ -402,6 +402,11 @@ class StoreSnapshot:
         self._latest_host = store.latest_host()
         self._gpu_processes = store.gpu_processes()
         self._procs_latest = store.procs_latest()
+        # The GPU panels' memory forecast is part of the paused moment, like the figure beside it.
+        self._views = store.pane_views()
+
+    def pane_views(self) -> PaneViews | None:
+        return self._views
 
     def gpu_indices(self) -> list[int]:
         return list(self._indices)

@@ -16,13 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
+from gputop.advisor import JobStage, MemoryWatch
 from gputop.analysis.breakdown import Breakdown, Bucket
 from gputop.analysis.views import ViewsStage
 from gputop.session import open_replay
 from gputop.session import Session
-from gputop.model import CoreTimes, Finding, HostSample, Severity, Verdict
+from gputop.model import CoreTimes, Finding, GpuProcess, GpuSample, HostSample, Severity, Verdict
 from gputop.pipeline import Pipeline
-from gputop.sources.fake import FakeGpuSource
+from gputop.sources.fake import FAKE_PID_BASE, FakeGpuSource
 from gputop.analysis.classify import classify, is_library
 from gputop.sources.stacks import StackParser
 from gputop.store import Store
@@ -189,3 +192,48 @@ def test_replay_attached_idle_coloured_by_cause_200x50(snap_compare):
         assert snap_compare(app, terminal_size=(200, 50))
     finally:
         session.pipeline.stop()
+
+
+class LeakingGpu0:
+    """The scripted GPUs, the job on GPU 0 leaking 300 MiB a minute (its card's figure with it)."""
+
+    name = "fake"
+
+    def __init__(self, src: FakeGpuSource, t0: float) -> None:
+        self.src, self.t0 = src, t0
+
+    def _job(self, ts: float) -> int:
+        return int(50 * GiB + 5 * 2**20 * (ts - self.t0))
+
+    def poll(self) -> list[object]:
+        out = []
+        for s in self.src.poll():
+            if isinstance(s, GpuProcess) and s.gpu_index == 0:
+                s = replace(s, used_memory=self._job(s.ts))
+            elif isinstance(s, GpuSample) and s.index == 0:
+                s = replace(s, mem_used=self._job(s.ts) + GiB)
+            out.append(s)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def test_gpu_panel_of_a_job_whose_memory_grows_120x40(snap_compare, clock):
+    """Attached to a job leaking on GPU 0: its panel's memory figure carries the forecast
+    (rate, time to full with its interval, in the warning colour), the status line says it once;
+    GPU 1, whose job is flat, says nothing more."""
+    store = Store()
+    src = FakeGpuSource(gpus=2, clock=clock, hostname=HOSTNAME)
+    session = Session(store=store, pipeline=Pipeline(store, [LeakingGpu0(src, clock.t)], clock=clock), gpu=src, mode="fake")
+    for _ in range(120):  # two minutes: the forecast needs one at least
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+        store.add([host_sample(clock.t)])
+    session.target_pid = FAKE_PID_BASE
+    stage = JobStage(store, FAKE_PID_BASE, views=ViewsStage(store, FAKE_PID_BASE, session.stuck_after),
+                     memory_watch=MemoryWatch())
+    for _ in range(2):  # the watch tells a forecast two evaluations agree on
+        session.pipeline.publish(stage.poll())
+    app = GputopApp(session, interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=(120, 40))

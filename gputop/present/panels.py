@@ -13,8 +13,9 @@ from rich.text import Text
 
 from ..units import NA, SPARK, bar, bridge_gaps, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from ..model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
-from ..analysis import Bucket, decode_throttle, is_performance_limiting, throttle_label
+from ..analysis import Bucket, GpuMemory, decode_throttle, is_performance_limiting, throttle_label
 from .gpu_charts import chart_lines
+from .memory import forecast_text, forecast_texts
 from .plot import minmax
 
 # A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
@@ -29,6 +30,9 @@ POWER_CAP_NEAR = 0.9
 # charts keeps one (the compact line) so that four GPUs still get multi-row charts at 120x40.
 FULL, CHARTS, MEDIUM, COMPACT = "full", "charts", "medium", "compact"
 PANEL_LINES = {FULL: 3, CHARTS: 1, MEDIUM: 3, COMPACT: 1}
+# The narrowest the utilisation and memory bars of line 1 become to make room for a memory
+# forecast: below this a bar no longer reads as a level.
+BAR_MIN = 6
 
 
 def level_style(fraction: float | None, warn: float = 0.75, crit: float = 0.92) -> str:
@@ -101,9 +105,12 @@ def gpu_panel_lines(
     width: int,
     mode: str = FULL,
     charts: int = 3,
+    memory: GpuMemory | None = None,
 ) -> list[Text]:
     """One GPU in ``width`` columns: a line (compact), three (medium), or full (three lines) and
-    charts (one line) panels with ``charts`` rows of history charts and their legend under them."""
+    charts (one line) panels with ``charts`` rows of history charts and their legend under them.
+    ``memory``: the attached job's memory on this GPU (its growth and forecast), said beside the
+    memory figure when it grows steadily."""
     width = max(20, width)
     idx = s.index if s is not None else (info.index if info else 0)
     name = info.name if info else "GPU"
@@ -125,7 +132,10 @@ def gpu_panel_lines(
     name_w = 14 if width >= 100 else 9
     label_w = name_w + 5
     fixed = 46 + label_w + (22 if compact else 0)
-    bar_w = max(3, min(10 if compact else 24, (width - fixed) // 2))
+    # A memory forecast takes its room from the bars (down to BAR_MIN each) before it is cut short.
+    cap = 10 if compact else 24
+    note = next((n for n in forecast_texts(memory) if (width - fixed - len(n) - 1) // 2 >= BAR_MIN), "")
+    bar_w = max(3, min(cap, (width - fixed - (len(note) + 1 if note else 0)) // 2))
 
     # Line 1: identity, utilisation, memory, temperature, power.
     label = f"[{idx}] " + truncate(short_gpu_name(name), name_w)
@@ -136,6 +146,7 @@ def gpu_panel_lines(
     _metric(t, "  MEM ", "")
     t.append(bar(mem_frac, bar_w), style=level_style(mem_frac))
     t.append(f" {fmt_bytes(s.mem_used)}/{fmt_bytes(s.mem_total)}")
+    mem_end = len(t)  # the forecast goes here, once the line's other figures are known
     temp_style = "bold red" if (s.temperature_c or 0) >= 85 else ("yellow" if (s.temperature_c or 0) >= 78 else "")
     _metric(t, "  ", f"{s.temperature_c:.0f}°C" if s.temperature_c is not None else f"{NA}°C", temp_style)
     power = f"{s.power_w:.0f}W" if s.power_w is not None else NA
@@ -147,6 +158,7 @@ def gpu_panel_lines(
             _metric(t, "  TC ", fmt_pct(s.tensor_active), "cyan")
         if s.throttle_reasons and is_performance_limiting(s.throttle_reasons):
             t.append("  ⚠" + throttle_label(s.throttle_reasons), style="yellow")
+        t = lines[0] = _with_forecast(t, mem_end, memory, width)
         if mode == CHARTS and history is not None:
             lines.extend(chart_lines(history, s, width, charts, history.attached))
             return _fit(lines, width)
@@ -156,6 +168,8 @@ def gpu_panel_lines(
                 t.append("  ")
                 t.append_text(_util_spark(history, room))
         return _fit(lines, width)
+
+    lines[0] = _with_forecast(t, mem_end, memory, width)
 
     # Line 2: clocks, throttle, PCIe, ECC.
     t = _newline(lines)
@@ -256,6 +270,23 @@ def _util_spark(h: History, width: int) -> Text:
     if run:
         t.append("".join(run), style=run_style)
     return t
+
+
+def _with_forecast(line: Text, at: int, memory: GpuMemory | None, width: int) -> Text:
+    """``line`` with the memory forecast put after the memory figure (character ``at``): the
+    longest wording that fits what the line leaves, else the shortest, which then pushes the
+    line's last figures (temperature, power) off its end: how soon the job runs out of memory
+    matters more than they do."""
+    note = forecast_text(memory, width - line.cell_len - 2)
+    if note is None:
+        return line
+    head, tail = line.divide([at]) if at < len(line) else (line, Text())
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append_text(head)
+    out.append(" ")
+    out.append_text(note)
+    out.append_text(tail)
+    return out
 
 
 def _newline(lines: list[Text]) -> Text:

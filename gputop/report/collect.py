@@ -64,9 +64,12 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         main = [x for x in stacks if x.pid == job_pid]
         for p in procs:
             latest_proc[p.pid] = p
-        for gp in reader.gpu_processes(t, e):
+        gprocs = reader.gpu_processes(t, e)
+        for gp in gprocs:
             latest_gpu_proc[gp.pid] = gp
         family = {job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid)} if job_pid else set()
+        if family:
+            acc.add_job_memory(gprocs, family)
         if main:
             first_main = first_main or main[0]
             cpu_sl = stack_slices(([main_carry] if main_carry else []) + main, t, e)

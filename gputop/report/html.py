@@ -26,6 +26,7 @@ CAUSE_COLOURS: dict[Bucket, str] = {
     Bucket.UNKNOWN: "#9e9e9e",
 }
 _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
+from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line
 from .ranks import rank_html
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
@@ -40,6 +41,9 @@ BUCKET_COLORS = {
     Bucket.CHECKPOINT: "#1565c0",
     Bucket.UNKNOWN: "#9e9e9e",
 }
+
+# The job's own memory beside the card's: a colour the page uses for nothing else.
+JOB_MEMORY_COLOUR = "#c2185b"
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto;
@@ -87,6 +91,19 @@ def _cpu_device_html(s: Summary) -> list[str]:
     if note:
         out.append(f"<p class=\"small\"><b>Not the whole recording:</b> {e(note)}.</p>")
     return out + _breakdown_table(bd, e)
+
+
+def _told_html(fs, lead: str, e, evidence_only: bool = False) -> list[str]:
+    """A recorded memory finding beside the memory chart: what the person was told, when, and
+    the readings it rested on. ``evidence_only``: the exit's title only says "Job ended"."""
+    if fs is None:
+        return []
+    f = fs.finding
+    head = f.evidence[0] if evidence_only and f.evidence else f.title
+    rest = f.evidence[1:2] if evidence_only else f.evidence[:2]
+    return [f"<p class=\"warn\"><b>{e(lead)}</b> ({e(fmt_time(fs.first_seen))}): {e(head)}"
+            + ("<br><span class=\"small\">" + "; ".join(e(x) for x in rest) + "</span>" if rest else "")
+            + "</p>"]
 
 
 def render_html(s: Summary) -> str:
@@ -151,10 +168,20 @@ def render_html(s: Summary) -> str:
                 out.append(f"<tr><td>{e(fmt_time(p.start))}</td><td class=\"num\">{e(fmt_length(p.duration))}</td>"
                            f"<td>{e(p.cause)}</td><td><code>{e(p.detail)}</code></td></tr>")
             out.append("</table>")
-        series = [("memory used", [(t, b.mem_max) for t, b in g.chart], "line")]
+        series = [("memory used (card)", [(t, b.mem_max) for t, b in g.chart], "line")]
+        job = job_memory(g)
+        if any(v is not None for _, v in job):
+            series.append(("the job's memory", job, JOB_MEMORY_COLOUR))
         out.append("<h3>Memory and power</h3>")
         out.append(svg.line_chart(t0, t1, series, hi=g.memory_total or None, unit="B", title="GPU memory",
                                   max_gap=gap))
+        line = memory_line(g)
+        if line:
+            out.append(f"<div class=\"small\">Memory: {e(line)}.</div>")
+        out += _told_html(forecast_of(s, g.index), "Forecast shown live", e)
+        ended = exit_of(s)
+        if ended is not None and exit_gpu(ended) == g.index:
+            out += _told_html(ended, "How the job ended", e, evidence_only=True)
         power = [("power (W)", [(t, b.power) for t, b in g.chart], "line2")]
         if any(v is not None for _, v in power[0][1]):
             out.append(svg.line_chart(t0, t1, power, hi=g.power_limit_w or None, unit="W", title="GPU power",
@@ -172,6 +199,10 @@ def render_html(s: Summary) -> str:
         [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
         hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
+    out += _told_html(forecast_of(s, None), "Forecast shown live", e)
+    ended = exit_of(s)
+    if ended is not None and exit_gpu(ended) is None:
+        out += _told_html(ended, "How the job ended", e, evidence_only=True)
     out += rank_html(s.ranks, e)
     out.append(f"<h2>Findings ({len(s.findings)})</h2>" if s.findings or not s.findings_lost else "<h2>Findings</h2>")
     if s.findings_lost:

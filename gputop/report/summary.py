@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
 from ..analysis import IDLE_UTIL_PCT, Slice, idle_intervals
 from ..units import fmt_length
-from ..model import Event, Finding, GpuInfo, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
+from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
 
 # An idle stretch shorter than this is part of the loop's rhythm (a data stall between steps),
 # not an "idle period" worth a line in the report; the breakdown still counts every second.
@@ -38,7 +38,8 @@ class ChartBucket:
     busy_s: float = 0.0
     low_s: float = 0.0
     util_min: float | None = None
-    mem_max: int | None = None
+    mem_max: int | None = None  # the whole card's used memory
+    job_mem_max: float | None = None  # the attached job's own (its processes' NVML figures summed)
     power_sum: float = 0.0
     power_n: int = 0
     tensor_sum: float = 0.0
@@ -328,6 +329,19 @@ class RunAccumulator:
         self.cpu_first = slices[0].start if self.cpu_first is None else self.cpu_first
         bd = attribute(CPU_DEVICE, slices, main_stacks, host=host, procs=job_procs, cores=self.cores)
         self.cpu_breakdown = _merge(self.cpu_breakdown, bd)
+
+    def add_job_memory(self, procs: Sequence[GpuProcess], family: Iterable[int]) -> None:
+        """The job's own memory per GPU: its processes' NVML figures summed per poll, the
+        highest per chart bucket (the series the live forecast was fitted to)."""
+        family = set(family)
+        per_poll: dict[tuple[int, float], float] = {}
+        for p in procs:
+            if p.pid in family and p.used_memory is not None:
+                key = (p.gpu_index, p.ts)
+                per_poll[key] = per_poll.get(key, 0.0) + p.used_memory
+        for (gpu, ts), used in per_poll.items():
+            cb = self._chart(gpu)[self._bucket(ts)]
+            cb.job_mem_max = used if cb.job_mem_max is None else max(cb.job_mem_max, used)
 
     def _bucket(self, t: float) -> int:
         return min(self.n_buckets - 1, max(0, int((t - self.start) / self.step)))

@@ -8,6 +8,7 @@ from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record import backfill_note
+from .memory import exit_gpu, exit_of, forecast_of, job_memory, card_memory, memory_line
 from .ranks import rank_text_lines
 from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
@@ -64,6 +65,37 @@ def cpu_device_lines(s: Summary, width: int = 100) -> list[str]:
     return out
 
 
+def _told(fs, lead: str, width: int, evidence: bool = False) -> list[str]:
+    """A recorded memory finding as the report's line: when it was shown, and its title (the
+    forecast as the person read it), or with ``evidence`` its first piece of evidence instead
+    (the exit's readings: its title only says "Job ended"). The findings section has the rest."""
+    if fs is None:
+        return []
+    f = fs.finding
+    said = f.evidence[0] if evidence and f.evidence else f.title
+    body = f"{lead} ({fmt_time(fs.first_seen)}): {said}"
+    return textwrap.wrap(body, width=width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+
+
+def _memory_lines(s: Summary, g, spark_w: int, width: int) -> list[str]:
+    """The GPU's memory over the run: the job's own where it was recorded, else the card's, on
+    the card's scale; then the live forecast and, where it ran out here, how the job ended."""
+    series = job_memory(g)
+    if all(v is None for _, v in series):
+        series = card_memory(g)
+    out = []
+    line = memory_line(g)
+    if line is not None:
+        top = g.memory_total or max((v for _, v in series if v is not None), default=1.0)
+        out.append(f"  memory       {sparkline(_resample([v for _, v in series], spark_w), hi=top)}")
+        out.append(f"  memory: {line}")
+    out += _told(forecast_of(s, g.index), "forecast shown live", width)
+    ended = exit_of(s)
+    if ended is not None and exit_gpu(ended) == g.index:
+        out += _told(ended, "how the job ended", width, evidence=True)
+    return out
+
+
 def render_text(s: Summary, width: int = 100) -> str:
     width = max(60, width)
     out: list[str] = []
@@ -86,6 +118,7 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append(f"GPU {g.index}  {g.name}")
         utils = _resample([b.util for _, b in g.chart], spark_w)
         out.append(f"  utilisation  {sparkline(utils)}")
+        out += _memory_lines(s, g, spark_w, width)
         if bd.total_s > 0:
             out.append(f"  busy {100 * g.busy_fraction:.1f}%   idle {100 * (1 - g.busy_fraction):.1f}% "
                        f"({fmt_length(bd.idle_s)} of {fmt_length(bd.total_s)} measured)")
@@ -130,6 +163,10 @@ def render_text(s: Summary, width: int = 100) -> str:
                f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {fmt_pct(s.host_iowait_mean, digits=1)}"
                + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
     out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
+    out += _told(forecast_of(s, None), "forecast shown live", width)
+    ended = exit_of(s)
+    if ended is not None and exit_gpu(ended) is None:
+        out += _told(ended, "how the job ended", width, evidence=True)
     out.append("")
     if s.ranks:
         out += rank_text_lines(s.ranks) + [""]

@@ -53,6 +53,17 @@ def choose_mode(height: int, n_gpus: int) -> str:
     return choose_layout(height, n_gpus)[0]
 
 
+def job_memory(view, target: int | None):
+    """The attached job's ``MemoryView`` from the latest panes' views the job stage published
+    (computed on the pipeline's thread with the advisor's, never here); None unattached, before
+    the first views, or while they still describe a previous target. ``view``: the store or the
+    paused display's snapshot of it."""
+    views = view.pane_views() if target is not None and view is not None else None
+    if views is None or views.target_pid != target:
+        return None
+    return views.memory
+
+
 def job_gpus(gpu_processes, target: int | None) -> set[int]:
     """The GPUs NVML lists the attached process on: the only ones its own main-thread stacks
     can explain (a launcher's stacks say nothing of its ranks' GPUs, which stay uncoloured)."""
@@ -89,6 +100,8 @@ class GpuPanels(VerticalScroll):
         t0 = now - chart_window
         t1 = now + 1e-6
         mine = job_gpus(gpu_procs, target) if attached and job is not None else set()
+        # From ``view``: paused, the forecast stays the one of the paused moment.
+        memory = job_memory(view, target)
         stacks = host = ()
         if mine:
             stacks = [x for x in job.stack_window(t0, t1) if x.pid == target and x.is_main]
@@ -105,7 +118,8 @@ class GpuPanels(VerticalScroll):
                     causes = column_causes(i, util, samples, stacks if i in mine else (), host, t0, t1,
                                            split_width(width)[0])
                 history = History(t0=t0, t1=t1, util=util, samples=samples, causes=causes, attached=attached)
-            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode, charts))
+            widget.set_lines(gpu_panel_lines(view.gpu_info.get(i), view.latest_gpu(i), history, width, mode, charts,
+                                             memory.gpu(i) if memory is not None else None))
         return mode
 
     def _no_gpus(self, system) -> None:
