@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from .advisor import DEFAULT_WINDOW_S
 from .analysis import DEFAULT_STUCK_AFTER_S
 from .errors import UserError
-from .model import Event, GpuSample, HostSample, SystemInfo
+from .model import Event, GpuSample, HostSample, SystemInfo, TargetState, TargetStatus
 from .pipeline import Pipeline, Source
 from .store import Store
 
@@ -145,11 +145,39 @@ class Session:
             self.pipeline.stop()
             raise UserError(f"{self.attach_error}; without --pid gputop watches the GPUs and the host only")
 
+    @property
+    def target_state(self) -> TargetState | None:
+        """The attached job's state, read once here by the UI and the commands: its sampler's
+        reading, or, when no sampler could start, why its stacks cannot be sampled. None when
+        nothing is attached (and in a replay, whose recording says how its job ended)."""
+        if self.stacks is not None:
+            return self.stacks.state
+        if self.target_pid is not None and self.attach_error is not None:
+            return TargetState(self.target_pid, TargetStatus.UNTRACEABLE, reason=self.attach_error)
+        return None
+
+    @property
+    def nvlink_bps(self) -> Mapping[int, tuple[float, float]] | None:
+        """GPU -> (tx, rx) NVLink bytes/s as NVML last read them; None but live on NVML (the fake
+        GPUs have no links, and a recording holds no link rates)."""
+        from .sources.nvml import NvmlSource
+
+        return self.gpu.nvlink_bps if self.mode is Mode.LIVE and isinstance(self.gpu, NvmlSource) else None
+
     # ----------------------------------------------------------------- verbs for the UI
 
     def attach(self, pid: int) -> None:
         """Sample ``pid``'s stacks from now on, in place of the current target. Raises UserError
-        (with the reason and the fix) when it cannot be done; the session is then unchanged."""
+        (with the reason and the fix) when it cannot be done; the session is then unchanged, and
+        the failure is published as an event first, through the pipeline, so the status line and
+        a running recording both have it."""
+        try:
+            self._attach(pid)
+        except UserError as exc:
+            self.pipeline.publish([Event(self.clock(), "attach", f"cannot attach to {pid}: {exc}", "error")])
+            raise
+
+    def _attach(self, pid: int) -> None:
         from .sources.stacks import check_attachable
 
         if self.mode is Mode.REPLAY:

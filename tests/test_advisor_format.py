@@ -5,6 +5,7 @@ import json
 import pytest
 from textual.app import App
 
+from gputop.ui.pane import PaneContext
 from gputop.present.advice import (
     bar_segments,
     bar_text,
@@ -103,16 +104,16 @@ async def test_advisor_pane_renders_the_store():
     app = PaneApp()
     async with app.run_test(size=(100, 30)) as pilot:
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(PaneContext(store))
         await pilot.pause()
         text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
         assert "GPU 0 waits for data 41 %" in text
         assert "busy 59 %" in text
         before = pane.last_lines
-        pane.update_view(store)  # nothing changed: no redraw
+        pane.update_view(PaneContext(store))  # nothing changed: no redraw
         assert pane.last_lines is before
         store.add([Verdict(1061.0)])
-        pane.update_view(store)
+        pane.update_view(PaneContext(store))
         assert not any("waits for data" in "".join(s for s, _ in ln) for ln in pane.last_lines)
 
 
@@ -123,29 +124,22 @@ async def test_just_after_attaching_to_another_job_the_tab_does_not_show_the_pre
     attached now; before it, what is being collected."""
     from gputop.advisor.engine import warmup_finding
 
-    class Session:
-        target_pid = 2
-        attach_error = None
-
-    class App2(PaneApp):
-        session = Session()
-
     old = warmup_finding("the job started 9 s ago (first steps)", 1060.0)
     store = Store()
-    app = App2()
+    app = PaneApp()
     async with app.run_test(size=(100, 30)) as pilot:
         pane = app.query_one(AdvisorPane)
         text = lambda: "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)  # noqa: E731
-        pane.update_view(store)  # before the advisor's first evaluation: not "No findings"
+        pane.update_view(PaneContext(store, 2))  # before the advisor's first evaluation: not "No findings"
         await pilot.pause()
         assert "Collecting evidence: 0 of ~20 stacks" in text() and "No findings" not in text()
         store.add([Verdict(1060.0, (old,), (BD,), target_pid=1)])  # the previous job's
-        pane.update_view(store)
+        pane.update_view(PaneContext(store, 2))
         await pilot.pause()
         assert "9 s ago" not in text() and "Collecting evidence: 0 of ~20 stacks" in text()
         new = warmup_finding("the job started 1 s ago (first steps)", 1061.0)
         store.add([Verdict(1061.0, (new,), (BD,), target_pid=2)])
-        pane.update_view(store)
+        pane.update_view(PaneContext(store, 2))
         await pilot.pause()
         assert "the job started 1 s ago" in text() and "9 s ago" not in text()
 
@@ -170,7 +164,7 @@ async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
         await pilot.press("2")
         await pilot.pause()
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(app.pane_context())
         text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
         assert "GPU 1 busy but tensor cores idle" in text  # the fake fp32 GPU
         assert "GPU 0 last" in text and "busy" in text
@@ -239,7 +233,7 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
         await pilot.press("2")
         await pilot.pause()
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(app.pane_context())
         await pilot.pause()
         view = pane.query_one(LinesView)
         shown = [t.plain for t in view._lines]

@@ -23,6 +23,7 @@ import pytest
 
 psutil = pytest.importorskip("psutil")
 
+from gputop.ui.pane import PaneContext
 from gputop.analysis.stacks_summary import category_shares  # noqa: E402
 
 from gputop.analysis.window import stacks_view  # noqa: E402
@@ -302,7 +303,7 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
     app = Host()
     async with app.run_test(size=(120, 50)) as pilot:
         pane = app.query_one(StacksPane)
-        pane.update_view(store, t.pid)
+        pane.update_view(PaneContext(store, t.pid))
         assert "mode_deadlock" in plain(pane.last_lines)
         pane.query_one(VerticalScroll).focus()
         await pilot.press("n")

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.binding import Binding
 
 from .lines_pane import LinesPane
+from .pane import PaneContext
 from .styled_lines import lines_to_text
 
 from ..present.stacks import Line, pane_lines, waiting_lines
@@ -55,7 +56,7 @@ def to_text(lines: list[Line]) -> Text:
 
 
 class StacksPane(LinesPane):
-    """Call ``update_view(store, target_pid)`` on each UI tick."""
+    """Call ``update_view(ctx)`` on each UI tick."""
 
     STYLES = STYLES
     BODY_ID = "stacks-body"
@@ -69,13 +70,14 @@ class StacksPane(LinesPane):
         self._pid: int | None = None
         self._native: list[str] = []
         self._native_busy = False
-        self._store = None
+        self._ctx: PaneContext | None = None  # the last context, to redraw from when a native dump ends
         self._views = None  # the PaneViews shown: held so its id, in the redraw key, is not reused
 
     # ----------------------------------------------------------------- rendering
 
-    def update_view(self, store, target_pid: int | None) -> None:
-        self._store = store
+    def update_view(self, ctx: PaneContext) -> None:
+        self._ctx = ctx
+        store, target_pid = ctx.store, ctx.target_pid
         if target_pid != self._pid:
             self._pid = target_pid
             self._native = []
@@ -139,5 +141,5 @@ class StacksPane(LinesPane):
 
     def _redraw(self) -> None:
         self._last = None
-        if self._store is not None:
-            self.update_view(self._store, self._pid)
+        if self._ctx is not None:
+            self.update_view(self._ctx)
