@@ -236,9 +236,9 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets, busy_watch):
 
     # The pane says it plainly.
     view = stacks_view(store, t.pid, STUCK_AFTER, now=time.time())
-    from gputop.present.stacks import pane_lines
+    from gputop.present.stacks import stacks_pane_lines
 
-    text = plain(pane_lines(view))
+    text = plain(stacks_pane_lines(view))
     assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text
     assert "metrics-writer" in text and "press n for a native" in text
 

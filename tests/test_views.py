@@ -17,8 +17,8 @@ from gputop.analysis.window import job_view
 from gputop.analysis.window import stacks_view
 from gputop.analysis.views import ViewsStage, pane_views
 from gputop.model import Category, Event, Frame, GpuProcess, GpuSample, PaneViews, Reset, StackSample, Verdict
-from gputop.present.ranks import pane_lines as rank_lines
-from gputop.present.stacks import pane_lines as stack_lines, plain
+from gputop.present.ranks import ranks_pane_lines as rank_lines
+from gputop.present.stacks import stacks_pane_lines as stack_lines, plain
 from gputop.record.reader import Reader
 from gputop.session import Config, open_live, open_replay
 from gputop.sources.stacks import StackParser

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import step_dict, step_line
-    from ..present.advice import breakdown_table, findings_text, report_dict
+    from ..present import breakdown_table, findings_text, report_dict
     from ..session import Config, open_live
 
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,

@@ -56,12 +56,12 @@ def _straggler(ranks: Sequence[RankView]) -> int | None:
     return found.slow.rank if found is not None else None
 
 
-def waiting_lines() -> list[Line]:
+def ranks_waiting_lines() -> list[Line]:
     """The pane before the first view of the job is in (the views stage looks each second)."""
     return [(("reading the ranks' stacks …", "dim"),)]
 
 
-def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
+def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
                nvlink_bps: Mapping[int, tuple[float, float]] | None = None) -> list[Line]:
     """The ranks pane for ``width`` columns. ``breakdowns``: the advisor's per-GPU breakdowns
     (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s, live only."""

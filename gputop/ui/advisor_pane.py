@@ -11,7 +11,7 @@ from textual import events
 from textual.containers import VerticalScroll
 
 from ..advisor import nothing_yet
-from ..present.advice import finding_starts, pane_lines as advice_pane_lines
+from ..present import advice_pane_lines, finding_starts
 from ..units import fmt_clock
 from .lines_pane import LinesPane
 from .lines_view import LinesView

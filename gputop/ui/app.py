@@ -23,8 +23,7 @@ from textual.widgets import Footer, Input, Static
 from .. import __version__
 from ..errors import UserError
 from ..model import Event
-from ..present.advice import verdict_line
-from ..present.panels import FULL, header_text, host_panel_lines
+from ..present import FULL, header_text, host_panel_lines, verdict_line
 from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
 from .advisor_pane import STYLES as ADVICE_STYLES

@@ -7,7 +7,7 @@ import os
 
 from ..analysis import rank_map
 from ..store import Store, StoreSnapshot
-from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
+from ..present import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from .proc_list import ProcList
 

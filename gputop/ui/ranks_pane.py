@@ -11,7 +11,7 @@ from __future__ import annotations
 from .lines_pane import LinesPane
 from .pane import PaneContext
 
-from ..present.ranks import pane_lines, waiting_lines
+from ..present import ranks_pane_lines, ranks_waiting_lines
 from .stacks_pane import STYLES as STACK_STYLES
 from .advisor_pane import STYLES as ADVICE_STYLES
 
@@ -47,6 +47,6 @@ class RanksPane(LinesPane):
             return
         self._last, self._views = key, views
         if views is None:
-            self.show(waiting_lines())
+            self.show(ranks_waiting_lines())
             return
-        self.show(pane_lines(views.job, self.text_width, store.breakdowns(), ctx.nvlink_bps))
+        self.show(ranks_pane_lines(views.job, self.text_width, store.breakdowns(), ctx.nvlink_bps))

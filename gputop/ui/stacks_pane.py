@@ -18,7 +18,7 @@ from .lines_pane import LinesPane
 from .pane import PaneContext
 from .styled_lines import lines_to_text
 
-from ..present.stacks import Line, pane_lines, waiting_lines
+from ..present import Line, stacks_pane_lines, stacks_waiting_lines
 from ..units import fmt_clock
 
 
@@ -98,9 +98,9 @@ class StacksPane(LinesPane):
             if self._native_busy:
                 native = ["running py-spy dump --native …"]
             if views is None or views.target_pid != target_pid or views.stacks is None:
-                lines = waiting_lines(target_pid, native)  # just attached: the stage looks within a second
+                lines = stacks_waiting_lines(target_pid, native)  # just attached: the stage looks within a second
             else:
-                lines = pane_lines(views.stacks, self.text_width, native)
+                lines = stacks_pane_lines(views.stacks, self.text_width, native)
         self.show(lines)
 
     # ----------------------------------------------------------------- native dump
