@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..analysis import BUCKET_LABELS, Bucket
+from ..analysis import BUCKET_LABELS, Breakdown, Bucket
 from ..advisor import MIN_MAIN_SAMPLES
 from ..advisor import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
@@ -102,7 +102,8 @@ def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[objec
 def _gpu_lines(job: JobView, breakdowns: Sequence[object], width: int) -> list[Line]:
     """Each GPU's breakdown under the rank that owns it (NVML lists the rank on it)."""
     owner = {v.gpu: v for v in job.ranks if v.gpu is not None}
-    bds = [b for b in breakdowns if getattr(b, "gpu_index", -1) >= 0 and getattr(b, "total_s", 0) > 0]
+    # The store hands the verdict's breakdowns on untyped (it sits below analysis): the GPUs' ones.
+    bds = [b for b in breakdowns if isinstance(b, Breakdown) and b.gpu_index >= 0 and b.total_s > 0]
     if not bds:
         return []
     out: list[Line] = [(), (("GPUs", "head"),)]
