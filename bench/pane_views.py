@@ -41,8 +41,8 @@ from gputop.analysis.window import job_view  # noqa: E402
 from gputop.analysis.window import stacks_view  # noqa: E402
 from gputop.analysis.views import ViewsStage, pane_views  # noqa: E402
 from gputop.model import Event, GpuProcess, ProcSample, TaskSample, ThreadState  # noqa: E402
-from gputop.present.ranks import pane_lines as rank_lines  # noqa: E402
-from gputop.present.stacks import pane_lines as stack_lines  # noqa: E402
+from gputop.present.ranks import ranks_pane_lines as rank_lines  # noqa: E402
+from gputop.present.stacks import stacks_pane_lines as stack_lines  # noqa: E402
 from gputop.sources.fake import FakeGpuSource  # noqa: E402
 from gputop.sources.stacks import StackParser  # noqa: E402
 from gputop.store import Store  # noqa: E402

@@ -382,6 +382,36 @@ class SamplingCost:
     dumps: int = 0  # all dumps in the window, workers included
 
 
+class TargetStatus(str, Enum):
+    """Whether the attached job's stacks are being sampled."""
+
+    ALIVE = "alive"  # sampled (or, after a passing py-spy fault, about to be again)
+    EXITED = "exited"  # the process is gone: nothing is sampled, nothing is cost
+    UNTRACEABLE = "untraceable"  # not Python, no permission, no py-spy: process details only
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    """The attached job as its sampler (or, when none could start, the session) knows it: the one
+    place the UI and the commands read whether it is sampled, when it exited and what sampling it
+    costs, instead of each deriving it from the sampler's fields. Not a stored sample."""
+
+    pid: int
+    status: TargetStatus = TargetStatus.ALIVE
+    exited_at: float | None = None  # when the sampler found it gone
+    exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
+    reason: str | None = None  # why its stacks cannot be sampled (UNTRACEABLE)
+    cost: SamplingCost | None = None  # the latest measured cost of sampling it
+
+    @property
+    def running_cost(self) -> SamplingCost | None:
+        """The cost while the job runs: a job that exited is sampled no more and costs nothing."""
+        return self.cost if self.exited_at is None else None
+
+
 # Everything a source may emit; the store and the recorder dispatch on these types.
 SAMPLE_TYPES = (
     SystemInfo,
@@ -417,6 +447,8 @@ __all__ = [
     "Severity",
     "StackSample",
     "SystemInfo",
+    "TargetState",
+    "TargetStatus",
     "TaskSample",
     "ThreadState",
     "UtilPoint",

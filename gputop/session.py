@@ -15,21 +15,19 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from .advisor import DEFAULT_WINDOW_S
 from .analysis import DEFAULT_STUCK_AFTER_S
 from .errors import UserError
-from .model import Event, GpuSample, HostSample, SystemInfo
+from .model import Event, GpuSample, HostSample, SystemInfo, TargetState, TargetStatus
 from .pipeline import Pipeline, Source
 from .store import Store
 
 if TYPE_CHECKING:
     from .advisor import AdvisorSource, JobStage
     from .record import Recorder, ReplaySource
-    from .sources.host import HostSource
-    from .sources.ranks import Job
-    from .sources.stacks import PySpySource
+    from .sources import HostSource, Job, PySpySource
 
 # NVML keeps a 200 ms utilisation buffer (~14 s deep) that every poll drains, so a 2 s poll loses
 # no GPU detail while halving the cost of redrawing the screen (the same default as nvitop).
@@ -145,12 +143,40 @@ class Session:
             self.pipeline.stop()
             raise UserError(f"{self.attach_error}; without --pid gputop watches the GPUs and the host only")
 
+    @property
+    def target_state(self) -> TargetState | None:
+        """The attached job's state, read once here by the UI and the commands: its sampler's
+        reading, or, when no sampler could start, why its stacks cannot be sampled. None when
+        nothing is attached (and in a replay, whose recording says how its job ended)."""
+        if self.stacks is not None:
+            return self.stacks.state
+        if self.target_pid is not None and self.attach_error is not None:
+            return TargetState(self.target_pid, TargetStatus.UNTRACEABLE, reason=self.attach_error)
+        return None
+
+    @property
+    def nvlink_bps(self) -> Mapping[int, tuple[float, float]] | None:
+        """GPU -> (tx, rx) NVLink bytes/s as NVML last read them; None but live on NVML (the fake
+        GPUs have no links, and a recording holds no link rates)."""
+        from .sources import NvmlSource
+
+        return self.gpu.nvlink_bps if self.mode is Mode.LIVE and isinstance(self.gpu, NvmlSource) else None
+
     # ----------------------------------------------------------------- verbs for the UI
 
     def attach(self, pid: int) -> None:
         """Sample ``pid``'s stacks from now on, in place of the current target. Raises UserError
-        (with the reason and the fix) when it cannot be done; the session is then unchanged."""
-        from .sources.stacks import check_attachable
+        (with the reason and the fix) when it cannot be done; the session is then unchanged, and
+        the failure is published as an event first, through the pipeline, so the status line and
+        a running recording both have it."""
+        try:
+            self._attach(pid)
+        except UserError as exc:
+            self.pipeline.publish([Event(self.clock(), "attach", f"cannot attach to {pid}: {exc}", "error")])
+            raise
+
+    def _attach(self, pid: int) -> None:
+        from .sources import check_attachable
 
         if self.mode is Mode.REPLAY:
             raise UserError("a replay cannot attach to a process")
@@ -181,7 +207,7 @@ class Session:
         """Sample ``target`` (stacks and /proc) and every other rank of ``job``, the sampling
         budget shared among them so the total stays what one process costs. Holds no lock: the
         callers do."""
-        from .sources.stacks import ATTACH_BURST_RATE, DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET, DEFAULT_RATE
+        from .sources import ATTACH_BURST_RATE, DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET, DEFAULT_RATE
 
         n = len(job.ranks) if job is not None else 1
         # The attach burst is shared too (the ranks together sample as one process would), and
@@ -263,7 +289,7 @@ class Session:
 
     def native_dump(self, pid: int) -> str:
         """py-spy's native (C/C++/CUDA) dump of ``pid``: ~0.6 s, on demand only."""
-        from .sources.stacks import native_dump
+        from .sources import native_dump
 
         return native_dump(pid)
 
@@ -319,7 +345,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
     """Sources for this machine (or the fake one), the advisor on top. Raises UserError for a
     ``pid`` that does not exist; a process that cannot be sampled (not Python, no permission)
     leaves ``attach_error`` set and GPU and host monitoring running."""
-    from .sources.host import HostSource
+    from .sources import HostSource
 
     store = store or Store()
     attach_note: Event | None = None
@@ -330,7 +356,7 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         # The launcher has no training stack: rank 0 stands in for it.
         pid = pid if job.given_is_rank else job.ranks[0].pid
     if pid is not None:
-        from .sources.stacks import AttachError, check_attachable
+        from .sources import AttachError, check_attachable
 
         try:
             check_attachable(pid)
@@ -443,7 +469,7 @@ class RankWatch:
 def _find_job(pid: int):
     """``pid``'s multi-rank job (sources.ranks.Job: the launcher and every local rank), None when
     ``pid`` is one process."""
-    from .sources.ranks import find_ranks
+    from .sources import find_ranks
 
     return find_ranks(pid)
 
@@ -482,10 +508,10 @@ def _add_stage(session: Session, *, advise: bool, stuck: bool, views: bool) -> N
 def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None, list[object]]:
     """The GPU source, or None with a SystemInfo saying why NVML is unavailable."""
     if fake is not None:
-        from .sources.fake import FakeGpuSource
+        from .sources import FakeGpuSource
 
         return FakeGpuSource(gpus=fake, interval=interval, clock=clock), []
-    from .sources.nvml import NvmlSource, NvmlUnavailable
+    from .sources import NvmlSource, NvmlUnavailable
 
     try:
         return NvmlSource.open(interval=interval, clock=clock), []
@@ -497,7 +523,7 @@ def _gpu_source(interval: float, fake: int | None, clock) -> tuple[Source | None
 def procfs_reader(pid: int, **options) -> Source:
     """/proc readings of ``pid`` and its children (threads' states, CPU time, wchan): the
     kernel's evidence that lets the stuck verdict come at attach."""
-    from .sources.procfs import ProcfsSource
+    from .sources import ProcfsSource
 
     return ProcfsSource(pid, **options)
 
@@ -511,7 +537,7 @@ RAS_EVERY_S = 5.0
 def nccl_ras_source(pid: int, **options) -> Source | None:
     """A source of NCCL's RAS reports for the job whose rank is ``pid`` (the address from the
     rank's environment), None when the rank runs none (NCCL_RAS_ENABLE=0)."""
-    from .sources.nccl_ras import NcclRasSource, environ_of
+    from .sources import NcclRasSource, environ_of
 
     return NcclRasSource.for_environment(environ_of(pid), interval=RAS_EVERY_S, **options)
 
@@ -520,7 +546,7 @@ def stack_sampler(pid: int, **options) -> PySpySource:
     """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
     decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""
     from .analysis import classify_stack, is_library
-    from .sources.stacks import PySpySource
+    from .sources import PySpySource
 
     return PySpySource(pid, classify=classify_stack, is_library=is_library, **options)
 

@@ -220,7 +220,7 @@ async def _watch_in_ui(session, seconds: float, record=None) -> tuple[list[str],
                 await asyncio.sleep(0.5)
             await pilot.pause()
             pane = app.query_one("#advisor-pane")
-            pane.update_view(session.store)
+            pane.update_view(app.pane_context())
             text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
             return [f.id for f in session.store.findings()], text
     finally:

@@ -228,7 +228,7 @@ def test_a_seek_back_in_time_starts_the_findings_over():
 def _fed_second_by_second(job: Job, seconds: int, target=None):
     """An AdvisorSource fed ``job`` a second at a time as the pipeline would; per second the
     store's ``collecting()`` and the Advisor tab's text."""
-    from gputop.present.advice import pane_lines
+    from gputop.present.advice import advice_pane_lines
 
     full = job.store()
     store = Store()
@@ -243,7 +243,7 @@ def _fed_second_by_second(job: Job, seconds: int, target=None):
             batch += [full.system, *full.gpu_info.values()]
         store.add(batch)
         store.add(src.poll())
-        text = "\n".join("".join(t for t, _ in ln) for ln in pane_lines(
+        text = "\n".join("".join(t for t, _ in ln) for ln in advice_pane_lines(
             store.findings(), store.breakdowns(), 120, attached=target is not None, has_gpu=bool(store.gpu_indices()),
             pending=store.pending_findings(), collecting=store.collecting()))
         seen.append((store.collecting(), text))
@@ -281,7 +281,7 @@ def test_the_first_verdict_stays_once_it_had_enough():
 
 def test_collecting_text_and_advise_text():
     from gputop.model import Evidence
-    from gputop.present.advice import collecting_text, findings_text, pane_lines
+    from gputop.present.advice import collecting_text, findings_text, advice_pane_lines
 
     ev = Evidence(stacks=6, stacks_needed=20, gpu_s=1.2, gpu_needed_s=2.0)
     assert collecting_text(ev) == ("Collecting evidence: 6 of ~20 stacks of the job's main thread, 1.2 of 2 s of GPU "
@@ -290,7 +290,7 @@ def test_collecting_text_and_advise_text():
     assert findings_text([]).startswith("No findings")
     # Stacks that cannot be read never come: the GPU samples decide alone.
     assert collecting_text(Evidence(6, 20, 3.0, 2.0), stacks_readable=False) is None
-    text = "".join(t for ln in pane_lines([], [], 100, no_stacks="not Python", collecting=Evidence(6, 20, 3.0, 2.0))
+    text = "".join(t for ln in advice_pane_lines([], [], 100, no_stacks="not Python", collecting=Evidence(6, 20, 3.0, 2.0))
                    for t, _ in ln)
     assert "No findings" in text and "Collecting" not in text.replace("Collecting: the time breakdown", "")
 

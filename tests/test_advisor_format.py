@@ -5,6 +5,7 @@ import json
 import pytest
 from textual.app import App
 
+from gputop.ui.pane import PaneContext
 from gputop.present.advice import (
     bar_segments,
     bar_text,
@@ -13,7 +14,7 @@ from gputop.present.advice import (
     breakdown_summary,
     breakdown_table,
     findings_text,
-    pane_lines,
+    advice_pane_lines,
     report_dict,
 )
 from gputop.analysis.breakdown import CPU_DEVICE, Breakdown, Bucket
@@ -80,14 +81,14 @@ def test_report_json_has_first_seen_relative_to_the_start():
 
 
 def test_pane_lines():
-    lines = pane_lines([FINDING], [BD], width=80)
+    lines = advice_pane_lines([FINDING], [BD], width=80)
     flat = ["".join(seg for seg, _ in ln) for ln in lines]
     assert flat[0].startswith("GPU 0 last 60 s")
     assert any(ln and all(style.startswith("bucket.") for _, style in ln) for ln in lines)  # the bar
     assert any("waiting for data 39 %" in ln for ln in flat)
     assert any(ln.startswith("! 1. GPU 0 waits for data") for ln in flat)
     assert any(ln.strip().startswith("do: DataLoader") for ln in flat)
-    empty = ["".join(seg for seg, _ in ln) for ln in pane_lines([], [], attached=False)]
+    empty = ["".join(seg for seg, _ in ln) for ln in advice_pane_lines([], [], attached=False)]
     assert any("Attach to the training process" in ln for ln in empty)
 
 
@@ -103,16 +104,16 @@ async def test_advisor_pane_renders_the_store():
     app = PaneApp()
     async with app.run_test(size=(100, 30)) as pilot:
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(PaneContext(store))
         await pilot.pause()
         text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
         assert "GPU 0 waits for data 41 %" in text
         assert "busy 59 %" in text
         before = pane.last_lines
-        pane.update_view(store)  # nothing changed: no redraw
+        pane.update_view(PaneContext(store))  # nothing changed: no redraw
         assert pane.last_lines is before
         store.add([Verdict(1061.0)])
-        pane.update_view(store)
+        pane.update_view(PaneContext(store))
         assert not any("waits for data" in "".join(s for s, _ in ln) for ln in pane.last_lines)
 
 
@@ -123,29 +124,22 @@ async def test_just_after_attaching_to_another_job_the_tab_does_not_show_the_pre
     attached now; before it, what is being collected."""
     from gputop.advisor.engine import warmup_finding
 
-    class Session:
-        target_pid = 2
-        attach_error = None
-
-    class App2(PaneApp):
-        session = Session()
-
     old = warmup_finding("the job started 9 s ago (first steps)", 1060.0)
     store = Store()
-    app = App2()
+    app = PaneApp()
     async with app.run_test(size=(100, 30)) as pilot:
         pane = app.query_one(AdvisorPane)
         text = lambda: "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)  # noqa: E731
-        pane.update_view(store)  # before the advisor's first evaluation: not "No findings"
+        pane.update_view(PaneContext(store, 2))  # before the advisor's first evaluation: not "No findings"
         await pilot.pause()
         assert "Collecting evidence: 0 of ~20 stacks" in text() and "No findings" not in text()
         store.add([Verdict(1060.0, (old,), (BD,), target_pid=1)])  # the previous job's
-        pane.update_view(store)
+        pane.update_view(PaneContext(store, 2))
         await pilot.pause()
         assert "9 s ago" not in text() and "Collecting evidence: 0 of ~20 stacks" in text()
         new = warmup_finding("the job started 1 s ago (first steps)", 1061.0)
         store.add([Verdict(1061.0, (new,), (BD,), target_pid=2)])
-        pane.update_view(store)
+        pane.update_view(PaneContext(store, 2))
         await pilot.pause()
         assert "the job started 1 s ago" in text() and "9 s ago" not in text()
 
@@ -170,7 +164,7 @@ async def test_the_apps_advisor_tab_shows_the_advisors_findings(clock):
         await pilot.press("2")
         await pilot.pause()
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(app.pane_context())
         text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
         assert "GPU 1 busy but tensor cores idle" in text  # the fake fp32 GPU
         assert "GPU 0 last" in text and "busy" in text
@@ -200,7 +194,7 @@ def _plain(ln):
 
 @pytest.mark.parametrize("width", [40, 57, 72, 86, 97, 120])
 def test_pane_lines_fit_the_width_and_keep_every_token_of_the_code(width):
-    lines = pane_lines([CKPT, FINDING], [BD], width)
+    lines = advice_pane_lines([CKPT, FINDING], [BD], width)
     assert all(len(_plain(ln)) <= width for ln in lines), [(len(_plain(ln)), _plain(ln)) for ln in lines]
     # The action, read back from its wrapped lines, is the action: no token dropped or split.
     rows = [_plain(ln) for ln in lines]
@@ -239,7 +233,7 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
         await pilot.press("2")
         await pilot.pause()
         pane = app.query_one(AdvisorPane)
-        pane.update_view(store)
+        pane.update_view(app.pane_context())
         await pilot.pause()
         view = pane.query_one(LinesView)
         shown = [t.plain for t in view._lines]
@@ -254,32 +248,32 @@ async def test_the_advisor_tab_never_cuts_advice_at_the_edge_and_y_copies_it(col
 
 
 def test_no_gpu_and_no_job_says_what_to_do_instead_of_collecting_forever():
-    text = " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=False, has_gpu=False))
+    text = " ".join(_plain(ln) for ln in advice_pane_lines([], [], 100, attached=False, has_gpu=False))
     assert "Collecting" not in text and "No GPU here and no job attached" in text and "--pid" in text
     # with a GPU, or a job, the breakdown is on its way
-    assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=False, has_gpu=True))
-    assert "Collecting" in " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False))
+    assert "Collecting" in " ".join(_plain(ln) for ln in advice_pane_lines([], [], 100, attached=False, has_gpu=True))
+    assert "Collecting" in " ".join(_plain(ln) for ln in advice_pane_lines([], [], 100, attached=True, has_gpu=False))
 
 
 def test_a_cause_seen_but_not_yet_held_reads_as_confirming_not_as_no_findings():
-    text = " ".join(_plain(ln) for ln in pane_lines([], [BD], 100, pending=[FINDING]))
+    text = " ".join(_plain(ln) for ln in advice_pane_lines([], [BD], 100, pending=[FINDING]))
     assert "No findings" not in text and "Confirming: GPU 0 waits for data 41 %" in text
 
 
 def test_no_gpu_and_unreadable_stacks_says_so_instead_of_collecting():
-    text = " ".join(_plain(ln) for ln in pane_lines([], [], 100, attached=True, has_gpu=False,
+    text = " ".join(_plain(ln) for ln in advice_pane_lines([], [], 100, attached=True, has_gpu=False,
                                                      no_stacks="cannot sample stacks of PID 7: not Python"))
     assert "Collecting" not in text and "cannot be read (cannot sample stacks of PID 7: not Python)" in text
 
 
 def test_an_exited_job_is_said_first_and_its_findings_read_as_past():
-    from gputop.present.advice import pane_lines
+    from gputop.present.advice import advice_pane_lines
 
     text = lambda lines: "\n".join("".join(t for t, _ in ln) for ln in lines)  # noqa: E731
-    gone = text(pane_lines([], [], 100, exited="PID 42 at 12:00:05"))
+    gone = text(advice_pane_lines([], [], 100, exited="PID 42 at 12:00:05"))
     assert gone.startswith("The attached job exited (PID 42 at 12:00:05): no finding was showing")
     assert "No findings: nothing costs the job" not in gone
-    live = text(pane_lines([], [], 100))
+    live = text(advice_pane_lines([], [], 100))
     assert "exited" not in live and "No findings" in live
 
 
@@ -324,12 +318,12 @@ def test_the_verdict_line_is_the_advisor_tabs_top_finding_in_one_line():
 
 
 def test_no_finding_under_a_bar_of_unknown_time_does_not_say_nothing_costs_the_job():
-    from gputop.present.advice import pane_lines
+    from gputop.present.advice import advice_pane_lines
 
     bd = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 10.0, Bucket.UNKNOWN: 41.0, Bucket.DATA: 9.0}, attributed=True)
-    text = "\n".join("".join(t for t, _ in line) for line in pane_lines([], [bd], 100))
+    text = "\n".join("".join(t for t, _ in line) for line in advice_pane_lines([], [bd], 100))
     assert "nothing costs the job" not in text
     assert "68% of the time is other/unknown" in text and "Stacks tab (3)" in text
     healthy = Breakdown(0, 0.0, 60.0, {Bucket.BUSY: 58.0, Bucket.UNKNOWN: 2.0}, attributed=True)
-    text = "\n".join("".join(t for t, _ in line) for line in pane_lines([], [healthy], 100))
+    text = "\n".join("".join(t for t, _ in line) for line in advice_pane_lines([], [healthy], 100))
     assert "No findings: nothing costs the job a visible share of its time." in text

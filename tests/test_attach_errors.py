@@ -70,7 +70,7 @@ async def test_the_stacks_tab_shows_why_there_are_no_stacks(sleeper):
             await pilot.press("3")
             await pilot.pause()
             pane = app.query_one("#stacks-pane")
-            pane.update_view(session.store, session.target_pid)
+            pane.update_view(app.pane_context())
             text = "\n".join("".join(seg for seg, _ in ln) for ln in pane.last_lines)
             assert f"PID {sleeper.pid} is not a Python process" in " ".join(text.split())
             assert "no samples yet" not in text

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import gputop.session as session_mod
-import gputop.sources.stacks as stacks_mod
+import gputop.sources as sources
 from gputop.analysis.ranks import rank_map
 from gputop.pipeline import Pipeline
 from gputop.session import RankWatch, Session
@@ -48,7 +48,7 @@ def world(monkeypatch):
     monkeypatch.setattr(session_mod, "_find_job", w.find)
     monkeypatch.setattr(session_mod, "stack_sampler", FakeSampler)
     monkeypatch.setattr(session_mod, "procfs_reader", FakeSampler)
-    monkeypatch.setattr(stacks_mod, "check_attachable", lambda pid: "py-spy")
+    monkeypatch.setattr(sources, "check_attachable", lambda pid: "py-spy")  # the face session imports it from
     return w
 
 

@@ -7,7 +7,7 @@ from gputop.analysis.breakdown import Breakdown, Bucket
 from gputop.analysis.ranks import ranks_message
 from gputop.analysis.window import job_view
 from gputop.model import Category, Event, Frame, GpuProcess, StackSample, Verdict
-from gputop.present.ranks import pane_lines
+from gputop.present.ranks import ranks_pane_lines
 from gputop.ui.app import GputopApp
 
 from test_snapshots import fake_session, fixed_environment, open_tab, publish_views  # noqa: F401 (fixture)
@@ -50,7 +50,7 @@ def test_ranks_tab_of_a_two_rank_job(snap_compare, clock):
 
 def test_ranks_lines_name_the_owner_of_each_gpu_and_the_straggler(clock):
     store = two_rank_session(clock).store
-    text = ["".join(t for t, _ in line) for line in pane_lines(job_view(store, 60.0), 116, store.breakdowns())]
+    text = ["".join(t for t, _ in line) for line in ranks_pane_lines(job_view(store, 60.0), 116, store.breakdowns())]
     assert text[0] == "2 local ranks of the job launched by PID 31300 · main threads over the last 60 s"
     r0 = next(t for t in text if t.startswith("    0    31337    0 "))
     r1 = next(t for t in text if t.startswith("    1    31338    1 "))

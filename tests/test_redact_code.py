@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gputop.ui.pane import PaneContext
 from gputop.analysis.classify import classify, is_library
 from gputop.analysis.views import ViewsStage
 from gputop.model import Frame, StackSample
@@ -199,7 +200,7 @@ async def test_the_stacks_pane_shows_the_line_redacted():
 
     pane = StacksPane()
     async with Host().run_test(size=(160, 40)):
-        pane.update_view(store, 4242)
+        pane.update_view(PaneContext(store, 4242))
         text = plain(pane.last_lines)
         rendered = pane.query_one("#stacks-body").plain
     _no_secret(text + rendered, "Stacks pane")

@@ -194,7 +194,7 @@ def test_sample_rate_option_reaches_the_sampler(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(session, "stack_sampler", lambda pid, **kw: seen.update(kw) or object())
-    monkeypatch.setattr("gputop.sources.stacks.check_attachable", lambda pid, pyspy=None: "py-spy")
+    monkeypatch.setattr("gputop.sources.check_attachable", lambda pid, pyspy=None: "py-spy")  # the face session imports it from
     s = session.open_live(session.Config(fake=1, pid=os.getpid(), sample_rate=0.5))
     try:
         assert seen.get("rate") == 0.5

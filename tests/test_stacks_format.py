@@ -13,7 +13,7 @@ from gputop.present.stacks import (
     dump_dict,
     dump_text,
     frame_line,
-    pane_lines,
+    stacks_pane_lines,
     plain,
     stack_lines,
     stuck_lines,
@@ -83,7 +83,7 @@ def test_pane_shows_fault_exit_and_workers():
         ProcSample(ts=T0 + 1, pid=pid + 1, ppid=pid, role="worker", cpu_percent=88.0, status="running"),
         Event(T0 + 1, "stacks", "target PID 1 exited at 10:00:00 with code 3", "warning"),
     ])
-    text = plain(pane_lines(stacks_view(store, pid, 30.0), 80))
+    text = plain(stacks_pane_lines(stacks_view(store, pid, 30.0), 80))
     assert text.splitlines()[0].startswith(f"PID {pid}  python train.py   CPU 12%  RSS 1.0G")
     assert "exited at 10:00:00 with code 3" in text
     assert "Main thread, last" in text and "data-wait" in text

@@ -23,6 +23,7 @@ import pytest
 
 psutil = pytest.importorskip("psutil")
 
+from gputop.ui.pane import PaneContext
 from gputop.analysis.stacks_summary import category_shares  # noqa: E402
 
 from gputop.analysis.window import stacks_view  # noqa: E402
@@ -235,9 +236,9 @@ def test_deadlocked_job_is_reported_stuck_at_the_lock_line(targets, busy_watch):
 
     # The pane says it plainly.
     view = stacks_view(store, t.pid, STUCK_AFTER, now=time.time())
-    from gputop.present.stacks import pane_lines
+    from gputop.present.stacks import stacks_pane_lines
 
-    text = plain(pane_lines(view))
+    text = plain(stacks_pane_lines(view))
     assert "STUCK: PID" in text and f"stack_targets.py:{marker_line('# DEADLOCK')}" in text
     assert "metrics-writer" in text and "press n for a native" in text
 
@@ -302,7 +303,7 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
     app = Host()
     async with app.run_test(size=(120, 50)) as pilot:
         pane = app.query_one(StacksPane)
-        pane.update_view(store, t.pid)
+        pane.update_view(PaneContext(store, t.pid))
         assert "mode_deadlock" in plain(pane.last_lines)
         pane.query_one(VerticalScroll).focus()
         await pilot.press("n")

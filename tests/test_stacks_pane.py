@@ -6,6 +6,7 @@ import os
 
 from textual.app import App
 
+from gputop.ui.pane import PaneContext
 from gputop.analysis.classify import classify, is_library
 from gputop.analysis.views import ViewsStage
 from gputop.sources.stacks import StackParser, native_dump
@@ -44,7 +45,7 @@ class Host(App):
 async def test_not_attached_says_how_to_attach():
     pane = StacksPane(id="stacks-pane")
     async with Host(pane).run_test(size=(100, 30)):
-        pane.update_view(Store(), None)
+        pane.update_view(PaneContext(Store(), None))
         text = plain(pane.last_lines)
     assert "Not attached" in text and "gputop --pid PID" in text
 
@@ -54,7 +55,7 @@ async def test_stuck_job_shown_with_threshold_from_the_views_stage():
     publish_views(store, pid, 3.0)
     pane = StacksPane()
     async with Host(pane).run_test(size=(120, 40)):
-        pane.update_view(store, pid)
+        pane.update_view(PaneContext(store, pid))
         text = plain(pane.last_lines)
         rendered = pane.query_one("#stacks-body").plain
     assert "STUCK: PID" in text and "in mode_deadlock" in text
@@ -64,7 +65,7 @@ async def test_stuck_job_shown_with_threshold_from_the_views_stage():
     publish_views(store2, pid, 30.0)
     pane2 = StacksPane()
     async with Host(pane2).run_test(size=(120, 40)):
-        pane2.update_view(store2, pid)
+        pane2.update_view(PaneContext(store2, pid))
         assert "STUCK" not in plain(pane2.last_lines)
 
 
@@ -72,7 +73,7 @@ async def test_native_dump_failure_is_a_message_in_the_pane():
     gone = 4_000_000  # above Linux's pid_max: no such process
     pane = StacksPane(native_dump=native_dump)
     async with Host(pane).run_test(size=(120, 40)) as pilot:
-        pane.update_view(Store(), gone)
+        pane.update_view(PaneContext(Store(), gone))
         pane.request_native_dump(gone)
         assert "running py-spy dump --native" in plain(pane.last_lines)
         for _ in range(200):

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from textual.app import App
 
+from gputop.ui.pane import PaneContext
 from gputop.analysis.classify import classify, is_library
 from gputop.analysis.ranks import ranks_message
 from gputop.analysis.window import job_view
 from gputop.analysis.window import stacks_view
 from gputop.analysis.views import ViewsStage, pane_views
 from gputop.model import Category, Event, Frame, GpuProcess, GpuSample, PaneViews, Reset, StackSample, Verdict
-from gputop.present.ranks import pane_lines as rank_lines
-from gputop.present.stacks import pane_lines as stack_lines, plain
+from gputop.present.ranks import ranks_pane_lines as rank_lines
+from gputop.present.stacks import stacks_pane_lines as stack_lines, plain
 from gputop.record.reader import Reader
 from gputop.session import Config, open_live, open_replay
 from gputop.sources.stacks import StackParser
@@ -212,12 +213,12 @@ async def test_the_stacks_pane_lays_out_the_published_view_and_reads_no_samples(
     published = _published(store, pid)
     pane = StacksPane()
     async with Host(pane).run_test(size=(120, 40)):
-        pane.update_view(published, pid)
+        pane.update_view(PaneContext(published, pid))
         text = plain(pane.last_lines)
         assert text == plain(stack_lines(published.pane_views().stacks, pane.text_width))
         assert "STUCK: PID" in text and "mode_deadlock" in text
         # A target the stage has not looked at yet (just attached): a waiting line, not the old view.
-        pane.update_view(published, pid + 1)
+        pane.update_view(PaneContext(published, pid + 1))
         assert plain(pane.last_lines).splitlines()[0] == f"PID {pid + 1}" and "reading its stacks" in plain(pane.last_lines)
 
 
@@ -225,17 +226,17 @@ async def test_the_stacks_pane_redraws_when_new_views_are_published_only():
     store, pid = deadlock_store(2.0)
     pane = StacksPane()
     async with Host(pane).run_test(size=(120, 40)):
-        pane.update_view(store, pid)
+        pane.update_view(PaneContext(store, pid))
         assert "reading its stacks" in plain(pane.last_lines)  # no stage has published yet
         store.add(ViewsStage(store, pid, 30.0).poll())
-        pane.update_view(store, pid)
+        pane.update_view(PaneContext(store, pid))
         first = pane.last_lines
         assert "STUCK" not in plain(first) and "Main thread" in plain(first)
         store.add([StackSample(store.now + 0.2, pid, 1, "MainThread", is_main=True)])
-        pane.update_view(store, pid)
+        pane.update_view(PaneContext(store, pid))
         assert pane.last_lines is first  # new samples alone: the pane waits for the stage
         store.add(ViewsStage(store, pid, 30.0).poll())
-        pane.update_view(store, pid)
+        pane.update_view(PaneContext(store, pid))
         assert pane.last_lines is not first and "(12 samples)" in plain(pane.last_lines)
 
 
@@ -244,7 +245,7 @@ async def test_the_ranks_pane_lays_out_the_published_job_and_reads_no_samples():
     published = _published(store, R0)
     pane = RanksPane()
     async with Host(pane).run_test(size=(120, 30)):
-        pane.update_view(published)
+        pane.update_view(PaneContext(published))
         text = plain(pane.last_lines)
         assert text == plain(rank_lines(published.pane_views().job, pane.text_width))
     assert text.startswith("2 local ranks of the job launched by PID 31300")
@@ -252,5 +253,5 @@ async def test_the_ranks_pane_lays_out_the_published_job_and_reads_no_samples():
     assert "communication share: rank 0 70% in all_reduce, rank 1 20% in all_reduce" in text
     pane = RanksPane()
     async with Host(pane).run_test(size=(120, 30)):
-        pane.update_view(Store())
+        pane.update_view(PaneContext(Store()))
         assert "reading the ranks' stacks" in plain(pane.last_lines)  # before the stage's first look

@@ -7,7 +7,7 @@ from gputop.advisor.context import build_context, warmup_of
 from gputop.advisor.engine import WARMUP_ID, Advisor
 from gputop.model import Category as C
 from gputop.model import Frame, ProcSample
-from gputop.present.advice import pane_lines
+from gputop.present.advice import advice_pane_lines
 from gputop.store import Store
 
 from synth import Job, periodic, stack
@@ -132,7 +132,7 @@ def test_the_pane_and_the_engine_say_warming_up_not_no_findings():
     adv = Advisor()
     shown = adv.evaluate(st)
     assert [f.id for f in shown] == [WARMUP_ID]  # at once, no hysteresis
-    text = "\n".join("".join(t for t, _ in ln) for ln in pane_lines(shown, []))
+    text = "\n".join("".join(t for t, _ in ln) for ln in advice_pane_lines(shown, []))
     assert "Warming up: compiling (torch.compile)" in text and "No findings" not in text
     # once warm, the note goes at once
     later = job_store(20.0, compiling=False, age=60.0)

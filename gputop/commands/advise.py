@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import step_dict, step_line
-    from ..present.advice import breakdown_table, findings_text, report_dict
+    from ..present import breakdown_table, findings_text, report_dict
     from ..session import Config, open_live
 
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     # Why stacks could not be read (not Python, permission, py-spy failing) changes what the
     # findings can say: the reader must see it.
     attach_errors = [e.message for e in store.events() if e.source == "stacks" and e.level == "error"]
-    cost = session.stacks.cost if session.stacks is not None else None  # what sampling the job cost it, as measured
+    state = session.target_state
+    cost = state.cost if state is not None else None  # what sampling the job cost it, as measured
     # The training step as the last evaluation saw it (the main thread's phases, its loop, the
     # user's code outside the model), from the same context the findings came from.
     last = advisor.advisor.last_context
@@ -153,7 +154,8 @@ def sampling_cost_text(cost) -> str:
 
 
 def _target_exited(session, start: float) -> str | None:
-    exited = session.stacks.exited if session.stacks is not None else None
+    state = session.target_state
+    exited = state.exited_at if state is not None else None
     return f"the target exited after {exited - start:.0f} s" if exited is not None else None
 
 

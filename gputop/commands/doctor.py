@@ -46,7 +46,7 @@ def python_checks() -> list[Check]:
 
 
 def ptrace_checks() -> list[Check]:
-    from ..sources.stacks import find_pyspy
+    from ..sources import find_pyspy
 
     out: list[Check] = []
     pyspy = find_pyspy()
@@ -149,7 +149,7 @@ def _torch_device_checks(torch) -> list[Check]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..sources.nvml import describe_environment
+    from ..sources import describe_environment
 
     sections: list[tuple[str, list[Check]]] = [
         ("python", python_checks()),

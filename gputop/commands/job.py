@@ -54,33 +54,33 @@ def fetch_jobs(url: str):
 def _vector(url: str, promql: str):
     from ..errors import UserError
     from ..fleet import ApiError, parse_vector
-    from ..sources.prometheus_api import PrometheusError, query
+    from ..sources import PrometheusError, prometheus_query
 
     try:
-        return parse_vector(query(url, promql))
+        return parse_vector(prometheus_query(url, promql))
     except (PrometheusError, ApiError) as exc:
         raise UserError(str(exc), exit_code=1) from None
 
 
 def _shown(url: str) -> str:
-    from ..sources.prometheus_api import shown
+    from ..sources import prometheus_shown
 
-    return shown(url.rstrip("/"))
+    return prometheus_shown(url.rstrip("/"))
 
 
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..present.job import job_lines, jobs_lines, plain
+    from ..present import job_lines, job_plain, jobs_lines
     from ..units import fmt_clock
 
     if args.job is None:
-        print(plain(jobs_lines(fetch_jobs(args.prometheus), _shown(args.prometheus))))
+        print(job_plain(jobs_lines(fetch_jobs(args.prometheus), _shown(args.prometheus))))
         return 0
     first = fetch_job(args.prometheus, args.job)  # fails here, in one line, before any UI
     if args.once:
         job, judgement = first
-        print(plain(job_lines(job, judgement, 100, f"as of {fmt_clock(time.time())}", args.interval)))
+        print(job_plain(job_lines(job, judgement, 100, f"as of {fmt_clock(time.time())}", args.interval)))
         return 0
     from .options import require_terminal
     from ..ui.job_app import JobApp

@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis import stacks_view
     from ..model import Event, StackSample
     from ..session import stack_sampler
-    from ..sources.stacks import check_attachable, native_dump
-    from ..present.stacks import dump_dict, dump_text
+    from ..sources import check_attachable, native_dump
+    from ..present import dump_dict, dump_text
     from ..store import Store
 
     pid = getattr(args, "pid", None)

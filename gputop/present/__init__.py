@@ -12,4 +12,36 @@ read it plainly. Nothing here imports Textual, NVML, psutil or the record layer;
 - ``process_table``: rows and columns of the process table
 - ``stacks``: the Stacks pane and ``gputop stacks``
 - ``advice``: findings and time breakdowns (the Advisor pane, ``advise``, JSON)
+- ``ranks``: the Ranks pane; ``job``: a job across hosts (``gputop job``)
+
+This is its face: the layers above import from here, never from its modules (an import-linter
+contract keeps it so). The three panes' builders have distinct names here (``advice_pane_lines``,
+``stacks_pane_lines``, ``ranks_pane_lines``), so an importer never has to rename one.
 """
+
+from __future__ import annotations
+
+from .advice import (
+    BUCKET_CHAR, advice_pane_lines, bar_text, breakdown_dict, breakdown_rows, breakdown_table, device_name,
+    finding_dict, finding_starts, findings_text, report_dict, verdict_line,
+)
+from .gpu_charts import split_width
+from .idle_causes import column_causes
+# ``plain`` alone would be ambiguous: stacks has a plain of its own (trailing spaces stripped).
+from .job import header_lines, job_lines, jobs_lines, plain as job_plain, rank_lines, verdict_lines
+from .panels import (
+    CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines,
+)
+from .process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
+from .ranks import ranks_pane_lines, ranks_waiting_lines
+from .stacks import Line, dump_dict, dump_text, stacks_pane_lines, stacks_waiting_lines
+
+__all__ = [
+    "BUCKET_CHAR", "CHARTS", "COLUMNS", "COMPACT", "DESCENDING_BY_DEFAULT", "FULL", "History", "Line", "MEDIUM",
+    "PANEL_LINES", "ProcRow", "SORT_KEYS", "advice_pane_lines", "attachable", "bar_text", "breakdown_dict",
+    "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
+    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text",
+    "host_panel_lines", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
+    "ranks_waiting_lines", "report_dict", "split_width", "stacks_pane_lines", "stacks_waiting_lines",
+    "verdict_line", "verdict_lines",
+]

@@ -229,7 +229,7 @@ def _plain(ln: Line) -> str:
 
 
 def finding_starts(lines: Sequence[Line]) -> list[int]:
-    """Row of each finding's title line in ``pane_lines``' output, in rank order."""
+    """Row of each finding's title line in ``advice_pane_lines``' output, in rank order."""
     return [i for i, ln in enumerate(lines) if ln and ln[0][1].startswith("sev.")]
 
 
@@ -264,7 +264,7 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
     return (("no findings: nothing costs the job a visible share of its time", "dim"),)
 
 
-def pane_lines(
+def advice_pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
     exited: str | None = None, collecting: Evidence | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..analysis import BUCKET_LABELS, Bucket
+from ..analysis import BUCKET_LABELS, Breakdown, Bucket
 from ..advisor import MIN_MAIN_SAMPLES
 from ..advisor import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
@@ -56,12 +56,12 @@ def _straggler(ranks: Sequence[RankView]) -> int | None:
     return found.slow.rank if found is not None else None
 
 
-def waiting_lines() -> list[Line]:
+def ranks_waiting_lines() -> list[Line]:
     """The pane before the first view of the job is in (the views stage looks each second)."""
     return [(("reading the ranks' stacks …", "dim"),)]
 
 
-def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
+def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
                nvlink_bps: Mapping[int, tuple[float, float]] | None = None) -> list[Line]:
     """The ranks pane for ``width`` columns. ``breakdowns``: the advisor's per-GPU breakdowns
     (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s, live only."""
@@ -102,7 +102,8 @@ def pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (
 def _gpu_lines(job: JobView, breakdowns: Sequence[object], width: int) -> list[Line]:
     """Each GPU's breakdown under the rank that owns it (NVML lists the rank on it)."""
     owner = {v.gpu: v for v in job.ranks if v.gpu is not None}
-    bds = [b for b in breakdowns if getattr(b, "gpu_index", -1) >= 0 and getattr(b, "total_s", 0) > 0]
+    # The store hands the verdict's breakdowns on untyped (it sits below analysis): the GPUs' ones.
+    bds = [b for b in breakdowns if isinstance(b, Breakdown) and b.gpu_index >= 0 and b.total_s > 0]
     if not bds:
         return []
     out: list[Line] = [(), (("GPUs", "head"),)]

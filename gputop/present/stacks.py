@@ -214,7 +214,7 @@ def target_line(p: ProcSample | None, pid: int) -> Line:
 # --------------------------------------------------------------------------- whole pane / dump
 
 
-def waiting_lines(pid: int, native: Sequence[str] = ()) -> list[Line]:
+def stacks_waiting_lines(pid: int, native: Sequence[str] = ()) -> list[Line]:
     """The pane for a target whose first view is not in yet (the views stage looks each second)."""
     out: list[Line] = [line((f"PID {pid}", "title")), (), line(("reading its stacks …", "dim"))]
     if native:
@@ -223,7 +223,7 @@ def waiting_lines(pid: int, native: Sequence[str] = ()) -> list[Line]:
     return out
 
 
-def pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -> list[Line]:
+def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -> list[Line]:
     """Everything the stacks pane shows, top to bottom."""
     out: list[Line] = [target_line(view.target, view.pid)]
     if view.fault is not None:

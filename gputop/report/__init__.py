@@ -12,7 +12,7 @@ __all__ = ["Summary", "collect", "render_html", "render_text", "summary_dict"]
 def summary_dict(s: Summary) -> dict:
     """The headline numbers as JSON-ready data (for scripts and dashboards)."""
     from ..analysis import BUCKET_LABELS
-    from ..present.advice import finding_dict
+    from ..present import finding_dict
 
     return {
         "path": s.path,
@@ -83,7 +83,7 @@ def summary_dict(s: Summary) -> dict:
 
 def _cpu_device(s: Summary) -> dict | None:
     from ..analysis import Bucket
-    from ..present.advice import breakdown_dict
+    from ..present import breakdown_dict
     from .summary import coverage_note
 
     if s.cpu is None:

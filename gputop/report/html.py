@@ -7,7 +7,7 @@ opens anywhere.
 from __future__ import annotations
 
 from .. import __version__
-from ..present.advice import breakdown_rows, device_name
+from ..present import breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
 from ..record import backfill_note

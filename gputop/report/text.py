@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ..present.advice import BUCKET_CHAR, bar_text, breakdown_rows, device_name
+from ..present import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record import backfill_note

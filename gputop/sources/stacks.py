@@ -38,7 +38,7 @@ import time
 from collections import deque
 from typing import Callable
 
-from ..model import Event, ProcSample, SamplingCost
+from ..model import Event, ProcSample, SamplingCost, TargetState, TargetStatus
 from ..redact import perf_env, redact_cmdline
 from ..units import fmt_clock
 
@@ -169,6 +169,7 @@ class PySpySource:
         self._retry_at = 0.0
         self._fault: str | None = None  # the kind of the fault last reported
         self._stacks_off: str | None = None  # a permanent reason not to try again
+        self._off_reason: str | None = None  # ... as the fault said it
         self.exited: float | None = None  # when the target was found gone
         self.exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
         # What sampling costs: budgets on the monotonic clock (``clock`` may be a replayed one).
@@ -214,6 +215,18 @@ class PySpySource:
         return out
     def close(self) -> None:
         self._procs.clear()
+
+    @property
+    def state(self) -> TargetState:
+        """The target as this sampler knows it now, in one typed reading (see TargetState)."""
+        if self.exited is not None:
+            status = TargetStatus.EXITED
+        elif self._stacks_off is not None:
+            status = TargetStatus.UNTRACEABLE
+        else:
+            status = TargetStatus.ALIVE
+        return TargetState(self.pid, status, exited_at=self.exited, exit_status=self.exit_status,
+                           reason=self._off_reason, cost=self.cost)
 
     def snapshot(self) -> list[object]:
         """Everything at once, now: the target's and every worker's details and stacks
@@ -410,6 +423,7 @@ class PySpySource:
                 return out
         if exc.kind in ("not-python", "permission", "pyspy-missing"):
             self._stacks_off = exc.kind  # retrying cannot help; process details go on
+            self._off_reason = str(exc)
             self.interval = PROC_INTERVAL_S
         else:
             self._retry_at = now + RETRY_AFTER_S

@@ -11,10 +11,11 @@ from textual import events
 from textual.containers import VerticalScroll
 
 from ..advisor import nothing_yet
-from ..present.advice import finding_starts, pane_lines
+from ..present import advice_pane_lines, finding_starts
 from ..units import fmt_clock
 from .lines_pane import LinesPane
 from .lines_view import LinesView
+from .pane import PaneContext
 
 # Semantic styles of gputop.present.advice -> Rich styles (terminal colours, so the user's
 # theme and NO_COLOR apply).
@@ -51,7 +52,7 @@ def verdict_for(store, pid: int | None, has_gpu: bool) -> tuple:
 
 
 class AdvisorPane(LinesPane):
-    """Call ``update_view(store)`` on each UI tick; it redraws only when the advisor published."""
+    """Call ``update_view(ctx)`` on each UI tick; it redraws only when the advisor published."""
 
     STYLES = STYLES
     BODY_ID = "advisor-body"
@@ -61,18 +62,16 @@ class AdvisorPane(LinesPane):
         self._findings: list = []
         self._starts: list[int] = []  # row of each finding's title line
 
-    def update_view(self, store) -> None:
-        session = getattr(self.app, "session", None)
-        attached = getattr(session, "target_pid", None) is not None
+    def update_view(self, ctx: PaneContext) -> None:
+        store, pid, no_stacks = ctx.store, ctx.target_pid, ctx.no_stacks
+        attached = pid is not None
         # The pane shows only what the advisor published: new samples alone change nothing here.
         has_gpu = bool(store.gpu_indices())
-        no_stacks = getattr(session, "attach_error", None)
         # The target's end, as its sampler recorded it (a ProcSample with status "exited"; in a
         # replay, from the file): the findings are then what was showing while it ran.
-        pid = getattr(session, "target_pid", None)
-        last = store.procs_latest().get(pid) if pid is not None else None  # a paused snapshot has it too
+        last = store.procs_latest().get(pid) if pid is not None else None
         exited = last.ts if last is not None and last.status == "exited" else None
-        key = (getattr(store, "analysis_version", store.version), self.size.width, attached, has_gpu, no_stacks, exited, pid)
+        key = (store.analysis_version, self.size.width, attached, has_gpu, no_stacks, exited, pid)
         if key == self._last:
             return
         self._last = key
@@ -80,9 +79,9 @@ class AdvisorPane(LinesPane):
         # attaches to another job it is still the previous one's (its findings, its age), and none
         # is there before the first evaluation. Then the pane says what is being collected.
         breakdowns, self._findings, pending, collecting = verdict_for(store, pid, has_gpu)
-        lines = pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
-                           pending=pending, no_stacks=no_stacks, collecting=collecting,
-                           exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}")
+        lines = advice_pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
+                                  pending=pending, no_stacks=no_stacks, collecting=collecting,
+                                  exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}")
         self._starts = finding_starts(lines)
         self.show(lines)
 

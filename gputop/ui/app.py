@@ -23,14 +23,14 @@ from textual.widgets import Footer, Input, Static
 from .. import __version__
 from ..errors import UserError
 from ..model import Event
-from ..present.advice import verdict_line
-from ..present.panels import FULL, header_text, host_panel_lines
+from ..present import FULL, header_text, host_panel_lines, verdict_line
 from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
 from .advisor_pane import STYLES as ADVICE_STYLES
 from .advisor_pane import AdvisorPane, verdict_for
 from .gpu_panels import HOST_LINES, GpuPanels
 from .lines_view import LinesView
+from .pane import Pane, PaneContext
 from .styled_lines import lines_to_texts
 from .proc_list import ProcList
 from .process_table import ProcessTable
@@ -146,6 +146,7 @@ class GputopApp(ReplayControls, App[int]):
         self._frozen: StoreSnapshot | None = None
         self._filter_visible = False
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
+        self._panes: dict[str, Pane] = {}  # the tabs' panes by tab, once mounted
 
     # ----------------------------------------------------------------- layout
 
@@ -170,6 +171,9 @@ class GputopApp(ReplayControls, App[int]):
 
     def on_mount(self) -> None:
         table = self.query_one(ProcessTable)
+        self._panes = {"advisor": self.query_one("#advisor-pane", AdvisorPane),
+                       "stacks": self.query_one("#stacks-pane", StacksPane),
+                       "ranks": self.query_one("#ranks-pane", RanksPane)}
         self._show_panes()
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
@@ -291,26 +295,24 @@ class GputopApp(ReplayControls, App[int]):
         if bar.tabs != want:
             bar.set_tabs(want)
 
+    def pane_context(self) -> PaneContext:
+        """What the panes draw from this tick: the store, and the session's facts about its job."""
+        session = self.session
+        return PaneContext(self.store, session.target_pid, no_stacks=session.attach_error, nvlink_bps=session.nvlink_bps)
+
     def _update_panes(self, tab: str) -> None:
-        nvlink = getattr(self.session.gpu, "nvlink_bps", None) if self.session.mode == "live" else None
-        panes = {"advisor": ("#advisor-pane", (self.store,)), "stacks": ("#stacks-pane", (self.store, self.session.target_pid)),
-                 "ranks": ("#ranks-pane", (self.store, nvlink))}
-        if tab not in panes:
-            return
-        pane_id, args = panes[tab]
-        found = self.query(pane_id)
-        update = getattr(found.first(), "update_view", None) if found else None
-        if update is not None:
-            update(*args)
+        pane = self._panes.get(tab)
+        if pane is not None:
+            pane.update_view(self.pane_context())
 
     def _update_status(self) -> None:
         # Debug events are data for the analysis (NCCL's RAS reports), not lines for a person.
         events = [e for e in self.store.events(STATUS_LOOKBACK_EVENTS) if e.level != "debug"]
         status = self.query_one("#status", LinesView)
         # What attached sampling costs the job, as the sampler measures it: always in sight.
-        cost = getattr(self.session.stacks, "cost", None) if self.session.mode != "replay" else None
-        if getattr(self.session.stacks, "exited", None) is not None:
-            cost = None  # nothing is sampled from a job that has exited, and nothing is cost
+        state = self.session.target_state if self.session.mode != "replay" else None
+        # Nothing is sampled from a job that has exited, and nothing is cost.
+        cost = state.running_cost if state is not None else None
         cost_text = f" · sampling costs the job about {cost.job_cost_pct:.2g} %" if cost is not None else ""
         if not events:
             status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
@@ -363,9 +365,9 @@ class GputopApp(ReplayControls, App[int]):
         # Attaching runs py-spy once (~10 ms, longer on a busy box): off the event loop.
         try:
             self.session.attach(pid)
-        except UserError as exc:
-            # The event reaches the status line and a notification; no second toast here.
-            self.store.add([Event(time.time(), "attach", f"cannot attach to {pid}: {exc}", "error")])
+        except UserError:
+            # The session published why (an event: the status line shows it and a notification
+            # follows, and a running recording keeps it); no second toast here.
             return
         self.call_from_thread(self.action_tab, "stacks")
 
@@ -499,14 +501,10 @@ class GputopApp(ReplayControls, App[int]):
             pane.copy_action(pane.visible_finding())
 
     def action_native_dump(self) -> None:
-        try:
-            pane = self.query_one("#stacks-pane")
-        except Exception:
-            return
-        request = getattr(pane, "request_native_dump", None)
-        if request is not None:
+        pane = self._panes.get("stacks")
+        if isinstance(pane, StacksPane):
             self.action_tab("stacks")
-            request(self.session.target_pid)
+            pane.request_native_dump(self.session.target_pid)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -524,7 +522,7 @@ def run_app(session: Session) -> int:
         session.stop()
         if recorder is not None:
             # Said once the terminal is back: where the file is (the notice at its start is gone).
-            error = getattr(recorder, "error", None)
+            error = recorder.error
             print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
                   file=sys.stderr, flush=True)
     return app.return_code or 0

@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 
-from ..present.job import header_lines, rank_lines, verdict_lines
+from ..present import header_lines, rank_lines, verdict_lines
 from ..units import fmt_clock
 from .lines_view import LinesView
 from .ranks_pane import STYLES as RANK_STYLES

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from ..analysis import rank_map
-from ..present.process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
+from ..store import Store, StoreSnapshot
+from ..present import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
 from .proc_list import ProcList
 
@@ -41,9 +42,9 @@ class ProcessTable(ProcList):
                       highlight={r.key for r in rows if r.job})
 
     @staticmethod
-    def _ranks(view) -> dict[int, int]:
-        events = getattr(view, "events", None)
-        return rank_map(events()) if events is not None else {}
+    def _ranks(view: Store | StoreSnapshot) -> dict[int, int]:
+        # A paused display's snapshot keeps no events: its rows name no ranks until it resumes.
+        return rank_map(view.events()) if isinstance(view, Store) else {}
 
     def default_row(self) -> int:
         """Before the user moves the cursor: the top row gputop can attach to (not init, not a

@@ -9,8 +9,9 @@ computed on the pipeline's thread) through ``present.ranks``; it analyses nothin
 from __future__ import annotations
 
 from .lines_pane import LinesPane
+from .pane import PaneContext
 
-from ..present.ranks import pane_lines, waiting_lines
+from ..present import ranks_pane_lines, ranks_waiting_lines
 from .stacks_pane import STYLES as STACK_STYLES
 from .advisor_pane import STYLES as ADVICE_STYLES
 
@@ -28,7 +29,7 @@ STYLES = {
 
 
 class RanksPane(LinesPane):
-    """Call ``update_view(store, nvlink_bps)`` on each UI tick."""
+    """Call ``update_view(ctx)`` on each UI tick."""
 
     STYLES = STYLES
     BODY_ID = "ranks-body"
@@ -37,14 +38,15 @@ class RanksPane(LinesPane):
         super().__init__(id=id, classes=classes)
         self._views = None  # the PaneViews shown: held so its id, in the redraw key, is not reused
 
-    def update_view(self, store, nvlink_bps=None) -> None:
+    def update_view(self, ctx: PaneContext) -> None:
+        store = ctx.store
         # Redraw when the views stage or the advisor (the GPUs' breakdowns) published.
         views = store.pane_views()
-        key = (id(views), getattr(store, "analysis_version", None), self.size.width)
+        key = (id(views), store.analysis_version, self.size.width)
         if key == self._last:
             return
         self._last, self._views = key, views
         if views is None:
-            self.show(waiting_lines())
+            self.show(ranks_waiting_lines())
             return
-        self.show(pane_lines(views.job, self.text_width, store.breakdowns(), nvlink_bps))
+        self.show(ranks_pane_lines(views.job, self.text_width, store.breakdowns(), ctx.nvlink_bps))

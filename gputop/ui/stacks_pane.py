@@ -15,9 +15,10 @@ from rich.text import Text
 from textual.binding import Binding
 
 from .lines_pane import LinesPane
+from .pane import PaneContext
 from .styled_lines import lines_to_text
 
-from ..present.stacks import Line, pane_lines, waiting_lines
+from ..present import Line, stacks_pane_lines, stacks_waiting_lines
 from ..units import fmt_clock
 
 
@@ -55,7 +56,7 @@ def to_text(lines: list[Line]) -> Text:
 
 
 class StacksPane(LinesPane):
-    """Call ``update_view(store, target_pid)`` on each UI tick."""
+    """Call ``update_view(ctx)`` on each UI tick."""
 
     STYLES = STYLES
     BODY_ID = "stacks-body"
@@ -69,13 +70,14 @@ class StacksPane(LinesPane):
         self._pid: int | None = None
         self._native: list[str] = []
         self._native_busy = False
-        self._store = None
+        self._ctx: PaneContext | None = None  # the last context, to redraw from when a native dump ends
         self._views = None  # the PaneViews shown: held so its id, in the redraw key, is not reused
 
     # ----------------------------------------------------------------- rendering
 
-    def update_view(self, store, target_pid: int | None) -> None:
-        self._store = store
+    def update_view(self, ctx: PaneContext) -> None:
+        self._ctx = ctx
+        store, target_pid = ctx.store, ctx.target_pid
         if target_pid != self._pid:
             self._pid = target_pid
             self._native = []
@@ -96,9 +98,9 @@ class StacksPane(LinesPane):
             if self._native_busy:
                 native = ["running py-spy dump --native …"]
             if views is None or views.target_pid != target_pid or views.stacks is None:
-                lines = waiting_lines(target_pid, native)  # just attached: the stage looks within a second
+                lines = stacks_waiting_lines(target_pid, native)  # just attached: the stage looks within a second
             else:
-                lines = pane_lines(views.stacks, self.text_width, native)
+                lines = stacks_pane_lines(views.stacks, self.text_width, native)
         self.show(lines)
 
     # ----------------------------------------------------------------- native dump
@@ -139,5 +141,5 @@ class StacksPane(LinesPane):
 
     def _redraw(self) -> None:
         self._last = None
-        if self._store is not None:
-            self.update_view(self._store, self._pid)
+        if self._ctx is not None:
+            self.update_view(self._ctx)

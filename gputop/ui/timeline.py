@@ -13,7 +13,7 @@ replay session::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.text import Text
 from textual import events
@@ -24,6 +24,10 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from ..units import fmt_clock, fmt_length, fmt_time
+
+if TYPE_CHECKING:  # assembled above the UI (the session) or read through it (the replay source)
+    from ..record import ReplaySource
+    from ..session import Session
 
 # Shading of a cell by mean utilisation (eighth blocks), and what marks idle / no data.
 LEVELS = " ▁▂▃▄▅▆▇█"
@@ -262,11 +266,12 @@ class GotoScreen(ModalScreen[str | None]):
 
 
 class ReplayControls:
-    """Mix into the App: the actions REPLAY_BINDINGS name. Expects ``self.session``."""
+    """Mix into the App: the actions REPLAY_BINDINGS name, on the app's ``session``."""
 
-    def _replay_source(self):
-        session = getattr(self, "session", None)
-        return session.replay if session is not None else None
+    session: Session  # set by the app it is mixed into
+
+    def _replay_source(self) -> ReplaySource | None:
+        return self.session.replay
 
     def action_replay(self, name: str) -> None:
         msg = replay_action(self._replay_source(), name)
