@@ -7,9 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from ..present.idle_causes import column_causes
-from ..present.gpu_charts import split_width
-from ..present.panels import CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines
+from ..present import CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, column_causes, gpu_panel_lines, split_width
 from .lines_view import LinesView
 
 # Rows the process table keeps for itself before GPU panels shrink to fit (its title and rows).
