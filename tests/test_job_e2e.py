@@ -12,7 +12,11 @@ binary (Debian's package; `.ci/run` installs both); skipped without them. Marked
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +31,7 @@ pytestmark = [
                        reason="no `prometheus` binary on PATH (apt-get install prometheus; CI installs it)"),
 ]
 
+DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "gputop-job.json"
 JOBS = {"e2e-straggler": ("straggler", 3), "e2e-hang": ("hang", 1)}
 DEADLINE_S = 90  # a loaded CI machine; on a shared 2-core machine both are named in about 30 s
 
@@ -40,6 +45,21 @@ def _named(api: str) -> dict[str, object]:
     got = verdict(api, "e2e-hang")
     if got is not None and got[1].never_arrives:
         out["hang"] = got
+    return out
+
+
+def _dashboard_answers(api: str, job: str) -> dict[str, int]:
+    """Every query of the job dashboard against the real server: panel title -> series answered
+    (a query that does not parse fails here)."""
+    out = {}
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for t in panel.get("targets", []):
+            expr = t["expr"].replace("$job_id", job)
+            url = f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.load(r)
+            assert body["status"] == "success", (expr, body)
+            out[f"{panel['title']}/{t['refId']}"] = len(body["data"]["result"])
     return out
 
 
@@ -58,6 +78,14 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
         took = time.monotonic() - hosts.t0
         slow_text, _ = view(hosts.api, "e2e-straggler")
         hang_text, _ = view(hosts.api, "e2e-hang")
+        dash_slow = _dashboard_answers(hosts.api, "e2e-straggler")
+        dash_hang = _dashboard_answers(hosts.api, "e2e-hang")
+
+    # The job dashboard's panels answer for the job: 4 ranks x 5 phases, the straggler's hot line,
+    # the hung job's stuck ranks with where they stand.
+    assert dash_slow["Ranks × phases/A"] == 20 and dash_slow["Ranks reported/A"] == 1, dash_slow
+    assert dash_slow["The straggler candidate: the least-waiting rank and its hot line/A"] == 1, dash_slow
+    assert dash_hang["Stuck ranks, where they stand/B"] >= 1, dash_hang
 
     job, judgement = named["straggler"]
     assert {r.rank: r.host for r in job.ranks} == {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}
