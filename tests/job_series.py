@@ -1,6 +1,8 @@
 """Synthetic Prometheus answers for the job view: the API's instant-vector JSON for a job of N
 ranks, every series the exporter publishes per rank (export.job_collector), as a scrape of many
-hosts would leave them. One rank can be the straggler, one stuck, some left unreported."""
+hosts would leave them. One rank can be the straggler, one stuck, some left unreported; with
+``waiters_stuck`` the straggler's peers wait in all_reduce in every sample (their stacks unchanged,
+so their exporters call them stuck), as CPU ranks waiting on a slow peer look."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ TS = 1_732_550_400.123
 
 
 def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: int | None = None,
-                stuck: int | None = None, missing: tuple[int, ...] = ()) -> dict:
+                stuck: int | None = None, missing: tuple[int, ...] = (), waiters_stuck: bool = False) -> dict:
     result = []
 
     def add(name: str, rank: int, value: float, **labels: str) -> None:
@@ -28,7 +30,7 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         else:
             phases = {"compute": 0.42, "data": 0.04, "comm": 0.5, "ckpt": 0.0, "other": 0.04}
         wait = phases["comm"]
-        if stuck is not None and not hung:
+        if (stuck is not None and not hung) or (waiters_stuck and not slow):
             phases, wait = {"compute": 0.0, "data": 0.0, "comm": 1.0, "ckpt": 0.0, "other": 0.0}, 1.0
         add("gputop_rank_info", r, 1, job_source="torchelastic", local_rank=str(r % per_host),
             world_size=str(ranks), pid=str(40000 + r), gpu=str(r % per_host))
@@ -45,7 +47,7 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         else:
             add("gputop_rank_hot_line", r, 0.3, place="step (u/train.py:57)", code="loss.backward()",
                 collective="all_reduce")
-        stuck_now = hung or stuck is not None
+        stuck_now = hung or stuck is not None or (waiters_stuck and not slow)
         where = ("wait_forever (u/train.py:66)" if hung
                  else "all_reduce (torch/distributed/distributed_c10d.py:2000)" if stuck_now else "")
         add("gputop_rank_stuck", r, 1 if stuck_now else 0, where=where)

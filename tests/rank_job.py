@@ -2,7 +2,8 @@
 
 Modes: ``healthy`` (both ranks do the same light work between all-reduces), ``straggler`` (rank 1 builds
 its batch in slow pure Python, rank 0 waits for it in all_reduce), ``hang`` (rank 1 never reaches
-the all_reduce rank 0 waits in). Each rank prints "ready" once the process group works.
+the all_reduce rank 0 waits in). Each rank prints "ready" once the process group works. Any world
+size works; a second argument names the odd rank instead of 1 (the across-hosts test's 4 ranks).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def _exit_with_the_launcher() -> None:
 def main() -> None:
     threading.Thread(target=_exit_with_the_launcher, daemon=True).start()
     mode = sys.argv[1]
+    odd = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -53,7 +55,7 @@ def main() -> None:
     dist.all_reduce(torch.ones(4))
     print(f"rank {rank} ready", flush=True)
     while True:
-        if mode == "straggler" and rank == 1:
+        if mode == "straggler" and rank == odd:
             batch = load_batch(150_000)
         elif mode == "healthy":
             # Equal light work and a pause on both ranks: balanced even on a busy shared machine.
@@ -61,7 +63,7 @@ def main() -> None:
             time.sleep(0.02)
         else:
             batch = torch.ones(64)
-        if mode == "hang" and rank == 1:
+        if mode == "hang" and rank == odd:
             never_arrives()
         dist.all_reduce(train_step(w, batch))
 

@@ -51,6 +51,29 @@ def test_a_rank_that_never_arrives_while_63_wait_in_all_reduce():
     assert "Never arrives: rank 13 on node-001 · still 1:35 at wait_forever (u/train.py:66)" in text
 
 
+def test_ranks_that_look_stuck_waiting_for_a_moving_straggler_are_its_victims():
+    # CPU ranks whose every sample lands in the same all_reduce: their exporters say stuck, yet the
+    # straggler moves, so the job is slow, not hung.
+    job = build_job("exp-42", parse_vector(job_payload(8, straggler=6, waiters_stuck=True)))
+    assert sum(r.stuck for r in job.ranks) == 7
+    j = judge(job)
+    assert j.straggler is not None and j.straggler.slow.rank == 6 and j.straggler.waiting == 7
+    assert not j.stuck and not j.never_arrives
+    text = plain(job_lines(job, j, 100, "now", 5))
+    assert "Straggler: rank 6 on node-000" in text and "STUCK" not in text and "Stuck:" not in text
+
+
+def test_ranks_stuck_in_a_collective_with_no_rank_moving_stay_stuck():
+    job = build_job("exp-42", parse_vector(job_payload(8, straggler=6, waiters_stuck=True)))
+    frozen = build_job("exp-42", parse_vector(job_payload(8, stuck=6)))
+    assert judge(frozen).straggler is None and len(judge(frozen).stuck) == 8
+    # the same waiters without their mover (its exporter gone): stuck, and rank 6 unreported
+    alone = build_job("exp-42", parse_vector(job_payload(8, straggler=6, waiters_stuck=True, missing=(6,))))
+    j = judge(alone)
+    assert j.straggler is None and len(j.stuck) == 7 and j.missing == (6,)
+    assert judge(job).straggler is not None
+
+
 def test_ranks_nobody_reports_are_named():
     job = build_job("exp-42", parse_vector(job_payload(16, missing=(5, 6, 7, 12))))
     assert judge(job).missing == (5, 6, 7, 12)

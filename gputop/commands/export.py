@@ -32,20 +32,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     who.add_argument("-p", "--pid", type=pid_arg,
                      help="attach to this training process (py-spy): its GPUs' idle time gets causes")
     who.add_argument("--attach", choices=["all"],
-                     help="attach to every Python process using a GPU (about 1.5 %% of a core each, "
+                     help="attach to every Python process using a GPU, or on a host without a GPU to every "
+                     "Python process whose environment sets RANK and WORLD_SIZE (about 1.5 %% of a core each, "
                      "see --max-attach)")
     p.add_argument("--max-attach", type=int, default=DEFAULT_MAX_ATTACH, metavar="N",
                    help=f"with --attach all: at most N processes sampled at once (default {DEFAULT_MAX_ATTACH})")
+    p.add_argument("--attach-under", type=pid_arg, metavar="PID",
+                   help="with --attach all: only processes under this one (a launcher, a Slurm step, a "
+                   "container's init)")
+    p.add_argument("--host-label", type=host_label, metavar="NAME",
+                   help="the host label of the rank series (default: the short host name); for hosts whose "
+                   "names are not unique, or several exporters on one machine")
     p.add_argument("-w", "--window", type=parse_duration, default=DEFAULT_WINDOW_S, metavar="TIME",
                    help=f"the window the advisor's findings speak of (default {DEFAULT_WINDOW_S:g} s)")
     add_stuck_after(p, "call an attached job stuck after this long without progress")
     p.set_defaults(func=run)
 
 
+# A label value, not a free text: the characters host names and pod names use.
+_HOST_LABEL = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+
+
+def host_label(text: str) -> str:
+    import re
+
+    if not re.fullmatch(_HOST_LABEL, text):
+        raise argparse.ArgumentTypeError(f"a host name (letters, digits, '.', '_', '-'; at most 63), not {text!r}")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
     from ..export.server import serve
 
+    if args.attach is None and (args.attach_under is not None or args.host_label is not None):
+        raise UserError("--attach-under and --host-label go with --attach all")
     if args.max_attach < 1:
         raise UserError(f"--max-attach must be at least 1, not {args.max_attach}")
     return serve(
@@ -57,4 +78,6 @@ def run(args: argparse.Namespace) -> int:
         max_attach=args.max_attach,
         stuck_after=args.stuck_after,
         window=args.window,
+        host_label=args.host_label,
+        attach_under=args.attach_under,
     )

@@ -1,10 +1,14 @@
-"""``--attach all``: sample the stacks of every Python process that holds a GPU.
+"""``--attach all``: sample the stacks of every Python process that holds a GPU, and on a host
+without a GPU, of every Python process whose environment names it a rank (gloo on CPU).
 
 Each attached process costs one py-spy sampler at 5 Hz: about 5 % of a core on the exporter's
 side and +0.35 % lost time in the job (bench/results/pyspy_overhead.md). That is what turns a
 GPU's idle seconds into causes; it is also why the number attached is capped (``max_attach``,
 default one per GPU of a full node) and why the exporter attaches to nothing unless asked.
 A process that cannot be sampled (not Python, no ptrace permission) is tried once and left.
+CPU ranks come in only where there is no GPU: on a GPU host the budget is one sampler per GPU,
+and a rank there shows up in NVML's list once it opens its CUDA context. ``under`` narrows every
+candidate to one process tree (a launcher, a Slurm step, a container's init).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..model import Event
 from .config import DEFAULT_MAX_ATTACH
@@ -43,7 +47,10 @@ def is_python(pid: int) -> bool:
 
 
 class Attacher:
-    """A pipeline stage that attaches a stack sampler to each new Python GPU process."""
+    """A pipeline stage that attaches a stack sampler to each new Python GPU process (or CPU rank).
+
+    ``ranks``: the PIDs of the host's CPU ranks (``cpu_ranks.RankScanner``), asked only while the
+    store knows no GPU; ``under``: whether a PID may be attached at all (``--attach-under``)."""
 
     name = "attach"
 
@@ -55,6 +62,8 @@ class Attacher:
         interval: float = ATTACH_EVERY_S,
         python: Callable[[int], bool] = is_python,
         check: Callable[[int], object] | None = None,
+        ranks: Callable[[], Iterable[int]] | None = None,
+        under: Callable[[int], bool] | None = None,
     ) -> None:
         self.session = session
         self.sampler = sampler
@@ -62,6 +71,8 @@ class Attacher:
         self.interval = interval
         self._python = python
         self._check = check
+        self._ranks = ranks
+        self._under = under
         self._lock = threading.Lock()
         self._attached: dict[int, PySpySource] = {}
         self._tried: set[int] = set()
@@ -78,8 +89,11 @@ class Attacher:
                 if src.exited is not None:  # the job ended: free its slot
                     self.session.pipeline.remove_source(src)
                     del self._attached[pid]
-            for pid in sorted({p.pid for p in store.gpu_processes()}):
+            for pid in self._candidates(store):
                 if pid in self._attached or pid in self._tried or pid == self.session.target_pid:
+                    continue
+                if self._under is not None and not self._under(pid):
+                    self._tried.add(pid)  # a process never moves into a tree it was not born in
                     continue
                 if len(self._attached) >= self.max_attach:
                     out.append(Event(store.now, self.name, f"not attaching to PID {pid}: "
@@ -99,6 +113,12 @@ class Attacher:
                 self.session.pipeline.add_source(src)
                 out.append(Event(store.now, self.name, f"attached to PID {pid}", "info"))
         return out
+
+    def _candidates(self, store) -> list[int]:
+        pids = {p.pid for p in store.gpu_processes()}
+        if self._ranks is not None and not store.gpu_indices():
+            pids.update(self._ranks())
+        return sorted(pids)
 
     def _checker(self) -> Callable[[int], object]:
         if self._check is None:

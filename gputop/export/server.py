@@ -134,6 +134,8 @@ def serve(
     stuck_after: float,
     window: float,
     ready: Callable[[str], None] | None = None,
+    host_label: str | None = None,
+    attach_under: int | None = None,
 ) -> int:
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -142,7 +144,13 @@ def serve(
     if session.attach_error:
         print(f"gputop export: warning: {session.attach_error}; exporting GPU series without its causes",
               file=sys.stderr)
-    attacher = Attacher(session, sampler, max_attach=max_attach) if attach_all else None
+    attacher = None
+    if attach_all:
+        from .attach import is_python
+        from .cpu_ranks import RankScanner, is_under
+
+        under = None if attach_under is None else (lambda p: is_under(p, attach_under))
+        attacher = Attacher(session, sampler, max_attach=max_attach, ranks=RankScanner(is_python), under=under)
     if attacher is not None:
         session.pipeline.add_source(attacher)
 
@@ -159,8 +167,8 @@ def serve(
         # The ranks of distributed jobs among the attached: what the job view (gputop job) reads.
         from ..sources.job_identity import host_name, read_identity
 
-        host = host_name()
-        registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, host),
+        label = host_label or host_name()
+        registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, label),
                                        window=session.window, stuck_after=stuck_after))
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
     ProcessCollector(registry=registry)

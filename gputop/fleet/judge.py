@@ -54,8 +54,20 @@ def _gap_low(waiting: RankState, slow: RankState, z: float) -> float:
     return (pw - ps) - ((pw - lw) ** 2 + (us - ps) ** 2) ** 0.5
 
 
+def waiting_on_a_mover(ranks: Sequence[RankState]) -> frozenset[int]:
+    """The ids of ranks that look stuck only because they wait in a collective for a peer that
+    moves. A rank whose every sample lands in the same all_reduce (its peer takes the whole step
+    to arrive) has an unchanged stack, which is how a hang looks from its stacks alone; while
+    another rank of the job still moves, the job is slow, not hung, and the waiters are its
+    straggler's victims."""
+    if not any(not r.stuck and r.samples >= MIN_MAIN_SAMPLES for r in ranks):
+        return frozenset()
+    return frozenset(id(r) for r in ranks if r.stuck and _in_collective(r))
+
+
 def straggler(ranks: Sequence[RankState]) -> Straggler | None:
-    seen = [r for r in ranks if r.samples >= MIN_MAIN_SAMPLES and not r.stuck]
+    waiters = waiting_on_a_mover(ranks)
+    seen = [r for r in ranks if r.samples >= MIN_MAIN_SAMPLES and (not r.stuck or id(r) in waiters)]
     if len(seen) < 2:
         return None
     slow = min(seen, key=lambda r: r.wait)
@@ -96,5 +108,8 @@ def _in_collective(r: RankState) -> bool:
 
 
 def judge(job: Job) -> Judgement:
-    return Judgement(straggler(job.ranks), never_arrives(job.ranks), tuple(r for r in job.ranks if r.stuck),
+    slow = straggler(job.ranks)
+    # With a straggler named, the ranks stuck in a collective are waiting for it, not hung.
+    waiters = waiting_on_a_mover(job.ranks) if slow is not None else frozenset()
+    return Judgement(slow, never_arrives(job.ranks), tuple(r for r in job.ranks if r.stuck and id(r) not in waiters),
                      tuple(job.missing()))

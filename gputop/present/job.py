@@ -94,9 +94,10 @@ def _col_head() -> Line:
 def rank_line(r: RankState, j: Judgement, width: int) -> Line:
     slow = j.straggler is not None and j.straggler.slow is r
     never = any(n.rank is r for n in j.never_arrives)
-    # A rank stuck in a collective while another never arrives is its victim: it waits.
+    # A rank stuck in a collective while another never arrives, or while the straggler still
+    # moves, is its victim: it waits.
     state, style = ("SLOW", "bad") if slow else ("NEVER", "bad") if never \
-        else ("wait", "grp.comm") if r.stuck and j.never_arrives \
+        else ("wait", "grp.comm") if r.stuck and (j.never_arrives or (j.straggler and r not in j.stuck)) \
         else ("STUCK", "warn") if r.stuck else ("wait", "grp.comm") if r.wait >= HIGH_SHARE else ("ok", "dim")
     segs: list[Seg] = [(f"{r.rank:>5} ", "num"), (f"{state:<5}", style)]
     for p in PHASES:
