@@ -22,7 +22,7 @@ from ..model import Event
 from .config import DEFAULT_MAX_ATTACH
 
 if TYPE_CHECKING:
-    from ..sources.stacks import PySpySource
+    from ..sources import PySpySource
 
 # New GPU processes are looked for this often: a job is attached within a few seconds of
 # opening its CUDA context, and the check costs one NVML process list already in the store.
@@ -122,7 +122,7 @@ class Attacher:
 
     def _checker(self) -> Callable[[int], object]:
         if self._check is None:
-            from ..sources.stacks import check_attachable
+            from ..sources import check_attachable
 
             self._check = check_attachable
         return self._check

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..sources.job_identity import JobIdentity
+from ..sources import JobIdentity
 from .job_rows import RankRow, rank_rows
 
 RANK_LABELS = ("job_id", "host", "rank")

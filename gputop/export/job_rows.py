@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 from ..analysis import GROUPS, RankView, as_ranks, group_shares, judge, rank_views
 from ..model import Finding, StackSample
 from ..redact import redact_code, redact_text
-from ..sources.job_identity import JobIdentity
+from ..sources import JobIdentity
 
 # A rank's findings exported: its costliest few. The rule set is finite, so the id label is
 # bounded anyway; the cap keeps a rank's series few when many rules speak at once.

@@ -165,7 +165,7 @@ def serve(
                                       attached=attached, mode=session.mode))
     if attacher is not None:
         # The ranks of distributed jobs among the attached: what the job view (gputop job) reads.
-        from ..sources.job_identity import host_name, read_identity
+        from ..sources import host_name, read_identity
 
         label = host_label or host_name()
         registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, label),
