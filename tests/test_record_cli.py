@@ -179,10 +179,11 @@ def test_a_max_size_stop_is_a_clean_end_not_an_error(tmp_path, capsys, monkeypat
     real = RecordWriter._set_max_bytes
 
     def small(self, max_bytes):
-        # --max-size given, with room for a few seconds only past what the file holds already.
+        # --max-size given, with room for a moment only past what the file holds already (its
+        # closing reserve is 64 pages).
         self.max_bytes = max_bytes
         page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
-        self.conn.execute(f"PRAGMA max_page_count={page_count + 100}")
+        self.conn.execute(f"PRAGMA max_page_count={page_count + 72}")
 
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", small)
     out = tmp_path / "capped.gputop"
