@@ -469,7 +469,7 @@ class RecordWriter:
         for cls in (SystemInfo, GpuInfo):
             for s in by.get(cls, ()):
                 data = codec.info_json(s)
-                key = (cls, getattr(s, "index", None))
+                key = (cls, s.index if isinstance(s, GpuInfo) else None)
                 if self._last_info.get(key) != data:
                     self._last_info[key] = data
                     if cls is SystemInfo:
