@@ -21,3 +21,16 @@ def kill_tree(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(10)
+
+
+def stop(p: subprocess.Popen) -> None:
+    """SIGTERM ``p`` (a server that closes cleanly on it), SIGKILL after 10 s, then reap it."""
+    import signal
+
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

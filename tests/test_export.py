@@ -29,6 +29,7 @@ from gputop.errors import UserError  # noqa: E402
 from gputop.model import Category, Finding, GpuSample, Severity, StackSample, SystemInfo, Verdict  # noqa: E402
 from gputop.sources.fake import FAKE_PID_BASE, FakeGpuSource  # noqa: E402
 from gputop.store import Store  # noqa: E402
+from attach_fakes import FakeSampler, attach_session  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKETS = {b.value for b in Bucket}
@@ -287,26 +288,10 @@ def test_head_is_get_without_the_body_and_other_methods_are_refused(served):
     assert status == 405 and "GET" in headers["allow"] and body.count(b"\n") == 1
 
 
-class _Pipeline:
-    def __init__(self):
-        self.sources = []
-
-    def add_source(self, s):
-        self.sources.append(s)
-
-    def remove_source(self, s):
-        self.sources.remove(s)
-
-
-class _Sampler:
-    def __init__(self, pid):
-        self.pid, self.exited = pid, None
-
-
 def test_attach_all_respects_the_cap_and_frees_slots(clock):
     store, _ = fake_session(clock, gpus=4, seconds=2)  # fake jobs on GPUs 0, 1 and 3
-    session = type("S", (), {"store": store, "pipeline": _Pipeline(), "target_pid": None})()
-    att = Attacher(session, _Sampler, max_attach=2, python=lambda pid: True, check=lambda pid: None)
+    session = attach_session(store)
+    att = Attacher(session, FakeSampler, max_attach=2, python=lambda pid: True, check=lambda pid: None)
     events = att.poll()
     assert att.pids() == [FAKE_PID_BASE, FAKE_PID_BASE + 1]
     assert any("--max-attach" in e.message for e in events)

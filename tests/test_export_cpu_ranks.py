@@ -15,30 +15,15 @@ from gputop.export.attach import Attacher  # noqa: E402
 from gputop.export.cpu_ranks import RankScanner, is_under, names_a_rank, parent_of  # noqa: E402
 from gputop.model import GpuProcess, GpuSample  # noqa: E402
 from gputop.store import Store  # noqa: E402
+from attach_fakes import FakeSampler, attach_session  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANK_ENV = b"PATH=/bin\0RANK=1\0WORLD_SIZE=4\0MASTER_PORT=29500\0"
 
 
-class _Pipeline:
-    def __init__(self):
-        self.sources = []
-
-    def add_source(self, s):
-        self.sources.append(s)
-
-    def remove_source(self, s):
-        self.sources.remove(s)
-
-
-class _Sampler:
-    def __init__(self, pid):
-        self.pid, self.exited = pid, None
-
-
 def _attacher(store, ranks, **kw):
-    session = type("S", (), {"store": store, "pipeline": _Pipeline(), "target_pid": None})()
-    return Attacher(session, _Sampler, python=lambda pid: True, check=lambda pid: None, ranks=ranks, **kw)
+    session = attach_session(store)
+    return Attacher(session, FakeSampler, python=lambda pid: True, check=lambda pid: None, ranks=ranks, **kw)
 
 
 def test_a_rank_is_named_by_rank_and_world_size_and_the_launcher_is_not():

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from proc_helpers import stop
 
 pytest.importorskip("prometheus_client")
 
@@ -62,16 +62,6 @@ def _dashboard_queries() -> list[str]:
                 expr = expr.replace(k, v)
             out.append(expr)
     return out
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def test_prometheus_scrapes_both_fake_gpus_with_their_buckets(tmp_path):
@@ -126,6 +116,6 @@ def test_prometheus_scrapes_both_fake_gpus_with_their_buckets(tmp_path):
             names = set(re.findall(r"\b((?:gputop|process)_[a-z_]+)\b", expr))
             assert names <= exported, (expr, names - exported)
     finally:
-        _stop(prom)
-        _stop(exporter)
+        stop(prom)
+        stop(exporter)
     assert exporter.returncode == 0

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from proc_helpers import kill_tree
+from proc_helpers import kill_tree, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = Path(__file__).with_name("rank_job.py")
@@ -32,16 +31,6 @@ def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((addr, 0))
         return s.getsockname()[1]
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 class TwoHosts:
@@ -108,7 +97,7 @@ class TwoHosts:
         for p in self.hosts:
             kill_tree(p)
         for p in (*self.exporters, *self.procs):
-            _stop(p)
+            stop(p)
 
     def __enter__(self) -> "TwoHosts":
         self.start()
