@@ -761,3 +761,26 @@ def test_a_save_caught_by_one_sample_is_bounded_by_the_samples_around_it():
     spent = ctx.gpus[0].breakdown.get(Bucket.CHECKPOINT)
     assert int(n) == 5 and float(low) == 0.0
     assert float(high) * int(n) >= spent > 0  # the longest save's bound covers an equal share of the time
+
+
+def test_another_jobs_dataloader_workers_are_not_this_jobs():
+    """On a shared machine a job beside ours runs DataLoader workers with the same name and
+    worker loop; ours are those under our target (directly, or under a forkserver it started).
+    A CPU job with num_workers=0 was told it oversubscribed its cores with the neighbour's two."""
+    from gputop.analysis import worker_stats
+    from gputop.model import ProcSample
+
+    def proc(pid, ppid, name):
+        return [ProcSample(ts=100.0, pid=pid, ppid=ppid, name=name, num_threads=3, create_time=90.0)]
+
+    windows = {
+        500: proc(500, 1, "python"),                 # our target
+        501: proc(501, 500, "pt_data_worker"),      # its worker
+        510: proc(510, 500, "python"),              # a forkserver it started...
+        511: proc(511, 510, "pt_data_worker"),      # ...and the worker under it
+        600: proc(600, 1, "python"),                # another job
+        601: proc(601, 600, "pt_data_worker"),      # its workers
+        602: proc(602, 600, "pt_data_worker"),
+    }
+    w = worker_stats(windows, 500, now=100.5)
+    assert sorted(c.pid for c in w.current) == [501, 511]

@@ -253,7 +253,30 @@ WORKER_PROC_NAME = "pt_data_worker"
 WORKER_LOOP_FRAME = "_worker_loop"
 
 
-def is_worker(p: ProcSample, target_pid: int | None, stacks: Iterable[StackSample] = ()) -> bool:
+# A DataLoader worker is the job's child, or its grandchild under a forkserver: a few hops at most.
+WORKER_MAX_HOPS = 4
+
+
+def descends_from(p: ProcSample, ancestor: int, parents: Mapping[int, int]) -> bool:
+    """Whether ``p`` runs under ``ancestor``: its parent chain (``parents``: pid -> ppid, as the
+    host's readings give it) reaches it within WORKER_MAX_HOPS."""
+    cur: int | None = p.ppid
+    for _ in range(WORKER_MAX_HOPS):
+        if cur == ancestor:
+            return True
+        if cur is None or cur <= 1:
+            return False
+        cur = parents.get(cur)
+    return False
+
+
+def parents_of(latest: Iterable[ProcSample]) -> dict[int, int]:
+    """pid -> ppid from each process's newest reading."""
+    return {p.pid: p.ppid for p in latest if p.ppid is not None}
+
+
+def is_worker(p: ProcSample, target_pid: int | None, stacks: Iterable[StackSample] = (),
+              parents: Mapping[int, int] | None = None) -> bool:
     """Whether ``p`` is one of the target's DataLoader workers, by what it is, not whose child.
 
     ``stacks``: that process's stack samples, if any were taken. The name decides when torch set
@@ -262,6 +285,11 @@ def is_worker(p: ProcSample, target_pid: int | None, stacks: Iterable[StackSampl
     the source's word (``role``), as before: there is no evidence either way.
     """
     if p.pid == target_pid or p.role == "target":
+        return False
+    if target_pid is not None and parents is not None and not descends_from(p, target_pid, parents):
+        # Another job's workers carry the same name and worker loop: on a shared machine they
+        # are not this job's (a CPU job with num_workers=0 was told it oversubscribed its cores
+        # with the two workers of a job beside it).
         return False
     if p.name.startswith(WORKER_PROC_NAME):
         return True
@@ -283,8 +311,9 @@ def worker_stats(
     current: list[ProcStats] = []
     seen = 0
     births: list[float] = []
+    parents = parents_of(ss[-1] for ss in windows.values() if ss)
     for pid, samples in windows.items():
-        if not samples or not is_worker(samples[-1], target_pid, (stacks or {}).get(pid, ())):
+        if not samples or not is_worker(samples[-1], target_pid, (stacks or {}).get(pid, ()), parents):
             continue
         seen += 1
         if samples[-1].create_time:

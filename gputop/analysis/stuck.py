@@ -35,7 +35,7 @@ from .classify import project_frame, stack_key, where
 from ..model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import TREE_BUSY_CORES, activity, working
-from .efficiency import is_worker, worker_stats
+from .efficiency import is_worker, parents_of, worker_stats
 from .ranks import moving_ranks
 from .spin import spins_now
 
@@ -190,7 +190,9 @@ def judge(
     # The run reaching back to the first sample looked at means "at least this long".
     reaches_start = first is main[0]
     exact = history_start is None or not reaches_start or first.ts - history_start > 1.0
-    tree = {p: ss for p, ss in (procs or {}).items() if ss and (p == last.pid or is_worker(ss[-1], last.pid))}
+    parents = parents_of(ss[-1] for ss in (procs or {}).values() if ss)
+    tree = {p: ss for p, ss in (procs or {}).items()
+            if ss and (p == last.pid or is_worker(ss[-1], last.pid, parents=parents))}
     act = activity([s for s in main if s.ts >= first.ts], now, tree)
     cores = act.cores
     family = {p: ss for p, ss in (tasks or {}).items() if ss}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..model import Event, GpuInfo, GpuProcess, GpuSample, HostSample, IdleInterval, ProcSample, StackSample, SystemInfo, TaskSample, UtilPoint
 from .breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_slices
-from .efficiency import GpuEfficiency, gpu_efficiency, is_worker, worker_stats
+from .efficiency import GpuEfficiency, gpu_efficiency, is_worker, parents_of, worker_stats
 from .memory_cause import exit_cause, exit_status_of, leak_lines
 from .memory_window import MEMORY_WINDOW_S, MemoryView, memory_view
 from .idle import Slice, idle_intervals, poll_slices, util_slices
@@ -187,8 +187,9 @@ class JobWindow:
         being a child)."""
         target = self.target_pid
         fam = {target} if target is not None else set()
+        parents = parents_of(ss[-1] for ss in self.procs.values() if ss)
         fam |= {pid for pid, ss in self.procs.items()
-                if ss and is_worker(ss[-1], target, self.main_by_pid.get(pid, ()))}
+                if ss and is_worker(ss[-1], target, self.main_by_pid.get(pid, ()), parents)}
         return frozenset(fam)
 
     @functools.cached_property

@@ -6,7 +6,7 @@ from collections import Counter
 
 from ..advisor import holds_no_gpu
 from ..analysis import stack_slices
-from ..analysis import is_worker
+from ..analysis import is_worker, parents_of
 from ..analysis import poll_slices, util_slices
 from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
@@ -67,7 +67,9 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         gprocs = reader.gpu_processes(t, e)
         for gp in gprocs:
             latest_gpu_proc[gp.pid] = gp
-        family = {job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid)} if job_pid else set()
+        parents = parents_of(latest_proc.values())
+        family = ({job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid, parents=parents)}
+                  if job_pid else set())
         if family:
             acc.add_job_memory(gprocs, family)
         if main:
