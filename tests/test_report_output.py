@@ -114,3 +114,14 @@ def test_report_refuses_a_flag_that_contradicts_the_file_name(rec, capsys, name,
     err = _one_line_error(capsys)
     assert flag in err and name in err
     assert not Path(name).exists()
+
+
+@pytest.mark.parametrize("name", ["r.pdf", "r.png", "notes.md"])
+def test_report_refuses_a_name_that_says_a_format_it_does_not_write(rec, capsys, name):
+    # HTML written into r.pdf is a file nothing opens as what its name says.
+    assert main(["report", "run.gputop", "-o", name]) == 2
+    err = _one_line_error(capsys)
+    assert name in err and ".html" in err
+    assert not Path(name).exists()
+    # With a flag the user says what they want, whatever the name.
+    assert main(["report", "run.gputop", "-o", name, "--html"]) == 0

@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE", help="the recording")
     p.add_argument("-o", "--output", metavar="OUT",
-                   help="write to OUT instead of printing: .html, .txt or .json by its name (HTML for other "
-                   "names) unless --text/--json/--html says; - is standard output (text unless a flag says)")
+                   help="write to OUT instead of printing: .html, .txt or .json by its name (HTML for a name "
+                   "without an extension; another extension is refused) unless --text/--json/--html says; - is standard output (text unless a flag says)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--text", action="store_true", help="the text report (the default without -o)")
     shown.add_argument("--json", action="store_true", help="the numbers as JSON")
@@ -54,6 +54,12 @@ def output_format(args: argparse.Namespace, out: Path | None) -> str:
     if flag and named and flag != named:
         raise UserError(f"--{flag} asks for {_NAMES[flag]} but {out} is named as {_NAMES[named]}: drop --{flag} "
                         f"or name the file {out.stem}{_SUFFIX[flag]}")
+    suffix = out.suffix.lower()
+    # (.gputop is left to the refusal that names the recording it would overwrite.)
+    if not flag and not named and suffix[1:].isalpha() and suffix != ".gputop":
+        # A name that says another format (r.pdf, r.png, r.md) would get HTML it does not hold.
+        raise UserError(f"{out} names a format gputop does not write ({suffix}): name it "
+                        f"{out.stem}.html, .txt or .json, or pass --html, --text or --json")
     return flag or named or "html"
 
 
