@@ -88,3 +88,12 @@ def test_host_panel_lines():
     assert "16.0G/64.0G" in lines[1] and "r 95.4M/s" in lines[1] and "rx n/a" in lines[1]
     assert lines[2].startswith("cores ") and len(lines[2]) == len("cores ") + 2
     assert host_panel(None, 80).plain.startswith("host: waiting")
+
+
+def test_the_process_table_shows_the_program_by_name_so_the_script_fits():
+    from gputop.present.process_table import shown_command
+
+    assert shown_command("/tmp/nu/venv/bin/python3 train.py --bs 8") == "python3 train.py --bs 8"
+    assert shown_command("/root/.pyenv/versions/3.11.7/bin/python -m torch.distributed.run x.py") == \
+        "python -m torch.distributed.run x.py"
+    assert shown_command("python train.py") == "python train.py" and shown_command("sleep") == "sleep"

@@ -165,5 +165,5 @@ def run(args: argparse.Namespace) -> int:
         for name, ok, detail in checks:
             failed += not ok
             print(f"  {'ok ' if ok else 'FAIL'} {name:<16} {detail}")
-    print(f"\n{failed} problem(s) found." if failed else "\nall checks passed.")
+    print(f"\n{failed} problem{'' if failed == 1 else 's'} found." if failed else "\nall checks passed.")
     return 1 if failed else 0

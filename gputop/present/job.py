@@ -54,8 +54,8 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         if r.code:
             lines.append((("  ", ""), (truncate(r.code, width - 2), "dim")))
         lines.append((("  costs the others: ", "dim"),
-                      (f"{s.waiting} rank{'s' if s.waiting != 1 else ''} wait {fmt_share(s.others_wait)} "
-                       f"of their time{wait_in}", "warn")))
+                      (f"{s.waiting} rank{'s wait' if s.waiting != 1 else ' waits'} {fmt_share(s.others_wait)} "
+                       f"of {'their' if s.waiting != 1 else 'its'} time{wait_in}", "warn")))
     for n in j.never_arrives:
         r = n.rank
         head = ("Never arrives: ", f"rank {r.rank}", f" on {r.host}")

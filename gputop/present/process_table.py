@@ -69,7 +69,7 @@ def build_rows(
                 cpu=ps.cpu_percent if ps else None,
                 rss=ps.rss if ps else None,
                 elapsed=(now - ps.create_time) if ps and ps.create_time else None,
-                command=(ps.cmdline or ps.name) if ps else "(process not visible: other namespace or exited)",
+                command=shown_command(ps.cmdline or ps.name) if ps else "(process not visible: other namespace or exited)",
                 kind=gp.kind,
             )
         )
@@ -89,7 +89,7 @@ def build_rows(
                 cpu=ps.cpu_percent,
                 rss=ps.rss,
                 elapsed=(now - ps.create_time) if ps.create_time else None,
-                command=ps.cmdline or ps.name,
+                command=shown_command(ps.cmdline or ps.name),
                 kind="-",
             )
         )
@@ -101,6 +101,15 @@ def build_rows(
     return group_job(sort_rows(rows, sort, reverse), procs, target, ranks or {})
 
 
+def shown_command(cmdline: str) -> str:
+    """The command as the table shows it: the program by its name, not its path, so the script
+    after it is in sight at 80 columns (``/opt/venv/bin/python3 train.py`` -> ``python3 train.py``)."""
+    head, sep, rest = cmdline.partition(" ")
+    if "/" in head:
+        head = head.rsplit("/", 1)[1] or head
+    return head + sep + rest
+
+
 def _add_workers(rows: list[ProcRow], procs: dict[int, ProcSample], now: float, target: int) -> None:
     """The target's workers (DataLoader workers, ranks it launched) that hold no GPU: rows too,
     so the job shows whole."""
@@ -110,7 +119,7 @@ def _add_workers(rows: list[ProcRow], procs: dict[int, ProcSample], now: float, 
             continue
         rows.append(ProcRow(pid=pid, gpu=None, user=ps.user, gpu_mem=None, sm=None, cpu=ps.cpu_percent, rss=ps.rss,
                             elapsed=(now - ps.create_time) if ps.create_time else None,
-                            command=ps.cmdline or ps.name, kind="-"))
+                            command=shown_command(ps.cmdline or ps.name), kind="-"))
 
 
 def group_job(rows: list[ProcRow], procs: dict[int, ProcSample], target: int | None,

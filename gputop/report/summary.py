@@ -532,9 +532,11 @@ def cost_text(fs: FindingSummary, s: Summary) -> str:
     job's own time (there are no GPU-seconds to lose)."""
     if not fs.max_cost_s:
         return ""
+    # Under a second written with its tenths: "up to 0 GPU-s" reads as no cost at all.
+    n = f"{fs.max_cost_s:.0f}" if fs.max_cost_s >= 1 else f"{fs.max_cost_s:.1f}"
     if fs.finding.gpu_index is not None and s.gpus:
-        return f"up to {fs.max_cost_s:.0f} GPU-s per window"
-    return f"up to {fs.max_cost_s:.0f} s of the job's time per window"
+        return f"up to {n} GPU-s per window"
+    return f"up to {n} s of the job's time per window"
 
 
 def finding_device(f: Finding) -> str:

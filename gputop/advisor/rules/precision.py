@@ -56,7 +56,7 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
     tf32 = cc is None or tuple(cc) >= TF32_MIN_CC
     ev = [
         f"{g.name} busy {e.util_busy_mean:.0f} % with the fp32 pipes {e.fp32_active:.0f} % active and the "
-        f"tensor cores {e.tensor_active:.1f} % (GPM, {e.busy_polls} busy polls): the math runs on the CUDA cores",
+        f"tensor cores {e.tensor_active:.1f} % (GPM, {e.busy_polls} busy poll{'' if e.busy_polls == 1 else 's'}): the math runs on the CUDA cores",
         f"compute capability {cc[0]}.{cc[1]}: tensor cores{' with TF32' if tf32 else ''} available"
         if cc else "tensor cores available on this GPU",
     ]
