@@ -315,6 +315,10 @@ def test_the_verdict_line_is_the_advisor_tabs_top_finding_in_one_line():
     waiting = text(verdict_line([], 100, collecting=Evidence(stacks=3, stacks_needed=20, gpu_s=1.0, gpu_needed_s=2.0)))
     assert waiting.startswith("Collecting evidence: 3 of ~20 stacks") and "No findings" not in waiting
     assert text(verdict_line([f], 100, exited="PID 4 at 10:00:00")).startswith("the attached job exited (PID 4")
+    # A job whose stacks cannot be read (not Python): never "collecting" stacks that never come.
+    stackless = text(verdict_line([], 100, collecting=Evidence(stacks=0, stacks_needed=20, gpu_s=5.0, gpu_needed_s=2.0),
+                                  no_stacks="PID 9 is not a Python process"))
+    assert "Collecting" not in stackless and "not a Python process" in stackless, stackless
 
 
 def test_no_finding_under_a_bar_of_unknown_time_does_not_say_nothing_costs_the_job():

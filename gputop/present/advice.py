@@ -240,9 +240,12 @@ UNEXPLAINED_SHARE = 0.25
 
 
 def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Finding] = (),
-                 collecting: Evidence | None = None, exited: str | None = None) -> Line:
+                 collecting: Evidence | None = None, exited: str | None = None,
+                 no_stacks: str | None = None) -> Line:
     """The attached job's verdict in one line, for every screen: the Advisor tab's top finding
-    (never another), or what it is still weighing or collecting."""
+    (never another), or what it is still weighing or collecting. ``no_stacks``: why the job's
+    stacks cannot be read (not Python, no permission): said rather than "collecting" stacks that
+    never come."""
     if exited is not None:
         text, style = f"the attached job exited ({exited})", "warn"
         if findings:
@@ -258,9 +261,12 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
         return ((head, f"sev.{f.severity.value}"), (truncate(f.title, room), "title"), (tail, "dim"))
     if pending:
         return ((truncate(f"weighing: {'; '.join(p.title for p in pending[:2])}", width), "dim"),)
-    wait = collecting_text(collecting)
+    wait = collecting_text(collecting, stacks_readable=no_stacks is None)
     if wait is not None:
         return ((truncate(wait, width), "dim"),)
+    if no_stacks is not None:
+        return ((truncate(f"no stacks ({no_stacks}): GPU and host monitoring only, no cause can be named", width),
+                 "warn"),)
     return (("no findings: nothing costs the job a visible share of its time", "dim"),)
 
 

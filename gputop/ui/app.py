@@ -265,7 +265,8 @@ class GputopApp(ReplayControls, App[int]):
         _, findings, pending, collecting = verdict_for(self.store, pid, bool(self.store.gpu_indices()))
         last = self.store.procs_latest().get(pid)
         exited = f"PID {pid} at {fmt_clock(last.ts)}" if last is not None and last.status == "exited" else None
-        line = verdict_line(findings, width, pending=pending, collecting=collecting, exited=exited)
+        line = verdict_line(findings, width, pending=pending, collecting=collecting, exited=exited,
+                            no_stacks=self.session.attach_error)
         view.set_lines(lines_to_texts([line], ADVICE_STYLES, width))
 
     def _update_header(self) -> None:
