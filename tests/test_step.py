@@ -79,3 +79,19 @@ def test_the_step_of_a_real_nccl_rank():
         assert abs(sum(sh for _, sh in m.phases) - 1.0) < 1e-9
     finally:
         session.pipeline.stop()
+
+
+def test_a_slow_helper_under_most_samples_is_the_work_not_the_loop():
+    """A loop at module level spends 80 % in log_metrics(), a pure-Python helper: the loop is
+    <module>, whose callees vary (the model, the helper), not the helper running its own lines."""
+    top = Frame("<module>", TRAIN, 15)
+    helper = [Frame("log_metrics", TRAIN, 12), top]
+    model = [Frame("Linear.forward", f"{SITE}/torch/nn/modules/linear.py", 116), Frame("<module>", TRAIN, 13)]
+    main = [sample(helper, C.OTHER)] * 8 + [sample(model, C.FORWARD)] * 2
+    assert training_loop(main) == "<module> (u/train.py:15)"
+    # Augmenting each batch in one function of the loop: that function calls torch ops (library,
+    # one callee class); the loop is the function that calls it and the model.
+    loop = Frame("main", TRAIN, 94)
+    aug = [Frame("interpolate", f"{SITE}/torch/nn/functional.py", 4860), Frame("augment", TRAIN, 48), loop]
+    fwd = [Frame("Module._call_impl", f"{SITE}/torch/nn/modules/module.py", 1790), loop]
+    assert training_loop([sample(aug, C.OTHER)] * 9 + [sample(fwd, C.FORWARD)] * 2) == "main (u/train.py:94)"
