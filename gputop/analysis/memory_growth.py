@@ -15,9 +15,10 @@ from typing import Sequence
 # and a minute holds hundreds of steps of any job worth forecasting. Judgement.
 MIN_SPAN_S = 60.0
 MIN_POINTS = 10
-# The fit is O(n^2) in its points: longer series are thinned evenly to this many (80 points are
-# 3,160 pairs, ~1 ms in Python; a point every 7.5 s over 10 min), several fits a series a second.
-MAX_POINTS = 80
+# The fit is O(n^2) in its points: longer series are thinned evenly to this many (48 points are
+# 1,128 pairs, ~0.4 ms in Python; a point every 12.5 s over 10 min), several fits a series a
+# second, every GPU of the job: 8 GPUs cost the advisor's tick ~11 ms with them (was ~20 at 80).
+MAX_POINTS = 48
 # A fall of at least this much between two polls is memory given back (an eval batch freed, a
 # cache emptied), not noise: the larger of a floor and a share of the series' range. Judgement:
 # the caching allocator returns whole segments (2 MiB or 20 MiB each), and NVML's figure moves

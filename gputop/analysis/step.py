@@ -90,47 +90,44 @@ def _place(f: Frame) -> tuple[str, str]:
 
 
 def training_loop(main: Sequence[StackSample]) -> str | None:
-    """The newest frame of the user's code that is under at least LOOP_SHARE of the samples,
-    with its commonest line: the loop that calls everything else."""
+    """The newest frame of the user's code that is under at least LOOP_SHARE of the samples and
+    calls different things from one sample to the next, with its commonest line: the loop that
+    calls everything else. One pass over the samples (a tick's advisor calls this on every one)."""
     if not main:
         return None
     under: Counter = Counter()
     lines: dict[tuple[str, str], Counter] = {}
-    for s in main:
-        seen = set()
-        for f in own_frames(s.frames):
-            if is_library(f.filename):
-                continue
-            key = _place(f)
-            if key not in seen:
-                seen.add(key)
-                under[key] += 1
-                lines.setdefault(key, Counter())[f.line] += 1
-    n = len(main)
-    common = [k for k, c in under.items() if c / n >= LOOP_SHARE]
-    if not common:
-        return None
-    # The newest of them: the one nearest the work, found at the smallest depth from the top.
-    def depth(key: tuple[str, str]) -> int:
-        return min((i for s in main for i, f in enumerate(own_frames(s.frames)) if _place(f) == key), default=10**6)
-
+    depth: dict[tuple[str, str], int] = {}
     # The loop calls different things from one sample to the next (the model, the loader, the
     # user's helpers); a slow helper under most samples calls one thing, or nothing of the
     # user's: it is the work, not the loop (a module-level loop spending 80 % in log_metrics()
     # was named "step of log_metrics"). Library callees count as one: the model's ops vary.
-    def varied(key: tuple[str, str]) -> bool:
-        callees: Counter = Counter()
-        for s in main:
-            own = own_frames(s.frames)
-            for i, f in enumerate(own):
-                if _place(f) == key:
-                    below = own[i - 1] if i > 0 else None
-                    callees[None if below is None else "library" if is_library(below.filename) else _place(below)] += 1
-                    break
-        total = sum(callees.values())
-        return bool(total) and callees.most_common(1)[0][1] / total < LOOP_ONE_CALLEE
+    callees: dict[tuple[str, str], Counter] = {}
+    for s in main:
+        own = own_frames(s.frames)
+        seen = set()
+        below: object = None  # the callee of the frame being looked at (None: it is the newest)
+        for i, f in enumerate(own):
+            lib = is_library(f.filename)
+            key = None if lib else _place(f)
+            if key is not None and key not in seen:
+                seen.add(key)
+                under[key] += 1
+                lines.setdefault(key, Counter())[f.line] += 1
+                depth[key] = min(depth.get(key, i), i)
+                callees.setdefault(key, Counter())[below] += 1
+            below = "library" if lib else key
+    n = len(main)
+    common = [k for k, c in under.items() if c / n >= LOOP_SHARE]
+    if not common:
+        return None
 
-    ordered = sorted(common, key=depth)
+    def varied(key: tuple[str, str]) -> bool:
+        c = callees[key]
+        return c.most_common(1)[0][1] / sum(c.values()) < LOOP_ONE_CALLEE
+
+    # The newest of them (found at the smallest depth from the top: nearest the work) that varies.
+    ordered = sorted(common, key=lambda k: depth[k])
     name, path = next((k for k in ordered if varied(k)), ordered[0])
     return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
 
