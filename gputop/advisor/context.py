@@ -35,7 +35,6 @@ from ..analysis import (
     read_window,
     stack_label,
     step_model,
-    worker_stats,
 )
 from ..model import (
     Category,
@@ -176,7 +175,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         target_pid=target_pid,
         target=proc_stats(target_window) if target_window else None,
         env=dict(_latest_env(target_window)),
-        workers=worker_stats(w.procs, target_pid, w.now, stacks=w.main_by_pid),
+        workers=w.workers,
         main_stacks=tuple(w.main),
         worker_stacks=tuple(s for s in w.worker_history if s.ts >= w.t0),
         pin_memory_thread=pin,

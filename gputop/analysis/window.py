@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..model import Event, GpuInfo, GpuProcess, GpuSample, HostSample, IdleInterval, ProcSample, StackSample, SystemInfo, TaskSample, UtilPoint
 from .breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_slices
-from .efficiency import GpuEfficiency, gpu_efficiency, is_worker, parents_of, worker_stats
+from .efficiency import GpuEfficiency, Workers, gpu_efficiency, is_worker, parents_of, worker_stats
 from .memory_cause import exit_cause, exit_status_of, leak_lines
 from .memory_window import MEMORY_WINDOW_S, MemoryView, memory_view
 from .idle import Slice, idle_intervals, poll_slices, util_slices
@@ -191,6 +191,11 @@ class JobWindow:
         fam |= {pid for pid, ss in self.procs.items()
                 if ss and is_worker(ss[-1], target, self.main_by_pid.get(pid, ()), parents)}
         return frozenset(fam)
+
+    @functools.cached_property
+    def workers(self) -> Workers:
+        """The target's DataLoader workers over the window (the rules' and the memory read's)."""
+        return worker_stats(self.procs, self.target_pid, self.now, stacks=self.main_by_pid)
 
     @functools.cached_property
     def main_history(self) -> list[StackSample]:
@@ -435,7 +440,7 @@ def read_memory(store: Store, w: JobWindow) -> MemoryReads | None:
     if w.target_pid is None:
         return None
     now, t0 = w.now, w.now - MEMORY_WINDOW_S
-    workers = frozenset(c.pid for c in worker_stats(w.procs, w.target_pid, now, stacks=w.main_by_pid).current)
+    workers = frozenset(c.pid for c in w.workers.current)
     family = frozenset({w.target_pid} | workers)
     listed = store.gpu_process_window(family, t0, now)
     # The job's GPUs now, and those NVML listed it on before (after an exit, the only record).
