@@ -119,7 +119,7 @@ def run_job(mode: str, device: str) -> None:
 
 # Written at different times, each by someone who had not read the rules; a mode's script is the
 # one whose TRUTHS holds it.
-FRESH_SCRIPTS = (ROOT / "bench" / "jobs" / "multi_rank_fresh.py", ROOT / "bench" / "jobs" / "multi_rank_fresh2.py")
+FRESH_SCRIPTS = tuple(sorted((ROOT / "bench" / "jobs").glob("multi_rank_fresh*.py")))
 
 
 def _truths_of(script: Path) -> dict:
@@ -278,7 +278,8 @@ def measure_fix(mode: str, device: str, tmp: Path) -> dict:
     return {"rate_as_is": a, "rate_fixed": b, "speedup": round(b / a, 2) if a and b else None}
 
 
-def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = False) -> dict:
+def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = False,
+            record_dir: Path | None = None) -> dict:
     log = tmp / f"{mode}.log"
     job = start_job(mode, device, log, fresh)
     try:
@@ -289,8 +290,10 @@ def run_one(mode: str, device: str, duration: float, tmp: Path, fresh: bool = Fa
             time.sleep(0.2)
         time.sleep(max(0.0, t0 + ATTACH_AFTER_S - time.monotonic()))
         started = time.monotonic()
+        # The session kept (--record-dir): a miss is then replayed through the advisor, not guessed at.
+        rec = [] if record_dir is None else ["--record", str(record_dir / f"{mode}.gputop")]
         res = subprocess.run([sys.executable, "-m", "gputop", "advise", "--pid", str(job.pid), "--duration",
-                              str(duration), "--json"], capture_output=True, text=True, timeout=duration + 120,
+                              str(duration), "--json", *rec], capture_output=True, text=True, timeout=duration + 120,
                              cwd=ROOT)
         wall = time.monotonic() - started
         if res.returncode != 0:
@@ -394,8 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measure-fixes", action="store_true", help="also measure each held-out straggler's fix")
     ap.add_argument("--fixes-only", action="store_true",
                     help="only measure the held-out stragglers' fixes (no advise), into fixes.json")
+    ap.add_argument("--record-dir", type=Path, default=None,
+                    help="keep each advise session as DIR/MODE.gputop (for replaying a miss)")
     ap.add_argument("--job", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.record_dir is not None:
+        args.record_dir.mkdir(parents=True, exist_ok=True)
     if args.job:
         run_job(args.job, args.device)
         return 0
@@ -438,11 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for m in modes:
-            r = run_one(m, args.device, args.duration, Path(tmp))
+            r = run_one(m, args.device, args.duration, Path(tmp), record_dir=args.record_dir)
             print(json.dumps(r), flush=True)
             results.append(r)
         for m in fresh:
-            r = run_one(m, args.device, args.duration, Path(tmp), fresh=True)
+            r = run_one(m, args.device, args.duration, Path(tmp), fresh=True, record_dir=args.record_dir)
             r["truth"] = truths[m]
             if args.measure_fixes and truths[m]["verdict"] not in ("stuck", "desync", "healthy"):
                 r["fix"] = measure_fix(m, args.device, Path(tmp))

@@ -424,8 +424,15 @@ def measure(job: Running, seconds: float, gpm: GpmProbe | None) -> tuple[float |
     return job.rate_between(t0, time.time()), metrics
 
 
-def advise(pid: int, duration: float) -> tuple[dict | None, float, str]:
+# Set by --record-dir: each advise session kept as DIR/JOB.gputop, so a miss is replayed through
+# the advisor afterwards rather than guessed at.
+RECORD_DIR: str | None = None
+
+
+def advise(pid: int, duration: float, name: str = "job") -> tuple[dict | None, float, str]:
     cmd = [sys.executable, "-m", "gputop", "advise", "--pid", str(pid), "--duration", f"{duration:g}", "--json"]
+    if RECORD_DIR:
+        cmd += ["--record", os.path.join(RECORD_DIR, f"{name}.gputop")]
     launched = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 90, cwd=ROOT)
     try:
@@ -522,7 +529,7 @@ def run_job(job: Job, device: str, tiny: bool, logs: str, gains: dict | None, gp
             if need_base:
                 rate, row["gpm_base"] = measure(base, measure_s, gpm)  # a change to measure against it
                 row["samples_per_s_base"] = rate
-        report, launched, err = advise(base.proc.pid, advise_s)
+        report, launched, err = advise(base.proc.pid, advise_s, job.name)
         if report is not None:
             with open(os.path.join(logs, f"{job.name}.advise.json"), "w") as f:
                 json.dump(report, f, indent=1)
@@ -720,7 +727,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure-s", type=float, default=MEASURE_S)
     p.add_argument("--advise-s", type=float, default=ADVISE_S)
     p.add_argument("--merge", help="a real_jobs.json whose other jobs to keep in the output")
+    p.add_argument("--record-dir", help="keep each advise session as DIR/JOB.gputop")
     args = p.parse_args(argv)
+    if args.record_dir:
+        global RECORD_DIR
+        os.makedirs(args.record_dir, exist_ok=True)
+        RECORD_DIR = args.record_dir
     os.makedirs(args.out, exist_ok=True)
     logs = os.path.join(args.out, "real_jobs_logs")
     os.makedirs(logs, exist_ok=True)

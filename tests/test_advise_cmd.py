@@ -56,3 +56,20 @@ def test_advise_rejects_bad_numbers(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["advise", "--duration", "0"])
     assert exc.value.code == 2
+
+
+@pytest.mark.timeout(60)
+def test_advise_records_what_it_judged_and_never_overwrites(capsys, tmp_path):
+    rec = tmp_path / "advised.gputop"
+    assert main(["advise", "--fake", "1", "--interval", "0.5", "--duration", "2", "--json", "--record", str(rec)]) == 0
+    capsys.readouterr()
+    assert rec.is_file() and rec.stat().st_mode & 0o777 == 0o600
+    assert main(["info", str(rec)]) == 0
+    info = capsys.readouterr().out
+    assert " GPU polls" in info and not info.split("samples")[1].lstrip().startswith("0 GPU")
+    before = rec.read_bytes()
+    # A second run names the same file: one clear line, nothing written over.
+    assert main(["advise", "--fake", "1", "--duration", "1", "--record", str(rec)]) != 0
+    err = capsys.readouterr().err
+    assert "already exists" in err and len(err.strip().splitlines()) == 1
+    assert rec.read_bytes() == before

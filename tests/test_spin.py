@@ -212,3 +212,42 @@ def test_a_throttled_straggler_gpu_is_named_from_its_own_polls():
 
     doing, fix = straggler_phase(Ctx, found)
     assert "throttled (" in doing and "nvidia-smi -q -d PERFORMANCE" in fix
+
+
+def test_a_rank_writing_a_checkpoint_is_the_straggler_not_a_hang():
+    """Rank 0 blocked in torch.save's write (one stack, off the CPU) while rank 1's GPU spins in
+    NCCL: its process writes hundreds of MB/s, so it works; named with its save and the async fix."""
+    from gputop.advisor.rules.distributed import straggler_phase
+    from gputop.model import ProcSample
+
+    save = (Frame("_write", "/usr/lib/python3.11/site-packages/torch/serialization.py", 900),
+            Frame("save_checkpoint", PROJ, 120), Frame("main", PROJ, 90))
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = ([_main(10, T0 + i / 5, save, Category.CHECKPOINT_IO, active=False) for i in range(50)]
+              + [_main(11, T0 + i / 5, step, Category.HOST_SYNC, active=False) for i in range(50)])
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {0: [poll(T0 + i, 0, sm=0.0, tensor=0.0, index=0) for i in range(11)],
+            1: [poll(T0 + i, 100, sm=18.0, tensor=0.0, index=1) for i in range(11)]}
+    writing = {10: [ProcSample(ts=T0 + i, pid=10, io_write_bps=400e6, role="target") for i in range(11)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, writing, gpu_samples=gpus, t1=T0 + 10)
+    found = gpu_straggler(views, 0.30, 0.25)
+    assert found is not None and found.slow.rank == 0 and found.slow.works
+
+    class Ctx:
+        gpus = ()
+        ranks = views
+
+    doing, fix = straggler_phase(Ctx, found)
+    assert "saves checkpoints" in doing and "save_checkpoint" in doing
+    assert "async_save" in fix and "rank 0" in fix
+    # The same stacks with no bytes moving: a rank blocked in one place with its GPU idle is a
+    # hang, the stuck verdict's to name, not a straggler.
+    still = {10: [ProcSample(ts=T0 + i, pid=10, io_write_bps=0.0, role="target") for i in range(11)]}
+    assert gpu_straggler(rank_views({10: 0, 11: 1}, stacks, T0, procs, still, gpu_samples=gpus, t1=T0 + 10),
+                         0.30, 0.25) is None
+
+
+def test_the_straggler_finding_absorbs_the_checkpoint_and_collective_findings():
+    from gputop.advisor.rules import RULES_BY_ID
+
+    assert {"checkpoint-stall", "collective-wait"} <= set(RULES_BY_ID["rank-straggler"].supersedes)

@@ -201,7 +201,25 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
                              gpu_guests=tuple(sorted({q.pid for q in gpu_processes if g is not None
                                                       and q.gpu_index == g and q.pid not in ranks})),
                              gpu_throttled=_throttled(ps)))
+        v = views[-1]
+        if not v.works and _moves_data((procs or {}).get(p, ()), v.latest.ts if v.latest else t0):
+            # One stack, off the CPU, yet writing or reading at a rate: a checkpoint's file writes
+            # (torch.save blocked in write() for seconds), not a hang. A rank hung in Python moves
+            # no bytes.
+            views[-1] = replace(v, works=True)
     return tuple(sorted(views, key=lambda v: v.rank))
+
+
+# A rank whose process reads or writes at least this much per second (the host source's I/O
+# rates) in its last WORKS_IO_S makes progress, whatever its stacks say. Judgement: 8 MB/s is far
+# above a hung process's (none) and far below a checkpoint's (GB in seconds).
+WORKS_IO_BPS = 8e6
+WORKS_IO_S = 4.0
+
+
+def _moves_data(procs: Sequence[ProcSample], now: float) -> bool:
+    recent = [x for x in procs if now - WORKS_IO_S <= x.ts <= now + WORKS_IO_S]
+    return any((x.io_write_bps or 0.0) + (x.io_read_bps or 0.0) >= WORKS_IO_BPS for x in recent)
 
 
 # A reason holds a GPU's clocks down in at least this share of its busy polls to count. Judgement:

@@ -12,8 +12,10 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 
 from ..advisor import DEFAULT_WINDOW_S
+from ..errors import UserError
 from .options import add_live_options, add_stuck_after, parse_duration
 
 DEFAULT_DURATION_S = 30.0
@@ -39,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"the window the findings speak of: the last 60s, 5m, ... (default {DEFAULT_WINDOW_S:g} s)")
     add_stuck_after(p, "call the job stuck after this long without progress")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--record", metavar="FILE",
+                   help="also record the session to FILE (a new file), to replay or report the evidence later")
     p.set_defaults(func=run)
 
 
@@ -50,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
                                window=args.window, sample_rate=args.sample_rate))
     session.require_stacks()
+    if args.record:
+        # Checked before anything runs: a name that exists is refused, never written over.
+        try:
+            session.start_recording(Path(args.record))
+        except UserError:
+            session.stop()
+            raise
     stage, advisor = session.stage, session.advisor
     assert stage is not None and advisor is not None  # open_live puts the advisor on (Config.advisor)
     start = time.time()

@@ -80,7 +80,10 @@ RULES: tuple[Rule, ...] = (
     Rule("pageable-h2d", "GPU waits for host-to-device copies", W, check_pageable_h2d),
     Rule("host-sync", "Host-device syncs every step", W, check_host_sync),
     Rule("checkpoint-stall", "Checkpoint saves stall the GPU", W, check_checkpoint_stall),
-    Rule("rank-straggler", "One rank holds the others back", W, check_rank_straggler),
+    # The straggler's phase (its checkpoint save) is named in it, and the others' wait in
+    # collectives is its symptom: one finding for the job, not three.
+    Rule("rank-straggler", "One rank holds the others back", W, check_rank_straggler,
+         supersedes=("collective-wait", "checkpoint-stall")),
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),

@@ -122,6 +122,12 @@ COMPUTE_STRAGGLER_UTIL = 70.0
 STRAGGLER_DATA_WAIT = 0.30
 
 
+# The straggler's main thread is in a checkpoint save in at least this share of its samples: the
+# save is what the others wait for. Judgement: a fifth, as a rank's own work (analysis.ranks
+# OWN_WORK_MIN_SHARE); a save long enough to hold a peer back shows in many samples.
+STRAGGLER_SAVE_SHARE = 0.2
+
+
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
     """(what the straggler does, the change that fits) from its own
     stacks and GPU: its GPU computing while the others wait is a compute straggler (more work per
@@ -145,6 +151,16 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
                 f"give every rank the same work per step: equal per-rank batches and shards (DistributedSampler "
                 f"with drop_last=True, the same sequence length or token budget per rank); if the work is even, "
                 f"check GPU {slow.gpu}'s clocks and neighbours: nvidia-smi -q -d PERFORMANCE")
+    saving = slow.share(Category.CHECKPOINT_IO)
+    if saving >= STRAGGLER_SAVE_SHARE:
+        # It writes checkpoints while the others wait: the save is the straggler's extra time
+        # (rank 0 saving alone, synchronously, inside the loop, is the usual shape).
+        where = f" (`{slow.hot}`)" if slow.hot else ""
+        return (f"saves checkpoints in {pct(saving)} of its samples{where}",
+                f"take the save off rank {slow.rank}'s training thread: "
+                "torch.distributed.checkpoint.async_save(state_dict, checkpoint_id=path) (torch >= 2.3), or copy "
+                "the state to CPU and torch.save it in a background thread; or save less often. The other ranks "
+                "wait in their next collective for as long as the save takes")
     data_wait = slow.share(Category.DATA_WAIT)
     if data_wait >= STRAGGLER_DATA_WAIT:
         # Its main thread waits for its own DataLoader: the input pipeline is the slow part.
