@@ -91,6 +91,8 @@ class RankView:
     # Why its GPU's clocks were held down (power, heat, a hardware slowdown) in at least a third
     # of its busy polls: the same work takes it longer.
     gpu_throttled: tuple[str, ...] = ()
+    # The data-parallel wrapper its stacks show: "DDP", "FSDP" or None (neither seen).
+    wrapper: str | None = None
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -146,7 +148,28 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
                               or sum(1 for s in recent if s.active) >= len(recent) / 2)
     return RankView(rank, pid, gpu, n, category_shares(main), len(coll) / n if n else 0.0,
                     fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None,
-                    top=top, top_share=top_share, works=works)
+                    top=top, top_share=top_share, works=works, wrapper=wrapper_of(main))
+
+
+_DDP_FILE = "/torch/nn/parallel/distributed.py"
+_FSDP_DIRS = ("/torch/distributed/fsdp/", "/torch/distributed/_composable/fsdp/")
+
+
+def wrapper_of(main: Sequence[StackSample]) -> str | None:
+    """DDP or FSDP, as any of the samples' frames show it (FSDP first: it may sit under DDP-free
+    code only)."""
+    seen: set[str] = set()
+    ddp = False
+    for s in main:
+        for f in s.frames:
+            if f.filename in seen:
+                continue
+            seen.add(f.filename)
+            path = f.filename.replace("\\", "/")
+            if any(d in path for d in _FSDP_DIRS):
+                return "FSDP"
+            ddp = ddp or path.endswith(_DDP_FILE)
+    return "DDP" if ddp else None
 
 
 # A rank's newest this many samples (2 s at the multi-rank sampler's ~5 Hz shared budget, after

@@ -10,7 +10,7 @@ from ...model import Category
 from ...analysis import STRAGGLER, ras_line
 from ...analysis import straggler
 from ..context import AnalysisContext
-from .base import MIN_MAIN_SAMPLES, Hit, confidence, gain, idle_line, labels_line, pct, significant, worst
+from .base import MIN_MAIN_SAMPLES, Hit, bounded, confidence, gain, idle_line, labels_line, pct, significant, worst
 
 
 def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
@@ -178,3 +178,73 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
     return (doing,
             f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into DataLoader "
             "workers (num_workers>0, pin_memory=True) or precompute it, and give every rank the same amount of work")
+
+
+# communication-bound: every rank's GPU sits in NCCL's kernels at least this share of the window
+# (analysis.spin). Judgement: the straggler rule's own bar for "waiting is a pattern"
+# (OTHERS_WAIT_MIN).
+COMM_BOUND_MIN = OTHERS_WAIT_MIN
+# ... and alike on every rank: the most- and least-waiting within this of each other (a straggler
+# is the other shape: one rank far below the rest). Judgement: the straggler's gap.
+COMM_BOUND_SPREAD = STRAGGLER_GAP
+
+def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
+    """Every rank spends a large, equal share of the step in collectives: not waiting for one
+    of them (a straggler) but moving gradients: the job is communication-bound."""
+    views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
+    if len(views) < 2 or len(views) < len(ctx.ranks):
+        return None
+    # On the GPUs only: a GPU sitting in NCCL's kernels instead of computing is the cost itself.
+    # A host blocked in a collective (gloo, or a blocking call) waits for its peers' compute and
+    # scheduling as much as for the bytes: a balanced gloo DDP job on two busy cores waits 42 % in
+    # all_reduce with nothing to change (bench/multi_rank.py's healthy job, CPU).
+    if any(v.gpu_wait is None for v in views):
+        return None
+    waits = [v.gpu_wait or 0.0 for v in views]
+    low, high = min(waits), max(waits)
+    if low < COMM_BOUND_MIN or high - low > COMM_BOUND_SPREAD:
+        return None
+    if straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL):
+        return None  # one rank holds the others back: the straggler rule's
+    if any(not v.works for v in views):
+        return None  # a rank blocked in one place: a hang forming, the stuck verdict's
+    where = "NCCL kernels on their GPUs (few SMs active, no tensor-core work)"
+    spread = pct(low) if pct(low) == pct(high) else f"{pct(low)}-{pct(high)}"
+    ev = [f"every rank spends {spread} of the window in {where}, alike: no rank is waited for"]
+    for v in views:
+        gpu = f", GPU {v.gpu}" if v.gpu is not None else ""
+        top = ", ".join(f"{c.value} {pct(sh)}" for c, sh in v.shares[:3])
+        line = f"rank {v.rank} (pid {v.pid}{gpu}): {top} of {v.samples} samples"
+        if v.gpu_wait is not None:
+            line += (f"; its GPU in collectives {pct(v.gpu_wait)} (utilisation {v.gpu_util or 0:.0f} %"
+                     + (f", SMs active {v.gpu_sm:.0f} %" if v.gpu_sm is not None else "") + ")")
+        ev.append(line)
+    wrapper = next((v.wrapper for v in views if v.wrapper), None)
+    if wrapper:
+        ev.append(f"the model is wrapped in {wrapper} (its frames in the stacks)")
+    ev.extend(ras_line(r) for r in ctx.nccl)
+    if wrapper == "FSDP":
+        first = ("with gradient accumulation, skip the reduce-scatter on all but the last micro-batch: "
+                 "model.set_requires_gradient_sync(False) (fully_shard) or `with model.no_sync():` (FSDP1)")
+    else:
+        first = ("with gradient accumulation, all-reduce once per optimizer step: run every micro-batch but the "
+                 "last under `with model.no_sync():` (accelerate: `with accelerator.accumulate(model):`; "
+                 "Lightning and the HF Trainer do this themselves)")
+    action = (f"communicate less per sample: {first}; otherwise a larger per-rank batch (fewer all-reduces per "
+              "sample), DDP(..., gradient_as_bucket_view=True) with "
+              "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
+              "bf16_compress_hook) (half the bytes), and NCCL_DEBUG=INFO to check the transport "
+              "(NET/Socket between GPUs of one node means P2P/NVLink is off)")
+    cost = low * (ctx.t1 - ctx.t0) * len(views)
+    return Hit(
+        evidence=tuple(ev),
+        action=action,
+        # Communication removed entirely gives back at most its share of the step; accumulation
+        # over k micro-batches keeps 1/k of it, so the bound is an upper one.
+        expected_gain=gain(low),
+        gain_bound=bounded(low),
+        cost_s=cost,
+        confidence=confidence(low, min(v.samples for v in views)),
+        gpu_index=views[0].gpu,
+        title=f"Communication-bound: every rank spends {pct(low)} or more in collectives",
+    )

@@ -1,0 +1,85 @@
+"""Communication-bound: every rank waits in collectives alike (advisor.rules.distributed)."""
+
+from gputop.advisor.context import AnalysisContext
+from gputop.advisor.rules.distributed import check_collective_bound
+from gputop.analysis.ranks import rank_views
+from gputop.model import Category, Frame, GpuProcess, GpuSample, StackSample
+
+T0 = 1_700_000_000.0
+PROJ = "/home/user/project/train.py"
+DDP = Frame("DistributedDataParallel.forward", "/usr/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", 1600)
+C10D = Frame("all_reduce", "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2500)
+
+
+def _main(pid, i, frames, cat, active=True):
+    return StackSample(ts=T0 + i / 5, pid=pid, thread_id=pid, thread_name="MainThread", frames=frames, active=active,
+                       is_main=True, category=cat, os_thread_id=pid)
+
+
+def _stacks(waits: dict[int, float], n: int = 60, wrapper=DDP):
+    step = (Frame("train_step", PROJ, 30), wrapper, Frame("main", PROJ, 90))
+    coll = (C10D, Frame("train_step", PROJ, 33), Frame("main", PROJ, 90))
+    out = []
+    for pid, w in waits.items():
+        k = round(w * n)
+        out += [_main(pid, i, coll if i % n < k else step, Category.COLLECTIVE if i % n < k else Category.FORWARD)
+                for i in range(n)]
+    return out
+
+
+def _ctx(views):
+    return AnalysisContext(now=T0 + 12, t0=T0, t1=T0 + 12, gpus=(), ranks=views)
+
+
+def test_hosts_waiting_alike_in_gloo_collectives_are_not_enough():
+    """A host blocked in all_reduce waits for its peers' compute and scheduling as much as for the
+    bytes (a balanced gloo DDP job on two busy cores waits 42 %): without the GPUs' side, nothing."""
+    views = rank_views({10: 0, 11: 1}, _stacks({10: 0.60, 11: 0.55}), T0)
+    assert views[0].wrapper == "DDP" and views[0].collective > 0.5
+    assert check_collective_bound(_ctx(views)) is None
+
+
+def _gpu_views(sm0: float, sm1: float):
+    step = (Frame("train_step", PROJ, 30), DDP, Frame("main", PROJ, 90))
+    stacks = [_main(pid, i, step, Category.FORWARD) for pid in (10, 11) for i in range(60)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {g: [GpuSample(ts=T0 + i, index=g, util_gpu=100.0, sm_active=sm, tensor_active=0.0 if sm < 30 else 30.0)
+                for i in range(13)] for g, sm in ((0, sm0), (1, sm1))}
+    return rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 12)
+
+
+def test_a_straggler_or_computing_gpus_are_not_communication_bound():
+    both = _gpu_views(18.0, 18.0)
+    assert check_collective_bound(_ctx(both)) is not None
+    # GPU 0 spins while GPU 1 computes: one rank is waited for, the straggler rule's.
+    assert check_collective_bound(_ctx(_gpu_views(18.0, 70.0))) is None
+    # Both compute: the all-reduce overlaps backward, nothing to say.
+    assert check_collective_bound(_ctx(_gpu_views(70.0, 68.0))) is None
+    # One rank: nothing to compare.
+    assert check_collective_bound(_ctx(both[:1])) is None
+
+
+def test_nccl_ranks_waiting_on_their_gpus_are_communication_bound_and_fsdp_gets_its_knob():
+    """NCCL: the hosts run on (their stacks in a sync), both GPUs sit in NCCL kernels (few SMs
+    active, no tensor work) most of every poll."""
+    fsdp = Frame("FullyShardedDataParallel.forward",
+                 "/usr/lib/python3.11/site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py", 850)
+    step = (Frame("train_step", PROJ, 30), fsdp, Frame("main", PROJ, 90))
+    sync = (Frame("train_step", PROJ, 40, code="loss.item()"), Frame("main", PROJ, 90))
+    stacks = [_main(pid, i, sync if i % 3 else step, Category.HOST_SYNC if i % 3 else Category.FORWARD)
+              for pid in (10, 11) for i in range(60)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+
+    def spin(i, g):
+        return GpuSample(ts=T0 + i, index=g, util_gpu=100.0, sm_active=18.0, tensor_active=0.0)
+
+    gpus = {g: [spin(i, g) for i in range(13)] for g in (0, 1)}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 12)
+    hit = check_collective_bound(_ctx(views))
+    assert hit is not None and "NCCL kernels" in hit.evidence[0]
+    assert "set_requires_gradient_sync(False)" in hit.action and "FSDP" in " ".join(hit.evidence)
+    # The same hosts with the GPUs computing: nothing.
+    busy = {g: [GpuSample(ts=T0 + i, index=g, util_gpu=100.0, sm_active=70.0, tensor_active=40.0) for i in range(13)]
+            for g in (0, 1)}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=busy, t1=T0 + 12)
+    assert check_collective_bound(_ctx(views)) is None
