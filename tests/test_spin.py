@@ -251,3 +251,43 @@ def test_the_straggler_finding_absorbs_the_checkpoint_and_collective_findings():
     from gputop.advisor.rules import RULES_BY_ID
 
     assert {"checkpoint-stall", "collective-wait"} <= set(RULES_BY_ID["rank-straggler"].supersedes)
+
+
+def test_a_rank_looping_in_its_own_code_is_hung_when_nccl_counts_stand_still():
+    """Rank 1 busy in a loop that never returns (its stacks move, on a CPU) while rank 0 waits in
+    the collective: the moving rank vetoes the hang, unless NCCL's RAS counts say rank 1 has
+    launched no collective for 10 s while rank 0 is ahead."""
+    import os
+
+    from gputop.analysis.nccl_ras import compare, parse
+    from gputop.analysis.stuck import StuckVerdict, across_ranks
+
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "nccl", "ras-hang.txt"), encoding="utf-8") as f:
+        hung = parse(f.read())  # rank 1 (pid 1234) at AllReduce 77, rank 0 (pid 1233) at 161
+    loop = [(Frame("pack_rows", PROJ, 418 + i % 3), Frame("batches", PROJ, 440), Frame("main", PROJ, 90))
+            for i in range(3)]
+    stacks = [_main(1234, T0 + i / 5, loop[i % 3], Category.OTHER) for i in range(50)]
+    v = StuckVerdict(True, "main thread unchanged", since=T0, held_s=10.0, category=Category.COLLECTIVE)
+    ranks = {1233: 0, 1234: 1}
+    assert not across_ranks(v, ranks, stacks, 1233).stuck  # moving: a straggler, as far as stacks tell
+    frozen = compare(hung, hung, 10.0)
+    held = across_ranks(v, ranks, stacks, 1233, nccl=frozen)
+    assert held.stuck and any("launches no collective" in e and "AllReduce up to 77" in e for e in held.evidence)
+    # Counts that move (a slow rank, not a hung one) leave the veto standing.
+    assert not across_ranks(v, ranks, stacks, 1233, nccl=compare(hung, hung, 2.0)).stuck
+
+
+def test_a_spinning_gpu_says_nothing_of_its_kernels():
+    """Polls of a kernel spinning in a collective are left out of what the GPU's work is said to
+    be (SM activity, fill): a rank's first seconds of a hang are not 'kernels too small'."""
+    from gputop.analysis.efficiency import gpu_efficiency
+
+    work = [GpuSample(ts=T0 + i, index=0, util_gpu=95.0, sm_active=80.0, tensor_active=30.0, dram_active=40.0)
+            for i in range(4)]
+    spin = [poll(T0 + 4 + i, 100, sm=18.0, tensor=0.0) for i in range(6)]
+    e = gpu_efficiency(0, work + spin)
+    assert e.busy_polls == 10 and e.spin_polls == 6
+    assert e.sm_active == pytest.approx(80.0) and e.tensor_active == pytest.approx(30.0)
+    assert e.sm_fill == pytest.approx(80 / 95, abs=0.01)
+    only = gpu_efficiency(0, spin)
+    assert only.spin_polls == 6 and only.sm_active is None and only.sm_fill is None

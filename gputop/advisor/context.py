@@ -188,7 +188,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         ranks=w.rank_views,
         framework=framework_of(w.main),
         job_tasks=w.job_tasks,
-        nccl=ras_verdicts(w.all_events, w.now) if w.pid_rank else (),
+        nccl=w.nccl,
         step=step_model(w.main),
         memory=w.memory,
     )

@@ -13,6 +13,7 @@ from statistics import fmean
 from typing import Iterable, Mapping, Sequence
 
 from ..model import GpuInfo, GpuSample, HostSample, ProcSample, StackSample
+from .spin import is_spin
 from .throttle import decode_throttle, is_performance_limiting
 
 # GPM activity is averaged over the polls where the GPU was at least this busy: "tensor cores
@@ -35,7 +36,10 @@ class GpuEfficiency:
     gpu_index: int
     polls: int = 0
     busy_polls: int = 0
-    # GPM means over busy polls (None: no GPM)
+    # Busy polls that were a kernel spinning (analysis.spin: a NCCL collective waiting for a peer):
+    # left out of the GPM means below, which describe the work the GPU did.
+    spin_polls: int = 0
+    # GPM means over busy polls that were not spins (None: no GPM, or nothing but spins)
     sm_active: float | None = None
     sm_occupancy: float | None = None
     tensor_active: float | None = None
@@ -76,6 +80,11 @@ class GpuEfficiency:
 def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | None = None) -> GpuEfficiency:
     ok = [s for s in samples if s.error is None]
     busy = [s for s in ok if (s.util_gpu or 0.0) >= BUSY_UTIL_PCT]
+    # A spinning kernel's few SMs, idle pipes and low power are a wait's, not the work's: kept out
+    # of what the kernels are said to do (a rank spinning in a collective for the first seconds
+    # of a hang read "SMs active 33 %: kernels too small" and was told it was launch-bound).
+    spins = [s for s in busy if is_spin(s)]
+    work = [s for s in busy if not is_spin(s)] if spins else busy
     limited = [s for s in busy if is_performance_limiting(s.throttle_reasons)]
     reasons: Counter[str] = Counter()
     mask = 0
@@ -98,13 +107,14 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         gpu_index=index,
         polls=len(ok),
         busy_polls=len(busy),
-        sm_active=_mean(s.sm_active for s in busy),
-        sm_occupancy=_mean(s.sm_occupancy for s in busy),
-        tensor_active=_mean(s.tensor_active for s in busy),
-        fp32_active=_mean(s.fp32_active for s in busy),
-        fp16_active=_mean(s.fp16_active for s in busy),
-        dram_active=_mean(s.dram_active for s in busy),
-        util_busy_mean=_mean(s.util_gpu for s in busy),
+        spin_polls=len(spins),
+        sm_active=_mean(s.sm_active for s in work),
+        sm_occupancy=_mean(s.sm_occupancy for s in work),
+        tensor_active=_mean(s.tensor_active for s in work),
+        fp32_active=_mean(s.fp32_active for s in work),
+        fp16_active=_mean(s.fp16_active for s in work),
+        dram_active=_mean(s.dram_active for s in work),
+        util_busy_mean=_mean(s.util_gpu for s in work),
         mem_used_peak=max(mems) if mems else None,
         mem_total=(totals[-1] if totals else (info.memory_total if info else None)),
         throttle_fraction=len(limited) / len(busy) if busy else 0.0,
@@ -112,7 +122,7 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         throttle_mask=mask,
         clock_ratio=_mean(ratios),
         temperature_max=max((s.temperature_c for s in ok if s.temperature_c is not None), default=None),
-        power_mean=_mean(s.power_w for s in busy),
+        power_mean=_mean(s.power_w for s in work),
         power_limit=_mean(s.power_limit_w for s in ok) or (info.power_limit_w if info else None),
         pcie_degraded_fraction=len(degraded) / len(busy) if busy else 0.0,
         pcie_link=(last.pcie_gen, last.pcie_width) if last else (None, None),
@@ -121,7 +131,7 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         ecc_uncorrected=max(uncorrected) if uncorrected else None,
         ecc_corrected_delta=(corrected[-1] - corrected[0]) if len(corrected) >= 2 else None,
         compute_capability=info.compute_capability if info else None,
-        sm_fill=_fill(ok),
+        sm_fill=_fill([s for s in ok if not is_spin(s)]),
     )
 
 

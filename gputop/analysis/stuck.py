@@ -36,6 +36,7 @@ from ..model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSam
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import TREE_BUSY_CORES, activity, working
 from .efficiency import is_worker, parents_of, worker_stats
+from .nccl_ras import HANG, CommVerdict
 from .ranks import moving_ranks
 from .spin import spins_now
 
@@ -344,17 +345,28 @@ def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample
 
 
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
-                 target: int, spin_pids: frozenset[int] = frozenset()) -> StuckVerdict:
+                 target: int, spin_pids: frozenset[int] = frozenset(),
+                 nccl: Sequence[CommVerdict] = ()) -> StuckVerdict:
     """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
     another rank works is not stuck; each step it waits again, for a straggler (the rank-straggler
-    rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``."""
+    rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``.
+    ``nccl``: NCCL's RAS verdicts. A rank whose collective count has stood still while the others
+    are ahead (HANG) is not working towards the next step however its stacks move: a loop in its
+    own code that never returns (a livelock) looks busy to the sampler, and only the counts tell
+    it from a slow step."""
     # The target's own wait decides, not only the diagnosis's kind: its main thread in a collective
     # waits for its peers, whichever kind the parties' states made of the hang.
     in_collective = v.category is Category.COLLECTIVE or (v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE)
     if not (v.stuck and pid_rank and v.since and in_collective):
         return v
     moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids)
-    if not moving:
+    frozen = {r.rank for c in nccl if c.verdict == HANG for r in c.ranks}
+    if not moving or all(r in frozen for r in moving):
+        if moving:
+            c = next(c for c in nccl if c.verdict == HANG)
+            return replace(v, evidence=v.evidence + (
+                f"rank {', '.join(str(r) for r in moving)} moves but launches no collective: {c.detail} "
+                "(NCCL RAS): busy in its own code, it never arrives",))
         return v
     return replace(v, stuck=False, reason=f"main thread waits in a collective while rank {moving[0]} moves: "
                    "a straggler, not a hang", early=False, confidence=0.0, evidence=(), diagnosis=None)

@@ -21,6 +21,7 @@ from .breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_sli
 from .efficiency import GpuEfficiency, Workers, gpu_efficiency, is_worker, parents_of, worker_stats
 from .memory_cause import exit_cause, exit_status_of, leak_lines
 from .memory_window import MEMORY_WINDOW_S, MemoryView, memory_view
+from .nccl_ras import CommVerdict, ras_verdicts
 from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .spin import spin_share
@@ -365,8 +366,14 @@ class JobWindow:
             ranks=self.pid_rank or None,
             spin_pids=self.spin_pids,
         )
-        # A rank waiting while another works is a straggler, not a hang.
-        return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids)
+        # A rank waiting while another works is a straggler, not a hang, unless NCCL's own counts
+        # say the working one has stopped launching collectives.
+        return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids, nccl=self.nccl)
+
+    @functools.cached_property
+    def nccl(self) -> tuple[CommVerdict, ...]:
+        """What NCCL's RAS reports say of the job's communicators now (a multi-rank job only)."""
+        return ras_verdicts(self.all_events, self.now) if self.pid_rank else ()
 
     @property
     def verdict(self) -> StuckVerdict:
