@@ -291,3 +291,52 @@ def test_a_spinning_gpu_says_nothing_of_its_kernels():
     assert e.sm_fill == pytest.approx(80 / 95, abs=0.01)
     only = gpu_efficiency(0, spin)
     assert only.spin_polls == 6 and only.sm_active is None and only.sm_fill is None
+
+
+def test_a_compute_straggler_is_named_by_what_only_it_runs():
+    """Rank 0 alone evaluates (its GPU busy, power-capped) while rank 1's GPU spins in the next
+    all-reduce: named with `evaluate`, the function no other rank runs, and the change that shares it."""
+    from gputop.advisor.rules.distributed import straggler_phase
+
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    ev = (Frame("forward", "/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125),
+          Frame("evaluate", PROJ, 522), Frame("main", PROJ, 95))
+    stacks = ([_main(10, T0 + i / 5, ev if i % 5 < 2 else step, Category.FORWARD) for i in range(50)]
+              + [_main(11, T0 + i / 5, step, Category.BACKWARD) for i in range(50)])
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {0: [GpuSample(ts=T0 + i, index=0, util_gpu=90.0, sm_active=75.0, tensor_active=20.0, throttle_reasons=4)
+                for i in range(13)],
+            1: [poll(T0 + i, 100, sm=18.0 if i % 2 else 70.0, tensor=0.0 if i % 2 else 20.0, index=1) for i in range(13)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 12)
+    slow = next(v for v in views if v.rank == 0)
+    assert slow.only_here == "evaluate (project/train.py:522)" and slow.only_here_share == pytest.approx(0.4)
+    assert next(v for v in views if v.rank == 1).only_here is None  # train_step and main: every rank's
+    found = gpu_straggler(views, 0.10, 0.10)
+    assert found is not None and found.slow.rank == 0
+
+    class Ctx:
+        gpus = ()
+        ranks = views
+
+    doing, fix = straggler_phase(Ctx, found)
+    assert "computes on GPU 0" in doing and "`evaluate (project/train.py:522)`" in doing and "throttled" not in doing
+    assert "share it" in fix and "dist.all_reduce" in fix
+
+
+def test_a_straggler_the_others_wait_a_fifth_for_on_their_gpus_is_named():
+    """NCCL: rank 1's GPU spins in the all-reduce in about 40 % of its polls, unevenly (a rank
+    evaluating now and then); at the lower limit the gap is ~0.2: the health bar (a tenth), not the
+    host samples' quarter, decides on the GPUs' paired polls."""
+    from gputop.advisor.context import AnalysisContext
+    from gputop.advisor.rules.distributed import check_rank_straggler
+
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(60)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    waits = [0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0]  # rank 1's GPU spinning whole polls, unevenly
+    gpus = {0: [GpuSample(ts=T0 + i, index=0, util_gpu=90.0, sm_active=75.0, tensor_active=20.0) for i in range(14)],
+            1: [poll(T0 + i, 100, sm=18.0 if w else 72.0, tensor=0.0 if w else 20.0, index=1) for i, w in enumerate(waits)]}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 13)
+    assert gpu_straggler(views, 0.30, 0.25) is None  # the host's bars: not resolved
+    hit = check_rank_straggler(AnalysisContext(now=T0 + 13, t0=T0, t1=T0 + 13, gpus=(), ranks=views))
+    assert hit is not None and hit.title.startswith("rank 0 is the straggler")

@@ -6,11 +6,11 @@ from .context import DEFAULT_WINDOW_S, holds_no_gpu
 from .engine import RECORD_REFRESH_S, AdvisorSource, nothing_yet
 from .rules.base import MIN_MAIN_SAMPLES
 from .memory_watch import MemoryWatch
-from .rules.distributed import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
+from .rules.distributed import GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from .rules.memory import WARN_WITHIN_S as MEMORY_WARN_WITHIN_S
 from .stage import JobStage, add_job_stage
 
 __all__ = [
-    "DEFAULT_WINDOW_S", "MEMORY_WARN_WITHIN_S", "MIN_MAIN_SAMPLES", "OTHERS_WAIT_MIN", "RECORD_REFRESH_S", "STRAGGLER_GAP",
+    "DEFAULT_WINDOW_S", "GPU_OTHERS_WAIT_MIN", "GPU_STRAGGLER_GAP", "MEMORY_WARN_WITHIN_S", "MIN_MAIN_SAMPLES", "OTHERS_WAIT_MIN", "RECORD_REFRESH_S", "STRAGGLER_GAP",
     "STRAGGLER_LEVEL", "AdvisorSource", "JobStage", "MemoryWatch", "add_job_stage", "holds_no_gpu", "nothing_yet",
 ]

@@ -15,7 +15,7 @@ from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
-from .classify import category_shares, hot_place, own_frames, project_frame, rank_samples, short_path, stack_key
+from .classify import category_shares, hot_place, is_library, own_frames, project_frame, rank_samples, short_path, stack_key
 from .efficiency import BUSY_UTIL_PCT
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
@@ -93,6 +93,11 @@ class RankView:
     gpu_throttled: tuple[str, ...] = ()
     # The data-parallel wrapper its stacks show: "DDP", "FSDP" or None (neither seen).
     wrapper: str | None = None
+    # The function of the user's code it runs that the other ranks (nearly) never do, and its
+    # share of its samples: what a straggler does that the others wait for ("evaluate
+    # (train.py:522)", 0.37); None where it runs nothing of its own.
+    only_here: str | None = None
+    only_here_share: float = 0.0
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -212,6 +217,7 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
         if st.is_main and owner in ranks and st.ts >= t0 and st.category is not Category.IDLE:
             worker_main.setdefault(owner, []).append(st)
 
+    only = _only_here({p: by_pid[p] for p in ranks})
     views = []
     for p, r in ranks.items():
         g = gpu.get(p)
@@ -223,7 +229,8 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
                              worker_hot=_hot_place(worker_main.get(p, ())),
                              gpu_guests=tuple(sorted({q.pid for q in gpu_processes if g is not None
                                                       and q.gpu_index == g and q.pid not in ranks})),
-                             gpu_throttled=_throttled(ps)))
+                             gpu_throttled=_throttled(ps),
+                             only_here=only.get(p, (None, 0.0))[0], only_here_share=only.get(p, (None, 0.0))[1]))
         v = views[-1]
         if not v.works and _moves_data((procs or {}).get(p, ()), v.latest.ts if v.latest else t0):
             # One stack, off the CPU, yet writing or reading at a rate: a checkpoint's file writes
@@ -231,6 +238,48 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
             # no bytes.
             views[-1] = replace(v, works=True)
     return tuple(sorted(views, key=lambda v: v.rank))
+
+
+# A function of the user's code is a rank's own when it is under at least this share of the
+# rank's samples and under at most ONLY_ELSEWHERE_MAX of every other rank's. Judgement: a tenth
+# is a phase worth naming (a 10 % phase the others wait for is the advisor's 10 % bar); 2 % is
+# sampling's stray hit of a call every rank makes rarely.
+ONLY_HERE_MIN = 0.10
+ONLY_ELSEWHERE_MAX = 0.02
+
+
+def _only_here(by_pid: Mapping[int, Sequence[StackSample]]) -> dict[int, tuple[str, float]]:
+    """Per rank, the user-code function it runs that no other rank does (see ``RankView.only_here``):
+    of those, the one under most of its samples, the innermost of a chain under as many (a metric
+    ``roc_auc_per_class`` rather than the ``log_metrics`` that calls it)."""
+    if len(by_pid) < 2:
+        return {}
+    shares: dict[int, dict[tuple[str, str], float]] = {}
+    depth: dict[tuple[str, str], int] = {}
+    lines: dict[tuple[str, str], Counter] = {}
+    for p, ss in by_pid.items():
+        c: Counter = Counter()
+        for smp in ss:
+            seen = set()
+            for d, f in enumerate(own_frames(smp.frames)):
+                if is_library(f.filename):
+                    continue
+                key = (f.name, short_path(f.filename))
+                if key in seen:
+                    continue
+                seen.add(key)
+                c[key] += 1
+                depth[key] = min(depth.get(key, d), d)
+                lines.setdefault(key, Counter())[f.line] += 1
+        shares[p] = {k: n / len(ss) for k, n in c.items()} if ss else {}
+    out = {}
+    for p, mine in shares.items():
+        cands = [(sh, -depth[k], k) for k, sh in mine.items() if sh >= ONLY_HERE_MIN
+                 and all(other.get(k, 0.0) <= ONLY_ELSEWHERE_MAX for q, other in shares.items() if q != p)]
+        if cands:
+            sh, _, (name, path) = max(cands, key=lambda c: (round(c[0], 2), c[1]))
+            out[p] = (f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})", sh)
+    return out
 
 
 # A rank whose process reads or writes at least this much per second (the host source's I/O
@@ -296,19 +345,23 @@ def pick_z(level: float | None, ranks: int) -> float:
 
 
 def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min_samples: int = 1,
-              level: float | None = 0.95) -> Straggler | None:
+              level: float | None = 0.95, gpu_bars: tuple[float, float] | None = None) -> Straggler | None:
     """The rank the others wait for: every other rank spends at least ``others_wait_min`` of its
     samples in collectives, and this one ``gap`` less than the least-waiting of them, resolved:
     the gap to each of them at its lower confidence limit (``gap_lower``, one-sided at ``level``
     over the ranks, ``pick_z``) is at least ``gap``. Shares read from a few dozen samples wander
     by more than ``gap`` between ranks doing the same work (two ranks each waiting 45 % of the
     time, 15 samples each, are a quarter apart one look in five), so the shares as seen do not
-    decide. ``level`` None: they do (no interval)."""
+    decide. ``level`` None: they do (no interval). ``gpu_bars``: (others' wait, gap) for the
+    GPUs' paired polls where they differ from the host's."""
     seen = [v for v in views if v.samples >= min_samples]
     if len(seen) < 2:
         return None
     found = _straggler_on_host(seen, others_wait_min, gap, level)
-    return found if found is not None else gpu_straggler(seen, others_wait_min, gap, level)
+    if found is not None:
+        return found
+    wait_min, gpu_gap = gpu_bars if gpu_bars is not None else (others_wait_min, gap)
+    return gpu_straggler(seen, wait_min, gpu_gap, level)
 
 
 # The GPU path needs this many paired polls: a mean and a spread (Student's t at 2 is 4.3).

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, Breakdown, Bucket
 from ..advisor import MIN_MAIN_SAMPLES
-from ..advisor import OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
+from ..advisor import GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
 from ..units import fmt_share, truncate
@@ -52,7 +52,8 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
 def _straggler(ranks: Sequence[RankView]) -> int | None:
     """The rank the others wait for, by the advisor's own rank-straggler decision (the pane
     highlights it; the Advisor names it and why): one decision, so the two never disagree."""
-    found = straggler(ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL)
+    found = straggler(ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
+                      gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP))
     return found.slow.rank if found is not None else None
 
 
