@@ -57,3 +57,15 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         elif r % 5 == 0:
             add("gputop_rank_finding", r, 4.0, id="rank-straggler", severity="warning")
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def job_matrix(steps) -> dict:
+    """A subquery's answer (``{...}[60s:5s]``) from the job at each step: ``steps`` is
+    ``[(ts, job_payload(...)), ...]``; each series carries its values at the steps it is in."""
+    series: dict[tuple, dict] = {}
+    for ts, payload in steps:
+        for item in payload["data"]["result"]:
+            k = tuple(sorted(item["metric"].items()))
+            got = series.setdefault(k, {"metric": item["metric"], "values": []})
+            got["values"].append([ts, item["value"][1]])
+    return {"status": "success", "data": {"resultType": "matrix", "result": list(series.values())}}

@@ -9,12 +9,13 @@ STRAGGLER_LEVEL confidence over the ranks), so one host's Ranks tab and the job 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist, mean
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..advisor import MIN_MAIN_SAMPLES, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import wilson_interval
+from .hold import Held, HoldRule, Key
 from .model import Job, RankState
 
 
@@ -34,10 +35,39 @@ class NeverArrives:
 
 @dataclass(frozen=True)
 class Judgement:
+    """One evaluation's findings (``judge``), or the findings on show after the hold rule
+    (``memory.Memory.judgement``): then ``held`` says since when each holds and ``weighing``
+    what is seen but not yet held long enough to be named."""
+
     straggler: Straggler | None
     never_arrives: tuple[NeverArrives, ...]
     stuck: tuple[RankState, ...]  # every stuck rank
     missing: tuple[int, ...]  # rank numbers below the world size nobody reports
+    held: Mapping[Key, Held] = field(default_factory=dict)
+    weighing: tuple[Held, ...] = ()
+    rule: HoldRule | None = None
+    at: float | None = None  # the newest evaluation's time (the view's "now")
+    step_s: float | None = None  # how often it is evaluated
+
+    def found(self) -> dict[Key, object]:
+        """Each finding by its key, to follow it from one evaluation to the next."""
+        out: dict[Key, object] = {}
+        if self.straggler is not None:
+            out[key("slow", self.straggler.slow)] = self.straggler
+        for n in self.never_arrives:
+            out[key("never", n.rank)] = n
+        for r in self.stuck:
+            # Said once, as the rank that never arrives; and the ranks stuck in a collective
+            # while one never arrives wait for it (the view says so: they are its victims).
+            if not self.never_arrives:
+                out[key("stuck", r)] = r
+        for k in self.missing:
+            out[("missing", "", k)] = k
+        return out
+
+
+def key(kind: str, r: RankState) -> Key:
+    return (kind, r.host, r.rank)
 
 
 def _z(level: float, ranks: int) -> float:

@@ -108,6 +108,21 @@ def build_job(job: str, series: Iterable[Series]) -> Job:
     return Job(job, ordered, max(sizes) if sizes else None)
 
 
+def build_jobs(job: str, series: Iterable[Series]) -> list[tuple[float, Job]]:
+    """The job at each evaluation time of a range answer (``api.parse_matrix``), oldest first.
+    A time at which no series of the job had a value is not an evaluation (the job had not
+    started, or every exporter was gone): it is left out, not judged as empty."""
+    by_ts: dict[float, list[Series]] = defaultdict(list)
+    for s in series:
+        by_ts[s.ts].append(s)
+    out = []
+    for ts in sorted(by_ts):
+        found = build_job(job, by_ts[ts])
+        if found.ranks:
+            out.append((ts, found))
+    return out
+
+
 def _apply(r: RankState, s: Series) -> None:
     lab = s.labels
     name = s.name

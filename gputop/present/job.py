@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..fleet import PHASES, Job, JobSummary, Judgement, RankState
+from ..fleet import PHASES, Held, Job, JobSummary, Judgement, RankState, key
 from ..units import fmt_duration, fmt_share, truncate
 
 Seg = tuple[str, str]
@@ -39,6 +39,31 @@ def _ranges(ks: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def _held_for(j: Judgement, h: Held | None) -> str:
+    """" for 40s", and " · not seen for 5s" when the newest evaluation no longer has it (it is
+    still named: the rule clears it only once gone long enough); '' without the rule."""
+    if h is None or j.at is None:
+        return ""
+    text = f" for {fmt_duration(j.at - h.since)}"
+    if h.last_seen < j.at:
+        text += f" · not seen for {fmt_duration(j.at - h.last_seen)}"
+    return text
+
+
+_WEIGHED = {"slow": "slow", "never": "never arrives", "stuck": "stuck", "missing": "not reported"}
+
+
+def _weighing_line(j: Judgement, width: int) -> Line | None:
+    """What the newest evaluations show but the rule does not name yet, with how long it has
+    held of the time it needs."""
+    if not j.weighing or j.rule is None or j.at is None:
+        return None
+    need = fmt_duration(j.rule.appear_s)
+    parts = [f"rank {h.key[2]}" + (f" on {h.key[1]}" if h.key[1] else "")
+             + f" {_WEIGHED.get(h.key[0], h.key[0])} {fmt_duration(h.last_seen - h.since)} of {need}" for h in j.weighing]
+    return (("Weighing: ", "warn"), (truncate(" · ".join(parts), max(0, width - 10)), "dim"))
+
+
 def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
     lines: list[Line] = []
     s = j.straggler
@@ -49,8 +74,9 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         where = f", {r.hot}" if r.hot else ""
         wait_in = f" in {s.collective}" if s.collective else ""
         head = ("Straggler: ", f"rank {r.rank}", f" on {r.host}")
-        lines.append(((head[0], "bad"), (head[1], "num"), (head[2], "title"),
-                      (truncate(f" · {what}{where}", max(0, width - sum(map(len, head)))), "")))
+        held = _held_for(j, j.held.get(key("slow", r)))
+        lines.append(((head[0], "bad"), (head[1], "num"), (head[2], "title"), (held, "warn" if held else ""),
+                      (truncate(f" · {what}{where}", max(0, width - sum(map(len, head)) - len(held))), "")))
         if r.code:
             lines.append((("  ", ""), (truncate(r.code, width - 2), "dim")))
         lines.append((("  costs the others: ", "dim"),
@@ -72,9 +98,14 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         lines.append((("Not reported: ", "warn"),
                       (truncate(f"rank{'s' if len(j.missing) != 1 else ''} {_ranges(j.missing)} of {job.world_size} "
                                 "(no exporter with --attach all sees them)", width - 14), "")))
-    if not lines:
+    weighing = _weighing_line(j, width)
+    if not lines and weighing is None:
         lines.append((("No rank holds the others up", "title"),
                       (" · no straggler, none stuck", "dim")))
+    if weighing is not None:
+        lines.append(weighing)
+    if j.rule is not None:
+        lines.append((("  " + truncate(j.rule.describe(j.step_s), width - 2), "dim"),))
     return lines
 
 
@@ -91,14 +122,32 @@ def _col_head() -> Line:
     return ((f"{'RANK':>5} {'STATE':<5}{cols}{'WAIT':>{COL_W}}  HOT LINE · TOP FINDING", "head"),)
 
 
-def rank_line(r: RankState, j: Judgement, width: int) -> Line:
-    slow = j.straggler is not None and j.straggler.slow is r
-    never = any(n.rank is r for n in j.never_arrives)
+def state_of(r: RankState, j: Judgement) -> tuple[str, str]:
+    """A rank's state as the verdict has it: the findings on show (upper case), those being
+    weighed (lower case), matched by host and rank (a finding held from an earlier evaluation
+    carries that evaluation's copy of the rank), so a rank line never says more than the verdict."""
+    me = (r.host, r.rank)
+    if j.straggler is not None and (j.straggler.slow.host, j.straggler.slow.rank) == me:
+        return "SLOW", "bad"
+    if any((n.rank.host, n.rank.rank) == me for n in j.never_arrives):
+        return "NEVER", "bad"
+    stuck = any((s.host, s.rank) == me for s in j.stuck)
     # A rank stuck in a collective while another never arrives, or while the straggler still
     # moves, is its victim: it waits.
-    state, style = ("SLOW", "bad") if slow else ("NEVER", "bad") if never \
-        else ("wait", "grp.comm") if r.stuck and (j.never_arrives or (j.straggler and r not in j.stuck)) \
-        else ("STUCK", "warn") if r.stuck else ("wait", "grp.comm") if r.wait >= HIGH_SHARE else ("ok", "dim")
+    if r.stuck and (j.never_arrives or (j.straggler and not stuck)):
+        return "wait", "grp.comm"
+    if stuck:
+        return "STUCK", "warn"
+    for h in j.weighing:
+        if h.key[1:] == me and h.key[0] in ("slow", "never", "stuck"):
+            return h.key[0], "warn"
+    if r.stuck or r.wait >= HIGH_SHARE:
+        return "wait", "grp.comm"
+    return "ok", "dim"
+
+
+def rank_line(r: RankState, j: Judgement, width: int) -> Line:
+    state, style = state_of(r, j)
     segs: list[Seg] = [(f"{r.rank:>5} ", "num"), (f"{state:<5}", style)]
     for p in PHASES:
         share = r.phases.get(p)
