@@ -2,7 +2,8 @@
 ranks, every series the exporter publishes per rank (export.job_collector), as a scrape of many
 hosts would leave them. One rank can be the straggler, one stuck, some left unreported; with
 ``waiters_stuck`` the straggler's peers wait in all_reduce in every sample (their stacks unchanged,
-so their exporters call them stuck), as CPU ranks waiting on a slow peer look."""
+so their exporters call them stuck), as CPU ranks waiting on a slow peer look. ``starting`` maps
+ranks to what their exporter says they still do ("importing"): their window is their imports'."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ TS = 1_732_550_400.123
 
 
 def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: int | None = None,
-                stuck: int | None = None, missing: tuple[int, ...] = (), waiters_stuck: bool = False) -> dict:
+                stuck: int | None = None, missing: tuple[int, ...] = (), waiters_stuck: bool = False,
+                starting: dict[int, str] | None = None) -> dict:
+    starting = starting or {}
     result = []
 
     def add(name: str, rank: int, value: float, **labels: str) -> None:
@@ -23,14 +26,18 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         if r in missing:
             continue
         slow, hung = r == straggler, r == stuck
-        if slow:
+        if r in starting:
+            phases = {"compute": 0.0, "data": 0.0, "comm": 0.0, "ckpt": 0.0, "other": 1.0}
+        elif slow:
             phases = {"compute": 0.35, "data": 0.61, "comm": 0.02, "ckpt": 0.0, "other": 0.02}
         elif hung:
             phases = {"compute": 0.0, "data": 0.0, "comm": 0.0, "ckpt": 0.0, "other": 1.0}
         else:
             phases = {"compute": 0.42, "data": 0.04, "comm": 0.5, "ckpt": 0.0, "other": 0.04}
         wait = phases["comm"]
-        if (stuck is not None and not hung) or (waiters_stuck and not slow):
+        if r in starting:
+            pass
+        elif (stuck is not None and not hung) or (waiters_stuck and not slow):
             phases, wait = {"compute": 0.0, "data": 0.0, "comm": 1.0, "ckpt": 0.0, "other": 0.0}, 1.0
         add("gputop_rank_info", r, 1, job_source="torchelastic", local_rank=str(r % per_host),
             world_size=str(ranks), pid=str(40000 + r), gpu=str(r % per_host))
@@ -38,7 +45,9 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
             add("gputop_rank_phase_ratio", r, v, phase=p)
         add("gputop_rank_wait_ratio", r, wait)
         add("gputop_rank_stack_samples", r, 300)
-        if slow:
+        if r in starting:
+            add("gputop_rank_hot_line", r, 0.9, place="<module> (u/train.py:3)", code="import torch", collective="")
+        elif slow:
             add("gputop_rank_hot_line", r, 0.58, place="decode (u/data.py:88)", code="img = decode(buf, quality=95)",
                 collective="")
         elif hung:
@@ -47,11 +56,13 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         else:
             add("gputop_rank_hot_line", r, 0.3, place="step (u/train.py:57)", code="loss.backward()",
                 collective="all_reduce")
-        stuck_now = hung or stuck is not None or (waiters_stuck and not slow)
+        stuck_now = r not in starting and (hung or stuck is not None or (waiters_stuck and not slow))
         where = ("wait_forever (u/train.py:66)" if hung
                  else "all_reduce (torch/distributed/distributed_c10d.py:2000)" if stuck_now else "")
         add("gputop_rank_stuck", r, 1 if stuck_now else 0, where=where)
         add("gputop_rank_stuck_seconds", r, 95.0 if stuck_now else 0.0)
+        if starting:  # an exporter with the starting series (older ones have none)
+            add("gputop_rank_starting", r, 1 if r in starting else 0, what=starting.get(r, ""))
         if slow:
             add("gputop_rank_finding", r, 36.6, id="data-starved", severity="critical")
         elif r % 5 == 0:

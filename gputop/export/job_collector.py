@@ -6,11 +6,12 @@ name) on every series it scrapes, and would rename ours ``exported_job``.
 
 Cardinality, per attached rank (at most ``--max-attach`` per host), bounded:
 - ``gputop_rank_info``: 1 series; ``gputop_rank_phase_ratio``: one per phase (5, fixed);
-  ``gputop_rank_wait_ratio``, ``_stack_samples``, ``_stuck``, ``_stuck_seconds``: 1 each.
+  ``gputop_rank_wait_ratio``, ``_stack_samples``, ``_stuck``, ``_stuck_seconds``, ``_starting``:
+  1 each (``_starting``'s ``what`` is one of a few fixed phrases, export.rank_start).
 - ``gputop_rank_hot_line``: exactly 1 series at a time (the rank's single hottest line; a new one
   replaces the old, which goes stale), its text cut to 120 characters and redacted.
 - ``gputop_rank_finding``: at most 3 (its costliest findings; ids come from the finite rule set).
-So a rank is at most 13 live series, and a 1,024-rank job about 13,000.
+So a rank is at most 14 live series, and a 1,024-rank job about 14,000.
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def families(rows: Iterable[RankRow]) -> list[Metric]:
                               labels=[*RANK_LABELS, "where"])
     stuck_s = GaugeMetricFamily("gputop_rank_stuck_seconds", "How long a stuck rank has stood still (0: it moves)",
                                 labels=list(RANK_LABELS))
+    start = GaugeMetricFamily("gputop_rank_starting",
+                              "1 while the rank is still starting (importing, joining its process group, "
+                              "compiling, its first samples): its shares say nothing of its steps yet; "
+                              "past it, they are read from the samples after its start-up",
+                              labels=[*RANK_LABELS, "what"])
     finding = GaugeMetricFamily("gputop_rank_finding",
                                 "An active finding on the rank's GPU (its costliest 3); the value is "
                                 "the GPU-seconds its cause cost over the advisor's window",
@@ -107,6 +113,7 @@ def families(rows: Iterable[RankRow]) -> list[Metric]:
         hot.add_metric([*ids, r.hot, r.hot_code, r.collective], r.hot_share)
         stuck.add_metric([*ids, r.stuck_where], 1 if r.stuck else 0)
         stuck_s.add_metric(ids, r.stuck_s)
+        start.add_metric([*ids, r.starting], 1 if r.starting else 0)
         for f in r.findings:
             finding.add_metric([*ids, f.id, getattr(f.severity, "value", str(f.severity))], float(f.cost_s))
-    return [info, phase, wait, samples, hot, stuck, stuck_s, finding]
+    return [info, phase, wait, samples, hot, stuck, stuck_s, start, finding]

@@ -43,6 +43,9 @@ class Judgement:
     never_arrives: tuple[NeverArrives, ...]
     stuck: tuple[RankState, ...]  # every stuck rank
     missing: tuple[int, ...]  # rank numbers below the world size nobody reports
+    # Ranks not judged: still starting (importing, joining the process group, first steps) or
+    # too little seen of them; what each does is its ``starting_of``.
+    starting: tuple[RankState, ...] = ()
     held: Mapping[Key, Held] = field(default_factory=dict)
     weighing: tuple[Held, ...] = ()
     rule: HoldRule | None = None
@@ -82,6 +85,17 @@ def _gap_low(waiting: RankState, slow: RankState, z: float) -> float:
     lw, _ = wilson_interval(pw * waiting.samples, waiting.samples, z)
     _, us = wilson_interval(ps * slow.samples, slow.samples, z)
     return (pw - ps) - ((pw - lw) ** 2 + (us - ps) ** 2) ** 0.5
+
+
+# An exporter older than the starting series says nothing of start-up: a rank with fewer samples
+# than the straggler test reads is not judged either way.
+FEW_SAMPLES = "too few stack samples yet"
+
+
+def starting_of(r: RankState) -> str:
+    """What a rank does before its steps ('' once it runs them): its exporter's word, or too
+    few samples to judge it."""
+    return r.starting or (FEW_SAMPLES if r.samples < MIN_MAIN_SAMPLES else "")
 
 
 def waiting_on_a_mover(ranks: Sequence[RankState]) -> frozenset[int]:
@@ -138,8 +152,15 @@ def _in_collective(r: RankState) -> bool:
 
 
 def judge(job: Job) -> Judgement:
-    slow = straggler(job.ranks)
-    # With a straggler named, the ranks stuck in a collective are waiting for it, not hung.
-    waiters = waiting_on_a_mover(job.ranks) if slow is not None else frozenset()
-    return Judgement(slow, never_arrives(job.ranks), tuple(r for r in job.ranks if r.stuck and id(r) not in waiters),
-                     tuple(job.missing()))
+    """One evaluation. Ranks still starting are left out of every test: their shares are their
+    imports' and rendezvous', and the ranks stuck in a collective meanwhile wait for them."""
+    start = tuple(r for r in job.ranks if starting_of(r))
+    ranks = [r for r in job.ranks if not starting_of(r)]
+    slow = straggler(ranks)
+    # With a straggler named, the ranks stuck in a collective are waiting for it, not hung; so
+    # are they while a rank is still starting.
+    waiters = waiting_on_a_mover(ranks) if slow is not None else frozenset()
+    if start:
+        waiters = waiters | {id(r) for r in ranks if r.stuck and _in_collective(r)}
+    return Judgement(slow, never_arrives(ranks), tuple(r for r in ranks if r.stuck and id(r) not in waiters),
+                     tuple(job.missing()), starting=start)

@@ -101,6 +101,8 @@ class Memory:
             never_arrives=tuple(shown[k].value for k in of("never")),  # type: ignore[misc]
             stuck=tuple(shown[k].value for k in of("stuck")),  # type: ignore[misc]
             missing=tuple(sorted(k[2] for k in of("missing"))),
+            # A state of the ranks now, not a finding to hold: the newest evaluation's.
+            starting=self.latest.starting if self.latest is not None else (),
             held={k: t.held(k) for k, t in shown.items()},
             weighing=weighing,
             rule=self.rule,

@@ -36,6 +36,7 @@ class RankState:
     stuck_s: float = 0.0
     stuck_where: str = ""
     findings: list[tuple[str, str, float]] = field(default_factory=list)  # (id, severity, cost s), costliest first
+    starting: str = ""  # what it still does before its steps ("importing", ...), '' once it runs them
 
     @property
     def top_finding(self) -> tuple[str, str, float] | None:
@@ -144,6 +145,8 @@ def _apply(r: RankState, s: Series) -> None:
         r.stuck_where = lab.get("where", "") if r.stuck else ""
     elif name == "gputop_rank_stuck_seconds":
         r.stuck_s = s.value
+    elif name == "gputop_rank_starting":
+        r.starting = (lab.get("what", "") or "starting") if s.value >= 1 else ""
     elif name == "gputop_rank_finding":
         r.findings.append((lab.get("id", ""), lab.get("severity", ""), s.value))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..fleet import PHASES, Held, Job, JobSummary, Judgement, RankState, key
+from ..fleet import PHASES, Held, Job, JobSummary, Judgement, RankState, key, starting_of
 from ..units import fmt_duration, fmt_share, truncate
 
 Seg = tuple[str, str]
@@ -64,6 +64,20 @@ def _weighing_line(j: Judgement, width: int) -> Line | None:
     return (("Weighing: ", "warn"), (truncate(" · ".join(parts), max(0, width - 10)), "dim"))
 
 
+def _starting_line(ranks: Sequence[RankState], width: int) -> Line:
+    """The ranks not judged yet, by what they still do."""
+    by_what: dict[str, list[int]] = {}
+    for r in ranks:
+        by_what.setdefault(starting_of(r), []).append(r.rank)
+    n = len(ranks)
+    head = f"rank{'s' if n != 1 else ''} {_ranges([r.rank for r in ranks])} not judged yet"
+    if len(by_what) == 1:
+        text = f"{head} ({next(iter(by_what))})"
+    else:
+        text = f"{head}: " + " · ".join(f"{w} {_ranges(ks)}" for w, ks in sorted(by_what.items(), key=lambda kv: min(kv[1])))
+    return (("Starting: ", "warn"), (truncate(text, max(0, width - 10)), ""))
+
+
 def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
     lines: list[Line] = []
     s = j.straggler
@@ -98,6 +112,8 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         lines.append((("Not reported: ", "warn"),
                       (truncate(f"rank{'s' if len(j.missing) != 1 else ''} {_ranges(j.missing)} of {job.world_size} "
                                 "(no exporter with --attach all sees them)", width - 14), "")))
+    if j.starting:
+        lines.append(_starting_line(j.starting, width))
     weighing = _weighing_line(j, width)
     if not lines and weighing is None:
         lines.append((("No rank holds the others up", "title"),
@@ -138,6 +154,8 @@ def state_of(r: RankState, j: Judgement) -> tuple[str, str]:
         return "wait", "grp.comm"
     if stuck:
         return "STUCK", "warn"
+    if any((s.host, s.rank) == me for s in j.starting):
+        return "start", "dim"
     for h in j.weighing:
         if h.key[1:] == me and h.key[0] in ("slow", "never", "stuck"):
             return h.key[0], "warn"
@@ -165,17 +183,29 @@ def rank_line(r: RankState, j: Judgement, width: int) -> Line:
     return tuple(segs)
 
 
-def host_line(host: str, ranks: Sequence[RankState]) -> Line:
-    stuck = sum(1 for r in ranks if r.stuck)
+# A host line's counts, in this order, by the rank lines' states (so they always agree with the
+# rank lines, and those with the verdict); "ok" ranks are not counted.
+_COUNTED = (("SLOW", "slow", "bad"), ("NEVER", "never arrives", "bad"), ("STUCK", "stuck", "bad"),
+            ("slow", "weighed", "warn"), ("never", "weighed", "warn"), ("stuck", "weighed", "warn"),
+            ("wait", "waiting", "grp.comm"), ("start", "starting", "dim"))
+
+
+def host_line(host: str, ranks: Sequence[RankState], j: Judgement) -> Line:
+    states = [state_of(r, j)[0] for r in ranks]
+    counts: dict[str, tuple[int, str]] = {}
+    for state, word, style in _COUNTED:
+        n = states.count(state)
+        if n:
+            counts[word] = (counts.get(word, (0, style))[0] + n, style)
     return ((f"{host}", "title"), (f" · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", "dim"),
-            (f" · {stuck} stuck" if stuck else "", "bad"))
+            *((f" · {n} {word}", style) for word, (n, style) in counts.items()))
 
 
 def rank_lines(job: Job, j: Judgement, width: int) -> list[Line]:
     """The ranks, grouped by host: a host line, then one line per rank."""
     lines: list[Line] = [_col_head()]
     for host, ranks in job.by_host():
-        lines.append(host_line(host, ranks))
+        lines.append(host_line(host, ranks, j))
         lines += [rank_line(r, j, width) for r in ranks]
     return lines
 
