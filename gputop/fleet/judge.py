@@ -9,7 +9,7 @@ STRAGGLER_LEVEL confidence over the ranks), so one host's Ranks tab and the job 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist, mean
 from typing import Mapping, Sequence
 
@@ -17,6 +17,7 @@ from ..advisor import MIN_MAIN_SAMPLES, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLE
 from ..analysis import wilson_interval
 from .hold import Held, HoldRule, Key
 from .model import Job, RankState
+from .ras import RasFinding
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,14 @@ class Straggler:
     waiting: int  # ranks that wait for it
     others_wait: float  # their mean share of the window spent waiting: what it costs them
     collective: str  # the collective they wait in, most often ('' unknown)
+    evidence: tuple[str, ...] = ()  # beyond the shares: NCCL's counts
 
 
 @dataclass(frozen=True)
 class NeverArrives:
     rank: RankState
     waiting: int  # ranks stuck in (or waiting at) a collective meanwhile
+    evidence: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,16 +154,49 @@ def _in_collective(r: RankState) -> bool:
     return r.wait >= OTHERS_WAIT_MIN or "distributed" in where or (bool(r.collective) and r.collective in where)
 
 
-def judge(job: Job) -> Judgement:
+def judge(job: Job, ras: Sequence[RasFinding] = ()) -> Judgement:
     """One evaluation. Ranks still starting are left out of every test: their shares are their
-    imports' and rendezvous', and the ranks stuck in a collective meanwhile wait for them."""
+    imports' and rendezvous', and the ranks stuck in a collective meanwhile wait for them.
+    ``ras``: what NCCL's counts say now (``ras.CountHistory``), direct evidence of who has not
+    launched the collectives the others have."""
     start = tuple(r for r in job.ranks if starting_of(r))
     ranks = [r for r in job.ranks if not starting_of(r)]
     slow = straggler(ranks)
+    never = list(never_arrives(ranks))
+    slow, never = _with_counts(ranks, slow, never, ras)
     # With a straggler named, the ranks stuck in a collective are waiting for it, not hung; so
     # are they while a rank is still starting.
     waiters = waiting_on_a_mover(ranks) if slow is not None else frozenset()
     if start:
         waiters = waiters | {id(r) for r in ranks if r.stuck and _in_collective(r)}
-    return Judgement(slow, never_arrives(ranks), tuple(r for r in ranks if r.stuck and id(r) not in waiters),
+    return Judgement(slow, tuple(never), tuple(r for r in ranks if r.stuck and id(r) not in waiters),
                      tuple(job.missing()), starting=start)
+
+
+def _with_counts(ranks: Sequence[RankState], slow: Straggler | None, never: list[NeverArrives],
+                 ras: Sequence[RasFinding]) -> tuple[Straggler | None, list[NeverArrives]]:
+    """The stacks' verdict with NCCL's counts: a count that stands still while another rank is
+    ahead names the rank that never arrives; one that stays far behind while it moves names the
+    straggler (the counts are what the collectives did; the shares are sampled). Where both
+    name the same rank, the counts are its evidence."""
+    by = {(r.host, r.rank): r for r in ranks}
+    for f in sorted(ras, key=lambda f: (f.kind != "frozen", -f.behind)):
+        r = by.get((f.host, f.rank))
+        if r is None:
+            continue  # still starting, or gone
+        others = [o for o in ranks if o is not r]
+        if f.kind == "frozen":
+            known = next((n for n in never if n.rank is r), None)
+            if known is not None:
+                never[never.index(known)] = replace(known, evidence=(*known.evidence, f.line()))
+            else:
+                never.append(NeverArrives(r, len(others), (f.line(),)))
+            if slow is not None and slow.slow is r:
+                slow = None  # it has launched nothing for a while: not moving slowly
+        elif slow is not None and slow.slow is r:
+            slow = replace(slow, evidence=(*slow.evidence, f.line()))
+        elif not any(n.rank is r for n in never) and (slow is None or not slow.evidence):
+            wait = mean(o.wait for o in others) if others else 0.0
+            slow = Straggler(r, len(others), wait, f.collective, (f.line(),))
+    never.sort(key=lambda n: (n.rank.host, n.rank.rank))
+    return slow, never

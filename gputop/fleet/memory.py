@@ -17,6 +17,7 @@ from typing import Iterable
 from .hold import Held, HoldRule, Key
 from .judge import Judgement, judge
 from .model import Job
+from .ras import CountHistory
 
 
 # A finding being weighed that another reading of the same rank does not break. One way only: a
@@ -44,6 +45,7 @@ class Memory:
         self.rule = rule or HoldRule()
         self.step_s = step_s
         self._tracks: dict[Key, _Track] = {}
+        self.counts = CountHistory()  # NCCL's counts: a count says something only over time
         self.at: float | None = None  # the newest evaluation fed
         self.job: Job | None = None  # the job then
         self.latest: Judgement | None = None  # that evaluation's own findings, before the rule
@@ -53,7 +55,8 @@ class Memory:
         newer than the last one fed is ignored (a range that overlaps the previous one)."""
         if self.at is not None and ts <= self.at:
             return False
-        found = found if found is not None else judge(job)
+        self.counts.add(ts, job)
+        found = found if found is not None else judge(job, self.counts.findings(ts))
         rule = self.rule
         now = found.found()
         for k, value in now.items():

@@ -78,6 +78,10 @@ def _starting_line(ranks: Sequence[RankState], width: int) -> Line:
     return (("Starting: ", "warn"), (truncate(text, max(0, width - 10)), ""))
 
 
+def _evidence(lines: Sequence[str], width: int) -> list[Line]:
+    return [(("  " + truncate(e, max(0, width - 2)), "dim"),) for e in lines]
+
+
 def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
     lines: list[Line] = []
     s = j.straggler
@@ -96,13 +100,17 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         lines.append((("  costs the others: ", "dim"),
                       (f"{s.waiting} rank{'s wait' if s.waiting != 1 else ' waits'} {fmt_share(s.others_wait)} "
                        f"of {'their' if s.waiting != 1 else 'its'} time{wait_in}", "warn")))
+        lines += _evidence(s.evidence, width)
     for n in j.never_arrives:
         r = n.rank
         head = ("Never arrives: ", f"rank {r.rank}", f" on {r.host}")
+        # Named from NCCL's counts alone, its stack may still move (spinning, or in the CUDA driver).
+        where = f" · still {fmt_duration(r.stuck_s)} at {r.stuck_where or r.hot or '?'}" if r.stuck \
+            else f" · {r.hot}" if r.hot else ""
         lines.append(((head[0], "bad"), (head[1], "num"), (head[2], "title"),
-                      (truncate(f" · still {fmt_duration(r.stuck_s)} at {r.stuck_where or r.hot or '?'}",
-                                max(0, width - sum(map(len, head)))), "")))
+                      (truncate(where, max(0, width - sum(map(len, head)))), "")))
         lines.append((("  ", ""), (f"{n.waiting} rank{'s' if n.waiting != 1 else ''} wait for it", "warn")))
+        lines += _evidence(n.evidence, width)
     others = [r for r in j.stuck if all(r is not n.rank for n in j.never_arrives)]
     if others and not j.never_arrives:
         lines.append((("Stuck: ", "bad"), (truncate(f"ranks {_ranges([r.rank for r in others])} make no progress"
