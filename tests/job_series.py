@@ -13,11 +13,13 @@ TS = 1_732_550_400.123
 def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: int | None = None,
                 stuck: int | None = None, missing: tuple[int, ...] = (), waiters_stuck: bool = False,
                 starting: dict[int, str] | None = None,
-                nccl: dict[int, tuple[float, float]] | None = None) -> dict:
+                nccl: dict[int, tuple[float, float]] | None = None,
+                throttled: dict[int, tuple[str, ...]] | None = None) -> dict:
     """``nccl``: rank -> (AllReduce operations launched, behind the lead), as the exporters
     publish NCCL's RAS counts (only while the ranks' counts differ)."""
     starting = starting or {}
     nccl = nccl or {}
+    throttled = throttled or {}  # rank -> its GPU's limiting reasons, as label values ("power_cap")
     result = []
 
     def add(name: str, rank: int, value: float, **labels: str) -> None:
@@ -67,6 +69,8 @@ def job_payload(ranks: int, per_host: int = 8, job: str = "exp-42", straggler: i
         add("gputop_rank_stuck_seconds", r, 95.0 if stuck_now else 0.0)
         if starting:  # an exporter with the starting series (older ones have none)
             add("gputop_rank_starting", r, 1 if r in starting else 0, what=starting.get(r, ""))
+        for reason in throttled.get(r, ()):
+            add("gputop_rank_gpu_throttled", r, 1, reason=reason)
         if r in nccl:
             ops, behind = nccl[r]
             add("gputop_rank_nccl_operations_total", r, ops, comm="51dfef6fa39775b2", collective="AllReduce")

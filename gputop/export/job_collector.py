@@ -8,6 +8,8 @@ Cardinality, per attached rank (at most ``--max-attach`` per host), bounded:
 - ``gputop_rank_info``: 1 series; ``gputop_rank_phase_ratio``: one per phase (5, fixed);
   ``gputop_rank_wait_ratio``, ``_stack_samples``, ``_stuck``, ``_stuck_seconds``, ``_starting``:
   1 each (``_starting``'s ``what`` is one of a few fixed phrases, export.rank_start).
+- ``gputop_rank_gpu_throttled``: one per reason holding the rank's GPU's clocks down (NVML's
+  limiting reasons: at most 7, in practice one or two; none while nothing does).
 - ``gputop_rank_hot_line``: exactly 1 series at a time (the rank's single hottest line; a new one
   replaces the old, which goes stale), its text cut to 120 characters and redacted.
 - ``gputop_rank_finding``: at most 3 (its costliest findings; ids come from the finite rule set).
@@ -15,7 +17,8 @@ Cardinality, per attached rank (at most ``--max-attach`` per host), bounded:
   ``gputop_rank_nccl_operations_total`` and ``gputop_rank_nccl_behind_operations`` per
   communicator and collective type, at most ``MAX_NCCL_COUNTS_PER_RANK`` of each (the ones it
   is furthest behind in); none while the counts agree (NCCL prints none then).
-So a rank is at most 14 live series (22 with NCCL's counts), and a 1,024-rank job about 14,000.
+So a rank is usually 14 live series (a throttled GPU adds one or two, NCCL's counts up to 8), and
+a 1,024-rank job about 14,000.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ MAX_NCCL_COUNTS_PER_RANK = 4
 
 def _ids(r: RankRow) -> list[str]:
     return [r.identity.job, r.identity.host, str(r.identity.rank)]
+
+
+def reason_label(word: str) -> str:
+    """A throttle reason as a label value, as the GPU series spell it ("power cap" -> power_cap)."""
+    return word.replace(" ", "_").replace("-", "_")
 
 
 def _opt(v: int | None) -> str:
@@ -133,6 +141,11 @@ def families(rows: Iterable[RankRow], nccl: Mapping[int, list[RankOps]] | None =
                                 "An active finding on the rank's GPU (its costliest 3); the value is "
                                 "the GPU-seconds its cause cost over the advisor's window",
                                 labels=[*RANK_LABELS, "id", "severity"])
+    thr = GaugeMetricFamily("gputop_rank_gpu_throttled",
+                            "1 while this reason held the rank's GPU's clocks down in at least a third of its "
+                            "busy polls over the window (NVML's limiting clocks-event reasons: power, heat, a "
+                            "hardware slowdown); the same reasons as gputop_gpu_throttle_reason, tied to the rank",
+                            labels=[*RANK_LABELS, "reason"])
     ops = CounterMetricFamily("gputop_rank_nccl_operations",
                               "Collective operations of one type the rank has launched in one communicator "
                               "(comm: its hash), from NCCL's RAS service; present while the communicator's "
@@ -157,6 +170,8 @@ def families(rows: Iterable[RankRow], nccl: Mapping[int, list[RankOps]] | None =
         stuck.add_metric([*ids, r.stuck_where], 1 if r.stuck else 0)
         stuck_s.add_metric(ids, r.stuck_s)
         start.add_metric([*ids, r.starting], 1 if r.starting else 0)
+        for word in r.throttled:
+            thr.add_metric([*ids, reason_label(word)], 1)
         for f in r.findings:
             finding.add_metric([*ids, f.id, getattr(f.severity, "value", str(f.severity))], float(f.cost_s))
-    return [info, phase, wait, samples, hot, stuck, stuck_s, start, finding, ops, behind]
+    return [info, phase, wait, samples, hot, stuck, stuck_s, start, thr, finding, ops, behind]

@@ -43,6 +43,9 @@ class RankRow:
     # '' once it runs its steps; else what it still does (rank_start: "importing", "joining the
     # process group", "first steps", ...): its shares then say nothing of its steps yet
     starting: str = ""
+    # Why its GPU's clocks were held down (power, heat, a hardware slowdown: NVML's limiting
+    # reasons) in at least a third of its busy polls over the window; () when they were not
+    throttled: tuple[str, ...] = ()
 
 
 def _code_of(main: Sequence[StackSample], place: str) -> str:
@@ -101,6 +104,6 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
             hot=redact_text(hot), hot_code=_code_of(main, hot), hot_share=share,
             stuck=verdict.stuck, stuck_s=verdict.held_s if verdict.stuck else 0.0,
             stuck_where=redact_text(verdict.where) if verdict.stuck else "",
-            findings=mine[:MAX_FINDINGS_PER_RANK], starting=start.get(v.pid, ""),
+            findings=mine[:MAX_FINDINGS_PER_RANK], starting=start.get(v.pid, ""), throttled=v.gpu_throttled,
         ))
     return sorted(rows, key=lambda r: (r.identity.job, r.identity.rank))

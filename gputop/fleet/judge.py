@@ -49,6 +49,9 @@ class Judgement:
     # Ranks not judged: still starting (importing, joining the process group, first steps) or
     # too little seen of them; what each does is its ``starting_of``.
     starting: tuple[RankState, ...] = ()
+    # Ranks whose GPU's clocks are held down (power, heat, a hardware slowdown): a cause of a
+    # straggler where it is one, and a fact worth knowing where it is not.
+    throttled: tuple[RankState, ...] = ()
     held: Mapping[Key, Held] = field(default_factory=dict)
     weighing: tuple[Held, ...] = ()
     rule: HoldRule | None = None
@@ -170,7 +173,7 @@ def judge(job: Job, ras: Sequence[RasFinding] = ()) -> Judgement:
     if start:
         waiters = waiters | {id(r) for r in ranks if r.stuck and _in_collective(r)}
     return Judgement(slow, tuple(never), tuple(r for r in ranks if r.stuck and id(r) not in waiters),
-                     tuple(job.missing()), starting=start)
+                     tuple(job.missing()), starting=start, throttled=tuple(r for r in job.ranks if r.throttled))
 
 
 def _with_counts(ranks: Sequence[RankState], slow: Straggler | None, never: list[NeverArrives],

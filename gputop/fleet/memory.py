@@ -106,6 +106,7 @@ class Memory:
             missing=tuple(sorted(k[2] for k in of("missing"))),
             # A state of the ranks now, not a finding to hold: the newest evaluation's.
             starting=self.latest.starting if self.latest is not None else (),
+            throttled=self.latest.throttled if self.latest is not None else (),
             held={k: t.held(k) for k, t in shown.items()},
             weighing=weighing,
             rule=self.rule,

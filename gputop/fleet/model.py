@@ -37,6 +37,9 @@ class RankState:
     stuck_where: str = ""
     findings: list[tuple[str, str, float]] = field(default_factory=list)  # (id, severity, cost s), costliest first
     starting: str = ""  # what it still does before its steps ("importing", ...), '' once it runs them
+    # Why its GPU's clocks are held down ("power cap", "hw thermal"), per its exporter: the same
+    # work takes it longer
+    throttled: list[str] = field(default_factory=list)
     # NCCL's RAS counts, where its exporter had them: (communicator, collective) -> (operations
     # launched, behind the communicator's lead)
     nccl: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
@@ -150,6 +153,9 @@ def _apply(r: RankState, s: Series) -> None:
         r.stuck_s = s.value
     elif name == "gputop_rank_starting":
         r.starting = (lab.get("what", "") or "starting") if s.value >= 1 else ""
+    elif name == "gputop_rank_gpu_throttled":
+        if s.value >= 1:
+            r.throttled.append(lab.get("reason", "").replace("_", " ") or "throttled")
     elif name in ("gputop_rank_nccl_operations_total", "gputop_rank_nccl_behind_operations"):
         k = (lab.get("comm", ""), lab.get("collective", ""))
         ops, behind = r.nccl.get(k, (0.0, 0.0))

@@ -78,6 +78,44 @@ def _starting_line(ranks: Sequence[RankState], width: int) -> Line:
     return (("Starting: ", "warn"), (truncate(text, max(0, width - 10)), ""))
 
 
+# NVML's limiting reasons as the state of a GPU ("rank 5's GPU is power-capped").
+_THROTTLED = {"power cap": "power-capped", "hw power brake": "power-braked", "hw slowdown": "slowed by the hardware",
+              "hw thermal": "thermal-throttled", "sw thermal": "thermal-throttled", "board limit": "board-limited",
+              "reliability limit": "reliability-limited"}
+
+
+def throttled_words(reasons: Sequence[str]) -> str:
+    words = list(dict.fromkeys(_THROTTLED.get(w, w) for w in reasons))
+    return " and ".join(words)
+
+
+def _throttle_lines(j: Judgement, width: int) -> list[Line]:
+    """The ranks whose GPU's clocks are held down, grouped by host and reason (the straggler's
+    own is said under it)."""
+    slow = (j.straggler.slow.host, j.straggler.slow.rank) if j.straggler is not None else None
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in j.throttled:
+        if (r.host, r.rank) != slow:
+            groups.setdefault((r.host, throttled_words(r.throttled)), []).append(r.rank)
+    parts = []
+    for (host, words), ranks in groups.items():
+        one = len(ranks) == 1
+        parts.append(f"rank{'' if one else 's'} {_ranges(ranks)}'s GPU{'' if one else 's'} on {host} "
+                     f"{'is' if one else 'are'} {words}")
+    return [(("Throttled: ", "warn"), (truncate(" · ".join(parts), max(0, width - 11)), ""))] if parts else []
+
+
+def _straggler_throttle(j: Judgement) -> list[str]:
+    """Evidence under the straggler: its GPU's clocks held down, and whether the others' are."""
+    s = j.straggler
+    me = next((r for r in j.throttled if (r.host, r.rank) == (s.slow.host, s.slow.rank)), None) if s else None
+    if me is None:
+        return []
+    others = len(j.throttled) - 1
+    tail = "the others' are not" if others == 0 else f"so are {others} other rank{'s' if others != 1 else ''}' GPUs"
+    return [f"its GPU is {throttled_words(me.throttled)}: the same work takes it longer ({tail})"]
+
+
 def _evidence(lines: Sequence[str], width: int) -> list[Line]:
     return [(("  " + truncate(e, max(0, width - 2)), "dim"),) for e in lines]
 
@@ -100,7 +138,7 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         lines.append((("  costs the others: ", "dim"),
                       (f"{s.waiting} rank{'s wait' if s.waiting != 1 else ' waits'} {fmt_share(s.others_wait)} "
                        f"of {'their' if s.waiting != 1 else 'its'} time{wait_in}", "warn")))
-        lines += _evidence(s.evidence, width)
+        lines += _evidence((*_straggler_throttle(j), *s.evidence), width)
     for n in j.never_arrives:
         r = n.rank
         head = ("Never arrives: ", f"rank {r.rank}", f" on {r.host}")
@@ -120,12 +158,14 @@ def verdict_lines(job: Job, j: Judgement, width: int) -> list[Line]:
         lines.append((("Not reported: ", "warn"),
                       (truncate(f"rank{'s' if len(j.missing) != 1 else ''} {_ranges(j.missing)} of {job.world_size} "
                                 "(no exporter with --attach all sees them)", width - 14), "")))
+    throttle = _throttle_lines(j, width)
     if j.starting:
         lines.append(_starting_line(j.starting, width))
     weighing = _weighing_line(j, width)
     if not lines and weighing is None:
         lines.append((("No rank holds the others up", "title"),
                       (" · no straggler, none stuck", "dim")))
+    lines += throttle
     if weighing is not None:
         lines.append(weighing)
     if j.rule is not None:
@@ -182,12 +222,21 @@ def rank_line(r: RankState, j: Judgement, width: int) -> Line:
     segs.append((f"{fmt_share(r.wait):>{COL_W}}", "grp.comm" if r.wait >= HIGH_SHARE else "dim"))
     rest = max(0, width - FIXED_W)
     top = r.top_finding
-    tail = f" · {top[0]}" if top else ""
+    # After the hot line: its GPU's throttling, then its top finding, as many as fit (in that order).
+    tail: list[Seg] = []
+    if r.throttled:
+        tail.append((f" · GPU {throttled_words(r.throttled)}", "warn"))
+    if top:
+        tail.append((f" · {top[0]}", "bad" if top[1] == "critical" else "warn"))
+    kept: list[Seg] = []
+    for seg in tail:
+        if rest - sum(len(t) for t, _ in kept) > len(seg[0]):
+            kept.append(seg)
+    room = rest - sum(len(t) for t, _ in kept)
     place = r.stuck_where if r.stuck and r.stuck_where else r.hot
-    hot = truncate(place, max(0, rest - len(tail))) if place else ""
+    hot = truncate(place, max(0, room)) if place else ""
     segs.append(("  " + hot, "project" if hot else ""))
-    if tail and rest > len(tail):
-        segs.append((tail, "bad" if top[1] == "critical" else "warn"))
+    segs += kept
     return tuple(segs)
 
 
@@ -205,8 +254,10 @@ def host_line(host: str, ranks: Sequence[RankState], j: Judgement) -> Line:
         n = states.count(state)
         if n:
             counts[word] = (counts.get(word, (0, style))[0] + n, style)
+    hot = sum(1 for r in ranks if r.throttled)
     return ((f"{host}", "title"), (f" · {len(ranks)} rank{'s' if len(ranks) != 1 else ''}", "dim"),
-            *((f" · {n} {word}", style) for word, (n, style) in counts.items()))
+            *((f" · {n} {word}", style) for word, (n, style) in counts.items()),
+            (f" · {hot} GPU{'s' if hot != 1 else ''} throttled" if hot else "", "warn"))
 
 
 def rank_lines(job: Job, j: Judgement, width: int) -> list[Line]:
