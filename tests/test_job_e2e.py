@@ -89,6 +89,9 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
     assert dash_slow["Ranks × phases/A"] == 20 and dash_slow["Ranks reported/A"] == 1, dash_slow
     assert dash_slow["The straggler candidate: the least-waiting rank and its hot line/A"] == 1, dash_slow
     assert dash_hang["Stuck ranks, where they stand/B"] >= 1, dash_hang
+    # the panels of the newer series parse and answer (gloo on CPU: no throttling, no NCCL counts)
+    assert dash_slow["Ranks still starting/A"] == 1, dash_slow
+    assert dash_slow["Throttled GPUs, by rank/A"] == 0 and dash_slow["NCCL: operations behind the lead, by rank/A"] == 0
 
     job, judgement = named["straggler"]
     assert {r.rank: r.host for r in job.ranks} == {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}
@@ -98,10 +101,13 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
     # The command's own text says the same, with the phase and line.
     assert "Straggler: rank 3 on node-b for " in slow_text, slow_text
     assert "load_batch (tests/rank_job.py:" in slow_text and "all_reduce" in slow_text, slow_text
+    # The host lines count the ranks as the verdict has them (their exporters call the waiters stuck).
+    assert "node-a · 2 ranks · 2 waiting" in slow_text and "node-b · 2 ranks · 1 slow · 1 waiting" in slow_text
 
     job, judgement = named["hang"]
     assert [(n.rank.rank, n.rank.host) for n in judgement.never_arrives] == [(1, "node-a")]
     assert "Never arrives: rank 1 on node-b" not in hang_text
     assert "Never arrives: rank 1 on node-a" in hang_text and "never_arrives" in hang_text, hang_text
     assert "3 ranks wait for it" in hang_text, hang_text
+    assert "node-a · 2 ranks · 1 never arrives · 1 waiting" in hang_text and "node-b · 2 ranks · 2 waiting" in hang_text
     print(f"both named {took:.1f} s after the jobs started")
