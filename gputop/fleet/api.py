@@ -10,16 +10,17 @@ JSON object in, series out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 
 class ApiError(Exception):
     """The server answered, but not with a vector: its own error, or something that is not the API."""
 
 
-@dataclass(frozen=True)
-class Series:
+class Series(NamedTuple):
+    """One series' value at one evaluation. A named tuple, not a frozen dataclass: a one-minute
+    answer at 1,024 ranks is 150,000 of them, and a tuple is made several times faster."""
+
     name: str
     labels: Mapping[str, str]  # without __name__
     value: float

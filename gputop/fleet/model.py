@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .api import Series
 
@@ -97,16 +97,22 @@ def _int(v: str | None) -> int | None:
         return None
 
 
-def build_job(job: str, series: Iterable[Series]) -> Job:
-    ranks: dict[tuple[str, int], RankState] = {}
-    for s in series:
-        if s.labels.get("job_id") != job:
-            continue
-        rank = _int(s.labels.get("rank"))
-        if rank is None:
-            continue
-        host = s.labels.get("host", "")
-        r = ranks.setdefault((host, rank), RankState(rank, host, job))
+RankKey = tuple[str, int]  # host, rank
+
+
+def _rank_key(job: str, labels: Mapping[str, str]) -> RankKey | None:
+    if labels.get("job_id") != job:
+        return None
+    rank = _int(labels.get("rank"))
+    return None if rank is None else (labels.get("host", ""), rank)
+
+
+def _assemble(job: str, keyed: Iterable[tuple[RankKey, Series]]) -> Job:
+    ranks: dict[RankKey, RankState] = {}
+    for k, s in keyed:
+        r = ranks.get(k)
+        if r is None:
+            r = ranks[k] = RankState(k[1], k[0], job)
         _apply(r, s)
     for r in ranks.values():
         r.findings.sort(key=lambda f: -f[2])
@@ -115,19 +121,25 @@ def build_job(job: str, series: Iterable[Series]) -> Job:
     return Job(job, ordered, max(sizes) if sizes else None)
 
 
+def build_job(job: str, series: Iterable[Series]) -> Job:
+    return _assemble(job, ((k, s) for s in series if (k := _rank_key(job, s.labels)) is not None))
+
+
 def build_jobs(job: str, series: Iterable[Series]) -> list[tuple[float, Job]]:
     """The job at each evaluation time of a range answer (``api.parse_matrix``), oldest first.
     A time at which no series of the job had a value is not an evaluation (the job had not
     started, or every exporter was gone): it is left out, not judged as empty."""
-    by_ts: dict[float, list[Series]] = defaultdict(list)
+    by_ts: dict[float, list[tuple[RankKey, Series]]] = defaultdict(list)
+    # A series' steps share one labels mapping (parse_matrix): its rank is read once, not per step.
+    keys: dict[int, tuple[Mapping[str, str], RankKey | None]] = {}
     for s in series:
-        by_ts[s.ts].append(s)
-    out = []
-    for ts in sorted(by_ts):
-        found = build_job(job, by_ts[ts])
-        if found.ranks:
-            out.append((ts, found))
-    return out
+        got = keys.get(id(s.labels))
+        if got is None or got[0] is not s.labels:  # (the mapping is kept, so its id is not reused)
+            got = keys[id(s.labels)] = (s.labels, _rank_key(job, s.labels))
+        k = got[1]
+        if k is not None:
+            by_ts[s.ts].append((k, s))
+    return [(ts, _assemble(job, by_ts[ts])) for ts in sorted(by_ts)]
 
 
 def _apply(r: RankState, s: Series) -> None:
