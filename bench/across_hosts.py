@@ -209,7 +209,8 @@ def main() -> int:
             named = "none (weighing)"
         md.append(f"| {r['steps']} | {r['ranks']:,} | {r['case']} | {r['series']:,} | {r['answer_bytes'] / 1e6:.2f} MB "
                   f"| {named} | "
-                  + " | ".join(f"{m[k]:.1f} ({x[k]:.1f})" for k in ("json", "parse", "model", "judge", "lines", "total"))
+                  + " | ".join(f"{m[k]:.1f} ({x[k]:.1f})"
+                               for k in ("json", "parse", "model", "judge", "lines", "total"))
                   + " |")
     md += ["", "## Time to name, end to end (CPU, two hosts, a real Prometheus)", ""]
     if "skipped" in end:

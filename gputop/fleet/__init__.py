@@ -1,6 +1,7 @@
 """A job across hosts, as Prometheus holds what each host's exporter said of its ranks: the
 queries, the API's answers parsed, the job model, the judgement across ranks (the straggler,
-the rank that never arrives) and its memory across evaluations (the hold rule). Pure: no network, no Textual; the client is
+the rank that never arrives) and its memory across evaluations (the hold rule). Pure: no
+network, no Textual; the client is
 ``sources.prometheus_api`` and the view ``ui.job_app``. This is its face."""
 
 from __future__ import annotations

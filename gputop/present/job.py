@@ -60,7 +60,8 @@ def _weighing_line(j: Judgement, width: int) -> Line | None:
         return None
     need = fmt_duration(j.rule.appear_s)
     parts = [f"rank {h.key[2]}" + (f" on {h.key[1]}" if h.key[1] else "")
-             + f" {_WEIGHED.get(h.key[0], h.key[0])} {fmt_duration(h.last_seen - h.since)} of {need}" for h in j.weighing]
+             + f" {_WEIGHED.get(h.key[0], h.key[0])} {fmt_duration(h.last_seen - h.since)} of {need}"
+             for h in j.weighing]
     return (("Weighing: ", "warn"), (truncate(" · ".join(parts), max(0, width - 10)), "dim"))
 
 
@@ -74,7 +75,8 @@ def _starting_line(ranks: Sequence[RankState], width: int) -> Line:
     if len(by_what) == 1:
         text = f"{head} ({next(iter(by_what))})"
     else:
-        text = f"{head}: " + " · ".join(f"{w} {_ranges(ks)}" for w, ks in sorted(by_what.items(), key=lambda kv: min(kv[1])))
+        groups = sorted(by_what.items(), key=lambda kv: min(kv[1]))
+        text = f"{head}: " + " · ".join(f"{w} {_ranges(ks)}" for w, ks in groups)
     return (("Starting: ", "warn"), (truncate(text, max(0, width - 10)), ""))
 
 
