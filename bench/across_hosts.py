@@ -1,18 +1,24 @@
-"""What one refresh of the job view (`gputop job`) costs at 1,024 ranks, on synthetic series.
+"""What the job view (`gputop job`) costs at up to 1,024 ranks, on synthetic series, and how soon
+and how steadily it names a straggler and a hang end to end.
 
-A refresh is one instant query whose answer holds every rank series of the job (about 12 per
-rank), then: JSON decoding, parsing the vector, building the job model, judging across ranks
-(straggler, never-arrives, missing ranks) and laying out the lines. The network and Prometheus's
-own evaluation are not in it (they depend on the server); the answer's size is reported so that
+The view judges a window, not an instant (fleet.memory): `--once` and the live view's first
+refresh read the last minute evaluated every 5 s (one subquery: 13 steps), a later refresh the
+last 3 steps. Each is one answer holding every rank series of the job at each step (about 12
+per rank), then: JSON decoding, parsing the matrix, building the job at each step, judging each
+step and applying the hold rule, and laying out the lines. The network and Prometheus's own
+evaluation are not in it (they depend on the server); the answer's size is reported so that
 transfer can be estimated. Answers are made by tests/job_series.py in the API's documented
 format: a job with a data straggler, and the same job with one rank that never arrives.
 
 Then, where the `prometheus` binary and torch are present, the time to name each end to end: the
 CPU setup of the across-hosts test (tests/two_hosts.py: two 4-rank torchrun gloo jobs, each split
 over two "hosts" with their own `gputop export --attach all`, a real Prometheus scraping both at
-1 s), polled every 0.5 s as `gputop job` reads it: seconds from the jobs' start, and from the
-moment every rank is past its first all_reduce (when the straggler starts to lag and the hung rank
-stops arriving), to the view naming each; and how long one `gputop job --once` took then.
+1 s), polled every 0.5 s as `gputop job --once` reads it (the last minute through the hold rule):
+seconds from the jobs' start, and from the moment every rank is past its first all_reduce (when
+the straggler starts to lag and the hung rank stops arriving), to the view naming each; when one
+evaluation alone (the newest step, no hold rule: what the view did before) first named it; how
+long one `gputop job --once` took then; and, over the next 20 s, how often each changed its
+verdict (the flicker the hold rule is for).
 
     python bench/across_hosts.py --out bench/results     # writes across_hosts.json and .md
 """
@@ -33,43 +39,91 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gputop.fleet import build_job, judge, parse_vector  # noqa: E402
+from gputop.fleet import LOOK_BACK_S, Memory, build_jobs, judge, parse_matrix  # noqa: E402
 from gputop.present.job import job_lines  # noqa: E402
-from job_series import job_payload  # noqa: E402
+from job_series import TS, job_matrix, job_payload  # noqa: E402
 
-RUNS = 20
+RUNS = 10
+STEP_S = 5.0
+ONCE_STEPS = int(LOOK_BACK_S / STEP_S) + 1  # 13: what --once and the first refresh read
+REFRESH_STEPS = 3  # what a later live refresh reads (the last three steps)
 E2E_RUNS = 3
 E2E_JOBS = {"bench-straggler": ("straggler", 3), "bench-hang": ("hang", 1)}
 E2E_DEADLINE_S = 120
+WATCH_AFTER_S = 20.0  # how long the verdicts are watched for changes once both are named
+
+
+def _said(j, case: str):
+    """What a judgement says of the case: the rank named, or None."""
+    if case == "straggler":
+        return (j.straggler.slow.rank, j.straggler.slow.host) if j.straggler and j.straggler.waiting == 3 else None
+    return tuple((n.rank.rank, n.rank.host) for n in j.never_arrives) or None
 
 
 def e2e_once() -> dict:
-    """One end-to-end run: seconds to name the straggler and the rank that never arrives."""
+    """One end-to-end run: seconds to name the straggler and the rank that never arrives, and
+    how often the verdicts changed afterwards."""
     from two_hosts import TwoHosts, verdict, view
 
     out: dict = {}
+    cases = {"straggler": "bench-straggler", "hang": "bench-hang"}
     with tempfile.TemporaryDirectory() as tmp, TwoHosts(Path(tmp), E2E_JOBS, stuck_after=3.0) as hosts:
         ready: dict[str, float] = {}
-        while len(out) < 2 and time.monotonic() - hosts.t0 < E2E_DEADLINE_S:
+        raw_first: dict[str, float] = {}
+        last = {c: {"held": None, "raw": None} for c in cases}
+        flips = {c: {"held": 0, "raw": 0} for c in cases}
+        done_at: float | None = None
+        while time.monotonic() - hosts.t0 < E2E_DEADLINE_S:
             hosts.check_alive()
             now = time.monotonic() - hosts.t0
-            for job in E2E_JOBS:
+            if done_at is not None and now - done_at >= WATCH_AFTER_S:
+                break
+            for case, job in cases.items():
                 if job not in ready and hosts.ready(job):
                     ready[job] = now
-            got = verdict(hosts.api, "bench-straggler")
-            if "straggler" not in out and got and got[1].straggler and got[1].straggler.waiting == 3:
-                s = got[1].straggler.slow
-                out["straggler"] = {"named": f"rank {s.rank} on {s.host}", "from_start_s": now,
-                                    "from_ready_s": now - ready.get("bench-straggler", now),
-                                    "once_s": view(hosts.api, "bench-straggler")[1]}
-            got = verdict(hosts.api, "bench-hang")
-            if "hang" not in out and got and got[1].never_arrives:
-                r = got[1].never_arrives[0].rank
-                out["hang"] = {"named": f"rank {r.rank} on {r.host}", "from_start_s": now,
-                               "from_ready_s": now - ready.get("bench-hang", now),
-                               "once_s": view(hosts.api, "bench-hang")[1]}
+                got = verdict(hosts.api, job)
+                if got is None:
+                    continue
+                held, raw = _said(got[1], case), _said(judge(got[0]), case)
+                if raw is not None and case not in raw_first:
+                    raw_first[case] = now
+                if case in out:  # named: count the changes from here on
+                    for kind, said in (("held", held), ("raw", raw)):
+                        flips[case][kind] += said != last[case][kind]
+                elif held is not None:
+                    r = got[1].straggler.slow if case == "straggler" else got[1].never_arrives[0].rank
+                    out[case] = {"named": f"rank {r.rank} on {r.host}", "from_start_s": now,
+                                 "from_ready_s": now - ready.get(job, now),
+                                 "one_evaluation_s": raw_first.get(case, now) - ready.get(job, now),
+                                 "once_s": view(hosts.api, job)[1]}
+                last[case] = {"held": held, "raw": raw}
+            if done_at is None and len(out) == len(cases):
+                done_at = time.monotonic() - hosts.t0
             time.sleep(0.5)
+        for case in out:
+            out[case]["changes_after"] = flips[case]
+            out[case]["replay_1s"] = replay(hosts.api, cases[case], case)
     return out
+
+
+def replay(api: str, job: str, case: str) -> dict:
+    """The run's whole history at 1 s steps (what Prometheus kept), judged step by step alone and
+    through the hold rule: how often each changed its verdict once it had first named the case."""
+    from gputop.commands.job import fetch_steps
+
+    steps = fetch_steps(api, job, E2E_DEADLINE_S, 1.0)
+    mem = Memory(step_s=1.0)
+    said: dict[str, list] = {"raw": [], "held": []}
+    for ts, j in steps:
+        mem.feed(ts, j)
+        said["raw"].append(_said(judge(j), case))
+        said["held"].append(_said(mem.judgement(), case))
+
+    def changes(xs: list) -> int:
+        first = next((i for i, x in enumerate(xs) if x is not None), len(xs))
+        return sum(a != b for a, b in zip(xs[first:], xs[first + 1:]))
+
+    return {"steps": len(steps), "raw": changes(said["raw"]), "held": changes(said["held"])}
 
 
 def e2e() -> dict:
@@ -92,13 +146,15 @@ def one(body: bytes) -> dict[str, float]:
     t = [time.perf_counter()]
     payload = json.loads(body)
     t.append(time.perf_counter())
-    series = parse_vector(payload)
+    series = parse_matrix(payload)
     t.append(time.perf_counter())
-    job = build_job("exp-42", series)
+    steps = build_jobs("exp-42", series)
     t.append(time.perf_counter())
-    j = judge(job)
+    mem = Memory(step_s=STEP_S)
+    mem.feed_all(steps)
+    j = mem.judgement()
     t.append(time.perf_counter())
-    job_lines(job, j, 77, "now", 5.0)
+    job_lines(mem.job, j, 77, "now", STEP_S)
     t.append(time.perf_counter())
     names = ("json", "parse", "model", "judge", "lines")
     out = {n: (t[i + 1] - t[i]) * 1e3 for i, n in enumerate(names)}
@@ -108,17 +164,18 @@ def one(body: bytes) -> dict[str, float]:
     return out
 
 
-def measure(ranks: int, case: str) -> dict:
+def measure(ranks: int, case: str, steps: int) -> dict:
     kw = {"straggler": ranks - 3} if case == "straggler" else {"stuck": ranks // 2 + 1}
-    body = json.dumps(job_payload(ranks, per_host=8, **kw)).encode()
+    payload = job_payload(ranks, per_host=8, **kw)
+    body = json.dumps(job_matrix([(TS + STEP_S * k, payload) for k in range(steps)])).encode()
     one(body)  # warm
     runs = [one(body) for _ in range(RUNS)]
     named = runs[0]["_named"]
-    keys = ("json", "parse", "model", "judge", "lines", "total")
-    return {"ranks": ranks, "case": case, "series": len(json.loads(body)["data"]["result"]),
+    keys = ("json", "parse", "model", "judge", "lines")
+    return {"ranks": ranks, "case": case, "steps": steps, "series": len(payload["data"]["result"]),
             "answer_bytes": len(body), "named_straggler": named[0], "named_never_arrives": named[1],
-            "ms_median": {k: round(statistics.median(r[k] for r in runs), 3) for k in keys},
-            "ms_max": {k: round(max(r[k] for r in runs), 3) for k in keys}}
+            "ms_median": {k: round(statistics.median(r[k] for r in runs), 3) for k in (*keys, "total")},
+            "ms_max": {k: round(max(r[k] for r in runs), 3) for k in (*keys, "total")}}
 
 
 def main() -> int:
@@ -126,26 +183,34 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="folder for across_hosts.json and .md")
     ap.add_argument("--no-e2e", action="store_true", help="only the refresh part (no jobs, no Prometheus)")
     args = ap.parse_args()
-    rows = [measure(n, c) for n in (64, 256, 1024) for c in ("straggler", "never-arrives")]
+    rows = [measure(n, c, k) for k in (ONCE_STEPS, REFRESH_STEPS) for n in (64, 256, 1024)
+            for c in ("straggler", "never-arrives")]
     end = {"skipped": "--no-e2e"} if args.no_e2e else e2e()
     meta = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
             "load_avg": [round(x, 2) for x in os.getloadavg()], "runs": RUNS,
             "note": "Measured on a shared 2-core development machine (other work running), no network"}
-    md = ["# Job view refresh: parse and judge at up to 1,024 ranks", "",
+    md = ["# Job view: what a refresh costs at up to 1,024 ranks, and how soon it names", "",
           f"Generated by `python bench/across_hosts.py` on {meta['platform']}, {meta['cpus']} CPUs, Python "
           f"{meta['python']}; load average at the end {tuple(meta['load_avg'])}. {meta['note']}.", "",
-          "One refresh = one instant query's answer (every rank series of the job) decoded, parsed, built into "
-          "the job model, judged across ranks and laid out as lines. Synthetic answers in the API's format "
-          "(tests/job_series.py), 8 ranks per host. The network and Prometheus's own query time are not "
-          f"included. Milliseconds, median (max) of {RUNS} runs.", "",
-          "| ranks | case | series | answer | named | JSON | parse | model | judge | lines | total |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          f"`--once` and the live view's first refresh read the last minute evaluated every {STEP_S:g} s "
+          f"({ONCE_STEPS} steps, one subquery); a later live refresh reads the last {REFRESH_STEPS}. Each: the "
+          "answer (every rank series of the job at each step) decoded, parsed, built into the job at each step, "
+          "each step judged across ranks and the hold rule applied, and the view laid out as lines. Synthetic "
+          "answers in the API's format (tests/job_series.py), 8 ranks per host, the job the same at every step. "
+          f"The network and Prometheus's own query time are not included. Milliseconds, median (max) of {RUNS} runs.",
+          "",
+          "| steps | ranks | case | series | answer | named | JSON | parse | model | judge | lines | total |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m, x = r["ms_median"], r["ms_max"]
         named = f"rank {r['named_straggler']}" if r["case"] == "straggler" else \
-            ", ".join(f"rank {k}" for k in r["named_never_arrives"])
-        md.append(f"| {r['ranks']:,} | {r['case']} | {r['series']:,} | {r['answer_bytes'] / 1e6:.2f} MB | {named} | "
-                  + " | ".join(f"{m[k]:.1f} ({x[k]:.1f})" for k in ("json", "parse", "model", "judge", "lines", "total"))
+            ", ".join(f"rank {k}" for k in r["named_never_arrives"]) or "none (weighing)"
+        if r["case"] == "straggler" and r["named_straggler"] is None:
+            named = "none (weighing)"
+        md.append(f"| {r['steps']} | {r['ranks']:,} | {r['case']} | {r['series']:,} | {r['answer_bytes'] / 1e6:.2f} MB "
+                  f"| {named} | "
+                  + " | ".join(f"{m[k]:.1f} ({x[k]:.1f})"
+                               for k in ("json", "parse", "model", "judge", "lines", "total"))
                   + " |")
     md += ["", "## Time to name, end to end (CPU, two hosts, a real Prometheus)", ""]
     if "skipped" in end:
@@ -153,17 +218,28 @@ def main() -> int:
     else:
         md += ["Two 4-rank torchrun gloo jobs side by side, each split over two \"hosts\" (2 ranks each, "
                "one `gputop export --attach all --interval 0.5 --stuck-after 3` per host on 127.0.0.2 and "
-               "127.0.0.3), Prometheus 1 s scrapes, the view polled every 0.5 s. *Ready*: every rank of the job "
-               "past its first all_reduce (when the straggler starts to lag, the hung rank stops arriving). "
-               "The straggler counts as named once all three others are sampled. `--once`: one "
-               "`gputop job --once` at that moment, the CLI's start included.", "",
-               "| run | case | named | from the jobs' start | from ready | `--once` |", "|---|---|---|---|---|---|"]
+               "127.0.0.3), Prometheus 1 s scrapes, the view polled every 0.5 s as `gputop job --once` reads it "
+               f"(the last minute at {STEP_S:g} s steps through the hold rule: named once held 10 s). *Ready*: every "
+               "rank of the job past its first all_reduce (when the straggler starts to lag, the hung rank stops "
+               "arriving). The straggler counts as named once all three others are sampled. *One evaluation*: when "
+               "the newest step alone first named it (what the view said before the hold rule), from ready. "
+               "`--once`: one `gputop job --once` at that moment, the CLI's start included. *Changes*: over the "
+               f"next {WATCH_AFTER_S:g} s of polls, how often the held verdict and the newest step alone changed "
+               "what they said of the case. *Replayed at 1 s*: the run's whole history as Prometheus kept it, "
+               "evaluated every second, judged one evaluation at a time and through the hold rule: the changes "
+               "once each had first named the case, of that many evaluations.", "",
+               "| run | case | named | from the jobs' start | from ready | one evaluation, from ready | `--once` "
+               "| changes: held / one evaluation | replayed at 1 s: held / one evaluation |",
+               "|---|---|---|---|---|---|---|---|---|"]
         for i, run in enumerate(end["runs"], 1):
             for case in ("straggler", "hang"):
                 r = run.get(case)
-                md.append(f"| {i} | {case} | not named in {E2E_DEADLINE_S} s | | | |" if r is None else
+                rp = r.get("replay_1s", {}) if r else {}
+                md.append(f"| {i} | {case} | not named in {E2E_DEADLINE_S} s | | | | | | |" if r is None else
                           f"| {i} | {case} | {r['named']} | {r['from_start_s']:.1f} s | {r['from_ready_s']:.1f} s | "
-                          f"{r['once_s']:.1f} s |")
+                          f"{r['one_evaluation_s']:.1f} s | {r['once_s']:.1f} s | "
+                          f"{r['changes_after']['held']} / {r['changes_after']['raw']} | "
+                          f"{rp.get('held', '-')} / {rp.get('raw', '-')} of {rp.get('steps', '-')} |")
     text = "\n".join(md) + "\n"
     print(text)
     if args.out:

@@ -48,15 +48,6 @@ def _named(api: str) -> dict[str, object]:
     return out
 
 
-def _view_until(api: str, job: str, want: str, deadline: float) -> str:
-    """`gputop job --once`'s text once it says ``want`` (or the last one at the deadline)."""
-    while True:
-        text, _ = view(api, job)
-        if want in text or time.monotonic() >= deadline:
-            return text
-        time.sleep(1.0)
-
-
 def _dashboard_answers(api: str, job: str) -> dict[str, int]:
     """Every query of the job dashboard against the real server: panel title -> series answered
     (a query that does not parse fails here)."""
@@ -85,11 +76,11 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
                     print(f"{k} named {time.monotonic() - hosts.t0:.1f} s after the jobs started")
             time.sleep(1.0)
         took = time.monotonic() - hosts.t0
-        # The command's own text, polled: its verdict comes from its own query a moment later, and
-        # with few samples a rank's share still moves, so the straggler can drop out for a refresh
-        # and back (the job view has no hysteresis yet).
-        slow_text = _view_until(hosts.api, "e2e-straggler", "Straggler: rank 3 on node-b", hosts.t0 + DEADLINE_S)
-        hang_text = _view_until(hosts.api, "e2e-hang", "Never arrives: rank 1 on node-a", hosts.t0 + DEADLINE_S)
+        # The command's own text, once: it judges the same past minute through the same hold
+        # rule, and a finding on show is cleared only after 20 s without it, so the run a moment
+        # after the in-process verdict says the same (no polling for it).
+        slow_text, _ = view(hosts.api, "e2e-straggler")
+        hang_text, _ = view(hosts.api, "e2e-hang")
         dash_slow = _dashboard_answers(hosts.api, "e2e-straggler")
         dash_hang = _dashboard_answers(hosts.api, "e2e-hang")
 
@@ -98,6 +89,9 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
     assert dash_slow["Ranks × phases/A"] == 20 and dash_slow["Ranks reported/A"] == 1, dash_slow
     assert dash_slow["The straggler candidate: the least-waiting rank and its hot line/A"] == 1, dash_slow
     assert dash_hang["Stuck ranks, where they stand/B"] >= 1, dash_hang
+    # the panels of the newer series parse and answer (gloo on CPU: no throttling, no NCCL counts)
+    assert dash_slow["Ranks still starting/A"] == 1, dash_slow
+    assert dash_slow["Throttled GPUs, by rank/A"] == 0 and dash_slow["NCCL: operations behind the lead, by rank/A"] == 0
 
     job, judgement = named["straggler"]
     assert {r.rank: r.host for r in job.ranks} == {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}
@@ -105,12 +99,16 @@ def test_job_view_names_the_straggler_and_the_rank_that_never_arrives_across_two
     assert (s.slow.rank, s.slow.host) == (3, "node-b") and s.waiting == 3
     assert s.slow.main_phase()[0] == "data" or "load_batch" in s.slow.hot, (s.slow.main_phase(), s.slow.hot)
     # The command's own text says the same, with the phase and line.
-    assert "Straggler: rank 3 on node-b" in slow_text, slow_text
+    assert "Straggler: rank 3 on node-b for " in slow_text, slow_text
     assert "load_batch (tests/rank_job.py:" in slow_text and "all_reduce" in slow_text, slow_text
+    # The host lines count the ranks as the verdict has them (their exporters call the waiters stuck).
+    assert "node-a · 2 ranks · 2 waiting" in slow_text and "node-b · 2 ranks · 1 slow · 1 waiting" in slow_text
 
     job, judgement = named["hang"]
     assert [(n.rank.rank, n.rank.host) for n in judgement.never_arrives] == [(1, "node-a")]
     assert "Never arrives: rank 1 on node-b" not in hang_text
     assert "Never arrives: rank 1 on node-a" in hang_text and "never_arrives" in hang_text, hang_text
     assert "3 ranks wait for it" in hang_text, hang_text
+    assert "node-a · 2 ranks · 1 never arrives · 1 waiting" in hang_text, hang_text
+    assert "node-b · 2 ranks · 2 waiting" in hang_text, hang_text
     print(f"both named {took:.1f} s after the jobs started")

@@ -14,7 +14,7 @@ from gputop.cli import main
 from gputop.fleet import ApiError, build_job, job_query, job_summaries, judge, parse_vector, quote
 from gputop.present.job import job_lines, jobs_lines, plain
 
-from job_series import job_payload
+from job_series import TS, job_matrix, job_payload
 
 FIX = Path(__file__).parent / "fixtures" / "prometheus"
 
@@ -117,6 +117,9 @@ class _Prom(BaseHTTPRequestHandler):
 
         q = urllib.parse.parse_qs(body)["query"][0]
         payload = self.payloads["job" if "job_id=" in q else "list"]
+        if q.endswith("]") and payload.get("data", {}).get("resultType") == "vector":
+            # a subquery: the same answer at every step of the last minute, as a steady job's
+            payload = job_matrix([(TS - 60 + 5 * k, payload) for k in range(13)])
         data = json.dumps(payload).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -116,8 +116,8 @@ def view(api: str, job: str) -> tuple[str, float]:
 
 
 def verdict(api: str, job: str):
-    """The job's judgement as `gputop job` reaches it (in-process, for polling), None before the
-    job's series reach Prometheus."""
+    """The job and what `gputop job --once` shows of it (the last minute's evaluations through
+    the hold rule, in-process, for polling), None before the job's series reach Prometheus."""
     from gputop.commands.job import fetch_job
     from gputop.errors import UserError
 

@@ -3,6 +3,11 @@ host's `gputop export --attach all` publishes, read back through Prometheus's qu
 
 Without JOB it lists the jobs in sight and exits. A bad URL, an unreachable server or an unknown
 job is one line and a non-zero exit, before any UI starts.
+
+The verdict is never one instant's: the view reads the job's series evaluated every refresh
+interval over the last minute (one subquery) and applies the hold rule (``fleet.hold``) to them,
+so `--once` says what the live view would say after watching that minute, and the live view
+starts from that minute and then adds each refresh's evaluations to the same memory.
 """
 
 from __future__ import annotations
@@ -31,18 +36,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def fetch_job(url: str, job: str):
-    """The job and its judgement, now; UserError when the server fails or holds no such job."""
+def fetch_steps(url: str, job: str, window_s: float, step_s: float):
+    """The job at each evaluation of the last ``window_s`` (oldest first); UserError when the
+    server fails or holds no such job."""
     from ..errors import UserError
-    from ..fleet import build_job, job_query, judge
+    from ..fleet import ApiError, build_jobs, job_range_query, parse_matrix
 
-    found = build_job(job, _vector(url, job_query(job)))
-    if not found.ranks:
+    try:
+        steps = build_jobs(job, parse_matrix(_answer(url, job_range_query(job, window_s, step_s))))
+    except ApiError as exc:
+        raise UserError(str(exc), exit_code=1) from None
+    if not steps:
         names = [s.job for s in fetch_jobs(url)]
         seen = f"; jobs in sight: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}" if names else \
             "; it holds no gputop_rank_info series (exporters need --attach all)"
         raise UserError(f"no job {job!r} at {_shown(url)}{seen}", exit_code=1)
-    return found, judge(found)
+    return steps
+
+
+def fetch_job(url: str, job: str, step_s: float = DEFAULT_INTERVAL_S):
+    """The job now and what the view shows of it: the last minute's evaluations through the
+    hold rule (what `--once` prints)."""
+    from ..fleet import LOOK_BACK_S, judged
+
+    return judged(fetch_steps(url, job, LOOK_BACK_S, step_s), step_s=step_s)
+
+
+class JobWatch:
+    """The live view's refresh: the first reads the last minute, each later one the few newest
+    evaluations (a range that overlaps the last one; what was fed already is skipped), all into
+    one memory, so a finding is held across refreshes by the same rule as `--once`'s."""
+
+    def __init__(self, url: str, job: str, step_s: float) -> None:
+        from ..fleet import Memory
+
+        self.url, self.job, self.step_s = url, job, step_s
+        self.memory = Memory(step_s=step_s)
+
+    def __call__(self):
+        from ..fleet import LOOK_BACK_S
+
+        # Three steps back: a refresh that comes late (a slow answer, a busy machine) still
+        # gets every evaluation since the last one.
+        window = LOOK_BACK_S if self.memory.at is None else 3 * self.step_s
+        self.memory.feed_all(fetch_steps(self.url, self.job, window, self.step_s))
+        return self.memory.job, self.memory.judgement()
 
 
 def fetch_jobs(url: str):
@@ -51,14 +89,23 @@ def fetch_jobs(url: str):
     return job_summaries(_vector(url, jobs_query()))
 
 
-def _vector(url: str, promql: str):
+def _answer(url: str, promql: str) -> object:
     from ..errors import UserError
-    from ..fleet import ApiError, parse_vector
     from ..sources import PrometheusError, prometheus_query
 
     try:
-        return parse_vector(prometheus_query(url, promql))
-    except (PrometheusError, ApiError) as exc:
+        return prometheus_query(url, promql)
+    except PrometheusError as exc:
+        raise UserError(str(exc), exit_code=1) from None
+
+
+def _vector(url: str, promql: str):
+    from ..errors import UserError
+    from ..fleet import ApiError, parse_vector
+
+    try:
+        return parse_vector(_answer(url, promql))
+    except ApiError as exc:
         raise UserError(str(exc), exit_code=1) from None
 
 
@@ -77,14 +124,16 @@ def run(args: argparse.Namespace) -> int:
     if args.job is None:
         print(job_plain(jobs_lines(fetch_jobs(args.prometheus), _shown(args.prometheus))))
         return 0
-    first = fetch_job(args.prometheus, args.job)  # fails here, in one line, before any UI
     if args.once:
-        job, judgement = first
-        print(job_plain(job_lines(job, judgement, 100, f"as of {fmt_clock(time.time())}", args.interval)))
+        job, judgement = fetch_job(args.prometheus, args.job, args.interval)  # fails in one line
+        at = judgement.at if judgement.at is not None else time.time()
+        print(job_plain(job_lines(job, judgement, 100, f"as of {fmt_clock(at)}", args.interval)))
         return 0
     from .options import require_terminal
     from ..ui.job_app import JobApp
 
+    watch = JobWatch(args.prometheus, args.job, args.interval)
+    first = watch()  # fails here, in one line, before any UI
     require_terminal()
-    JobApp(lambda: fetch_job(args.prometheus, args.job), args.interval, first=first).run()
+    JobApp(watch, args.interval, first=first).run()
     return 0

@@ -13,6 +13,7 @@ from ..analysis import GROUPS, RankView, as_ranks, group_shares, judge, rank_vie
 from ..model import Finding, StackSample
 from ..redact import redact_code, redact_text
 from ..sources import JobIdentity
+from .rank_start import starting, steady_since
 
 # A rank's findings exported: its costliest few. The rule set is finite, so the id label is
 # bounded anyway; the cap keeps a rank's series few when many rules speak at once.
@@ -39,6 +40,12 @@ class RankRow:
     stuck_s: float  # how long its main thread has stood in one place (0 when it moves)
     stuck_where: str  # where it stands when stuck
     findings: tuple[Finding, ...]  # its GPU's findings, costliest first
+    # '' once it runs its steps; else what it still does (rank_start: "importing", "joining the
+    # process group", "first steps", ...): its shares then say nothing of its steps yet
+    starting: str = ""
+    # Why its GPU's clocks were held down (power, heat, a hardware slowdown: NVML's limiting
+    # reasons) in at least a third of its busy polls over the window; () when they were not
+    throttled: tuple[str, ...] = ()
 
 
 def _code_of(main: Sequence[StackSample], place: str) -> str:
@@ -66,6 +73,17 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
     for p, i in identities.items():
         by_job.setdefault(i.job, {})[p] = i.rank
     stacks_all = store.stack_window(t0, now)
+    main_by_pid: dict[int, list[StackSample]] = {}
+    for s in stacks_all:
+        if s.is_main and s.pid in pid_rank:
+            main_by_pid.setdefault(s.pid, []).append(s)
+    for main in main_by_pid.values():
+        main.sort(key=lambda s: s.ts)
+    start = {p: starting(main_by_pid.get(p, ()), now) for p in identities}
+    # A rank past its start-up is read from its samples after it: its imports and rendezvous are
+    # no share of its steps. One still starting keeps its window (what it does is shown, not judged).
+    since = {p: steady_since(main_by_pid[p]) for p in identities if not start[p] and p in main_by_pid}
+    stacks_all = [s for s in stacks_all if since.get(s.pid) is None or s.ts > since[s.pid]]
     gpus = bool(store.gpu_indices())
     gpu_samples = {i: store.gpu_window(i, t0, now) for i in store.gpu_indices()}
     views: list[RankView] = []
@@ -74,13 +92,9 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
         procs = {p: store.proc_window(p, t0, now) for p in ranks}
         views.extend(rank_views(ranks, stacks, t0, gpu_processes, procs, gpu_samples=gpu_samples, t1=now))
     findings = sorted(store.findings(), key=lambda f: -f.cost_s)
-    main_by_pid: dict[int, list[StackSample]] = {}
-    for s in stacks_all:
-        if s.is_main and s.pid in pid_rank:
-            main_by_pid.setdefault(s.pid, []).append(s)
     rows = []
     for v in views:
-        main = sorted(main_by_pid.get(v.pid, ()), key=lambda s: s.ts)
+        main = main_by_pid.get(v.pid, [])
         verdict = judge(main, now, stuck_after)
         hot, share = (v.hot, v.hot_share) if v.hot else (v.top or "", v.top_share)
         mine = tuple(f for f in findings if f.gpu_index is not None and f.gpu_index == v.gpu)
@@ -90,6 +104,6 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
             hot=redact_text(hot), hot_code=_code_of(main, hot), hot_share=share,
             stuck=verdict.stuck, stuck_s=verdict.held_s if verdict.stuck else 0.0,
             stuck_where=redact_text(verdict.where) if verdict.stuck else "",
-            findings=mine[:MAX_FINDINGS_PER_RANK],
+            findings=mine[:MAX_FINDINGS_PER_RANK], starting=start.get(v.pid, ""), throttled=v.gpu_throttled,
         ))
     return sorted(rows, key=lambda r: (r.identity.job, r.identity.rank))

@@ -166,10 +166,11 @@ def serve(
     if attacher is not None:
         # The ranks of distributed jobs among the attached: what the job view (gputop job) reads.
         from ..sources import host_name, read_identity
+        from .ras_probe import RasProbe
 
         label = host_label or host_name()
         registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, label),
-                                       window=session.window, stuck_after=stuck_after))
+                                       window=session.window, stuck_after=stuck_after, ras=RasProbe()))
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
     ProcessCollector(registry=registry)
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .api import Series
 
@@ -36,6 +36,13 @@ class RankState:
     stuck_s: float = 0.0
     stuck_where: str = ""
     findings: list[tuple[str, str, float]] = field(default_factory=list)  # (id, severity, cost s), costliest first
+    starting: str = ""  # what it still does before its steps ("importing", ...), '' once it runs them
+    # Why its GPU's clocks are held down ("power cap", "hw thermal"), per its exporter: the same
+    # work takes it longer
+    throttled: list[str] = field(default_factory=list)
+    # NCCL's RAS counts, where its exporter had them: (communicator, collective) -> (operations
+    # launched, behind the communicator's lead)
+    nccl: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
     @property
     def top_finding(self) -> tuple[str, str, float] | None:
@@ -90,22 +97,49 @@ def _int(v: str | None) -> int | None:
         return None
 
 
-def build_job(job: str, series: Iterable[Series]) -> Job:
-    ranks: dict[tuple[str, int], RankState] = {}
-    for s in series:
-        if s.labels.get("job_id") != job:
-            continue
-        rank = _int(s.labels.get("rank"))
-        if rank is None:
-            continue
-        host = s.labels.get("host", "")
-        r = ranks.setdefault((host, rank), RankState(rank, host, job))
+RankKey = tuple[str, int]  # host, rank
+
+
+def _rank_key(job: str, labels: Mapping[str, str]) -> RankKey | None:
+    if labels.get("job_id") != job:
+        return None
+    rank = _int(labels.get("rank"))
+    return None if rank is None else (labels.get("host", ""), rank)
+
+
+def _assemble(job: str, keyed: Iterable[tuple[RankKey, Series]]) -> Job:
+    ranks: dict[RankKey, RankState] = {}
+    for k, s in keyed:
+        r = ranks.get(k)
+        if r is None:
+            r = ranks[k] = RankState(k[1], k[0], job)
         _apply(r, s)
     for r in ranks.values():
         r.findings.sort(key=lambda f: -f[2])
     ordered = tuple(sorted(ranks.values(), key=lambda r: (r.host, r.rank)))
     sizes = [r.world_size for r in ordered if r.world_size]
     return Job(job, ordered, max(sizes) if sizes else None)
+
+
+def build_job(job: str, series: Iterable[Series]) -> Job:
+    return _assemble(job, ((k, s) for s in series if (k := _rank_key(job, s.labels)) is not None))
+
+
+def build_jobs(job: str, series: Iterable[Series]) -> list[tuple[float, Job]]:
+    """The job at each evaluation time of a range answer (``api.parse_matrix``), oldest first.
+    A time at which no series of the job had a value is not an evaluation (the job had not
+    started, or every exporter was gone): it is left out, not judged as empty."""
+    by_ts: dict[float, list[tuple[RankKey, Series]]] = defaultdict(list)
+    # A series' steps share one labels mapping (parse_matrix): its rank is read once, not per step.
+    keys: dict[int, tuple[Mapping[str, str], RankKey | None]] = {}
+    for s in series:
+        got = keys.get(id(s.labels))
+        if got is None or got[0] is not s.labels:  # (the mapping is kept, so its id is not reused)
+            got = keys[id(s.labels)] = (s.labels, _rank_key(job, s.labels))
+        k = got[1]
+        if k is not None:
+            by_ts[s.ts].append((k, s))
+    return [(ts, _assemble(job, by_ts[ts])) for ts in sorted(by_ts)]
 
 
 def _apply(r: RankState, s: Series) -> None:
@@ -129,6 +163,15 @@ def _apply(r: RankState, s: Series) -> None:
         r.stuck_where = lab.get("where", "") if r.stuck else ""
     elif name == "gputop_rank_stuck_seconds":
         r.stuck_s = s.value
+    elif name == "gputop_rank_starting":
+        r.starting = (lab.get("what", "") or "starting") if s.value >= 1 else ""
+    elif name == "gputop_rank_gpu_throttled":
+        if s.value >= 1:
+            r.throttled.append(lab.get("reason", "").replace("_", " ") or "throttled")
+    elif name in ("gputop_rank_nccl_operations_total", "gputop_rank_nccl_behind_operations"):
+        k = (lab.get("comm", ""), lab.get("collective", ""))
+        ops, behind = r.nccl.get(k, (0.0, 0.0))
+        r.nccl[k] = (s.value, behind) if name.endswith("_total") else (ops, s.value)
     elif name == "gputop_rank_finding":
         r.findings.append((lab.get("id", ""), lab.get("severity", ""), s.value))
 

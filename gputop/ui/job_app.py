@@ -2,7 +2,8 @@
 
 The verdict (straggler, the rank that never arrives, ranks nobody reports) stays at the top; the
 ranks scroll below it, grouped by host. The app renders what ``fetch`` returns (a ``fleet.Job``
-and its ``fleet.Judgement``) through ``present.job``; it queries nothing itself. Each refresh
+and its ``fleet.Judgement``, the findings held across refreshes by ``fetch``'s memory) through
+``present.job``; it queries nothing itself. Each refresh
 runs in a worker thread, so a slow or unreachable server never blocks the keys; a failed
 refresh says so on the status line and keeps the last answer on screen.
 """
@@ -106,7 +107,10 @@ class JobApp(App):
                 lines_to_texts([(("asking Prometheus …", "dim"),)], STYLES, width))
         else:
             job, judgement = self._shown
-            at = f"as of {fmt_clock(self._at)}" if self._at else ""
+            # The newest evaluation's time where the judgement has one: what the data says, not
+            # when it arrived.
+            when = judgement.at if judgement.at is not None else self._at
+            at = f"as of {fmt_clock(when)}" if when else ""
             top = [*header_lines(job, at, self.interval), *verdict_lines(job, judgement, width)]
             self.query_one("#job-top", LinesView).set_lines(lines_to_texts(top, STYLES, width))
             self.query_one("#job-ranks", LinesView).set_lines(
