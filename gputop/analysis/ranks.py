@@ -98,6 +98,11 @@ class RankView:
     # (train.py:522)", 0.37); None where it runs nothing of its own.
     only_here: str | None = None
     only_here_share: float = 0.0
+    # The user's function its collective samples are called from, most often ("average_gradients
+    # (train.py:606)"), and the share of its collective samples under it; None: none of its own
+    # (DDP's reducer, FSDP's hooks, a library).
+    collective_caller: str | None = None
+    collective_caller_share: float = 0.0
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -148,12 +153,15 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
     if anywhere:
         (name, path), k = anywhere.most_common(1)[0]
         top, top_share = f"{name} ({path}:{any_lines[(name, path)].most_common(1)[0][0]})", k / n
+    caller = hot_place(coll)
     recent = main[-WORKS_RECENT:]
     works = bool(recent) and (len({stack_key(s.frames) for s in recent}) > 1
                               or sum(1 for s in recent if s.active) >= len(recent) / 2)
     return RankView(rank, pid, gpu, n, category_shares(main), len(coll) / n if n else 0.0,
                     fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None,
-                    top=top, top_share=top_share, works=works, wrapper=wrapper_of(main))
+                    top=top, top_share=top_share, works=works, wrapper=wrapper_of(main),
+                    collective_caller=caller[0] if caller else None,
+                    collective_caller_share=caller[1] / len(coll) if caller and coll else 0.0)
 
 
 _DDP_FILE = "/torch/nn/parallel/distributed.py"

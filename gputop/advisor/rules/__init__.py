@@ -27,7 +27,7 @@ from .data import (
     check_workers_saturated,
     workers_for,
 )
-from .distributed import check_collective_bound, check_collective_wait, check_rank_straggler
+from .distributed import check_collective_bound, check_collective_wait, check_manual_gradient_sync, check_rank_straggler
 from .host import check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
 from .nccl import check_nccl_env
@@ -58,6 +58,7 @@ THROUGHPUT_IDS = (
     "collective-wait",
     "rank-straggler",
     "collective-bound",
+    "manual-grad-sync",
     "cpu-work-in-loop",
     "launch-bound",
     "unfused-optimizer",
@@ -87,6 +88,8 @@ RULES: tuple[Rule, ...] = (
          supersedes=("collective-wait", "checkpoint-stall")),
     # Every rank waits alike: the job moves too many bytes per sample, nobody is waited for.
     Rule("collective-bound", "Communication-bound: every rank waits on collectives", W, check_collective_bound,
+         supersedes=("collective-wait",)),
+    Rule("manual-grad-sync", "Gradients all-reduced by hand, one tensor at a time", W, check_manual_gradient_sync,
          supersedes=("collective-wait",)),
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),

@@ -274,3 +274,49 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
         gpu_index=views[0].gpu,
         title=f"Communication-bound: every rank spends {pct(low)} or more in collectives",
     )
+
+
+# gradients by hand: every rank spends at least this share of its samples in all_reduce calls from
+# one function of the user's code, with no DDP or FSDP in any rank's stacks. Judgement: the
+# advisor's 10 % bar (what bucketing and overlap can give back is at most this wait).
+MANUAL_SYNC_MIN = 0.10
+# ... and most of those calls (this share of the collective samples) come from that one function.
+MANUAL_SYNC_CALLER_SHARE = 0.5
+
+
+def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
+    """Gradients averaged by hand (tutorial code: a dist.all_reduce per parameter after backward):
+    one small collective per tensor, one after another, none overlapped with backward. DDP
+    buckets them (25 MB) and starts each bucket while backward still runs."""
+    views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
+    if len(views) < 2 or len(views) < len(ctx.ranks) or any(v.wrapper for v in views):
+        return None
+    if any(v.collective < MANUAL_SYNC_MIN or v.collective_fn != "all_reduce" or not v.collective_caller
+           or v.collective_caller_share < MANUAL_SYNC_CALLER_SHARE for v in views):
+        return None
+    callers = {v.collective_caller.split(" (")[0] for v in views if v.collective_caller}
+    if len(callers) != 1:
+        return None  # each rank reduces from a different place: not one gradient-averaging loop
+    if straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
+                 gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP)):
+        return None  # the others wait for one rank: the straggler rule's
+    caller = callers.pop()
+    low = min(v.collective for v in views)
+    ev = [f"every rank spends {pct(low)} or more of its samples in dist.all_reduce called from `{caller}`, "
+          "and no rank's stacks show DistributedDataParallel or FSDP"]
+    for v in views:
+        ev.append(f"rank {v.rank} (pid {v.pid}): all_reduce {pct(v.collective)} of {v.samples} samples, "
+                  f"{pct(v.collective_caller_share)} of them from `{v.collective_caller}`")
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"wrap the model in DistributedDataParallel(model, device_ids=[local_rank]) and drop `{caller}`: "
+                "DDP all-reduces the gradients in 25 MB buckets, each started while backward still runs; "
+                "to keep it by hand, all-reduce one flat buffer per step "
+                "(torch._utils._flatten_dense_tensors of the grads) instead of one call per tensor"),
+        expected_gain=gain(low),
+        gain_bound=bounded(low),
+        cost_s=low * (ctx.t1 - ctx.t0) * len(views),
+        confidence=confidence(low, min(v.samples for v in views)),
+        gpu_index=views[0].gpu,
+        title=f"Gradients all-reduced by hand in `{caller}`: every rank spends {pct(low)} or more in all_reduce",
+    )

@@ -1,0 +1,49 @@
+"""Gradients all-reduced by hand, one tensor at a time (advisor.rules.distributed)."""
+
+from gputop.advisor.context import AnalysisContext
+from gputop.advisor.rules.distributed import check_manual_gradient_sync
+from gputop.analysis.ranks import rank_views
+from gputop.model import Category, Frame, StackSample
+
+T0 = 1_700_000_000.0
+PROJ = "/home/user/project/train.py"
+C10D = Frame("all_reduce", "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3068)
+DDP = Frame("DistributedDataParallel.forward", "/usr/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", 1699)
+
+
+def _main(pid, i, frames, cat):
+    return StackSample(ts=T0 + i / 5, pid=pid, thread_id=pid, thread_name="MainThread", frames=frames, active=True,
+                       is_main=True, category=cat, os_thread_id=pid)
+
+
+def _stacks(share: float, caller: str = "average_gradients", wrapped: bool = False, n: int = 60):
+    step = (Frame("train_step", PROJ, 30), *((DDP,) if wrapped else ()), Frame("main", PROJ, 90))
+    out = []
+    for pid in (10, 11):
+        for i in range(n):
+            if i % n < round(share * n):
+                # A loop over the parameters: the caller's line moves between the call and the division.
+                frames = (C10D, Frame(caller, PROJ, 603 + i % 3), Frame("train_step", PROJ, 40), Frame("main", PROJ, 90))
+                out.append(_main(pid, i, frames, Category.COLLECTIVE))
+            else:
+                out.append(_main(pid, i, step, Category.BACKWARD))
+    return out
+
+
+def _check(stacks):
+    views = rank_views({10: 0, 11: 1}, stacks, T0)
+    return check_manual_gradient_sync(AnalysisContext(now=T0 + 12, t0=T0, t1=T0 + 12, gpus=(), ranks=views))
+
+
+def test_per_tensor_all_reduce_by_hand_is_named_with_ddp_as_the_change():
+    hit = _check(_stacks(0.18))
+    assert hit is not None and "`average_gradients`" in hit.title
+    assert "DistributedDataParallel" in hit.action and "average_gradients" in hit.action
+    assert "rank 1 (pid 11): all_reduce 18 %" in " ".join(hit.evidence)
+
+
+def test_ddp_a_small_share_or_a_metric_from_elsewhere_is_not_it():
+    assert _check(_stacks(0.18, wrapped=True)) is None  # DDP's own all-reduce
+    assert _check(_stacks(0.05)) is None  # a loss averaged once a step: nothing to give back
+    one = [s for s in _stacks(0.18) if s.pid == 10] + [s for s in _stacks(0.18, caller="log_metrics") if s.pid == 11]
+    assert _check(one) is None  # each rank reduces something else
