@@ -173,5 +173,5 @@ def families(rows: Iterable[RankRow], nccl: Mapping[int, list[RankOps]] | None =
         for word in r.throttled:
             thr.add_metric([*ids, reason_label(word)], 1)
         for f in r.findings:
-            finding.add_metric([*ids, f.id, getattr(f.severity, "value", str(f.severity))], float(f.cost_s))
+            finding.add_metric([*ids, f.id, f.severity.value], float(f.cost_s))
     return [info, phase, wait, samples, hot, stuck, stuck_s, start, thr, finding, ops, behind]

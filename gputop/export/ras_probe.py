@@ -12,6 +12,8 @@ several, the scrapes take them in turn.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ipaddress
 import time
 from typing import Callable, Iterable, Mapping
@@ -60,7 +62,11 @@ def _environ(pid: int) -> Mapping[str, str]:
     return environ_of(pid)
 
 
-def _source(environ: Mapping[str, str], **options):
+if TYPE_CHECKING:
+    from ..sources import NcclRasSource
+
+
+def _source(environ: Mapping[str, str], **options) -> "NcclRasSource | None":
     from ..sources import NcclRasSource
 
     return NcclRasSource.for_environment(environ, **options)
@@ -70,7 +76,8 @@ class RasProbe:
     """``report(procs)``: the report's text for this scrape, or None; ``procs`` are the attached
     ranks as (pid, create_time)."""
 
-    def __init__(self, environ: Callable[[int], Mapping[str, str]] = _environ, source: Callable[..., object] = _source,
+    def __init__(self, environ: Callable[[int], Mapping[str, str]] = _environ,
+                 source: Callable[..., "NcclRasSource | None"] = _source,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = QUERY_TIMEOUT_S,
                  backoff_s: float = BACKOFF_S,
                  nodes: Callable[[], frozenset[str] | None] = local_addresses) -> None:
@@ -100,7 +107,7 @@ class RasProbe:
                 self._addr_of.clear()  # bounded; read again at the next scrape
             env = {k: v for k, v in self._environ(pid).items() if k in _KEYS}
             src = self._make(env, clock=self.clock, interval=0.0, timeout_s=self.timeout_s, backoff_s=self.backoff_s)
-            addr = getattr(src, "addr", None) if src is not None else None
+            addr = src.addr if src is not None else None
             if addr is not None and asks_no_resolver(addr) and \
                     (addr in self._sources or len(self._sources) < MAX_ADDRS):
                 self._sources.setdefault(addr, src)
