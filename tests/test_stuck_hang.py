@@ -346,3 +346,19 @@ def test_a_real_job_deadlocked_on_locks_named_a_and_b_is_a_deadlock(tmp_path):
     assert d.kind == DEADLOCK, [p.line() for p in d.parties]
     assert {p.code for p in d.parties} == {"with a:", "with b:"}
     assert "take the locks in one order" in d.action
+
+
+def test_the_kinds_of_hang_are_a_table_tried_in_order():
+    """Each kind is a row: a test of the hang's parties and the diagnosis it makes; the first that
+    holds names the hang, and a scene no row claims is 'unknown'."""
+    from gputop.analysis import hang
+
+    kinds = [k for k, _ in hang.KINDS]
+    assert kinds[0] == hang.GPU_KERNEL and kinds.index(hang.COLLECTIVE) < kinds.index(hang.DEADLOCK)
+    assert kinds.index(hang.DEADLOCK) < kinds.index(hang.LOCK)  # two locks are a deadlock before one a lock
+    assert {hang.GPU_KERNEL, hang.COLLECTIVE, hang.IO, hang.WORKER, hang.DEADLOCK, hang.SOCKET, hang.CHILD,
+            hang.LOCK} == set(kinds)
+    sc = hang.Scene((hang.Party(1, 1, "main thread", "train.py:3 in main", None, "sleep", "sleeps"),), 1,
+                    "idle", {}, None)
+    assert all(test(sc) is None for _, test in hang.KINDS)
+    assert hang.diagnose.__doc__ and "KINDS" in hang.diagnose.__doc__

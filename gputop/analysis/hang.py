@@ -18,9 +18,11 @@ through read/write) over a span: the evidence that calls a job stuck within seco
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..model import Category, Frame, StackSample, TaskSample, ThreadState
 from .classify import own_frames, project_frame, short_path, where
@@ -319,13 +321,218 @@ def _hung_workers_line(hung: int, sampled: int, running: int | None) -> str:
     return f"{head}: {hung} blocked inside the dataset"
 
 
+@dataclass(frozen=True)
+class Scene:
+    """What every kind's test reads: the parties of a hang and what they share."""
+
+    parties: tuple[Party, ...]
+    target: int
+    gpu: str
+    ranks: Mapping[int, int]
+    workers_running: int | None
+
+    @property
+    def main(self) -> Party:
+        return self.parties[0]
+
+    @functools.cached_property
+    def worker_mains(self) -> list[Party]:
+        return [p for p in self.parties if p.worker and p.main is False and " thread " not in p.label]
+
+    @functools.cached_property
+    def target_threads(self) -> list[Party]:
+        return [p for p in self.parties if not p.worker]
+
+    def waiting(self, on: str) -> list[Party]:
+        return [p for p in self.parties if p.waits == on]
+
+    @property
+    def native(self) -> str:
+        return f"gputop stacks --pid {self.target} --native"
+
+
+_DUMP = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True) at start-up "
+         "(or faulthandler.dump_traceback_later(600, repeat=True)) prints every thread when it hangs")
+_DIST_TIMEOUT = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) with "
+                 "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_DUMP_ON_TIMEOUT=1, so a hang raises and dumps")
+
+
+def _gpu_spins(sc: Scene) -> Diagnosis | None:
+    if sc.gpu != "spin" or sc.ranks:
+        return None
+    return Diagnosis(
+        GPU_KERNEL, f"GPU never finishes: {_at(sc.main)} waits on a GPU that spins 'busy' doing nothing", sc.parties,
+        ("the GPU reads 100 % busy with few SMs active, no tensor-core work and power near idle while the "
+         "host waits: a kernel that does not end (one spinning on a flag, or a collective waiting for a peer)",),
+        f"see the kernel: {sc.native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under compute-sanitizer; "
+        f"a collective (NCCL) waiting for a process that never calls it hangs like this: {_DIST_TIMEOUT}",
+        native=True)
+
+
+def _gpu_busy(sc: Scene) -> Diagnosis | None:
+    if sc.gpu != "busy" or sc.main.waits != "gpu":
+        return None
+    return Diagnosis(
+        GPU_KERNEL, f"GPU never finishes: {_at(sc.main)} waits for it while it is 100 % busy", sc.parties,
+        ("the GPU stays busy while the host waits in a synchronising call: a kernel that does not end",),
+        f"see the kernel: {sc.native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under "
+        "compute-sanitizer; a kernel that spins on a flag (custom kernels, NCCL) waits for a peer",
+        native=True)
+
+
+def _in_collective(sc: Scene) -> Diagnosis | None:
+    coll = sc.waiting("collective")
+    return _collective(sc.parties, coll, sc.worker_mains, sc.ranks, sc.gpu, _DIST_TIMEOUT) if coll else None
+
+
+def _disk(sc: Scene) -> Diagnosis | None:
+    disk = sc.waiting("disk")
+    if not disk:
+        return None
+    d = disk[0]
+    st = d.state
+    fs = st.fs if st is not None else None
+    net = fs is not None and bool(re.match(r"(nfs|fuse|cifs|smb|ceph|lustre|9p|gcsfuse|s3)", fs))
+    kind_fs = f" on a network/user-space filesystem ({fs})" if net else (f" ({fs})" if fs else "")
+    target_txt = st.fd_path if st is not None and st.fd_path else "a file"
+    return Diagnosis(
+        IO, f"IO hang: {_at(d)} is in uninterruptible IO on {target_txt}{kind_fs}", sc.parties,
+        tuple(f"{_at(p)} in state D{_kernel_words(p.state)}" for p in disk),
+        ("check the mount: `mount | grep` the path, `dmesg | tail` for 'server not responding' or hung-task "
+         "messages" + (", `nfsstat -m`" if fs and fs.startswith("nfs") else "")
+         + "; a process in state D cannot be killed until the IO returns; read from local storage instead"),
+        native=True)
+
+
+def _worker_hung(sc: Scene) -> Diagnosis | None:
+    m = sc.main
+    if not (m.waits == "queue" and m.category is Category.DATA_WAIT or (m.waits == "queue" and sc.worker_mains)):
+        return None
+    hung = [p for p in sc.worker_mains if p.category is Category.DATA_FETCH and p.waits != "running"]
+    if not hung:
+        return None
+    w = hung[0]
+    ev = [_hung_workers_line(len(hung), len(sc.worker_mains), sc.workers_running)
+          + f" ({', '.join(sorted({p.waits for p in hung}))}); the main thread waits for its batch"]
+    on = {"socket": " on a socket", "event": " on an event", "lock": " on a lock", "file": " on a file",
+          "child": " on a child process"}.get(w.waits, "")
+    return Diagnosis(
+        WORKER, f"DataLoader worker {w.pid} hung{on} at {w.where}", sc.parties, tuple(ev),
+        "make a hung worker fail instead of waiting forever: DataLoader(..., timeout=120); "
+        + ("give the network call a timeout (socket.settimeout, requests.get(..., timeout=30)); "
+           if w.waits == "socket" else "")
+        + f"then fix the line above ({w.where}); {_DUMP}")
+
+
+def _workers_silent(sc: Scene) -> Diagnosis | None:
+    if sc.main.category is not Category.DATA_WAIT:
+        return None
+    # The workers' stacks are not in (yet): the main thread's wait is all there is to go on.
+    return Diagnosis(
+        WORKER, f"{_at(sc.main)} waits for DataLoader workers that deliver nothing", sc.parties,
+        (f"{len(sc.worker_mains)} worker stacks seen",),
+        f"see where the workers wait: gputop stacks --pid {sc.target}; make a hung worker fail instead of "
+        f"waiting forever: DataLoader(..., timeout=120); {_DUMP}")
+
+
+def _locks(sc: Scene) -> list[Party]:
+    return [p for p in sc.target_threads if p.waits == "lock"]
+
+
+def _deadlock(sc: Scene) -> Diagnosis | None:
+    locks = _locks(sc)
+    if len(locks) < 2:
+        return None
+    a, b = locks[0], locks[1]
+    return Diagnosis(
+        DEADLOCK, f"deadlock: {_at(a)} and {_at(b)} wait on locks", sc.parties,
+        (f"{len(locks)} threads blocked on locks and nothing else moves: each holds a lock another wants "
+         "(their lines below take them in opposite order)",),
+        f"take the locks in one order everywhere (or one lock); to see which locks: "
+        f"py-spy dump --pid {sc.target} --locals, {sc.native}; {_DUMP}", native=True)
+
+
+def _socket(sc: Scene) -> Diagnosis | None:
+    sock = sc.waiting("socket")
+    if not sock:
+        return None
+    return Diagnosis(
+        SOCKET, f"waits on a socket: {_at(sock[0])}", sc.parties,
+        (f"{len(sock)} thread(s) blocked on a socket, nothing else moves",),
+        "give every network call a timeout (socket.settimeout(30), requests.get(..., timeout=30), "
+        f"urlopen(..., timeout=30)); check that the peer is up; {_DUMP}")
+
+
+def _file(sc: Scene) -> Diagnosis | None:
+    files = sc.waiting("file")
+    if not files:
+        return None
+    f = files[0]
+    return Diagnosis(
+        IO, f"IO hang: {_at(f)} {f.what}", sc.parties, (f"{len(files)} thread(s) blocked reading or writing a file",),
+        "a read that never returns: a FIFO or pipe whose writer stopped, or a device; check who should write "
+        f"{f.state.fd_path if f.state and f.state.fd_path else 'it'}; {_DUMP}")
+
+
+def _child(sc: Scene) -> Diagnosis | None:
+    kids = sc.waiting("child")
+    if not kids:
+        return None
+    k = kids[0]
+    child_lines = tuple(f"{_at(p)}: {p.what}" for p in sc.worker_mains if p.waits != "child")
+    return Diagnosis(
+        CHILD, f"waits for a child process: {_at(k)}", sc.parties,
+        (f"{_at(k)}: {k.what}",) + child_lines,
+        f"see what the child does: gputop stacks --pid {sc.target} (children are listed as workers); give the "
+        f"wait a timeout (Popen.wait(timeout=...), Process.join(timeout=...)); {_DUMP}")
+
+
+def _lock(sc: Scene) -> Diagnosis | None:
+    locks = _locks(sc)
+    if not locks:
+        return None
+    lk = locks[0]
+    return Diagnosis(
+        LOCK, f"waits on a lock that is never released: {_at(lk)}", sc.parties, (f"{_at(lk)}: `{lk.code or '?'}`",),
+        f"find the holder: py-spy dump --pid {sc.target} --locals, {sc.native}; {_DUMP}", native=True)
+
+
+def _unknown(sc: Scene) -> Diagnosis:
+    m = sc.main
+    ev = tuple(f"{_at(p)}: {p.what}" for p in sc.waiting("event")[:3])
+    return Diagnosis(
+        UNKNOWN, f"{_at(m)} {m.what}", sc.parties, ev,
+        f"see every thread: py-spy dump --pid {sc.target} --locals; native frames: {sc.native}; {_DUMP}", native=True)
+
+
+# The kinds of hang, most specific first: the first whose test holds names the hang. A new kind is
+# a function from the Scene to a Diagnosis (or None) and a row here, in the place its evidence
+# outranks the rows below it (a GPU that never finishes explains every thread that waits on it; a
+# collective explains a rank's idle workers; two threads on locks are a deadlock before one is a
+# lock never released).
+KINDS: tuple[tuple[str, Callable[[Scene], "Diagnosis | None"]], ...] = (
+    (GPU_KERNEL, _gpu_spins),
+    (GPU_KERNEL, _gpu_busy),
+    (COLLECTIVE, _in_collective),
+    (IO, _disk),
+    (WORKER, _worker_hung),
+    (WORKER, _workers_silent),
+    (DEADLOCK, _deadlock),
+    (SOCKET, _socket),
+    (IO, _file),
+    (CHILD, _child),
+    (LOCK, _lock),
+)
+
+
 def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu: str = "unknown",
              tasks: Mapping[int, TaskSample] | None = None, ranks: Mapping[int, int] | None = None,
              workers_running: int | None = None, spin_pids: frozenset[int] = frozenset()) -> Diagnosis:
-    """The kind of hang from every party's wait. ``tasks``: the newest /proc reading per pid;
-    ``ranks``: pid -> rank of a multi-rank job's processes (the others are named by rank);
-    ``workers_running``: the target's DataLoader workers the OS shows (``worker_stats``), of
-    which ``others`` may hold only some (a worker is sampled every few seconds)."""
+    """The kind of hang from every party's wait (the first row of KINDS that holds). ``tasks``:
+    the newest /proc reading per pid; ``ranks``: pid -> rank of a multi-rank job's processes (the
+    others are named by rank); ``workers_running``: the target's DataLoader workers the OS shows
+    (``worker_stats``), of which ``others`` may hold only some (a worker is sampled every few
+    seconds)."""
     tasks = tasks or {}
     ps = parties(main, others, target, tasks, ranks)
     if spin_pids and ranks:
@@ -334,122 +541,12 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
         ps = tuple(replace(p, waits="collective", what="waits in a NCCL collective on its GPU (the kernel spins)")
                    if p.pid in spin_pids and p.pid in ranks and (p.main or p.worker) and " thread " not in p.label
                    else p for p in ps)
-    m = ps[0]
-    workers = [p for p in ps if p.worker and p.main is False]
-    worker_mains = [p for p in workers if " thread " not in p.label]
-    target_threads = [p for p in ps if not p.worker]
-    native = f"gputop stacks --pid {target} --native"
-    dump = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True) at start-up "
-            "(or faulthandler.dump_traceback_later(600, repeat=True)) prints every thread when it hangs")
-    dist_timeout = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) with "
-                    "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_DUMP_ON_TIMEOUT=1, so a hang raises and dumps")
-
-    if gpu == "spin" and not ranks:
-        return Diagnosis(
-            GPU_KERNEL, f"GPU never finishes: {_at(m)} waits on a GPU that spins 'busy' doing nothing", ps,
-            ("the GPU reads 100 % busy with few SMs active, no tensor-core work and power near idle while the "
-             "host waits: a kernel that does not end (one spinning on a flag, or a collective waiting for a peer)",),
-            f"see the kernel: {native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under compute-sanitizer; "
-            f"a collective (NCCL) waiting for a process that never calls it hangs like this: {dist_timeout}",
-            native=True)
-    if gpu == "busy" and m.waits == "gpu":
-        return Diagnosis(
-            GPU_KERNEL, f"GPU never finishes: {_at(m)} waits for it while it is 100 % busy", ps,
-            ("the GPU stays busy while the host waits in a synchronising call: a kernel that does not end",),
-            f"see the kernel: {native}; rerun with CUDA_LAUNCH_BLOCKING=1 to name it, or under "
-            "compute-sanitizer; a kernel that spins on a flag (custom kernels, NCCL) waits for a peer",
-            native=True)
-
-    coll = [p for p in ps if p.waits == "collective"]
-    if coll:
-        return _collective(ps, coll, worker_mains, ranks or {}, gpu, dist_timeout)
-
-    disk = [p for p in ps if p.waits == "disk"]
-    if disk:
-        d = disk[0]
-        st = d.state
-        fs = st.fs if st is not None else None
-        net = fs is not None and bool(re.match(r"(nfs|fuse|cifs|smb|ceph|lustre|9p|gcsfuse|s3)", fs))
-        kind_fs = f" on a network/user-space filesystem ({fs})" if net else (f" ({fs})" if fs else "")
-        target_txt = st.fd_path if st is not None and st.fd_path else "a file"
-        return Diagnosis(
-            IO, f"IO hang: {_at(d)} is in uninterruptible IO on {target_txt}{kind_fs}", ps,
-            tuple(f"{_at(p)} in state D{_kernel_words(p.state)}" for p in disk),
-            ("check the mount: `mount | grep` the path, `dmesg | tail` for 'server not responding' or hung-task "
-             "messages" + (", `nfsstat -m`" if fs and fs.startswith("nfs") else "")
-             + "; a process in state D cannot be killed until the IO returns; read from local storage instead"),
-            native=True)
-
-    if m.waits == "queue" and m.category is Category.DATA_WAIT or (m.waits == "queue" and worker_mains):
-        hung = [p for p in worker_mains if p.category is Category.DATA_FETCH and p.waits != "running"]
-        if hung:
-            w = hung[0]
-            ev = [_hung_workers_line(len(hung), len(worker_mains), workers_running)
-                  + f" ({', '.join(sorted({p.waits for p in hung}))}); the main thread waits for its batch"]
-            on = {"socket": " on a socket", "event": " on an event", "lock": " on a lock", "file": " on a file",
-                  "child": " on a child process"}.get(w.waits, "")
-            return Diagnosis(
-                WORKER, f"DataLoader worker {w.pid} hung{on} at {w.where}", ps, tuple(ev),
-                "make a hung worker fail instead of waiting forever: DataLoader(..., timeout=120); "
-                + ("give the network call a timeout (socket.settimeout, requests.get(..., timeout=30)); "
-                   if w.waits == "socket" else "")
-                + f"then fix the line above ({w.where}); {dump}")
-
-    if m.category is Category.DATA_WAIT:
-        # The workers' stacks are not in (yet): the main thread's wait is all there is to go on.
-        return Diagnosis(
-            WORKER, f"{_at(m)} waits for DataLoader workers that deliver nothing", ps,
-            (f"{len(worker_mains)} worker stacks seen",),
-            f"see where the workers wait: gputop stacks --pid {target}; make a hung worker fail instead of "
-            f"waiting forever: DataLoader(..., timeout=120); {dump}")
-
-    locks = [p for p in target_threads if p.waits == "lock"]
-    if len(locks) >= 2:
-        a, b = locks[0], locks[1]
-        return Diagnosis(
-            DEADLOCK, f"deadlock: {_at(a)} and {_at(b)} wait on locks", ps,
-            (f"{len(locks)} threads blocked on locks and nothing else moves: each holds a lock another wants "
-             "(their lines below take them in opposite order)",),
-            f"take the locks in one order everywhere (or one lock); to see which locks: "
-            f"py-spy dump --pid {target} --locals, {native}; {dump}", native=True)
-
-    sock = [p for p in ps if p.waits == "socket"]
-    if sock:
-        s = sock[0]
-        return Diagnosis(
-            SOCKET, f"waits on a socket: {_at(s)}", ps, (f"{len(sock)} thread(s) blocked on a socket, nothing else moves",),
-            "give every network call a timeout (socket.settimeout(30), requests.get(..., timeout=30), "
-            f"urlopen(..., timeout=30)); check that the peer is up; {dump}")
-
-    files = [p for p in ps if p.waits == "file"]
-    if files:
-        f = files[0]
-        return Diagnosis(
-            IO, f"IO hang: {_at(f)} {f.what}", ps, (f"{len(files)} thread(s) blocked reading or writing a file",),
-            "a read that never returns: a FIFO or pipe whose writer stopped, or a device; check who should write "
-            f"{f.state.fd_path if f.state and f.state.fd_path else 'it'}; {dump}")
-
-    kids = [p for p in ps if p.waits == "child"]
-    if kids:
-        k = kids[0]
-        child_lines = tuple(f"{_at(p)}: {p.what}" for p in worker_mains if p.waits != "child")
-        return Diagnosis(
-            CHILD, f"waits for a child process: {_at(k)}", ps,
-            (f"{_at(k)}: {k.what}",) + child_lines,
-            f"see what the child does: gputop stacks --pid {target} (children are listed as workers); give the "
-            f"wait a timeout (Popen.wait(timeout=...), Process.join(timeout=...)); {dump}")
-
-    if locks:
-        lk = locks[0]
-        return Diagnosis(
-            LOCK, f"waits on a lock that is never released: {_at(lk)}", ps, (f"{_at(lk)}: `{lk.code or '?'}`",),
-            f"find the holder: py-spy dump --pid {target} --locals, {native}; {dump}", native=True)
-
-    events = [p for p in ps if p.waits == "event"]
-    ev = tuple(f"{_at(p)}: {p.what}" for p in events[:3])
-    return Diagnosis(
-        UNKNOWN, f"{_at(m)} {m.what}", ps, ev,
-        f"see every thread: py-spy dump --pid {target} --locals; native frames: {native}; {dump}", native=True)
+    sc = Scene(tuple(ps), target, gpu, ranks or {}, workers_running)
+    for _kind, test in KINDS:
+        found = test(sc)
+        if found is not None:
+            return found
+    return _unknown(sc)
 
 
 def _collective(ps: Sequence[Party], coll: Sequence[Party], worker_mains: Sequence[Party], ranks: Mapping[int, int],
