@@ -115,6 +115,8 @@ def dump_problem(obj: Any) -> str | None:
         if not (isinstance(ranks, str) and _RANKS_TEXT.fullmatch(ranks)
                 or isinstance(ranks, list) and all(type(r) is int for r in ranks)):
             return f"its pg_config's ranks for group {name!r} are not a list of rank numbers"
+    if not isinstance(obj.get("pg_status", {}), dict):
+        return "its 'pg_status' is not a dict"
     for i, e in enumerate(obj["entries"]):
         if not isinstance(e, dict):
             return f"its entry {i} is a {type(e).__name__}"
@@ -122,11 +124,28 @@ def dump_problem(obj: Any) -> str | None:
             if key not in e:
                 return f"its entry {i} has no '{key}'"
         pg = e["process_group"]
-        if not isinstance(pg, (tuple, list)) or len(pg) != 2:
+        if not isinstance(pg, (tuple, list)) or len(pg) != 2 or not all(isinstance(x, str) for x in pg):
             return f"its entry {i}'s process_group is not (name, desc)"
         if not isinstance(e["profiling_name"], str) or ":" not in e["profiling_name"]:
             return f"its entry {i}'s profiling_name is not 'backend:collective'"
+        for key, kinds in _ENTRY_TYPES:
+            if key in e and not isinstance(e[key], kinds):
+                return f"its entry {i}'s {key} is a {type(e[key]).__name__}"
+        for key in ("collective_seq_id", "record_id", "p2p_seq_id"):
+            if isinstance(e.get(key), bool):
+                return f"its entry {i}'s {key} is a bool"
+        if any(not isinstance(f, dict) for f in e.get("frames") or ()):
+            return f"its entry {i}'s frames are not {{filename, line, name}}"
     return None
+
+
+# The entry fields read here, and what the recorder writes in each (a field may be absent).
+_ENTRY_TYPES = (
+    ("collective_seq_id", int), ("record_id", int), ("p2p_seq_id", int), ("state", str),
+    ("retired", (bool, type(None))), ("is_p2p", bool), ("time_created_ns", (int, type(None))),
+    ("frames", (list, type(None))), ("input_sizes", (list, type(None))), ("output_sizes", (list, type(None))),
+    ("input_dtypes", (list, type(None))), ("output_dtypes", (list, type(None))),
+)
 
 
 def _ranks_of(text: Any) -> list[int] | None:

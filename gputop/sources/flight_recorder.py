@@ -113,6 +113,9 @@ def _in_directory(folder: Path, default_prefix: str) -> DumpSet:
     return DumpSet(str(folder / chosen), _dumps_with(folder / chosen))
 
 
+_CUT = "the pickle ends early (a dump still being written, or truncated)"
+
+
 class _NoClasses(pickle.Unpickler):
     """Plain containers and scalars only: any class or function a pickle names is refused."""
 
@@ -150,8 +153,10 @@ def load_dump(path: Path) -> Any:
     except OSError as exc:
         raise DumpError(f"cannot read {path}: {exc.strerror or exc}") from None
     except EOFError:
-        raise DumpError(f"{path} is cut short: the pickle ends early (a dump still being written, or truncated)") from None
+        raise DumpError(f"{path} is cut short: {_CUT}") from None
     except pickle.UnpicklingError as exc:
+        if "truncated" in str(exc):  # the C unpickler's word for a pickle that ends early
+            raise DumpError(f"{path} is cut short: {_CUT}") from None
         raise DumpError(f"{path} is not a flight-recorder dump: {exc}") from None
     except Exception as exc:  # a damaged pickle raises whatever its opcodes trip over
         raise DumpError(f"{path} is not a readable flight-recorder dump ({type(exc).__name__}: {exc})") from None
