@@ -19,7 +19,6 @@ process group's ranks when they parse to a string, so only a plain list of rank 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import logging
 import os
@@ -28,6 +27,7 @@ import re
 import stat
 import warnings
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -226,7 +226,8 @@ def run_analyzer(dumps: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         details = {f"rank{r}": {"host_name": f"host_rank{r}", "rank": r, "entries": copy.deepcopy(d["entries"]),
                                 "version": d["version"], "pg_config": copy.deepcopy(d["pg_config"])}
                    for r, d in sorted(dumps.items())}
-        args = argparse.Namespace(verbose=False, just_print_entries=False, allow_incomplete_ranks=True,
+        # The analyzer's options as its command line would set them (it reads them as attributes).
+        args = SimpleNamespace(verbose=False, just_print_entries=False, allow_incomplete_ranks=True,
                                   mismatch_cap=10, selected_ranks=None, pg_filters=None, print_stack_trace=False,
                                   transform_ft=False, group_world_size=None)
         version_of_dumps = str(next(iter(dumps.values()))["version"])
