@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "flight_recorder" / "gloo_skip"
 PY = sys.executable
 
-pytest.importorskip("torch.distributed.flight_recorder.components.builder")
+pytest.importorskip("torch.distributed.flight_recorder")
 
 
 def env() -> dict[str, str]:
@@ -99,6 +99,24 @@ def test_autopsy_text_says_who_did_not_join_where_the_other_waits_and_the_culpri
     assert "rank 0 called it at jobs/fr_hang.py:" in out and " in all_reduce_gradients:" in out
     assert "rank 1's last recorded collective: gloo all_reduce #3" in out
     assert "PyTorch's analyzer (torch " in out and ") agrees: Not all ranks joining collective, sequence number: 4" in out
+
+
+@pytest.mark.slow
+def test_the_bench_job_s_fresh_dumps_from_the_installed_torch_give_the_same_verdict(tmp_path):
+    """The fixtures' maker run again with the torch installed here: its dumps (left as PyTorch
+    wrote them) still read, and rank 1 is still the one that never joined the last all-reduce."""
+    out = tmp_path / "dumps"
+    job = subprocess.run([PY, str(ROOT / "bench" / "jobs" / "fr_hang.py"), "--out", str(out), "--steps", "3"],
+                         capture_output=True, text=True, timeout=300, env=env(), cwd=str(tmp_path))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+    proc = gputop("autopsy", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["culprit_ranks"] == [1] and d["waiting_ranks"] == [0]
+    assert (d["collective"]["type"], d["collective"]["seq"]) == ("all_reduce", 3)
+    assert d["culprit_last_entry"]["seq"] == 2
+    assert d["analyzer"]["agrees"] is True, d["analyzer"]
 
 
 @pytest.mark.parametrize("how", ["prefix", "one dump", "variable", "older variable"])

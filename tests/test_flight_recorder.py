@@ -222,7 +222,7 @@ def test_the_analyzer_s_finding_is_quoted_with_whether_it_agrees():
 
 
 def _analyzer():
-    pytest.importorskip("torch.distributed.flight_recorder.components.builder")
+    pytest.importorskip("torch.distributed.flight_recorder")
     from gputop.sources.flight_recorder import run_analyzer
 
     return run_analyzer

@@ -15,8 +15,8 @@ Gloo records every collective into it (``FlightRecorder<c10::Event>``, with the 
 each call) but nothing dumps it on a timeout: dumping on timeout (``TORCH_NCCL_DUMP_ON_TIMEOUT``) is
 ProcessGroupNCCL's watchdog (it writes each rank's buffer through ``DebugInfoWriter`` to
 ``PREFIX<rank>`` and tells the other ranks through the store to do the same), and ProcessGroupGloo
-has no watchdog: with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` set, a gloo job that times out writes no
-file (PyTorch 2.13, CPU build). So this job does what that watchdog does, in Python: the rank
+does not do it: with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and the dump file set, a gloo job that times
+out writes no file (PyTorch 2.13, CPU build, tried). So this job does what that watchdog does, in Python: the rank
 whose collective timed out writes ``torch._C._distributed_c10d._dump_fr_trace()`` (the recorder's
 own pickle, the bytes the watchdog writes) to ``PREFIX<rank>`` and sets a key in the store; the
 other rank, which is waiting for that key where it would otherwise go on to its next work, writes
