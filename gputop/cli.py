@@ -17,7 +17,7 @@ from .errors import UserError
 __all__ = ["COMMANDS", "DEFAULT_INTERVAL", "build_parser", "main"]
 
 # Order is the order in --help.
-COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", "demo", "doctor", "export", "job")
+COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", "demo", "doctor", "export", "job", "autopsy")
 
 
 def build_parser() -> argparse.ArgumentParser:

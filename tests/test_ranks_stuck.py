@@ -28,9 +28,11 @@ def s(ts, pid, frames, cat, active=False):
                        is_main=True, category=cat, os_thread_id=pid)
 
 
-def job_store(seconds: float, rank1, rank1_cat, rank1_active=False, ranks=(R0, R1)) -> Store:
+def job_store(seconds: float, rank1, rank1_cat, rank1_active=False, ranks=(R0, R1),
+              env: dict[int, dict[str, str]] | None = None) -> Store:
     """Rank 0 waits in all_reduce the whole time; rank 1 does ``rank1`` (frames, or a list that
-    cycles); the processes use no CPU (what a hang looks like to psutil)."""
+    cycles); the processes use no CPU (what a hang looks like to psutil). ``env``: pid -> the
+    environment its process samples carry."""
     store = Store()
     store.add([Event(T0 - 1, "ranks", ranks_message({p: i for i, p in enumerate(ranks)}, 100))])
     for i in range(int(seconds * 5) + 1):
@@ -39,7 +41,8 @@ def job_store(seconds: float, rank1, rank1_cat, rank1_active=False, ranks=(R0, R
         batch = [s(ts, R0, ALL_REDUCE, Category.COLLECTIVE), s(ts, R1, fr, rank1_cat, rank1_active)]
         batch += [s(ts, p, ALL_REDUCE, Category.COLLECTIVE) for p in ranks[2:]]
         if i % 5 == 0:
-            batch += [ProcSample(ts=ts, pid=p, cpu_percent=0.0, role="target" if p == R0 else "gpu") for p in ranks]
+            batch += [ProcSample(ts=ts, pid=p, cpu_percent=0.0, role="target" if p == R0 else "gpu",
+                                 env=tuple(sorted((env or {}).get(p, {}).items()))) for p in ranks]
         store.add(batch)
     return store
 
@@ -143,3 +146,27 @@ def test_a_straggler_is_not_stuck_when_proc_catches_the_waiting_rank_runnable():
         v = stuck_verdict(store, R0, threshold=30.0)
         assert not v.stuck and "a straggler, not a hang" in v.reason, (state, v.reason, v.evidence)
         assert StuckWatch(store, R0, threshold=30.0).poll() == []
+
+
+RECORDER = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"}
+
+
+def _stuck_action(env: dict[int, dict[str, str]] | None) -> str:
+    from gputop.advisor.context import context_of
+    from gputop.advisor.rules.stuck import check_stuck
+    from gputop.analysis.window import read_window
+
+    hit = check_stuck(context_of(read_window(job_store(40.0, SLEEPING, Category.IDLE, env=env), R0, 30.0)))
+    assert hit is not None and "never arrives" in hit.title, hit
+    return hit.action
+
+
+def test_a_collective_hang_in_a_job_with_the_flight_recorder_on_points_to_gputop_autopsy():
+    action = _stuck_action({R0: RECORDER, R1: RECORDER})
+    assert action.endswith("`gputop autopsy /scratch/fr_` names the rank that did not join"), action
+    assert "TORCH_FR_BUFFER_SIZE=2000" in action
+    # Read from another rank's environment when the target's has none.
+    assert "`gputop autopsy /scratch/fr_`" in _stuck_action({R1: RECORDER})
+    # Off: the action is as it was.
+    assert "gputop autopsy" not in _stuck_action(None)
+    assert "gputop autopsy" not in _stuck_action({R0: {"TORCH_FR_BUFFER_SIZE": "0"}})

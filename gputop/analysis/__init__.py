@@ -19,6 +19,10 @@ from .efficiency import (
     GpuEfficiency, HostLoad, ProcStats, Workers, gpu_efficiency, host_load, is_worker, parents_of, proc_stats,
     worker_stats,
 )
+from .flight_recorder import (
+    Autopsy, analyzer_view, autopsy, autopsy_dict, autopsy_hint, autopsy_text, dump_prefix, dump_problem,
+    rebuild_pg_config,
+)
 from .frameworks import (
     FP32, FrameworkSeen, HALF, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob, precision_knob,
 )
@@ -53,6 +57,8 @@ from .window import GpuView, JobWindow, holds_no_gpu, job_view, read_window, sta
 
 __all__ = [
     "classify_stack",
+    "Autopsy", "analyzer_view", "autopsy", "autopsy_dict", "autopsy_hint", "autopsy_text", "dump_prefix",
+    "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
     "DEFAULT_STUCK_AFTER_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",

@@ -1,5 +1,6 @@
 """Sources: they turn the world into samples and decide nothing (NVML, psutil, py-spy, /proc,
-NCCL's RAS, the fake GPUs; a multi-rank job's ranks and identity; Prometheus's query API).
+NCCL's RAS, the fake GPUs; a multi-rank job's ranks and identity; Prometheus's query API;
+PyTorch's flight-recorder dumps and its analyzer's reading of them).
 
 This is its face: the layers above import from here, never from its modules (an import-linter
 contract keeps it so), so a module can be split or renamed without touching them. NVML itself
@@ -9,6 +10,7 @@ is loaded only when a source opens it, not on import.
 from __future__ import annotations
 
 from .fake import FAKE_PID_BASE, SAMPLE_PERIOD, FakeGpuSource
+from .flight_recorder import AnalyzerUnavailable, DumpError, DumpSet, check_analyzer, find_dumps, load_dump, run_analyzer
 from .host import HostSource, job_env
 from .job_identity import JobIdentity, host_name, identity_of, read_identity
 from .nccl_ras import NcclRasSource, environ_of
@@ -24,6 +26,7 @@ from .stacks import (
 )
 
 __all__ = [
+    "AnalyzerUnavailable", "DumpError", "DumpSet", "check_analyzer", "find_dumps", "load_dump", "run_analyzer",
     "ATTACH_BURST_RATE", "DEFAULT_CPU_BUDGET", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "FAKE_PID_BASE",
     "SAMPLE_PERIOD", "AttachError", "FakeGpuSource", "HostSource", "Job", "JobIdentity", "NcclRasSource",
     "NvmlSource", "NvmlUnavailable", "ProcfsSource", "PrometheusError", "PySpySource", "Rank", "StackParser",

@@ -8,7 +8,7 @@ party's line in the evidence, the kind's own next step as the action.
 
 from __future__ import annotations
 
-from ...analysis import COLLECTIVE
+from ...analysis import COLLECTIVE, autopsy_hint
 from ...analysis import DESYNC, HANG, ras_line
 
 from ...analysis import CPU_DEVICE
@@ -81,6 +81,11 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         action = ("make every rank call the same collectives in the same order (a collective under a rank-dependent "
                   "`if`, or a different number of steps per rank, desyncs them); TORCH_DISTRIBUTED_DEBUG=DETAIL names "
                   "the mismatched call (debugging only); see where each rank stands: gputop stacks --pid PID on each")
+    if (d is not None and d.kind == COLLECTIVE) or (d is None and v.category is Category.COLLECTIVE):
+        # The job's own flight recorder will say which rank did not join, once its watchdog fires.
+        hint = autopsy_hint(ctx.env) or next((h for r in ctx.ranks if r.env and (h := autopsy_hint(dict(r.env)))), None)
+        if hint:
+            action += f"; {hint}"
     return Hit(
         evidence=tuple(ev),
         action=action,
