@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
             if args.duration is not None and elapsed >= args.duration:
                 why.append("duration reached")
                 until = session.clock() - (elapsed - args.duration)
+                # The file lasts what was asked: the last poll's utilisation points up to the
+                # end are kept, its samples taken after it are not.
+                recorder.end_at(until)
                 break
             if args.pid is not None:
                 if not _alive(args.pid):
