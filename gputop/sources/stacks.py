@@ -57,7 +57,9 @@ from .pyspy_binary import (
     thread_on_cpu,
 )
 from .pyspy_parser import _CACHE_MAX, Classify, IsLibrary, SourceLines, StackParser, _unclassified
-from .pyspy_permissions import CAP_SYS_PTRACE_BIT, YAMA_SCOPE_FILE, PtraceFacts, permission_advice, ptrace_facts
+from .pyspy_permissions import (
+    CAP_SYS_PTRACE_BIT, YAMA_SCOPE_FILE, PtraceFacts, attach_policy, permission_advice, ptrace_facts,
+)
 
 # The most main-thread stacks per second (``--sample-rate``); the CPU budget may lower it.
 DEFAULT_RATE = 5.0
@@ -558,6 +560,7 @@ __all__ = [
     "DEFAULT_NONBLOCKING", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "DUMP_TIMEOUT_S", "MAX_INTERVAL_S",
     "MAX_WORKERS", "NATIVE_TIMEOUT_S", "NONBLOCKING_FAILS", "PAUSE_BURST_S", "PROC_INTERVAL_S", "PYSPY_ENV",
     "RETRY_AFTER_S", "WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
-    "PtraceFacts", "PySpySource", "SourceLines", "StackParser", "check_attachable", "dump_json", "exit_status",
+    "PtraceFacts", "PySpySource", "SourceLines", "StackParser", "attach_policy", "check_attachable", "dump_json",
+    "exit_status",
     "find_pyspy", "job_cost_pct", "native_dump", "permission_advice", "ptrace_facts", "thread_on_cpu",
 ]
