@@ -9,6 +9,7 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ from .process_table import ProcessTable
 from .ranks_pane import RanksPane
 from .stacks_pane import StacksPane
 from .tab_bar import TabBar
+from .terminal import ExitWatchdog, forget_terminal, terminal_fds, terminal_gone
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 
 if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
@@ -147,6 +149,12 @@ class GputopApp(ReplayControls, App[int]):
         self._filter_visible = False
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
         self._panes: dict[str, Pane] = {}  # the tabs' panes by tab, once mounted
+        self._tty_fds: list[int] = []  # the standard streams that were terminals when the app started
+        # Stops collection and closes the recording once, whoever gets there first: the caller
+        # once the app has returned, or the watchdog that finishes an exit a signal or a lost
+        # terminal asked for when Textual's shutdown cannot.
+        self.close_session = _once(lambda: close_session(session))
+        self.watchdog = ExitWatchdog(self.close_session)
 
     # ----------------------------------------------------------------- layout
 
@@ -181,7 +189,9 @@ class GputopApp(ReplayControls, App[int]):
         if self.session.gpu is None and self.session.mode == "live":
             table.sort_by("cpu")  # no GPU memory to sort by: the busiest processes first
         self._mounted_ok = True
-        self._exit_on_signals()
+        if not self.is_headless:
+            self._tty_fds = terminal_fds()
+            self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
         if self.refresh_every > ADVISOR_TAB_EVERY_S:
             # The advisor publishes once a second: its tab follows it, so what it says (a job's
@@ -196,16 +206,48 @@ class GputopApp(ReplayControls, App[int]):
     def _exit_on_signals(self) -> None:
         """SIGTERM (a job scheduler, `kill`) and SIGHUP (the SSH session dropped) end the app
         like `q`: the caller then stops collection and closes the recording, so it is left as
-        one complete file, not a database with its write-ahead log beside it."""
+        one complete file, not a database with its write-ahead log beside it. Plain handlers, not
+        the event loop's: SIGHUP's must run before the SIGCONT a hang-up brings (``terminal``),
+        and an exit must be asked for even when the event loop is stuck (the watchdog ends it)."""
         import asyncio
         import signal
 
+        loop = asyncio.get_running_loop()
+
+        def handler(signum: int, _frame: object) -> None:
+            if signum == getattr(signal, "SIGHUP", None):
+                forget_terminal()  # gone: nothing may be drawn on it again
+            self._request_exit(128 + signum, loop)
+
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass  # not the main thread: nothing to install
+
+    def _request_exit(self, code: int, loop) -> None:
+        """End the app with ``code`` as `q` does, and make sure the process ends even if the
+        UI's shutdown cannot finish (``ExitWatchdog``)."""
+        self.watchdog.arm(code)
         try:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                loop.add_signal_handler(sig, lambda sig=sig: self.exit(return_code=128 + sig))
-        except (RuntimeError, NotImplementedError, ValueError):
-            pass  # not the main thread (tests drive the app elsewhere): nothing to install
+            loop.call_soon_threadsafe(lambda: self.exit(return_code=code))
+        except RuntimeError:
+            pass  # the loop is closed: the app has ended already, its caller is closing the session
+
+    def _check_terminal(self) -> bool:
+        """Whether the terminal is still there; when it is gone (EIO, no SIGHUP: a process that
+        ignored it), the app ends as on SIGHUP."""
+        if not self._tty_fds or not terminal_gone(self._tty_fds):
+            return True
+        import asyncio
+        import signal
+
+        self._tty_fds = []
+        forget_terminal()
+        self._request_exit(128 + int(getattr(signal, "SIGHUP", 1)), asyncio.get_running_loop())
+        return False
 
     def on_resize(self) -> None:
         # The new size is applied to the widgets after this event: lay out again after that.
@@ -235,7 +277,7 @@ class GputopApp(ReplayControls, App[int]):
     # ----------------------------------------------------------------- refresh
 
     def tick(self, force: bool = False) -> None:
-        if not self._mounted_ok:
+        if not self._mounted_ok or not self._check_terminal():
             return
         self._update_header()
         self._update_verdict()
@@ -519,11 +561,35 @@ def run_app(session: Session) -> int:
     try:
         app.run()
     finally:
-        recorder = session.recorder  # recording when the user quit: closed by stop()
-        session.stop()
-        if recorder is not None:
-            # Said once the terminal is back: where the file is (the notice at its start is gone).
-            error = recorder.error
+        app.close_session()
+        app.watchdog.done()
+    return app.return_code or 0
+
+
+def _once(fn):
+    """``fn`` run by the first caller only; later callers wait for it to finish."""
+    lock = threading.Lock()
+    done: list[bool] = []
+
+    def run() -> None:
+        with lock:
+            if not done:
+                done.append(True)
+                fn()
+
+    return run
+
+
+def close_session(session: Session) -> None:
+    """Stop collection and close the recording; then say where the file is, on a terminal that
+    may be gone."""
+    recorder = session.recorder  # recording when the user quit: closed by stop()
+    session.stop()
+    if recorder is not None:
+        # Said once the terminal is back: where the file is (the notice at its start is gone).
+        error = recorder.error
+        try:
             print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
                   file=sys.stderr, flush=True)
-    return app.return_code or 0
+        except OSError:
+            pass  # the terminal hung up: the file is closed all the same
