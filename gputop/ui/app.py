@@ -18,6 +18,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
@@ -49,6 +50,7 @@ TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks")
 RANKS_TAB = ("ranks", "Ranks")
 PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane", "ranks": "#ranks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
+FILTER_LINES = 3  # the filter box's height (#filter in gputop.tcss)
 # The status line shows the newest event, but an error of the last minute wins over later
 # routine events (looked for among the newest few).
 # How often the Advisor tab (when shown) looks for the advisor's next verdict, when the display's
@@ -143,7 +145,9 @@ class GputopApp(ReplayControls, App[int]):
         self.chart_window = DEFAULT_CHART_WINDOW
         self.panel_mode = FULL
         self._seen_version = -1
-        self._last_event: Event | None = None
+        # The newest event notified, by what it says (ts, source, message): a replay's seek reads
+        # the same events back as new objects, and they must not be notified again.
+        self._notified: tuple[float, str, str] | None = None
         self.active_tab = "processes"
         self._frozen: StoreSnapshot | None = None
         self._filter_visible = False
@@ -279,6 +283,12 @@ class GputopApp(ReplayControls, App[int]):
     def tick(self, force: bool = False) -> None:
         if not self._mounted_ok or not self._check_terminal():
             return
+        try:
+            self._redraw(force)
+        except NoMatches:
+            pass  # a timer (or a call after a refresh) that fired while the app exits: its screen is going
+
+    def _redraw(self, force: bool) -> None:
         self._update_header()
         self._update_verdict()
         if self.paused and not force:
@@ -319,7 +329,19 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_gpus(self) -> None:
         self.panel_mode = self.query_one(GpuPanels).show(self.view, self.chart_window, self.size.height or 24,
-                                                         self.session.target_pid, self.store)
+                                                         self.session.target_pid, self.store, self._chrome())
+
+    def _chrome(self) -> int:
+        """The lines every part of the screen but the GPU panels and the tab's pane takes now."""
+        height = self.size.height or 24
+        lines = 1 + (HOST_LINES if height >= 30 else 2) + 1 + 1 + 1  # header, host, tabs, status, footer
+        if self.session.mode == "replay":
+            lines += ReplayTimeline.HEIGHT
+        if self.session.target_pid is not None:
+            lines += 1  # the verdict line
+        if self._filter_visible and self.active_tab == "processes":
+            lines += FILTER_LINES
+        return lines
 
     def _update_processes(self) -> None:
         self.query_one(ProcessTable).show(self.view, self.session.target_pid)
@@ -363,11 +385,13 @@ class GputopApp(ReplayControls, App[int]):
         # Every new warning or error gets a notification (several can arrive in one tick: why an
         # attach failed and that NVML is missing, at start); the status line keeps a recent error
         # in sight over later routine events, so the reason something is missing stays visible.
-        seen = next((i for i in range(len(events) - 1, -1, -1) if events[i] is self._last_event), -1)
-        for new in events[seen + 1:][-3:]:
+        last = self._notified
+        fresh = [e for e in events if last is None or _event_key(e) > last]
+        for new in fresh[-3:]:
             if new.level in ("warning", "error"):
                 self.notify(new.message, severity="error" if new.level == "error" else "warning", timeout=6)
-        self._last_event = events[-1]
+        if fresh:
+            self._notified = _event_key(fresh[-1])
         now = self.store.now
         errors = [e for e in events if e.level == "error" and now - e.ts <= STATUS_ERROR_KEEP_S]
         ev = errors[-1] if errors else events[-1]
@@ -564,6 +588,10 @@ def run_app(session: Session) -> int:
         app.close_session()
         app.watchdog.done()
     return app.return_code or 0
+
+
+def _event_key(e: Event) -> tuple[float, str, str]:
+    return (e.ts, e.source, e.message)
 
 
 def _once(fn):

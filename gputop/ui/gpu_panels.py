@@ -15,9 +15,15 @@ from .lines_view import LinesView
 
 # Rows the process table keeps for itself before GPU panels shrink to fit (its title and rows).
 MIN_TABLE_ROWS = 6
-# ...and with no GPU process to list: a title and the line saying so; the charts get the rest.
-EMPTY_TABLE_ROWS = 2
+# ...and with no GPU process to list: the pane's least height (``.pane``'s min-height in
+# gputop.tcss; the charts get the rest).
+EMPTY_TABLE_ROWS = 3
 HOST_LINES = 3
+# The lines the screen's other parts were budgeted by default: header, host, status, footer, and
+# three for the tabs (two of them spare). A screen whose other parts take more (a replay's
+# three-line timeline, an attached job's verdict line) passes what they take (``chrome``): the
+# panels then leave the table its rows instead of pushing the status line off the screen.
+DEFAULT_CHROME = 1 + HOST_LINES + 1 + 1 + 3
 
 # The panels' share of the screen at most (of the screen less the footer docked at its bottom):
 # with processes to list, the rest is the table's; without, the charts may take most of it.
@@ -29,12 +35,14 @@ MAX_CHART_ROWS = 12
 MIN_FULL_ROWS = 3
 
 
-def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool = True) -> tuple[str, int]:
+def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool = True,
+                  chrome: int = DEFAULT_CHROME) -> tuple[str, int]:
     """The largest panel size at which ``n_gpus`` panels leave the process table its rows, and
     how many chart rows each full or charts panel draws: full panels with at least three rows,
     else charts panels with at least two, else panels without charts. ``attached``: a line more
-    per panel (the idle causes' legend); ``procs``: whether the table has processes to list."""
-    avail = panel_room(height, procs)
+    per panel (the idle causes' legend); ``procs``: whether the table has processes to list;
+    ``chrome``: the lines the rest of the screen takes (``DEFAULT_CHROME``)."""
+    avail = panel_room(height, procs, chrome)
     per_gpu = avail // max(1, n_gpus)
     legend = 2 if attached else 1
     for mode, least in ((FULL, MIN_FULL_ROWS), (CHARTS, 2)):
@@ -47,18 +55,20 @@ def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool 
     return COMPACT, 0
 
 
-def panel_room(height: int, procs: bool = True) -> int:
-    """Lines the GPU panels may take at ``height``: the process table keeps its rows."""
+def panel_room(height: int, procs: bool = True, chrome: int = DEFAULT_CHROME) -> int:
+    """Lines the GPU panels may take at ``height``: the rest of the screen takes ``chrome`` lines
+    (never counted as fewer than the default budget) and the process table keeps its rows."""
     table = MIN_TABLE_ROWS if procs else EMPTY_TABLE_ROWS
-    avail = height - 1 - HOST_LINES - 1 - 1 - 3 - table  # header, host, status, footer, tabs
+    avail = height - max(chrome, DEFAULT_CHROME) - table
     return max(1, min(avail, int((height - 1) * (MAX_SHARE if procs else MAX_SHARE_NO_PROCS))))
 
 
-def shown_gpus(indices: list[int], mode: str, height: int, procs: bool = True) -> tuple[list[int], list[int]]:
+def shown_gpus(indices: list[int], mode: str, height: int, procs: bool = True,
+               chrome: int = DEFAULT_CHROME) -> tuple[list[int], list[int]]:
     """(the GPUs that get a panel, the ones that do not): when even one line each does not fit,
     the first ones fit and one line stands for the rest (``present.hidden_gpus_line``) instead of
     leaving them below the fold with no word."""
-    room = panel_room(height, procs)
+    room = panel_room(height, procs, chrome)
     if mode != COMPACT or len(indices) <= room:
         return indices, []
     keep = max(1, room - 1)
@@ -97,17 +107,19 @@ class GpuPanels(VerticalScroll):
         self._panels: dict[int | str, LinesView] = {}
         self._share = "60%"  # #gpus' max-height in gputop.tcss
 
-    def show(self, view, chart_window: float, height: int, target: int | None = None, job=None) -> str:
+    def show(self, view, chart_window: float, height: int, target: int | None = None, job=None,
+             chrome: int = DEFAULT_CHROME) -> str:
         """``job``: the store the attached job's stacks and host samples are read from (the live
-        one even while the display is paused: ``view`` may be a snapshot without them)."""
+        one even while the display is paused: ``view`` may be a snapshot without them);
+        ``chrome``: the lines the rest of the screen takes."""
         every = view.gpu_indices()
         if not every:
             self._no_gpus(view.system)
             return FULL
         gpu_procs = view.gpu_processes()
         attached = target is not None
-        mode, charts = choose_layout(height, len(every), attached, procs=bool(gpu_procs))
-        indices, hidden = shown_gpus(every, mode, height, procs=bool(gpu_procs))
+        mode, charts = choose_layout(height, len(every), attached, procs=bool(gpu_procs), chrome=chrome)
+        indices, hidden = shown_gpus(every, mode, height, procs=bool(gpu_procs), chrome=chrome)
         want: list[int | str] = [*indices, *(["more"] if hidden else [])]
         if list(self._panels) != want:
             self._sync(want)
