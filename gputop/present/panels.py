@@ -12,7 +12,7 @@ from typing import Sequence
 from rich.text import Text
 
 from ..units import NA, SPARK, bar, bridge_gaps, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
-from ..model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
+from ..model import GpuInfo, GpuSample, HostSample, SamplingCost, SystemInfo, UtilPoint
 from ..analysis import Bucket, GpuMemory, decode_throttle, is_performance_limiting, throttle_label
 from .gpu_charts import chart_lines
 from .memory import forecast_text, forecast_texts
@@ -272,6 +272,40 @@ def hidden_gpus_line(hidden: Sequence[tuple[int, GpuSample | None]], width: int)
         t.append(hint, style="dim")
     t.truncate(max(20, width), overflow="ellipsis")
     return t
+
+
+def sampling_text(cost: SamplingCost) -> str:
+    """The status line's clause on attached stack sampling: what it costs the job, or, when far
+    fewer stacks come than were asked for, that it is held back and why first (the advisor's first
+    verdict then takes longer: the line must say so before it is cut at the screen's edge)."""
+    text = f"sampling costs the job about {cost.job_cost_pct:.2g} %"
+    why = held_back_text(cost, short=True)
+    if why is None:
+        return text
+    return (f"sampling held back to {cost.stacks_per_s:.1f} of {cost.asked_per_s:g} stacks/s ({why}), "
+            f"costing the job about {cost.job_cost_pct:.2g} %")
+
+
+def held_back_text(cost: SamplingCost, short: bool = False) -> str | None:
+    """Why sampling is held back, in words (``short``: for the status line); None when it is not."""
+    if cost.held_back is None:
+        return None
+    if cost.held_back == "host-busy":
+        load = (f"load {cost.load1:.1f} on {cost.cpus} CPU{'s' if cost.cpus != 1 else ''}"
+                if cost.load1 is not None else None)
+        if short:
+            return "host CPUs saturated" + (f": {load}" if load else "")
+        facts = ([load] if load else []) + ([f"tasks waited for a CPU {cost.cpu_pressure_pct:.0f} % of the time"]
+                                            if cost.cpu_pressure_pct is not None else [])
+        busy = f" ({', '.join(facts)})" if facts else ""
+        return (f"the host's CPUs are saturated{busy}: py-spy runs at idle priority and takes no "
+                "blocking dump, so the job keeps its CPU")
+    if cost.held_back == "cpu-budget":
+        if short:
+            return "py-spy is costly here"
+        return (f"py-spy costs more CPU per stack here than the {cost.sampler_cpu_pct:.1f} % of a core "
+                "gputop allows itself")
+    return "py-spy keeps failing" if short else "py-spy keeps failing on the job"
 
 
 def gpu_panel(

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Input, Static
 from .. import __version__
 from ..errors import UserError
 from ..model import Event
-from ..present import FULL, header_text, host_panel_lines, verdict_line
+from ..present import FULL, header_text, host_panel_lines, sampling_text, verdict_line
 from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
 from .advisor_pane import STYLES as ADVICE_STYLES
@@ -378,7 +378,8 @@ class GputopApp(ReplayControls, App[int]):
         state = self.session.target_state if self.session.mode != "replay" else None
         # Nothing is sampled from a job that has exited, and nothing is cost.
         cost = state.running_cost if state is not None else None
-        cost_text = f" · sampling costs the job about {cost.job_cost_pct:.2g} %" if cost is not None else ""
+        # Said whole, held back or not: why the advisor's first verdict is slow to come.
+        cost_text = f" · {sampling_text(cost)}" if cost is not None else ""
         if not events:
             status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
             return
