@@ -44,9 +44,9 @@ from collections import deque
 from typing import Callable
 
 from ..model import Event, ProcSample, SamplingCost, TargetState, TargetStatus
-from .host_cpu import HostCpu, read_host_cpu
 from ..redact import perf_env, redact_cmdline
 from ..units import fmt_clock
+from .host_cpu import HostCpu, read_host_cpu
 
 # The sampler's parts, each in its own module; their public names are re-exported here, the face
 # callers import py-spy sampling from.
