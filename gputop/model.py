@@ -380,6 +380,15 @@ class SamplingCost:
     job_cost_pct: float  # the estimate shown: pause plus the sampler's share of the cores
     blocking: int = 0  # blocking dumps in the window
     dumps: int = 0  # all dumps in the window, workers included
+    asked_per_s: float | None = None  # the main-thread stacks per second asked for (--sample-rate)
+    # Set when far fewer stacks came than asked, to why: "host-busy" (the host's CPUs are saturated:
+    # py-spy runs at idle priority and takes no blocking dump), "cpu-budget" (py-spy costs more
+    # CPU per stack here than the budget allows at the asked rate), "faults" (py-spy failing).
+    held_back: str | None = None
+    load1: float | None = None  # the host's 1-minute load when measured
+    cpus: int | None = None  # the CPUs gputop may run on
+    cpu_pressure_pct: float | None = None  # % of the last 10 s a runnable task waited for a CPU
+    job_cpu_pct: float | None = None  # % of a core the target's main process used over the window
 
 
 class TargetStatus(str, Enum):

@@ -21,6 +21,7 @@ pytest.importorskip("psutil")
 from gputop.analysis.classify import classify, is_library  # noqa: E402
 from gputop.model import Category, Event, SamplingCost, StackSample  # noqa: E402
 from gputop.sources import stacks as stacks_mod  # noqa: E402
+from gputop.sources.host_cpu import HostCpu  # noqa: E402
 from gputop.sources.stacks import PySpySource, job_cost_pct, thread_on_cpu  # noqa: E402
 
 QUEUE_WAIT = [
@@ -47,10 +48,12 @@ class FakePySpy:
     def __init__(self, dumps, cpu_s: float = 0.004, wall_s: float = 0.01) -> None:
         self.dumps = dumps
         self.calls: list[bool] = []  # nonblocking flag per call
+        self.nice: list[int] = []  # how far below gputop's priority py-spy ran, per call
         self.cpu_s, self.wall_s = cpu_s, wall_s
 
-    def __call__(self, pid, pyspy=None, nonblocking=False, meter=None):
+    def __call__(self, pid, pyspy=None, nonblocking=False, meter=None, nice=0):
         self.calls.append(nonblocking)
+        self.nice.append(nice)
         if meter is not None:
             meter(self.wall_s, self.cpu_s)
         d = self.dumps(len(self.calls) - 1, nonblocking)
@@ -64,6 +67,9 @@ def me():
 
 def source(monkeypatch, fake, pid, **kw) -> PySpySource:
     monkeypatch.setattr(stacks_mod, "dump_json", fake)
+    # A host with CPUs to spare unless a test says otherwise: these runs must not depend on how
+    # busy the machine running them is (tests/test_newuser4_sampler_load.py covers a busy one).
+    kw.setdefault("host_cpu", lambda: HostCpu(cpus=16, load1=0.5))
     return PySpySource(pid, classify=classify, is_library=is_library, pyspy="py-spy", **kw)
 
 
@@ -176,9 +182,11 @@ def test_advise_and_the_status_line_say_what_sampling_costs():
     assert text.startswith("sampling costs the job about 0.11 %") and "1.5 % of a core" in text
     import inspect
 
+    from gputop.present import sampling_text
     from gputop.ui import app
 
-    assert "sampling costs the job about" in inspect.getsource(app.GputopApp._update_status)
+    assert sampling_text(c) == "sampling costs the job about 0.11 %"
+    assert "sampling_text(cost)" in inspect.getsource(app.GputopApp._update_status)
 
 
 def test_sample_rate_option_reaches_the_sampler(monkeypatch):

@@ -30,7 +30,7 @@ def test_nothing_attached_has_no_state_and_an_unsampleable_target_says_why():
 
 
 def test_the_samplers_state_follows_its_target(monkeypatch):
-    def refuse(pid, pyspy, nonblocking, meter):
+    def refuse(pid, pyspy, nonblocking, meter, nice=0):
         raise AttachError(f"PID {pid} is not a Python process", "not-python")
 
     monkeypatch.setattr("gputop.sources.stacks.dump_json", refuse)

@@ -128,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
                 "sampler_cpu_pct": round(cost.sampler_cpu_pct, 2),
                 "target_paused_pct": round(cost.pause_pct, 3),
                 "stacks_per_s": round(cost.stacks_per_s, 2),
+                "asked_per_s": cost.asked_per_s,
+                "held_back": cost.held_back,
+                "load1": cost.load1,
+                "cpus": cost.cpus,
+                "cpu_pressure_pct": cost.cpu_pressure_pct,
+                "job_cpu_pct": None if cost.job_cpu_pct is None else round(cost.job_cpu_pct, 2),
                 "window_s": cost.window_s,
             },
         }
@@ -158,10 +164,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sampling_cost_text(cost) -> str:
-    """One line on a gputop.model.SamplingCost."""
-    return (f"sampling costs the job about {cost.job_cost_pct:.2g} % ({cost.stacks_per_s:.1f} stacks/s; "
-            f"gputop's sampler {cost.sampler_cpu_pct:.1f} % of a core, the job stopped "
+    """One line on a gputop.model.SamplingCost: what it costs the job, and that it is held back
+    and why, when far fewer stacks came than asked for."""
+    from ..present import held_back_text
+
+    # Beside the job's own CPU: on a saturated host the job gets a fraction of a core, and the
+    # sampler's share of what it gets is what the user weighs.
+    versus = (f" ({cost.sampler_cpu_pct / cost.job_cpu_pct * 100:.0f} % of the CPU the job itself used)"
+              if cost.job_cpu_pct and cost.job_cpu_pct >= 1.0 else "")
+    text = (f"sampling costs the job about {cost.job_cost_pct:.2g} % ({cost.stacks_per_s:.1f} stacks/s; "
+            f"gputop's sampler {cost.sampler_cpu_pct:.1f} % of a core{versus}, the job stopped "
             f"{cost.pause_pct:.2f} % of the time)")
+    why = held_back_text(cost)
+    if why is not None:
+        text += f"; held back to {cost.stacks_per_s:.1f} of {cost.asked_per_s:g} stacks/s asked: {why}"
+    return text
 
 
 def _target_exited(session, start: float) -> str | None:

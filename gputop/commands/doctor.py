@@ -8,7 +8,6 @@ import os
 import platform
 import sys
 import warnings
-from pathlib import Path
 
 from .. import __version__
 
@@ -46,19 +45,16 @@ def python_checks() -> list[Check]:
 
 
 def ptrace_checks() -> list[Check]:
-    from ..sources import find_pyspy
+    """py-spy, and what governs attaching here: always a line, Yama or not (without Yama the
+    kernel's plain rule applies: the same user, or CAP_SYS_PTRACE; and a container's seccomp)."""
+    from ..sources import attach_policy, find_pyspy, ptrace_facts
 
     out: list[Check] = []
     pyspy = find_pyspy()
     out.append(("py-spy binary", pyspy is not None, pyspy or "not found: pip install py-spy"))
-    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
-    if scope_file.exists():
-        scope = scope_file.read_text().strip()
-        ok = scope == "0" or os.geteuid() == 0
-        detail = f"kernel.yama.ptrace_scope={scope}"
-        if not ok:
-            detail += " (attaching to another user's or a non-child process needs root, or: sudo sysctl kernel.yama.ptrace_scope=0)"
-        out.append(("ptrace", ok, detail))
+    facts = ptrace_facts(os.getpid())  # the Yama scope and this process's capabilities
+    ok, detail = attach_policy(facts.ptrace_scope, facts.cap_sys_ptrace, facts.euid)
+    out.append(("ptrace", ok, detail))
     return out
 
 

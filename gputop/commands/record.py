@@ -2,8 +2,10 @@
 
 For tmux, nohup or a job script: the same sources, store and advisor as the live UI, every
 sample written to one file, one status line (rewritten in place on a terminal; a start and an
-end line otherwise). Stops cleanly on SIGINT, SIGTERM, SIGHUP, at the end of ``--duration``,
-or within a poll of the ``--pid`` target's exit; the file is complete and closed on each of them.
+end line otherwise). Stops cleanly on SIGINT, SIGTERM, SIGHUP (unless ignored, as under nohup),
+at the end of ``--duration``, or within a poll of the ``--pid`` target's exit; the file is
+complete and closed on each of them, also for a signal that came while gputop was still
+starting (see ``startup_signals``).
 ``gputop record --list [DIR]`` lists the recordings in a directory.
 """
 
@@ -58,21 +60,16 @@ def run(args: argparse.Namespace) -> int:
         return list_recordings(Path(args.list))
     if not args.output:
         raise UserError("record needs an output file: gputop record -o run.gputop")
-    from ..session import Config, open_live
-
-    path = Path(args.output)
-    _check_output(path, args.force, args.append)
-    session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
-                               advisor=not args.no_advisor, sample_rate=args.sample_rate))
-    session.require_stacks()
-    try:
-        recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
-    except UserError:
-        session.stop()
-        raise
+    # First: a SIGTERM or SIGHUP from here on (or held since gputop started loading) stops the
+    # recording cleanly, however early it comes: the file is still written, with what there is.
     stop = threading.Event()
     why: list[str] = []
     restore = _install_signals(stop, why)
+    try:
+        session, recorder, path = _open(args)
+    except BaseException:
+        restore()
+        raise
     status = _Status(path, recorder, args.duration, target=args.pid)
     started = time.monotonic()
     # The recording covers up to this instant (session clock): the end of --duration, or the last
@@ -97,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
             if args.duration is not None and elapsed >= args.duration:
                 why.append("duration reached")
                 until = session.clock() - (elapsed - args.duration)
+                # The file lasts what was asked: the last poll's utilisation points up to the
+                # end are kept, its samples taken after it are not.
+                recorder.end_at(until)
                 break
             if args.pid is not None:
                 if not _alive(args.pid):
@@ -116,6 +116,24 @@ def run(args: argparse.Namespace) -> int:
     if recorder.error:
         raise UserError(recorder.error, exit_code=1)
     return 0
+
+
+def _open(args: argparse.Namespace):
+    """The live session and its recorder, the file created (mode 0600, never over an existing
+    file without --force or --append)."""
+    from ..session import Config, open_live
+
+    path = Path(args.output)
+    _check_output(path, args.force, args.append)
+    session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
+                               advisor=not args.no_advisor, sample_rate=args.sample_rate))
+    session.require_stacks()
+    try:
+        recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
+    except UserError:
+        session.stop()
+        raise
+    return session, recorder, path
 
 
 def _check_output(path: Path, force: bool, append: bool) -> None:
@@ -145,8 +163,13 @@ def _alive(pid: int) -> bool:
 
 
 def _install_signals(stop: threading.Event, why: list[str]):
+    """SIGINT, SIGTERM and SIGHUP set ``stop`` (with why); the ones that came while gputop was
+    starting are acted on now. SIGHUP stays ignored where it was (nohup: recording goes on when
+    the SSH session drops). Returns what puts the old handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    from . import startup_signals
+
     names = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
     if hasattr(signal, "SIGHUP"):
         names[signal.SIGHUP] = "hung up"
@@ -158,9 +181,16 @@ def _install_signals(stop: threading.Event, why: list[str]):
 
     for sig in names:
         try:
-            old[sig] = signal.signal(sig, handler)
+            prev = signal.getsignal(sig)
+            if prev is signal.SIG_IGN and sig != signal.SIGINT:
+                continue
+            # Held since start-up: once recording ends, the signal does what it does by default.
+            old[sig] = signal.SIG_DFL if prev is None or startup_signals.holding(prev) else prev
+            if sig not in startup_signals.HELD:
+                signal.signal(sig, handler)
         except (ValueError, OSError):
             pass
+    startup_signals.take(handler)
 
     def restore() -> None:
         for sig, h in old.items():

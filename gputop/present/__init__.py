@@ -30,7 +30,8 @@ from .idle_causes import column_causes
 # ``plain`` alone would be ambiguous: stacks has a plain of its own (trailing spaces stripped).
 from .job import header_lines, job_lines, jobs_lines, plain as job_plain, rank_lines, verdict_lines
 from .panels import (
-    CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, host_panel_lines,
+    CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, held_back_text,
+    hidden_gpus_line, host_panel_lines, index_width, sampling_text,
 )
 from .process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from .ranks import ranks_pane_lines, ranks_waiting_lines
@@ -40,8 +41,8 @@ __all__ = [
     "BUCKET_CHAR", "CHARTS", "COLUMNS", "COMPACT", "DESCENDING_BY_DEFAULT", "FULL", "History", "Line", "MEDIUM",
     "PANEL_LINES", "ProcRow", "SORT_KEYS", "advice_pane_lines", "attachable", "bar_text", "breakdown_dict",
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
-    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text",
-    "host_panel_lines", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
-    "ranks_waiting_lines", "report_dict", "split_width", "stacks_pane_lines", "stacks_waiting_lines",
+    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text",
+    "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
+    "ranks_waiting_lines", "report_dict", "sampling_text", "split_width", "stacks_pane_lines", "stacks_waiting_lines",
     "verdict_line", "verdict_lines",
 ]

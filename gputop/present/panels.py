@@ -12,7 +12,7 @@ from typing import Sequence
 from rich.text import Text
 
 from ..units import NA, SPARK, bar, bridge_gaps, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
-from ..model import GpuInfo, GpuSample, HostSample, SystemInfo, UtilPoint
+from ..model import GpuInfo, GpuSample, HostSample, SamplingCost, SystemInfo, UtilPoint
 from ..analysis import Bucket, GpuMemory, decode_throttle, is_performance_limiting, throttle_label
 from .gpu_charts import chart_lines
 from .memory import forecast_text, forecast_texts
@@ -33,6 +33,11 @@ PANEL_LINES = {FULL: 3, CHARTS: 1, MEDIUM: 3, COMPACT: 1}
 # The narrowest the utilisation and memory bars of line 1 become to make room for a memory
 # forecast: below this a bar no longer reads as a level.
 BAR_MIN = 6
+# The widths line 1's figures are padded to, so that the panels' columns line up: memory used
+# ("512.0M", "61.0G"), temperature ("61°C"), power ("432W"; "1000W" is one wider).
+MEM_W = 6
+TEMP_W = 4
+POWER_W = 4
 
 
 def level_style(fraction: float | None, warn: float = 0.75, crit: float = 0.92) -> str:
@@ -106,11 +111,13 @@ def gpu_panel_lines(
     mode: str = FULL,
     charts: int = 3,
     memory: GpuMemory | None = None,
+    index_w: int = 1,
 ) -> list[Text]:
     """One GPU in ``width`` columns: a line (compact), three (medium), or full (three lines) and
     charts (one line) panels with ``charts`` rows of history charts and their legend under them.
     ``memory``: the attached job's memory on this GPU (its growth and forecast), said beside the
-    memory figure when it grows steadily."""
+    memory figure when it grows steadily. ``index_w``: the digits of the largest GPU index shown
+    (``index_width``), so that every panel's columns line up whatever its own index."""
     width = max(20, width)
     idx = s.index if s is not None else (info.index if info else 0)
     name = info.name if info else "GPU"
@@ -130,7 +137,8 @@ def gpu_panel_lines(
     # rest. Compact lines also need room for tensor activity and throttle words.
     compact = mode in (COMPACT, CHARTS)
     name_w = 14 if width >= 100 else 9
-    label_w = name_w + 5
+    index_w = max(1, index_w, len(str(idx)))
+    label_w = name_w + index_w + 4  # "[" index "] " name, and a space however long the name
     fixed = 46 + label_w + (22 if compact else 0)
     # A memory forecast takes its room from the bars (down to BAR_MIN each) before it is cut short.
     cap = 10 if compact else 24
@@ -138,24 +146,27 @@ def gpu_panel_lines(
     bar_w = max(3, min(cap, (width - fixed - (len(note) + 1 if note else 0)) // 2))
 
     # Line 1: identity, utilisation, memory, temperature, power.
-    label = f"[{idx}] " + truncate(short_gpu_name(name), name_w)
+    # Every figure is padded to its usual width: one GPU's 512.0M beside another's 61.0G, or a
+    # two-digit index, must not shift the columns after it (64 GPUs at 80 columns read as a table).
+    label = f"[{idx:>{index_w}}] " + truncate(short_gpu_name(name), name_w)
     t.append(label.ljust(label_w), style="bold")
     _metric(t, "UTIL ", "")
     t.append(bar((s.util_gpu or 0) / 100 if s.util_gpu is not None else None, bar_w), style=util_style(s.util_gpu))
     t.append(f" {fmt_pct(s.util_gpu, 4)}", style=util_style(s.util_gpu))
     _metric(t, "  MEM ", "")
     t.append(bar(mem_frac, bar_w), style=level_style(mem_frac))
-    t.append(f" {fmt_bytes(s.mem_used)}/{fmt_bytes(s.mem_total)}")
+    t.append(f" {fmt_bytes(s.mem_used).rjust(MEM_W)}/{fmt_bytes(s.mem_total)}")
     mem_end = len(t)  # the forecast goes here, once the line's other figures are known
     temp_style = "bold red" if (s.temperature_c or 0) >= 85 else ("yellow" if (s.temperature_c or 0) >= 78 else "")
-    _metric(t, "  ", f"{s.temperature_c:.0f}°C" if s.temperature_c is not None else f"{NA}°C", temp_style)
-    power = f"{s.power_w:.0f}W" if s.power_w is not None else NA
+    temp = f"{s.temperature_c:.0f}°C" if s.temperature_c is not None else f"{NA}°C"
+    _metric(t, "  ", temp.rjust(TEMP_W), temp_style)
+    power = (f"{s.power_w:.0f}W" if s.power_w is not None else NA).rjust(POWER_W)
     if s.power_limit_w and not compact:
         power += f"/{s.power_limit_w:.0f}W"
     _metric(t, "  ", power, level_style(power_frac, 0.9, 0.98))
     if compact:
         if s.tensor_active is not None:
-            _metric(t, "  TC ", fmt_pct(s.tensor_active), "cyan")
+            _metric(t, "  TC ", fmt_pct(s.tensor_active, 3), "cyan")
         if s.throttle_reasons and is_performance_limiting(s.throttle_reasons):
             t.append("  ⚠" + throttle_label(s.throttle_reasons), style="yellow")
         t = lines[0] = _with_forecast(t, mem_end, memory, width)
@@ -221,6 +232,80 @@ def gpu_panel_lines(
     # Then the history charts and their legend.
     lines.extend(chart_lines(history, s, width, max(1, charts), history.attached))
     return _fit(lines, width)
+
+
+def index_width(indices: Sequence[int]) -> int:
+    """The digits of the largest GPU index: every panel's label is that wide (``gpu_panel_lines``)."""
+    return len(str(max(indices, default=0)))
+
+
+def hidden_gpus_line(hidden: Sequence[tuple[int, GpuSample | None]], width: int) -> Text:
+    """The line that stands for the GPUs with no room on screen: how many, which, and what they
+    do (the idle ones named, the errors counted), so none is hidden without a word."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    if not hidden:
+        return t
+    idx = [i for i, _ in hidden]
+    which = f"GPU {idx[0]}" if len(idx) == 1 else (
+        f"GPUs {idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else f"GPUs {', '.join(map(str, idx))}")
+    t.append(f"+{len(idx)} more ", style="bold")
+    t.append(f"({which}): ", style="dim")
+    failed = [i for i, s in hidden if s is not None and s.error]
+    idle = [i for i, s in hidden if s is not None and not s.error and s.util_gpu is not None
+            and s.util_gpu < IDLE_UTIL_PCT]
+    waiting = sum(1 for _, s in hidden if s is None)
+    busy = len(hidden) - len(failed) - len(idle) - waiting
+    parts = [(f"{busy} busy", "green")] if busy else []
+    if idle:
+        names = ", ".join(map(str, idle[:4])) + (", …" if len(idle) > 4 else "")
+        parts.append((f"{len(idle)} idle ({names})", "bold red"))
+    if failed:
+        parts.append((f"{len(failed)} failing", "bold red"))
+    if waiting:
+        parts.append((f"{waiting} not polled yet", "dim"))
+    for k, (text, style) in enumerate(parts):
+        if k:
+            t.append(", ", style="dim")
+        t.append(text, style=style)
+    hint = "; a taller terminal shows them"
+    if t.cell_len + len(hint) <= width:
+        t.append(hint, style="dim")
+    t.truncate(max(20, width), overflow="ellipsis")
+    return t
+
+
+def sampling_text(cost: SamplingCost) -> str:
+    """The status line's clause on attached stack sampling: what it costs the job, or, when far
+    fewer stacks come than were asked for, that it is held back and why first (the advisor's first
+    verdict then takes longer: the line must say so before it is cut at the screen's edge)."""
+    text = f"sampling costs the job about {cost.job_cost_pct:.2g} %"
+    why = held_back_text(cost, short=True)
+    if why is None:
+        return text
+    return (f"sampling held back to {cost.stacks_per_s:.1f} of {cost.asked_per_s:g} stacks/s ({why}), "
+            f"costing the job about {cost.job_cost_pct:.2g} %")
+
+
+def held_back_text(cost: SamplingCost, short: bool = False) -> str | None:
+    """Why sampling is held back, in words (``short``: for the status line); None when it is not."""
+    if cost.held_back is None:
+        return None
+    if cost.held_back == "host-busy":
+        load = (f"load {cost.load1:.1f} on {cost.cpus} CPU{'s' if cost.cpus != 1 else ''}"
+                if cost.load1 is not None else None)
+        if short:
+            return "host CPUs saturated" + (f": {load}" if load else "")
+        facts = ([load] if load else []) + ([f"tasks waited for a CPU {cost.cpu_pressure_pct:.0f} % of the time"]
+                                            if cost.cpu_pressure_pct is not None else [])
+        busy = f" ({', '.join(facts)})" if facts else ""
+        return (f"the host's CPUs are saturated{busy}: py-spy runs at idle priority and takes no "
+                "blocking dump, so the job keeps its CPU")
+    if cost.held_back == "cpu-budget":
+        if short:
+            return "py-spy is costly here"
+        return (f"py-spy costs more CPU per stack here than the {cost.sampler_cpu_pct:.1f} % of a core "
+                "gputop allows itself")
+    return "py-spy keeps failing" if short else "py-spy keeps failing on the job"
 
 
 def gpu_panel(

@@ -25,6 +25,7 @@ from ..units import fmt_time
 from . import codec
 from .opening import fold_wal, open_recording
 from .overview import OverviewBuilder, OverviewRow
+from .salvage import SalvagedSeries, readable_keys
 from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
@@ -70,6 +71,8 @@ class Reader:
         self._overview: list[OverviewRow] | None = None
         self._strings: dict[int, str] | None = None
         self._cache: OrderedDict[tuple, list[tuple]] = OrderedDict()
+        # Series read block by block from their readable keys (a damaged file), by name.
+        self._salvaged: dict[str, SalvagedSeries] = {}
         try:
             self.meta = dict(self._rows("SELECT key, value FROM meta"))
             self.sessions = [
@@ -153,10 +156,16 @@ class Reader:
         out: list[tuple] = []
         lo = _ms(t0 - MAX_BLOCK_SPAN_S)
         hi = _ms(t1)
-        blocks = self._rows(
-            f"SELECT ts_ms, n FROM {spec.table} WHERE ts_ms > ? AND ts_ms <= ? AND t1 > ? ORDER BY ts_ms",
-            (lo, hi, t0),
-        )
+        salvaged = self._salvaged.get(series)
+        if salvaged is not None:
+            # A damaged series is read through the blocks found readable, as its span and its
+            # count were: a range query would stop at the first missing page.
+            blocks = salvaged.between(lo, hi)
+        else:
+            blocks = self._rows(
+                f"SELECT ts_ms, n FROM {spec.table} WHERE ts_ms > ? AND ts_ms <= ? AND t1 > ? ORDER BY ts_ms",
+                (lo, hi, t0),
+            )
         for key, n in blocks:
             rows = self._block(spec.table, spec.layout, key, n)
             if not rows:
@@ -191,39 +200,38 @@ class Reader:
         return rows
 
     def _series_span(self, series: str) -> tuple[float | None, float | None, bool]:
-        """(first, last) timestamp of a series, and whether its blocks' index could be read."""
+        """(first, last) timestamp of a series, and whether its blocks' index could be read whole."""
         spec = SERIES[series]
-        with self._lock:
-            try:
-                first = self.conn.execute(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms LIMIT 1").fetchone()
-                tail = self.conn.execute(f"SELECT t1 FROM {spec.table} ORDER BY ts_ms DESC LIMIT 16").fetchall()
-                ok = True
-            except sqlite3.DatabaseError:
-                first, tail, ok = None, [], False
-        start = end = None
-        if first is not None:
-            rows = self._block(spec.table, spec.layout, first[0], first[1])
-            start = rows[0][0] if rows else None
-        ends = [codec.fnum(t) for (t,) in tail if codec.fnum(t) is not None]
-        if ends:
-            end = max(ends)  # type: ignore[type-var]
-        if not ok or self.damage is not None:
-            # Damaged: the last block the index lists may sit behind an unreadable page; the
-            # data ends where a forward read stops.
-            end = self._scan_end(spec.table)
-        return start, end, ok
+        if self.damage is None and series not in self._salvaged:
+            with self._lock:
+                try:
+                    first = self.conn.execute(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms LIMIT 1").fetchone()
+                    tail = self.conn.execute(f"SELECT t1 FROM {spec.table} ORDER BY ts_ms DESC LIMIT 16").fetchall()
+                except sqlite3.DatabaseError:
+                    first = None
+                else:
+                    start = None
+                    if first is not None:
+                        rows = self._block(spec.table, spec.layout, first[0], first[1])
+                        start = rows[0][0] if rows else None
+                    ends = [codec.fnum(t) for (t,) in tail if codec.fnum(t) is not None]
+                    return start, (max(ends) if ends else None), True  # type: ignore[type-var]
+        # Damaged: what survived is what a read in time order reaches, past missing pages; every
+        # reader of this series goes by the same blocks from now on.
+        first, last = self._salvage(series).span()
+        return first, last, False
 
-    def _scan_end(self, table: str) -> float | None:
-        """Newest readable block end when the table's tail pages are gone: scan forward."""
-        last = None
-        with self._lock:
-            try:
-                for (t1, _data) in self.conn.execute(f"SELECT t1, length(data) FROM {table} ORDER BY ts_ms"):
-                    if codec.fnum(t1) is not None:
-                        last = t1 if last is None else max(last, t1)
-            except sqlite3.DatabaseError:
-                pass
-        return last
+    def _salvage(self, series: str) -> SalvagedSeries:
+        found = self._salvaged.get(series)
+        if found is None:
+            spec = SERIES[series]
+            ends = [s["ended"] or s["started"] for s in self.sessions if (s["ended"] or s["started"])]
+            until = _ms(max(ends) + MAX_BLOCK_SPAN_S) if ends else 0
+            with self._lock:
+                keys = readable_keys(self.conn, spec.table, until)
+            found = self._salvaged[series] = SalvagedSeries(
+                keys, lambda key, n: self._block(spec.table, spec.layout, key, n))
+        return found
 
     def _span(self) -> tuple[float, float]:
         firsts, ends = [], []
@@ -307,7 +315,14 @@ class Reader:
 
     def counts(self) -> dict[str, int]:
         out = {}
+        tables = {spec.table: name for name, spec in SERIES.items()}
         for t in SERIES_TABLES:
+            name = tables.get(t)
+            if name is not None and (self.damage is not None or name in self._salvaged):
+                # What a read returns, not what the index says was written: blocks whose data
+                # the damage took are not counted.
+                out[t] = self._salvage(name).count()
+                continue
             rows = self._rows(f"SELECT sum(n) FROM {t}")
             out[t] = (rows[0][0] or 0) if rows else 0
         for t in ("events", "findings", "frames", "stacks", "threads", "processes"):

@@ -119,6 +119,8 @@ class Recorder:
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
         self._polled: dict[type, float] = {}  # the newest poll of each kind queued (``settle``)
+        # Nothing stamped after this is written (``end_at``): a recording of a set length.
+        self._until: float | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="gputop-recorder", daemon=True)
         self._thread.start()
@@ -223,6 +225,15 @@ class Recorder:
                 return False
             time.sleep(0.02)
 
+    def end_at(self, until: float) -> None:
+        """Write nothing stamped after ``until`` (session clock): the recording ends there.
+
+        For a recording asked to last a set time (``record --duration``). Stopping still waits
+        for the sources' next poll (``settle``), whose utilisation points up to ``until`` are
+        kept; the poll's own samples, taken after it, are not: they would stretch the recording
+        by up to a poll interval (``--duration 1s`` at 2 s polls recorded 2 s)."""
+        self._until = until
+
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, close the file. Idempotent; a second caller waits for the first."""
         with self._lock:
@@ -289,6 +300,11 @@ class Recorder:
             self.writer.abort()
 
     def _flush(self, samples: list[object]) -> None:
+        until = self._until
+        if until is not None:
+            samples = [x for x in samples if not getattr(x, "ts", until) > until]
+            if not samples:
+                return
         if self.writer.max_bytes and self.writer.near_cap():
             self._stop_at_cap()
             return

@@ -80,6 +80,7 @@ class ReplaySource:
         self._playing = not paused
         self.at_end = False
         self._emitted: float | None = None  # position up to which samples went out
+        self._damage_said = False  # a damaged file's note went out with the first frame
         first = reader.first_poll_ts()
         self._pos = self._clamp(first if start is None else start)
         self._anchor = monotonic()
@@ -162,8 +163,12 @@ class ReplaySource:
     def _rebuild(self, target: float) -> list[object]:
         # The marker first: the store forgets what it held, then takes the state at ``target``.
         batch = [Reset(target), *self.reader.history(target, self.history)]
+        first = self._emitted is None and not self._damage_said
         self._emitted = target
-        if self.reader.damage and target >= self.end_ts - 1.0:
+        # A damaged file says so as it opens (what the cut took: a panel without samples is then
+        # explained, not "waiting"), and again where its readable data ends.
+        if self.reader.damage and (first or target >= self.end_ts - 1.0):
+            self._damage_said = True
             batch.append(Event(target, "replay", self.reader.damage, "warning"))
         return batch
 

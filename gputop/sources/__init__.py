@@ -22,7 +22,7 @@ from .prometheus_api import PrometheusError, query as prometheus_query, shown as
 from .ranks import Job, Rank, find_ranks
 from .stacks import (
     ATTACH_BURST_RATE, DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET, DEFAULT_RATE, AttachError, PySpySource,
-    StackParser, check_attachable, find_pyspy, job_cost_pct, native_dump,
+    StackParser, attach_policy, check_attachable, find_pyspy, job_cost_pct, native_dump, ptrace_facts,
 )
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "ATTACH_BURST_RATE", "DEFAULT_CPU_BUDGET", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "FAKE_PID_BASE",
     "SAMPLE_PERIOD", "AttachError", "FakeGpuSource", "HostSource", "Job", "JobIdentity", "NcclRasSource",
     "NvmlSource", "NvmlUnavailable", "ProcfsSource", "PrometheusError", "PySpySource", "Rank", "StackParser",
-    "check_attachable", "describe_environment", "environ_of", "find_pyspy", "find_ranks", "host_name",
+    "attach_policy", "check_attachable", "describe_environment", "environ_of", "find_pyspy", "find_ranks", "host_name",
     "identity_of", "job_cost_pct", "job_env", "native_dump", "prometheus_query", "prometheus_shown",
-    "read_identity",
+    "ptrace_facts", "read_identity",
 ]

@@ -23,6 +23,10 @@ from .pyspy_permissions import permission_advice
 
 # A dump takes ~10-20 ms; one that takes seconds means py-spy or the target is wedged.
 DUMP_TIMEOUT_S = 5.0
+# On a saturated host a nonblocking dump runs at the lowest CPU priority (the sampler asks for it):
+# it does not stop the job, so it can wait for a CPU no one else wants, and the job keeps its share
+# of the CPUs. (A blocking dump runs at gputop's own priority: the job is stopped until it ends.)
+NONBLOCKING_NICE = 19
 # Native unwinding measured ~0.6 s on the H100 box; allow a slow, loaded machine.
 NATIVE_TIMEOUT_S = 30.0
 
@@ -131,33 +135,51 @@ def _children_cpu() -> float:
 
 
 def _run_pyspy(pyspy: str, args: list[str], pid: int, timeout: float,
-               meter: Callable[[float, float], None] | None = None) -> str:
-    """py-spy's stdout; ``meter(wall_s, cpu_s)`` is told what the run cost."""
+               meter: Callable[[float, float], None] | None = None, nice: int = 0) -> str:
+    """py-spy's stdout; ``meter(wall_s, cpu_s)`` is told what the run cost; ``nice``: how much
+    lower than gputop's own its CPU priority is."""
     env = dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0")  # one-line errors
     with _CHILD_LOCK:
         t0, c0 = time.perf_counter(), _children_cpu()
         try:
-            res = subprocess.run(
-                [pyspy, *args, "--pid", str(pid)],
-                capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}", "pyspy-failed") from None
+            with subprocess.Popen(
+                [pyspy, *args, "--pid", str(pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=env, stdin=subprocess.DEVNULL,
+            ) as proc:
+                if nice:
+                    _lower_priority(proc.pid, nice)
+                try:
+                    out, err = proc.communicate(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.communicate()
+                    raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}",
+                                      "pyspy-failed") from None
         except OSError as exc:
             raise AttachError(f"cannot run py-spy ({pyspy}): {exc.strerror or exc}", "pyspy-missing") from None
         finally:
             if meter is not None:
                 meter(time.perf_counter() - t0, _children_cpu() - c0)
-    if res.returncode != 0:
-        raise _classify_failure(pid, res.stderr, res.returncode)
-    return res.stdout
+    if proc.returncode != 0:
+        raise _classify_failure(pid, err, proc.returncode)
+    return out
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Lower a child's CPU priority by ``nice`` (it may already have run its first millisecond:
+    the rest of its run is what counts)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    except (OSError, AttributeError):
+        pass  # gone already, or no priorities here: it runs as it is
 
 
 def dump_json(pid: int, pyspy: str | None = None, nonblocking: bool = False,
-              meter: Callable[[float, float], None] | None = None) -> list[dict]:
-    """One ``py-spy dump --json`` of ``pid``: py-spy's thread records as they come."""
+              meter: Callable[[float, float], None] | None = None, nice: int = 0) -> list[dict]:
+    """One ``py-spy dump --json`` of ``pid``: py-spy's thread records as they come. ``nice``: run
+    py-spy that much below gputop's CPU priority (only ever for a nonblocking dump)."""
     args = ["dump", "--json"] + (["--nonblocking"] if nonblocking else [])
-    out = _run_pyspy(_pyspy_or_raise(pyspy), args, pid, DUMP_TIMEOUT_S, meter)
+    out = _run_pyspy(_pyspy_or_raise(pyspy), args, pid, DUMP_TIMEOUT_S, meter, nice=nice if nonblocking else 0)
     try:
         data = json.loads(out)
     except ValueError:
@@ -192,7 +214,9 @@ def native_dump(pid: int, pyspy: str | None = None, timeout: float = NATIVE_TIME
 
 def check_attachable(pid: int, pyspy: str | None = None) -> str:
     """Raise AttachError (a UserError) with the reason and the fix unless py-spy can read
-    ``pid``'s stacks; returns the py-spy path. One dump, ~10-20 ms."""
+    ``pid``'s stacks; returns the py-spy path. One nonblocking dump, ~10-20 ms: whether the stacks
+    can be read needs no stopped job (on a loaded host a blocking one stopped it for as long as
+    py-spy waited for a CPU); a blocking one only if that read came out torn."""
     import psutil
 
     if not psutil.pid_exists(pid):
@@ -201,7 +225,12 @@ def check_attachable(pid: int, pyspy: str | None = None) -> str:
     if special is not None:
         raise special
     path = _pyspy_or_raise(pyspy)
-    dump_json(pid, path)
+    try:
+        dump_json(pid, path, nonblocking=True)
+    except AttachError as exc:
+        if exc.kind != "pyspy-failed":
+            raise
+        dump_json(pid, path)
     return path
 
 
@@ -243,5 +272,5 @@ def exit_status(pid: int) -> str | None:
     return f"code {(status >> 8) & 0xFF}"
 
 
-__all__ = ["DUMP_TIMEOUT_S", "NATIVE_TIMEOUT_S", "PYSPY_ENV", "AttachError", "check_attachable", "dump_json",
+__all__ = ["DUMP_TIMEOUT_S", "NATIVE_TIMEOUT_S", "NONBLOCKING_NICE", "PYSPY_ENV", "AttachError", "check_attachable", "dump_json",
            "exit_status", "find_pyspy", "native_dump", "thread_on_cpu"]

@@ -97,4 +97,37 @@ def permission_advice(pid: int, facts: PtraceFacts | None = None) -> str:
             "likely forbids ptrace here")
 
 
-__all__ = ["CAP_SYS_PTRACE_BIT", "YAMA_SCOPE_FILE", "PtraceFacts", "permission_advice", "ptrace_facts"]
+def attach_policy(scope: int | None, cap_sys_ptrace: bool | None, euid: int) -> tuple[bool, str]:
+    """What this process may attach to, as ``gputop doctor`` says it: (whether attaching to the
+    user's own training jobs can work, one line naming what governs it). ``scope``:
+    kernel.yama.ptrace_scope, None where the kernel has no Yama; ``cap_sys_ptrace``: in this
+    process's effective set (None: unreadable)."""
+    me = "root" if euid == 0 else _user(euid)
+    cap = ("with CAP_SYS_PTRACE" if cap_sys_ptrace else
+           "without CAP_SYS_PTRACE" if cap_sys_ptrace is False else "CAP_SYS_PTRACE unknown")
+    seccomp = ("; in a container, its seccomp profile may forbid ptrace without CAP_SYS_PTRACE "
+               "(docker run --cap-add SYS_PTRACE)")
+    if scope is None:
+        # No Yama: the kernel's plain rule (ptrace_may_access): the same user, or CAP_SYS_PTRACE.
+        if cap_sys_ptrace:
+            return True, (f"no Yama (no {YAMA_SCOPE_FILE}): gputop runs as {me} {cap}, so it may attach "
+                          "to any process here")
+        return True, (f"no Yama (no {YAMA_SCOPE_FILE}): gputop runs as {me} {cap}, so it may attach to "
+                      f"{me}'s own processes; another user's need root or CAP_SYS_PTRACE" + seccomp)
+    head = f"kernel.yama.ptrace_scope={scope}, gputop runs as {me} {cap}"
+    if scope >= 3:
+        return False, f"{head}: no process may be attached to, root included, until a reboot"
+    if cap_sys_ptrace:
+        return True, f"{head}: it may attach to any process here"
+    if scope == 2:
+        return False, (f"{head}: only CAP_SYS_PTRACE may attach: run gputop as root "
+                       "(in a container: docker run --cap-add SYS_PTRACE)")
+    if scope == 1:
+        return False, (f"{head}: it may attach only to its own children (gputop demo), not to a job "
+                       "started elsewhere: run gputop as root, or 'sudo sysctl kernel.yama.ptrace_scope=0'")
+    return True, (f"{head}: it may attach to {me}'s own processes; another user's need root or "
+                  "CAP_SYS_PTRACE" + seccomp)
+
+
+__all__ = ["CAP_SYS_PTRACE_BIT", "YAMA_SCOPE_FILE", "PtraceFacts", "attach_policy", "permission_advice",
+           "ptrace_facts"]

@@ -9,6 +9,7 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,13 +18,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from .. import __version__
 from ..errors import UserError
 from ..model import Event
-from ..present import FULL, header_text, host_panel_lines, verdict_line
+from ..present import FULL, header_text, host_panel_lines, sampling_text, verdict_line
 from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
 from .advisor_pane import STYLES as ADVICE_STYLES
@@ -37,6 +39,7 @@ from .process_table import ProcessTable
 from .ranks_pane import RanksPane
 from .stacks_pane import StacksPane
 from .tab_bar import TabBar
+from .terminal import ExitWatchdog, forget_terminal, terminal_fds, terminal_gone
 from .timeline import REPLAY_BINDINGS, ReplayControls, ReplayTimeline
 
 if TYPE_CHECKING:  # the session is assembled above the UI; the UI only uses it
@@ -47,6 +50,7 @@ TABS = (("processes", "Processes"), ("advisor", "Advisor"), ("stacks", "Stacks")
 RANKS_TAB = ("ranks", "Ranks")
 PANES = {"processes": "#procs", "advisor": "#advisor-pane", "stacks": "#stacks-pane", "ranks": "#ranks-pane"}
 CHART_WINDOWS = (30.0, 60.0, 120.0, 300.0, 900.0)  # seconds of history the charts show
+FILTER_LINES = 3  # the filter box's height (#filter in gputop.tcss)
 # The status line shows the newest event, but an error of the last minute wins over later
 # routine events (looked for among the newest few).
 # How often the Advisor tab (when shown) looks for the advisor's next verdict, when the display's
@@ -141,12 +145,20 @@ class GputopApp(ReplayControls, App[int]):
         self.chart_window = DEFAULT_CHART_WINDOW
         self.panel_mode = FULL
         self._seen_version = -1
-        self._last_event: Event | None = None
+        # The newest event notified, by what it says (ts, source, message): a replay's seek reads
+        # the same events back as new objects, and they must not be notified again.
+        self._notified: tuple[float, str, str] | None = None
         self.active_tab = "processes"
         self._frozen: StoreSnapshot | None = None
         self._filter_visible = False
         self._mounted_ok = False  # resize events can arrive before on_mount has built the table
         self._panes: dict[str, Pane] = {}  # the tabs' panes by tab, once mounted
+        self._tty_fds: list[int] = []  # the standard streams that were terminals when the app started
+        # Stops collection and closes the recording once, whoever gets there first: the caller
+        # once the app has returned, or the watchdog that finishes an exit a signal or a lost
+        # terminal asked for when Textual's shutdown cannot.
+        self.close_session = _once(lambda: close_session(session))
+        self.watchdog = ExitWatchdog(self.close_session)
 
     # ----------------------------------------------------------------- layout
 
@@ -181,7 +193,9 @@ class GputopApp(ReplayControls, App[int]):
         if self.session.gpu is None and self.session.mode == "live":
             table.sort_by("cpu")  # no GPU memory to sort by: the busiest processes first
         self._mounted_ok = True
-        self._exit_on_signals()
+        if not self.is_headless:
+            self._tty_fds = terminal_fds()
+            self._exit_on_signals()
         self.set_interval(self.refresh_every, self.tick)
         if self.refresh_every > ADVISOR_TAB_EVERY_S:
             # The advisor publishes once a second: its tab follows it, so what it says (a job's
@@ -196,16 +210,48 @@ class GputopApp(ReplayControls, App[int]):
     def _exit_on_signals(self) -> None:
         """SIGTERM (a job scheduler, `kill`) and SIGHUP (the SSH session dropped) end the app
         like `q`: the caller then stops collection and closes the recording, so it is left as
-        one complete file, not a database with its write-ahead log beside it."""
+        one complete file, not a database with its write-ahead log beside it. Plain handlers, not
+        the event loop's: SIGHUP's must run before the SIGCONT a hang-up brings (``terminal``),
+        and an exit must be asked for even when the event loop is stuck (the watchdog ends it)."""
         import asyncio
         import signal
 
+        loop = asyncio.get_running_loop()
+
+        def handler(signum: int, _frame: object) -> None:
+            if signum == getattr(signal, "SIGHUP", None):
+                forget_terminal()  # gone: nothing may be drawn on it again
+            self._request_exit(128 + signum, loop)
+
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass  # not the main thread: nothing to install
+
+    def _request_exit(self, code: int, loop) -> None:
+        """End the app with ``code`` as `q` does, and make sure the process ends even if the
+        UI's shutdown cannot finish (``ExitWatchdog``)."""
+        self.watchdog.arm(code)
         try:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                loop.add_signal_handler(sig, lambda sig=sig: self.exit(return_code=128 + sig))
-        except (RuntimeError, NotImplementedError, ValueError):
-            pass  # not the main thread (tests drive the app elsewhere): nothing to install
+            loop.call_soon_threadsafe(lambda: self.exit(return_code=code))
+        except RuntimeError:
+            pass  # the loop is closed: the app has ended already, its caller is closing the session
+
+    def _check_terminal(self) -> bool:
+        """Whether the terminal is still there; when it is gone (EIO, no SIGHUP: a process that
+        ignored it), the app ends as on SIGHUP."""
+        if not self._tty_fds or not terminal_gone(self._tty_fds):
+            return True
+        import asyncio
+        import signal
+
+        self._tty_fds = []
+        forget_terminal()
+        self._request_exit(128 + int(getattr(signal, "SIGHUP", 1)), asyncio.get_running_loop())
+        return False
 
     def on_resize(self) -> None:
         # The new size is applied to the widgets after this event: lay out again after that.
@@ -235,8 +281,14 @@ class GputopApp(ReplayControls, App[int]):
     # ----------------------------------------------------------------- refresh
 
     def tick(self, force: bool = False) -> None:
-        if not self._mounted_ok:
+        if not self._mounted_ok or not self._check_terminal():
             return
+        try:
+            self._redraw(force)
+        except NoMatches:
+            pass  # a timer (or a call after a refresh) that fired while the app exits: its screen is going
+
+    def _redraw(self, force: bool) -> None:
         self._update_header()
         self._update_verdict()
         if self.paused and not force:
@@ -277,7 +329,19 @@ class GputopApp(ReplayControls, App[int]):
 
     def _update_gpus(self) -> None:
         self.panel_mode = self.query_one(GpuPanels).show(self.view, self.chart_window, self.size.height or 24,
-                                                         self.session.target_pid, self.store)
+                                                         self.session.target_pid, self.store, self._chrome())
+
+    def _chrome(self) -> int:
+        """The lines every part of the screen but the GPU panels and the tab's pane takes now."""
+        height = self.size.height or 24
+        lines = 1 + (HOST_LINES if height >= 30 else 2) + 1 + 1 + 1  # header, host, tabs, status, footer
+        if self.session.mode == "replay":
+            lines += ReplayTimeline.HEIGHT
+        if self.session.target_pid is not None:
+            lines += 1  # the verdict line
+        if self._filter_visible and self.active_tab == "processes":
+            lines += FILTER_LINES
+        return lines
 
     def _update_processes(self) -> None:
         self.query_one(ProcessTable).show(self.view, self.session.target_pid)
@@ -314,18 +378,21 @@ class GputopApp(ReplayControls, App[int]):
         state = self.session.target_state if self.session.mode != "replay" else None
         # Nothing is sampled from a job that has exited, and nothing is cost.
         cost = state.running_cost if state is not None else None
-        cost_text = f" · sampling costs the job about {cost.job_cost_pct:.2g} %" if cost is not None else ""
+        # Said whole, held back or not: why the advisor's first verdict is slow to come.
+        cost_text = f" · {sampling_text(cost)}" if cost is not None else ""
         if not events:
             status.set_text(Text("ready · press ? for keys" + cost_text, style="dim"))
             return
         # Every new warning or error gets a notification (several can arrive in one tick: why an
         # attach failed and that NVML is missing, at start); the status line keeps a recent error
         # in sight over later routine events, so the reason something is missing stays visible.
-        seen = next((i for i in range(len(events) - 1, -1, -1) if events[i] is self._last_event), -1)
-        for new in events[seen + 1:][-3:]:
+        last = self._notified
+        fresh = [e for e in events if last is None or _event_key(e) > last]
+        for new in fresh[-3:]:
             if new.level in ("warning", "error"):
                 self.notify(new.message, severity="error" if new.level == "error" else "warning", timeout=6)
-        self._last_event = events[-1]
+        if fresh:
+            self._notified = _event_key(fresh[-1])
         now = self.store.now
         errors = [e for e in events if e.level == "error" and now - e.ts <= STATUS_ERROR_KEEP_S]
         ev = errors[-1] if errors else events[-1]
@@ -519,11 +586,39 @@ def run_app(session: Session) -> int:
     try:
         app.run()
     finally:
-        recorder = session.recorder  # recording when the user quit: closed by stop()
-        session.stop()
-        if recorder is not None:
-            # Said once the terminal is back: where the file is (the notice at its start is gone).
-            error = recorder.error
+        app.close_session()
+        app.watchdog.done()
+    return app.return_code or 0
+
+
+def _event_key(e: Event) -> tuple[float, str, str]:
+    return (e.ts, e.source, e.message)
+
+
+def _once(fn):
+    """``fn`` run by the first caller only; later callers wait for it to finish."""
+    lock = threading.Lock()
+    done: list[bool] = []
+
+    def run() -> None:
+        with lock:
+            if not done:
+                done.append(True)
+                fn()
+
+    return run
+
+
+def close_session(session: Session) -> None:
+    """Stop collection and close the recording; then say where the file is, on a terminal that
+    may be gone."""
+    recorder = session.recorder  # recording when the user quit: closed by stop()
+    session.stop()
+    if recorder is not None:
+        # Said once the terminal is back: where the file is (the notice at its start is gone).
+        error = recorder.error
+        try:
             print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
                   file=sys.stderr, flush=True)
-    return app.return_code or 0
+        except OSError:
+            pass  # the terminal hung up: the file is closed all the same

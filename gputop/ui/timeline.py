@@ -134,12 +134,13 @@ class ReplayTimeline(Widget):
     """Three lines: the replay status, finding marks and cursor, the utilisation bar. A click
     on the bar jumps there."""
 
-    DEFAULT_CSS = """
-    ReplayTimeline {
-        height: 3;
+    HEIGHT = 3  # lines: the screen's layout counts them (app._chrome)
+    DEFAULT_CSS = f"""
+    ReplayTimeline {{
+        height: {HEIGHT};
         padding: 0 1;
         background: $boost;
-    }
+    }}
     """
     REFRESH_S = 0.25
 
