@@ -12,7 +12,7 @@ from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from ..record import Reader
 from .ranks import collect_ranks
-from .summary import RunAccumulator, Summary, finding_ends, summarise_findings
+from .summary import HELD_NO_GPU, RunAccumulator, Summary, finding_ends, summarise_findings
 
 # Work in chunks so a day-long recording never sits in memory at once.
 CHUNK_S = 3600.0
@@ -36,6 +36,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     latest_proc: dict[int, ProcSample] = {}
     latest_gpu_proc: dict[int, GpuProcess] = {}
     family: set[int] = set()
+    ranks = rank_map(reader.events(float("-inf"), float("inf")))
     while t < end:
         e = min(end, t + chunk_s)
         pts: dict[int, list[UtilPoint]] = {}
@@ -56,7 +57,6 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         if not stacks and target is not None:
             stacks = reader.stack_samples(t, e, main_only=True)
         host, procs = reader.host_samples(t, e), reader.proc_samples(t, e)
-        acc.add_chunk(slices, polls, stacks, host, procs)
 
         if job_pid is None and stacks:
             # No target named: the process sampled most is the one watched (as in advise).
@@ -70,6 +70,14 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         parents = parents_of(latest_proc.values())
         family = ({job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid, parents=parents)}
                   if job_pid else set())
+        # A job that demonstrably holds none of the GPUs does not explain their idle time (the live
+        # window's rule, analysis.window.holds_no_gpu): another job's idle GPU read as this one's
+        # CPU work in a report whose own CPU line said the job held no GPU.
+        first = first_main or (main[0] if main else None)
+        theirs = first is not None and holds_no_gpu(
+            job_pid, family, ranks, list(latest_gpu_proc.values()),
+            {pid: [p] for pid, p in latest_proc.items()}, [first])
+        acc.add_chunk(slices, polls, () if theirs else stacks, host, procs)
         if family:
             acc.add_job_memory(gprocs, family)
         if main:
@@ -85,7 +93,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         job_pid, family, rank_map(all_events), list(latest_gpu_proc.values()),
         {pid: [p] for pid, p in latest_proc.items()}, [first_main],
     ):
-        cpu_why = "the job held none of the GPUs"
+        cpu_why = HELD_NO_GPU
     sysinfo = reader.system_info()
     findings = summarise_findings(reader.finding_rows())
     finding_ends(findings, all_events, session_spans(reader.sessions, start, acc.end))

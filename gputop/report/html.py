@@ -28,7 +28,7 @@ CAUSE_COLOURS: dict[Bucket, str] = {
 _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line
 from .ranks import rank_html
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
+from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
 BUCKET_COLORS = {
     Bucket.BUSY: "#2e7d32",
@@ -158,6 +158,9 @@ def render_html(s: Summary) -> str:
             if not bd.attributed and s.stacks_lost:
                 out.append("<p class=\"small\">The stack samples were lost in the cut: idle time is not "
                            "attributed to a cause.</p>")
+            elif not bd.attributed and s.cpu is not None and s.cpu.why == HELD_NO_GPU:
+                out.append("<p class=\"small\">The job held none of the GPUs: their idle time is another "
+                           "process's, not attributed to the job's stacks.</p>")
             elif not bd.attributed:
                 out.append("<p class=\"small\">No stack samples were recorded (no --pid): idle time is not "
                            "attributed to a cause.</p>")

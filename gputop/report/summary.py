@@ -115,6 +115,10 @@ class GpuSummary:
         return self.breakdown.busy_s / t if t > 0 else 0.0
 
 
+# CpuSummary.why when the job ran beside GPUs NVML listed only others on (analysis.window.holds_no_gpu).
+HELD_NO_GPU = "the job held none of the GPUs"
+
+
 @dataclass
 class CpuSummary:
     """The job's own time line when it used no GPU: its main thread stands in for the device

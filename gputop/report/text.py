@@ -10,7 +10,7 @@ from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record import backfill_note
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, card_memory, memory_line
 from .ranks import rank_text_lines
-from .summary import MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
+from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -124,7 +124,9 @@ def render_text(s: Summary, width: int = 100) -> str:
                        f"({fmt_length(bd.idle_s)} of {fmt_length(bd.total_s)} measured)")
             rows = [(b, sec, p) for b, sec, p in breakdown_rows(bd) if b is not Bucket.BUSY]
             if rows:
-                why = "stack samples lost in the cut" if s.stacks_lost else "no stack samples"
+                why = ("stack samples lost in the cut" if s.stacks_lost
+                       else HELD_NO_GPU if s.cpu is not None and s.cpu.why == HELD_NO_GPU
+                       else "no stack samples")
                 out.append("  where the idle time went" + ("" if bd.attributed else f" ({why}: unattributed)") + ":")
                 idle = max(1e-9, bd.idle_s)
                 for b, sec, _p in sorted(rows, key=lambda r: -r[1]):
