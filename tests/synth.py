@@ -94,6 +94,7 @@ class Job:
     stack_rate: float = 5.0
     stack_start: float = 0.0  # py-spy attaches this long after the GPU history starts
     target_on_gpu: bool = True
+    target_role: str = "target"  # "gpu": the process is on the GPU but gputop is not attached to it
     worker_stack: Callable[[float], StackSample | None] | None = None
     main_frames: Callable[[float], tuple[Frame, ...]] | None = None  # real frames for the main thread
     main_active: Callable[[float], bool] | None = None  # py-spy's active flag (default: by category)
@@ -149,7 +150,7 @@ class Job:
                 mem_used=self.host_mem_total - int(self.host_available(t)),
             )))
             events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
-                                          num_threads=20, status="sleeping", role="target", env=self.env)))
+                                          num_threads=20, status="sleeping", role=self.target_role, env=self.env)))
             for w in range(self.workers):
                 events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="pt_data_worker",
                                               cpu_percent=self.worker_cpu, num_threads=self.worker_threads,

@@ -565,10 +565,16 @@ def test_slow_jobs_with_an_unchanged_stack_are_not_stuck():
 
 
 def test_idle_without_stacks_asks_to_attach():
-    found, _ = run_rules(Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM))
+    job = Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM)
+    # Not attached (no process is the target): the first step is to attach to the GPU's process.
+    found, _ = run_rules(Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM, target_role="gpu"))
     f = found["idle-unattributed"]
     assert f.severity is Severity.INFO
-    assert f"--pid {TARGET}" in f.action
+    assert f"--pid {TARGET}" in f.action and "not attached" in " ".join(f.evidence)
+    # Attached, its stacks not in yet and nothing wrong with sampling: "not attached" would be
+    # false (the status line says what is being collected).
+    found, _ = run_rules(job)
+    assert "idle-unattributed" not in found
 
 
 def test_a_lowered_power_limit_is_a_note_not_a_warning():

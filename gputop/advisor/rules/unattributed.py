@@ -14,6 +14,10 @@ def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
     g, cost = found
     ev = [f"{g.name} idle {pct(g.breakdown.idle_fraction)} of the last {secs(g.breakdown.total_s)}"]
     fault = next((e for e in reversed(ctx.events) if e.source == "stacks" and e.level in ("warning", "error")), None)
+    if fault is None and ctx.target_pid is not None and not ctx.main_stacks:
+        # Attached, its stacks not in yet: "not attached" would be false, and the status line
+        # already says what is being collected.
+        return None
     if fault is not None:
         ev.append(f"no stacks of the training process: {fault.message}")
         action = "fix stack sampling (see above), then: gputop advise --pid PID"
