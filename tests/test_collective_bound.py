@@ -83,3 +83,18 @@ def test_nccl_ranks_waiting_on_their_gpus_are_communication_bound_and_fsdp_gets_
             for g in (0, 1)}
     views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=busy, t1=T0 + 12)
     assert check_collective_bound(_ctx(views)) is None
+
+
+def test_ranks_of_a_job_spanning_nodes_waiting_alike_are_weighed_not_judged():
+    """Two local ranks of a 16-rank job both in NCCL alike: a straggler on another node looks the
+    same from here; the finding says what is weighed, as a note, and sends the user to all nodes."""
+    from dataclasses import replace
+
+    from gputop.model import Severity
+
+    spans = (("WORLD_SIZE", "16"), ("LOCAL_WORLD_SIZE", "2"))
+    views = tuple(replace(v, env=spans) for v in _gpu_views(18.0, 18.0))
+    hit = check_collective_bound(_ctx(views))
+    assert hit is not None and hit.severity is Severity.INFO
+    assert "another node" in hit.title and "gputop job --prometheus" in hit.action
+    assert check_collective_bound(_ctx(_gpu_views(18.0, 18.0))).severity is None  # one node: the rule's warning
