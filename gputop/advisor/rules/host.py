@@ -272,7 +272,7 @@ CPU_WORK_GPU_BUSY_MAX = Threshold(
 # one place) but its kernels leave the SMs empty: launch-bound (measured on an H100: SM 0.1 % at
 # 16 % busy, a fill of 0.006; a model's kernels fill 0.6-1.0). Judgement: a quarter.
 CPU_WORK_SM_FILL_MIN = Threshold(
-    0.25, "SM %/util %", JUDGEMENT,
+    0.25, "SM % per util %", JUDGEMENT,
     "Kernels filling the SMs at least this much per point of utilisation are real work; a loop of tiny torch "
     "ops fills 0.006 (launch-bound), a model's kernels 0.6-1.0 (measured on an H100).")
 
