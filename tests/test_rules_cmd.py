@@ -63,7 +63,8 @@ def test_rules_json_for_scripts(capsys):
     rc, out, _ = run(capsys, "collective-bound", "--json")
     one = json.loads(out)
     assert rc == 0 and [r["id"] for r in one["rules"]] == ["collective-bound"] and one["shared"] == d["shared"]
-    assert {t["basis"] for r in d["rules"] for t in r["thresholds"]} <= {"measured", "judgement", "derived", "documented"}
+    bases = {t["basis"] for r in d["rules"] for t in r["thresholds"]}
+    assert bases <= {"measured", "judgement", "derived", "documented"}
 
 
 def test_an_unknown_id_is_one_line_and_exit_2(capsys):

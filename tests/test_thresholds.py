@@ -46,7 +46,8 @@ def _defined_upper(module: types.ModuleType) -> list[str]:
     tree = ast.parse(Path(module.__file__).read_text())
     out = []
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
         for t in targets:
             for n in ([t] if isinstance(t, ast.Name) else getattr(t, "elts", [])):
                 if isinstance(n, ast.Name) and n.id.isupper():
@@ -119,12 +120,14 @@ def test_a_threshold_reads_writes_and_computes_as_its_number():
     assert json.dumps({"t": t, "n": n, "l": [t, n]}) == '{"t": 0.3, "n": 8, "l": [0.3, 8]}'
     assert type(t * 2) is float and type(n + 1) is int and type(n // 2) is int and type(-t) is float
     assert round(t, 1) == 0.3 and round(t) == 0 and hash(t) == hash(0.3) and {0.3: "x"}[t] == "x"
-    assert list(range(IntThreshold(3, "polls", JUDGEMENT, "x"))) == [0, 1, 2] and "abcd"[:IntThreshold(2, "x", JUDGEMENT, "x")] == "ab"
+    three = IntThreshold(3, "polls", JUDGEMENT, "x")
+    assert list(range(three)) == [0, 1, 2] and "abcd"[:three] == "abc"
     assert t.module == __name__ and t.basis.value == "judgement" and t.source is None
 
 
 def test_a_threshold_is_read_only_and_copies_and_pickles_with_its_provenance():
-    t = Threshold(20e6, "bytes/s", JUDGEMENT, "far above a loader reading from the page cache", "bench/results/harness.md")
+    t = Threshold(20e6, "bytes/s", JUDGEMENT, "far above a loader reading from the page cache",
+                  "bench/results/harness.md")
     with pytest.raises(AttributeError):
         t.why = "changed"
     assert copy.copy(t) is t and copy.deepcopy([t])[0] is t
@@ -197,7 +200,8 @@ def reached(check, into_base: bool) -> tuple[set[int], set[int]]:
         seen.add(id(f))
         if f is not check and not into_base and f.__module__ == BASE:
             continue
-        defaults |= {id(d) for d in (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values()) if is_threshold(d)}
+        given = (f.__defaults__ or ()) + tuple((f.__kwdefaults__ or {}).values())
+        defaults |= {id(d) for d in given if is_threshold(d)}
         for code in _codes(f.__code__):
             for ins in dis.get_instructions(code):
                 if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):

@@ -44,6 +44,7 @@ __all__ = [
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
     "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text",
     "host_panel_lines", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
-    "ranks_waiting_lines", "report_dict", "rules_dict", "rules_text", "split_width", "stacks_pane_lines", "stacks_waiting_lines",
+    "ranks_waiting_lines", "report_dict", "rules_dict", "rules_text", "split_width", "stacks_pane_lines",
+    "stacks_waiting_lines",
     "verdict_line", "verdict_lines",
 ]

@@ -56,7 +56,8 @@ MAX_DEFAULT_WORKERS = IntThreshold(
     8, "workers", JUDGEMENT,
     "num_workers is half the cores that fall to one GPU, and no more than this before memory bites (every "
     "worker holds the dataset and its prefetched batches).")
-ASSUMED_CORES_PER_GPU = IntThreshold(8, "cores", JUDGEMENT, "Cores per GPU assumed when the host's core count is unknown.")
+ASSUMED_CORES_PER_GPU = IntThreshold(
+    8, "cores", JUDGEMENT, "Cores per GPU assumed when the host's core count is unknown.")
 MAX_IO_WORKERS = IntThreshold(
     32, "workers", JUDGEMENT, "Workers blocked on reads use no CPU: more of them than cores is fine, up to this.")
 WORKER_MARGIN = Threshold(
@@ -133,7 +134,7 @@ CHEAPER_SAMPLES = (
 
 
 @uses(MAX_DEFAULT_WORKERS, ASSUMED_CORES_PER_GPU, MULTI_CORE_PCT, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
-       MIN_COST_S, MIN_RECURRENCES)
+      MIN_COST_S, MIN_RECURRENCES)
 def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     """num_workers=0: the training thread loads every batch itself."""
     if ctx.workers.count or not enough_stacks(ctx):
@@ -315,8 +316,8 @@ def oversubscription(ctx: AnalysisContext) -> Oversubscription | None:
 
 
 @uses(SATURATED_WORKER_SHARE, MIN_WORKER_SAMPLES, WORKERS_IDLE_SHARE, OVERSUB_RATIO, CPU_SATURATED_PCT,
-       MIN_THREAD_READINGS, RESPAWN_STALL_S, MIN_SPARE_CORES, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
-       MIN_COST_S, MIN_RECURRENCES)
+      MIN_THREAD_READINGS, RESPAWN_STALL_S, MIN_SPARE_CORES, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
+      MIN_COST_S, MIN_RECURRENCES)
 def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     w = ctx.workers
     if not w.count or not enough_stacks(ctx) or oversubscription(ctx) or not workers_busy(ctx):
@@ -371,7 +372,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
 
 
 @uses(OVERSUB_RATIO, CPU_SATURATED_PCT, MIN_THREAD_READINGS, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
-       MIN_COST_S)
+      MIN_COST_S)
 def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
     over = oversubscription(ctx)
     if over is None or not enough_stacks(ctx):
@@ -483,7 +484,8 @@ def _in_wait(s) -> bool:
 
 
 @uses(IO_SHARE, IOWAIT_CORES, DISK_READ_BPS, WORKER_READ_BLOCKED_SHARE, MIN_WORKER_SAMPLES, SATURATED_WORKER_SHARE,
-       WORKERS_IDLE_SHARE, MAX_IO_WORKERS, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
+      WORKERS_IDLE_SHARE, MAX_IO_WORKERS, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S,
+      MIN_RECURRENCES)
 def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None

@@ -111,7 +111,7 @@ STRAGGLER_SAVE_SHARE = Threshold(
 
 
 @uses(OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, COMPUTE_STRAGGLER_UTIL,
-       STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES)
+      STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES)
 def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     """One rank does something else while the other ranks wait for it in collectives."""
     found = straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
@@ -239,7 +239,7 @@ COMM_BOUND_SPREAD = Threshold(
     "The most- and least-waiting ranks within this of each other: alike, as the straggler's gap (STRAGGLER_GAP).")
 
 @uses(COMM_BOUND_MIN, COMM_BOUND_SPREAD, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN,
-       GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
+      GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
 def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
     """Every rank spends a large, equal share of the step in collectives: not waiting for one
     of them (a straggler) but moving gradients: the job is communication-bound."""
@@ -314,7 +314,7 @@ MANUAL_SYNC_CALLER_SHARE = Threshold(
 
 
 @uses(MANUAL_SYNC_MIN, MANUAL_SYNC_CALLER_SHARE, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL,
-       GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
+      GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
 def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     """Gradients averaged by hand (tutorial code: a dist.all_reduce per parameter after backward):
     one small collective per tensor, one after another, none overlapped with backward. DDP

@@ -86,7 +86,7 @@ def check_memory_near_limit(ctx: AnalysisContext) -> Hit | None:
 
 
 @uses(MEM_HEADROOM, HEADROOM_SM_ACTIVE_PCT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MEM_NEAR_LIMIT, MIN_BUSY_POLLS,
-       MIN_COST_FRACTION, SPIN_EXPLAINS)
+      MIN_COST_FRACTION, SPIN_EXPLAINS)
 def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     def fits(g: GpuView) -> bool:
         e = g.efficiency

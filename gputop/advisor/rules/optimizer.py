@@ -20,7 +20,8 @@ from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
     GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES,
-    Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, uses, worst,
+    Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, uses,
+    worst,
 )
 from .threshold import JUDGEMENT, Threshold
 
@@ -87,7 +88,7 @@ def optimizer_knob(framework: str | None, cls: str) -> str | None:
 
 
 @uses(UNFUSED_MIN_SHARE, MIN_MAIN_SAMPLES, GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, MIN_COST_FRACTION,
-       MIN_COST_S, MIN_RECURRENCES)
+      MIN_COST_S, MIN_RECURRENCES)
 def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     step = unfused_step(ctx)
     if step is None or step.optimizer not in FUSED_OK or step.share < UNFUSED_MIN_SHARE:

@@ -47,7 +47,7 @@ CONFIDENT_BUSY_POLLS = IntThreshold(
 
 
 @uses(FP32_BUSY_PCT, TENSOR_CORE_SAVING, TENSOR_CORE_MAX_SPEEDUP, CONFIDENT_BUSY_POLLS, GPM_BUSY_UTIL_PCT,
-       SPIN_EXPLAINS)
+      SPIN_EXPLAINS)
 def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
     def cost(g: GpuView) -> float:
         e = g.efficiency
@@ -131,7 +131,7 @@ COMPUTE_BOUND_BUSY_SHARE = Threshold(
 
 
 @uses(COMPUTE_BOUND_BUSY_SHARE, BF16_OVER_TF32_MAX, FP32_BUSY_PCT, GPM_BUSY_UTIL_PCT, SPIN_EXPLAINS,
-       MIN_COST_FRACTION, MIN_COST_S)
+      MIN_COST_FRACTION, MIN_COST_S)
 def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
     """A framework job whose stacks show fp32 training (Lightning "32-true", Trainer without
     bf16) on a compute-bound GPU that the fp32-pipe check does not already name."""
