@@ -17,7 +17,8 @@ from .errors import UserError
 __all__ = ["COMMANDS", "DEFAULT_INTERVAL", "build_parser", "main"]
 
 # Order is the order in --help.
-COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", "demo", "doctor", "export", "job", "autopsy")
+COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", "demo", "doctor", "export", "job",
+            "autopsy", "rules")
 
 
 def build_parser() -> argparse.ArgumentParser:

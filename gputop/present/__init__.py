@@ -13,6 +13,7 @@ read it plainly. Nothing here imports Textual, NVML, psutil or the record layer;
 - ``stacks``: the Stacks pane and ``gputop stacks``
 - ``advice``: findings and time breakdowns (the Advisor pane, ``advise``, JSON)
 - ``ranks``: the Ranks pane; ``job``: a job across hosts (``gputop job``)
+- ``rules``: the advisor's rules and their thresholds with their provenance (``gputop rules``)
 
 This is its face: the layers above import from here, never from its modules (an import-linter
 contract keeps it so). The three panes' builders have distinct names here (``advice_pane_lines``,
@@ -35,6 +36,7 @@ from .panels import (
 )
 from .process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
 from .ranks import ranks_pane_lines, ranks_waiting_lines
+from .rules import rules_dict, rules_text
 from .stacks import Line, dump_dict, dump_text, stacks_pane_lines, stacks_waiting_lines
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
     "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text",
     "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
-    "ranks_waiting_lines", "report_dict", "sampling_text", "split_width", "stacks_pane_lines", "stacks_waiting_lines",
+    "ranks_waiting_lines", "report_dict", "rules_dict", "rules_text", "sampling_text", "split_width", "stacks_pane_lines",
+    "stacks_waiting_lines",
     "verdict_line", "verdict_lines",
 ]

@@ -8,9 +8,12 @@ row of ``RULES`` below.
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
 ``checkpoint``, ``optimizer`` (unfused optimizer steps), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
-``unattributed``. Each threshold is a named constant beside the rule that uses it, with a
-comment saying where its number comes from. Shares of the window ("idle 41 %") are shares of the
-time the breakdown covers: since the stack sampler attached, up to the window length.
+``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
+``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
+its source (a comment above it keeps whatever more there is to say); each check names the ones it
+decides with (``@uses``), which its ``Rule`` lists and ``gputop rules`` shows. Shares of the
+window ("idle 41 %") are shares of the time the breakdown covers: since the stack sampler
+attached, up to the window length.
 """
 
 from __future__ import annotations

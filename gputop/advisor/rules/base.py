@@ -14,32 +14,45 @@ from ...analysis import BUCKET_LABELS, CPU_DEVICE, Bucket
 from ...analysis import wilson_interval
 from ...model import Category, Finding, Severity
 from ..context import AnalysisContext, GpuView
+from .threshold import DERIVED, JUDGEMENT, AnyThreshold, IntThreshold, Threshold
 
 # A cause must cost at least this share of the covered time, and this many seconds, to be
 # reported. Judgement, with a measurement under it: the same job's step rate differs by about
 # ±5 % from one window to the next (bench/results/pyspy_overhead.md: the windows without
 # sampling spread -5.2 % … +5.6 %), so a cause must be about twice that before its fix is worth
 # a user's attention; a second or two is one or two stalls, not a pattern.
-MIN_COST_FRACTION = 0.10
-MIN_COST_S = 1.0
+MIN_COST_FRACTION = Threshold(
+    0.10, "share", JUDGEMENT,
+    "About twice the ±5 % a job's step rate varies between windows by itself: less is not worth a fix.",
+    "bench/results/pyspy_overhead.md")
+MIN_COST_S = Threshold(1.0, "s", JUDGEMENT, "A second or two lost is one or two stalls, not a pattern.")
 # ... unless it came back this many separate times: then it is a pattern already, though the
 # window is young (the seconds bar binds only in the first seconds after attaching: over a full
 # window the share bar asks for more). A data wait in every 0.1 s step shows as many short
-# waits within a second or two; one long stall is one. Judgement.
-MIN_RECURRENCES = 4
+# waits within a second or two; one long stall is one.
+MIN_RECURRENCES = IntThreshold(
+    4, "waits", JUDGEMENT,
+    "A wait that came back this many separate times is a pattern though it has not cost MIN_COST_S yet.")
 # Stack-based claims need this many main-thread samples: 2 s at the sampler's default 5 Hz (the
 # rate bench/results/pyspy_overhead.md recommends: within the 1 % overhead budget, 10 Hz is not).
 # The two seconds are judgement.
-MIN_MAIN_SAMPLES = 10
-# Confidence reaches its full weight at this many samples (~5 s at 5 Hz). Judgement.
-FULL_CONFIDENCE_SAMPLES = 25
+MIN_MAIN_SAMPLES = IntThreshold(
+    10, "samples", JUDGEMENT,
+    "A claim from the stacks needs 2 s of the main thread at the sampler's default 5 Hz.",
+    "bench/results/pyspy_overhead.md")
+FULL_CONFIDENCE_SAMPLES = IntThreshold(
+    25, "samples", JUDGEMENT, "A finding's confidence reaches its full weight at this many samples (~5 s at 5 Hz).")
 # Busy polls (GPU utilisation at or above analysis.efficiency.BUSY_UTIL_PCT) a clock, link or
-# memory reading needs before it counts. Judgement: one or two polls can catch a ramp up or down.
-MIN_BUSY_POLLS = 3
+# memory reading needs before it counts.
+MIN_BUSY_POLLS = IntThreshold(
+    3, "polls", JUDGEMENT, "A clock, link or memory reading counts after this many busy polls: one or two can "
+    "catch a ramp up or down.")
 # GPM activity (SM, tensor cores, fp32 pipes) is read only for a GPU whose busy polls average at
-# least this utilisation (launch-bound, no-tensor-cores). Judgement: ten points above the busy
-# bar, so a GPU that only flickers across it is not judged by its GPM numbers.
-GPM_BUSY_UTIL_PCT = 60.0
+# least this utilisation (launch-bound, no-tensor-cores).
+GPM_BUSY_UTIL_PCT = Threshold(
+    60.0, "%", JUDGEMENT,
+    "GPM activity is judged only on a GPU this busy: ten points above the busy bar, so a GPU that only "
+    "flickers across it is not judged by its GPM numbers.")
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,20 @@ class Hit:
 Check = Callable[[AnalysisContext], "Hit | None"]
 
 
+def uses(*thresholds: AnyThreshold) -> Callable[[Check], Check]:
+    """Names the thresholds a check decides with, above its definition: ``@uses(MIN_COST_S, ...)``.
+    The check is returned as it is (no wrapper); its ``Rule`` lists them (``gputop rules``).
+    tests/test_thresholds.py holds the list to the code: every threshold the check reaches (its
+    body, its lambdas, the rules' helpers it calls), less ``STATEMENT_THRESHOLDS``, is listed, and
+    nothing it cannot reach."""
+
+    def mark(check: Check) -> Check:
+        check.thresholds = thresholds  # type: ignore[attr-defined]
+        return check
+
+    return mark
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -70,6 +97,14 @@ class Rule:
     appear_after_s: float | None = None
     # Findings this one makes moot: a hung job is not a slow one.
     supersedes: tuple[str, ...] = ()
+    # The thresholds its check decides with, most specific first; by default the ones the check
+    # names in ``@uses(...)``. The numbers behind how every finding is stated (its confidence,
+    # its bound) are STATEMENT_THRESHOLDS, shared, not listed per rule.
+    thresholds: tuple[AnyThreshold, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.thresholds:
+            object.__setattr__(self, "thresholds", tuple(getattr(self.check, "thresholds", ())))
 
     def evaluate(self, ctx: AnalysisContext) -> Finding | None:
         hit = self.check(ctx)
@@ -140,12 +175,15 @@ def workers_cpu_line(ctx: AnalysisContext) -> str:
     return f"{w.count} loader worker{'s' if w.count != 1 else ''} at {span} CPU each"
 
 
-# A wait of (nearly) all the time bounds nothing: the bound is capped as if 1 % were left.
-# Judgement: beyond 100x the number says only "the device does almost nothing".
-MIN_REMAINING = 0.01
+MIN_REMAINING = Threshold(
+    0.01, "share", JUDGEMENT,
+    "A wait of (nearly) all the time bounds nothing: the bound is capped as if 1 % were left; beyond 100x "
+    "the number says only 'the device does almost nothing'.")
 # A change whose own bound is below this is not worth naming: the issue's bar for a healthy job
-# (its best change gains under 10 %), the same 10 % as MIN_COST_FRACTION. Judgement.
-WORTHWHILE_GAIN = 1.1
+# (its best change gains under 10 %), the same 10 % as MIN_COST_FRACTION.
+WORTHWHILE_GAIN = Threshold(
+    1.1, "x", JUDGEMENT, "A change that can give less than 10 % is not worth naming: the bar of a healthy job, "
+    "as MIN_COST_FRACTION.")
 
 
 # A share of the time read from k of n stack samples is an estimate: the bound a finding states
@@ -157,8 +195,13 @@ WORTHWHILE_GAIN = 1.1
 # undershoot from sampling alone, and samples 0.2 s apart in a periodic step loop are not
 # independent draws (the nominal level overstates the coverage); what it costs is a looser stated
 # bound (18 of 40: 2.4x at 95 %, 2.2x at 90 %, 1.8x from the share itself), which decides nothing.
-SHARE_UPPER_LEVEL = 0.95
-SHARE_UPPER_Z = 1.6449  # the standard normal's 95th percentile: one-sided 95 %
+SHARE_UPPER_LEVEL = Threshold(
+    0.95, "confidence", JUDGEMENT,
+    "A bound from sampled shares is stated at the share's one-sided 95 % upper limit: bounds from the share "
+    "itself fell below the measured gains.",
+    "bench/results/real_jobs.md (Bounds)")
+SHARE_UPPER_Z = Threshold(
+    1.6449, "z", DERIVED, "The standard normal's 95th percentile: SHARE_UPPER_LEVEL, one-sided.")
 
 
 def share_upper(k: float, n: int, z: float = SHARE_UPPER_Z) -> float:
@@ -292,7 +335,10 @@ def significant(g: GpuView, cost_s: float, min_fraction: float = MIN_COST_FRACTI
 # are the wait's, and say nothing of kernel sizes, precision or batch. Judgement: a healthy DDP
 # rank overlaps its all-reduce with backward and spins a few % of a step; a third is a wait
 # worth its own finding (rank-straggler, stuck), which the busy-GPU findings must not hide.
-SPIN_EXPLAINS = 0.30
+SPIN_EXPLAINS = Threshold(
+    0.30, "share", JUDGEMENT,
+    "A GPU spinning 'busy' (a kernel waiting) this share of the window says nothing of its kernels, precision "
+    "or batch: a healthy DDP rank spins a few %, a third is a wait.")
 
 
 def spinning(g: GpuView) -> bool:
@@ -307,7 +353,11 @@ def enough_stacks(ctx: AnalysisContext) -> bool:
 # kernels too small to fill it. Measured SM activity (bench/results/harness.md): the healthy
 # bf16 trainer 92.6 %, the fp32 matmul loop 97.4 %, the launch-bound loop 0.1 %; 40 is
 # judgement between them.
-LAUNCH_BOUND_SM_ACTIVE_PCT = 40.0
+LAUNCH_BOUND_SM_ACTIVE_PCT = Threshold(
+    40.0, "%", JUDGEMENT,
+    "A busy GPU whose SMs are active at most this share runs kernels too small to fill it; between the "
+    "launch-bound loop's 0.1 % and healthy jobs' 92-97 %.",
+    "bench/results/harness.md")
 
 
 def starved_sm_s(g: GpuView) -> float:
@@ -333,3 +383,11 @@ def data_wait_s(g: GpuView) -> float:
 def main_share(ctx: AnalysisContext, *cats: Category) -> float:
     shares = ctx.main_shares()
     return sum(shares.get(c, 0.0) for c in cats)
+
+
+# The numbers behind how every finding is stated, not whether it fires: its confidence (the
+# samples it takes to reach full weight) and its gain's upper bound (the cap on a wait of all the
+# time, the confidence level of a share read from samples). Every rule shares them, so no rule
+# lists them (``Rule.thresholds``); ``gputop rules`` shows them once.
+STATEMENT_THRESHOLDS: tuple[AnyThreshold, ...] = (FULL_CONFIDENCE_SAMPLES, MIN_REMAINING, SHARE_UPPER_LEVEL,
+                                                  SHARE_UPPER_Z)

@@ -6,20 +6,29 @@ from ...analysis import CPU_DEVICE, Bucket
 from ...analysis import periodicity
 from ...model import Category
 from ..context import AnalysisContext
-from .base import Hit, bounded, loop_wait, loop_wait_upper, confidence, device_name, gain, gpu_index, idle_line, labels_line, pct, secs, significant, worst
+from .base import (
+    MIN_MAIN_SAMPLES, Hit, bounded, loop_wait, loop_wait_upper, confidence, device_name, gain,
+    gpu_index, idle_line, labels_line, pct, secs, significant, uses, worst,
+)
+from .threshold import JUDGEMENT, Threshold
 
 # Checkpoint stalls are periodic and short, so the bar is lower than other causes' (base's
 # MIN_COST_FRACTION): a few % of the time (one save of ~1 s every 30 s) is already a clear, cheap
 # win to reclaim; 0.3 s is a save long enough to show in one or two stack samples at the
 # sampler's 5 Hz. Judgement. The checkpoint-stall workload lost 43 % of the window, saves up to
 # 3.5 s (bench/results/advisor_bench.json).
-CHECKPOINT_MIN_FRACTION = 0.03
-CHECKPOINT_MIN_S = 0.3
-# Main-thread samples in a save this close together are one save (up to four samples
-# missed at 5 Hz). Judgement.
-SAVE_GAP_S = 1.0
+CHECKPOINT_MIN_FRACTION = Threshold(
+    0.03, "share", JUDGEMENT,
+    "Saves are periodic and short: a few % of the time (one ~1 s save every 30 s) is already a clear, cheap win.",
+    "bench/results/advisor_bench.json")
+CHECKPOINT_MIN_S = Threshold(
+    0.3, "s", JUDGEMENT, "A save long enough to show in one or two stack samples at the sampler's 5 Hz.")
+SAVE_GAP_S = Threshold(
+    1.0, "s", JUDGEMENT, "Main-thread samples in a save this close together are one save (up to four samples "
+    "missed at 5 Hz).")
 
 
+@uses(CHECKPOINT_MIN_FRACTION, CHECKPOINT_MIN_S, SAVE_GAP_S, MIN_MAIN_SAMPLES)
 def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.CHECKPOINT))
     if found is None or not significant(found[0], found[1], CHECKPOINT_MIN_FRACTION, CHECKPOINT_MIN_S):

@@ -19,7 +19,10 @@ from ..context import AnalysisContext, GpuView, ThreadUse
 from .base import (
     loop_wait,
     loop_wait_upper,
+    MIN_COST_FRACTION,
     MIN_COST_S,
+    MIN_MAIN_SAMPLES,
+    MIN_RECURRENCES,
     WORTHWHILE_GAIN,
     Hit,
     bounded,
@@ -36,9 +39,11 @@ from .base import (
     pct,
     secs,
     significant,
+    uses,
     workers_cpu_line,
     worst,
 )
+from .threshold import DOCUMENTED, JUDGEMENT, IntThreshold, Threshold
 
 # --------------------------------------------------------------------------- sizing the pool
 
@@ -47,21 +52,27 @@ from .base import (
 # before memory (every worker holds the dataset object and prefetch_factor batches) bites. The
 # guides this advisor follows say to size num_workers from the cores and memory but give no
 # number: the half and the 8 are judgement.
-MAX_DEFAULT_WORKERS = 8
-# Cores per GPU assumed when the host's core count is unknown. Judgement.
-ASSUMED_CORES_PER_GPU = 8
-# Workers blocked on reads use no CPU: more of them than cores is fine. Judgement.
-MAX_IO_WORKERS = 32
-# Margin on the worker count computed from the idle share (the rate estimate is rough).
-# Judgement.
-WORKER_MARGIN = 1.25
-# Spare cores needed before more workers are the advice rather than cheaper samples: the new
-# workers need cores of their own. Judgement.
-MIN_SPARE_CORES = 2.0
+MAX_DEFAULT_WORKERS = IntThreshold(
+    8, "workers", JUDGEMENT,
+    "num_workers is half the cores that fall to one GPU, and no more than this before memory bites (every "
+    "worker holds the dataset and its prefetched batches).")
+ASSUMED_CORES_PER_GPU = IntThreshold(
+    8, "cores", JUDGEMENT, "Cores per GPU assumed when the host's core count is unknown.")
+MAX_IO_WORKERS = IntThreshold(
+    32, "workers", JUDGEMENT, "Workers blocked on reads use no CPU: more of them than cores is fine, up to this.")
+WORKER_MARGIN = Threshold(
+    1.25, "x", JUDGEMENT, "Margin on the worker count computed from the idle share: the rate estimate is rough.")
+MIN_SPARE_CORES = Threshold(
+    2.0, "cores", JUDGEMENT,
+    "Spare cores needed before more workers are the advice rather than cheaper samples: new workers need cores "
+    "of their own.")
 # A training process above this (% of one core) runs more than its Python thread: torch's
 # intra-op threads. Judgement: one Python thread reads at most 100 %; the data-starved workload's
 # process (num_workers=0) read 1,597 % (bench/results/harness.md, job CPU).
-MULTI_CORE_PCT = 150.0
+MULTI_CORE_PCT = Threshold(
+    150.0, "% of a core", JUDGEMENT,
+    "A training process above this runs torch's intra-op threads beside its Python thread (which reads at "
+    "most 100 %).", "bench/results/harness.md")
 
 
 def _job_gpus(ctx: AnalysisContext) -> int:
@@ -122,6 +133,8 @@ CHEAPER_SAMPLES = (
 # --------------------------------------------------------------------------- no workers
 
 
+@uses(MAX_DEFAULT_WORKERS, ASSUMED_CORES_PER_GPU, MULTI_CORE_PCT, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
+      MIN_COST_S, MIN_RECURRENCES)
 def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     """num_workers=0: the training thread loads every batch itself."""
     if ctx.workers.count or not enough_stacks(ctx):
@@ -188,10 +201,13 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
 # analysis.efficiency.WORKER_SATURATED_PCT of a core) means the pool is flat out. Judgement: most
 # of the pool, so one busy worker among idle ones is not the pool's limit. The workers-saturated
 # workload's 2 workers read 100 % each (bench/results/advisor_bench.json).
-SATURATED_WORKER_SHARE = 0.75
-# Worker stacks come one worker per second (the stack sampler's worker interval): this many
-# before their running share counts. Judgement.
-MIN_WORKER_SAMPLES = 4
+SATURATED_WORKER_SHARE = Threshold(
+    0.75, "share", JUDGEMENT,
+    "The pool is flat out when most of its workers are at a full core: one busy worker among idle ones is "
+    "not the pool's limit.", "bench/results/advisor_bench.json")
+MIN_WORKER_SAMPLES = IntThreshold(
+    4, "samples", JUDGEMENT,
+    "Worker stacks come one worker per second: this many before their running share counts.")
 # Oversubscription: the loader workers' threads that compete for a CPU above this multiple of
 # the cores, with the CPUs at least this busy. The guides' rule is workers x threads <= cores; the
 # 1.5x margin and the 85 % are judgement. The oversubscribed workload ran 16 workers x ~18
@@ -203,11 +219,21 @@ MIN_WORKER_SAMPLES = 4
 # computing a sample counts ~1. Counting every thread a worker holds (ProcSample.num_threads)
 # named a 2-worker job on 2 cores, one busy thread and two idle helpers per worker, "6 threads
 # on 2 cores".
-OVERSUB_RATIO = 1.5
-CPU_SATURATED_PCT = 85.0
-# Per-thread readings (1 s apart) before they count: fewer, and the share of R readings is a coin
-# toss. Judgement: three readings, as MIN_WORKER_SAMPLES' few seconds.
-MIN_THREAD_READINGS = 3
+OVERSUB_RATIO = Threshold(
+    1.5, "threads/core", JUDGEMENT,
+    "The guides' rule is workers x threads <= cores; oversubscribed is the workers' threads that want a CPU "
+    "above 1.5x the cores.", "bench/results/harness.md, bench/results/advisor_bench.json")
+CPU_SATURATED_PCT = Threshold(
+    85.0, "%", JUDGEMENT, "Oversubscription counts only on a host's CPUs this busy.",
+    "bench/results/harness.md, bench/results/advisor_bench.json")
+MIN_THREAD_READINGS = IntThreshold(
+    3, "readings", JUDGEMENT,
+    "Per-thread readings (1 s apart) before they count: fewer, and the share of R readings is a coin toss.")
+
+# Starting a pool of workers (fork, dataset copy, first batches) stalls the GPU for this long at
+# most; idle time later than that is not the restart's (workers-saturated, loader-respawn).
+RESPAWN_STALL_S = Threshold(
+    5.0, "s", JUDGEMENT, "A new worker pool stalls the GPU this long at most; idle time later is not the restart's.")
 
 
 def workers_busy(ctx: AnalysisContext) -> bool:
@@ -229,7 +255,10 @@ def workers_busy(ctx: AnalysisContext) -> bool:
 # this share of samples: the pool has its batches ready and waits for the trainer to ask, so the
 # trainer's data wait is not the pool's throughput and more workers cannot shorten it. Judgement:
 # most of the samples, as SATURATED_WORKER_SHARE.
-WORKERS_IDLE_SHARE = 0.5
+WORKERS_IDLE_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Workers waiting for their next index this share of samples have batches ready: more of them cannot "
+    "shorten the trainer's wait.")
 
 
 def workers_waiting_for_work(ctx: AnalysisContext) -> bool:
@@ -286,6 +315,9 @@ def oversubscription(ctx: AnalysisContext) -> Oversubscription | None:
     return None
 
 
+@uses(SATURATED_WORKER_SHARE, MIN_WORKER_SAMPLES, WORKERS_IDLE_SHARE, OVERSUB_RATIO, CPU_SATURATED_PCT,
+      MIN_THREAD_READINGS, RESPAWN_STALL_S, MIN_SPARE_CORES, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
+      MIN_COST_S, MIN_RECURRENCES)
 def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     w = ctx.workers
     if not w.count or not enough_stacks(ctx) or oversubscription(ctx) or not workers_busy(ctx):
@@ -339,6 +371,8 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+@uses(OVERSUB_RATIO, CPU_SATURATED_PCT, MIN_THREAD_READINGS, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
+      MIN_COST_S)
 def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
     over = oversubscription(ctx)
     if over is None or not enough_stacks(ctx):
@@ -409,13 +443,18 @@ def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
 # (bench/results/harness.md and advisor_bench.json: 85 % of the window in the IO bucket, iowait
 # 1.4 cores and disk reads 1.8-2.0 GB/s, worker stacks blocked in a read in 100 % of samples).
 # - this share of the data wait fell into IO-wait slices;
-IO_SHARE = 0.30
+IO_SHARE = Threshold(0.30, "share", JUDGEMENT, "IO signal: this share of the data wait fell into IO-wait slices.",
+                     "bench/results/harness.md, bench/results/advisor_bench.json")
 # - iowait of this many cores on average, together with this disk read rate (20 MB/s: far above a
 #   loader that reads from the page cache);
-IOWAIT_CORES = 0.5
-DISK_READ_BPS = 20e6
+IOWAIT_CORES = Threshold(0.5, "cores", JUDGEMENT, "IO signal: iowait of this many cores on average, with "
+                         "DISK_READ_BPS of disk reads.", "bench/results/harness.md")
+DISK_READ_BPS = Threshold(20e6, "bytes/s", JUDGEMENT, "With IOWAIT_CORES: disk reads far above a loader that "
+                          "reads from the page cache.", "bench/results/harness.md")
 # - loader-worker samples blocked in a read (not in a lock or queue) in at least this share.
-WORKER_READ_BLOCKED_SHARE = 0.5
+WORKER_READ_BLOCKED_SHARE = Threshold(
+    0.5, "share", JUDGEMENT, "IO signal: loader workers blocked in a read (not a lock or a queue) in this share "
+    "of their samples.", "bench/results/advisor_bench.json")
 
 # A blocked worker whose innermost frame is in one of these waits on a lock, a queue or the
 # network, not a read from storage.
@@ -444,6 +483,9 @@ def _in_wait(s) -> bool:
     return name in _WAIT_FILES or bool(f.code and ("sleep(" in f.code or ".wait(" in f.code or _NETWORK_CODE.search(f.code)))
 
 
+@uses(IO_SHARE, IOWAIT_CORES, DISK_READ_BPS, WORKER_READ_BLOCKED_SHARE, MIN_WORKER_SAMPLES, SATURATED_WORKER_SHARE,
+      WORKERS_IDLE_SHARE, MAX_IO_WORKERS, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S,
+      MIN_RECURRENCES)
 def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
@@ -511,15 +553,14 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
 
 # --------------------------------------------------------------------------- the pool's life
 
-# Starting a pool of workers (fork, dataset copy, first batches) stalls the GPU for this long at
-# most; idle time later than that is not the restart's. Judgement.
-RESPAWN_STALL_S = 5.0
 # Docker's default /dev/shm is 64 MiB (Docker's `docker run --shm-size` reference); PyTorch's
 # README warns that loaders need more, and the guides this advisor follows ask for --shm-size of
 # 1g or more. Below 1 GiB is reported...
-SMALL_SHM_BYTES = 1 << 30
-# ...as a warning once it is at least this full in the window, else as a note. Judgement.
-SHM_FILLING = 0.5
+SMALL_SHM_BYTES = IntThreshold(
+    1 << 30, "bytes", DOCUMENTED, "Docker's default /dev/shm is 64 MiB and loaders need more: the guides ask for "
+    "--shm-size of 1g or more.", "Docker's `docker run --shm-size` reference; PyTorch's README")
+# ...as a warning once it is at least this full in the window, else as a note.
+SHM_FILLING = Threshold(0.5, "share", JUDGEMENT, "A small /dev/shm this full is a warning, else a note.")
 
 
 def respawns(ctx: AnalysisContext) -> tuple[float, ...]:
@@ -544,6 +585,7 @@ def respawn_idle_s(g: GpuView, starts: tuple[float, ...]) -> float:
     return sum(s.idle_s for s in g.slices if any(b <= s.mid <= b + RESPAWN_STALL_S for b in starts))
 
 
+@uses(RESPAWN_STALL_S, MIN_COST_S, MIN_COST_FRACTION)
 def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
     """The whole worker pool was replaced in the window: a new epoch started new workers
     (persistent_workers=False), and the GPU waited while they started."""
@@ -576,6 +618,7 @@ def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+@uses(SMALL_SHM_BYTES, SHM_FILLING)
 def check_small_shm(ctx: AnalysisContext) -> Hit | None:
     h = ctx.host
     if h is None or h.shm_total is None or h.shm_total >= SMALL_SHM_BYTES or not ctx.workers.count:

@@ -11,9 +11,14 @@ from ...analysis import STRAGGLER, ras_line
 from ...analysis import straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
-from .base import MIN_MAIN_SAMPLES, Hit, bounded, confidence, gain, idle_line, labels_line, pct, significant, worst
+from .base import (
+    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, Hit, bounded, confidence, gain, idle_line,
+    labels_line, pct, significant, uses, worst,
+)
+from .threshold import DERIVED, JUDGEMENT, Threshold
 
 
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
 def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.COLLECTIVE), gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.COLLECTIVE,)):
@@ -43,12 +48,16 @@ def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
 
 
 # rank-straggler: every other rank spends at least this share of its main thread's samples in
-# collectives (judgement: a third of the time waiting is a pattern, not jitter) ...
-OTHERS_WAIT_MIN = 0.30
-# ... and the straggler's share is this much below the least-waiting of them (judgement: ranks
-# doing the same work wait alike within a few points; a quarter of the time apart is a rank that
-# does something else while the others wait for it).
-STRAGGLER_GAP = 0.25
+# collectives ...
+OTHERS_WAIT_MIN = Threshold(
+    0.30, "share", JUDGEMENT,
+    "Every other rank waits in collectives at least this share of its samples: a third of the time waiting is "
+    "a pattern, not jitter.")
+# ... and the straggler's share is this much below the least-waiting of them ...
+STRAGGLER_GAP = Threshold(
+    0.25, "share", JUDGEMENT,
+    "The straggler waits this much less than the least-waiting other rank: ranks doing the same work wait alike "
+    "within a few points; a quarter apart is a rank doing something else while the others wait.")
 # ... resolved by the samples, not only seen in them. Each share is k of n main-thread samples: at
 # the 10-25 per rank of a session's first seconds, two ranks doing the same work (each waiting
 # 45 %) are a quarter apart by chance at one look in 4 (10 samples) to 7 (20), and the rule looks
@@ -62,7 +71,10 @@ STRAGGLER_GAP = 0.25
 # apart are not independent draws, so the real coverage is below the nominal. What it costs: a
 # straggler at 0.8 against 0.0 resolves at the first 10 samples per rank, one at 0.7 against 0.2
 # at about 30.
-STRAGGLER_LEVEL = 0.95
+STRAGGLER_LEVEL = Threshold(
+    0.95, "confidence", JUDGEMENT,
+    "The gap counts at its one-sided lower confidence limit at this level, shared among the ranks: a healthy "
+    "2-rank job was named in 3 of 6 runs on the gap as seen.", "bench/multi_rank.py (its healthy job)")
 # On the GPUs (NCCL: the waiting ranks' GPUs spin in the collective) the bars are the advisor's
 # own health bar: the others wait at least a tenth of the time, and the gap's lower limit is a
 # tenth, i.e. the job would run at least 1.1x with the straggler as fast as the rest. The host's
@@ -72,10 +84,35 @@ STRAGGLER_LEVEL = 0.95
 # judged with Student's t. Measured on 2 x H200: a rank evaluating the dev set alone held the
 # other's GPU 42 % in the all-reduce (lower limit 0.21 after 13 polls; sharing the evaluation
 # measured 1.24x), under the quarter; the healthy Lightning DDP job stayed silent at a tenth.
-GPU_OTHERS_WAIT_MIN = 0.10
-GPU_STRAGGLER_GAP = 0.10
+GPU_OTHERS_WAIT_MIN = Threshold(
+    0.10, "share", DERIVED,
+    "On the GPUs (NCCL), the others wait at least the advisor's health bar (MIN_COST_FRACTION): each GPU poll "
+    "is already a mean over its second.")
+GPU_STRAGGLER_GAP = Threshold(
+    0.10, "share", DERIVED,
+    "On the GPUs, the gap's lower limit is the health bar: the job would run at least 1.1x with the straggler "
+    "as fast as the rest.")
+
+# What the straggler does instead, told from its own GPU and stacks (straggler_phase):
+COMPUTE_STRAGGLER_UTIL = Threshold(
+    70.0, "%", JUDGEMENT,
+    "The straggler's own GPU this busy (mean utilisation): its extra time is GPU work; a rank whose host is the "
+    "slow part leaves its GPU idle (0-2 % measured for a Python straggler on an H100).", "bench/multi_rank.py")
+STRAGGLER_DATA_WAIT = Threshold(
+    0.30, "share", JUDGEMENT,
+    "The straggler waits for its own DataLoader this share of its samples: its input pipeline is the slow "
+    "part; a third, as OTHERS_WAIT_MIN.")
+# The straggler's main thread is in a checkpoint save in at least this share of its samples: the
+# save is what the others wait for. Judgement: a fifth, as a rank's own work (analysis.ranks
+# OWN_WORK_MIN_SHARE); a save long enough to hold a peer back shows in many samples.
+STRAGGLER_SAVE_SHARE = Threshold(
+    0.2, "share", JUDGEMENT,
+    "The straggler saves a checkpoint this share of its samples: the save is what the others wait for; a fifth, "
+    "as a rank's own work.")
 
 
+@uses(OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, COMPUTE_STRAGGLER_UTIL,
+      STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES)
 def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     """One rank does something else while the other ranks wait for it in collectives."""
     found = straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
@@ -124,21 +161,6 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
         gpu_index=slow.gpu,
         title=f"rank {slow.rank} is the straggler: the other ranks wait {pct(wait_share)} in {fn} for it",
     )
-
-
-# The straggler's own GPU busy at least this share of the window (mean utilisation): its extra
-# time is GPU work, not host work. Judgement: a rank whose host is the slow part leaves its GPU
-# idle most of the step (measured 0-2 % for bench/multi_rank.py's Python straggler on an H100).
-COMPUTE_STRAGGLER_UTIL = 70.0
-# The straggler's main thread waits for its own DataLoader in at least this share of its samples:
-# its input pipeline is the slow part. Judgement: a third, as the others' wait (OTHERS_WAIT_MIN).
-STRAGGLER_DATA_WAIT = 0.30
-
-
-# The straggler's main thread is in a checkpoint save in at least this share of its samples: the
-# save is what the others wait for. Judgement: a fifth, as a rank's own work (analysis.ranks
-# OWN_WORK_MIN_SHARE); a save long enough to hold a peer back shows in many samples.
-STRAGGLER_SAVE_SHARE = 0.2
 
 
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
@@ -207,13 +229,18 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
 
 
 # communication-bound: every rank's GPU sits in NCCL's kernels at least this share of the window
-# (analysis.spin). Judgement: the straggler rule's own bar for "waiting is a pattern"
-# (OTHERS_WAIT_MIN).
-COMM_BOUND_MIN = 0.30
-# ... and alike on every rank: the most- and least-waiting within this of each other (a straggler
-# is the other shape: one rank far below the rest). Judgement: the straggler's gap.
-COMM_BOUND_SPREAD = 0.25
+# (analysis.spin) ...
+COMM_BOUND_MIN = Threshold(
+    0.30, "share", JUDGEMENT,
+    "Every rank's GPU in NCCL's kernels at least this share of the window: the straggler rule's own bar for "
+    "'waiting is a pattern' (OTHERS_WAIT_MIN).")
+# ... and alike on every rank (a straggler is the other shape: one rank far below the rest).
+COMM_BOUND_SPREAD = Threshold(
+    0.25, "share", JUDGEMENT,
+    "The most- and least-waiting ranks within this of each other: alike, as the straggler's gap (STRAGGLER_GAP).")
 
+@uses(COMM_BOUND_MIN, COMM_BOUND_SPREAD, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN,
+      GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
 def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
     """Every rank spends a large, equal share of the step in collectives: not waiting for one
     of them (a straggler) but moving gradients: the job is communication-bound."""
@@ -296,13 +323,17 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
 
 
 # gradients by hand: every rank spends at least this share of its samples in all_reduce calls from
-# one function of the user's code, with no DDP or FSDP in any rank's stacks. Judgement: the
-# advisor's 10 % bar (what bucketing and overlap can give back is at most this wait).
-MANUAL_SYNC_MIN = 0.10
-# ... and most of those calls (this share of the collective samples) come from that one function.
-MANUAL_SYNC_CALLER_SHARE = 0.5
+# one function of the user's code, with no DDP or FSDP in any rank's stacks.
+MANUAL_SYNC_MIN = Threshold(
+    0.10, "share", JUDGEMENT,
+    "Every rank in all_reduce at least this share of its samples: the advisor's 10 % bar (what bucketing and "
+    "overlap can give back is at most this wait).")
+MANUAL_SYNC_CALLER_SHARE = Threshold(
+    0.5, "share", JUDGEMENT, "Most of those all_reduce samples (this share) come from one function of the user's.")
 
 
+@uses(MANUAL_SYNC_MIN, MANUAL_SYNC_CALLER_SHARE, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL,
+      GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, MIN_MAIN_SAMPLES)
 def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     """Gradients averaged by hand (tutorial code: a dist.all_reduce per parameter after backward):
     one small collective per tensor, one after another, none overlapped with backward. DDP

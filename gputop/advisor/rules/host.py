@@ -15,6 +15,13 @@ from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
+    GPM_BUSY_UTIL_PCT,
+    LAUNCH_BOUND_SM_ACTIVE_PCT,
+    MIN_COST_FRACTION,
+    MIN_COST_S,
+    MIN_MAIN_SAMPLES,
+    MIN_RECURRENCES,
+    SPIN_EXPLAINS,
     Hit,
     bounded,
     confidence,
@@ -28,18 +35,23 @@ from .base import (
     spinning,
     starved_sm_s,
     times,
+    uses,
     worst,
 )
-from .data import workers_for
-from .memory import larger_batch
-from .optimizer import optimizer_leads
+from .threshold import DERIVED, JUDGEMENT, IntThreshold, Threshold
+from .data import WORKER_MARGIN, workers_for
+from .memory import BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MEM_HEADROOM, MEM_NEAR_LIMIT, larger_batch
+from .optimizer import OPTIMIZER_LEADS_SHARE, UNFUSED_MIN_SHARE, optimizer_leads
 
 # --------------------------------------------------------------------------- host syncs
 
 # The main thread in .item()/.cpu()/synchronize in this share of its samples (all of them, not
 # only during idle: while it waits, the GPU is busy draining the queue it could not refill) is a
-# sync problem however the samples are spread. Judgement.
-HOST_SYNC_MIN_SHARE = 0.20
+# sync problem however the samples are spread.
+HOST_SYNC_MIN_SHARE = Threshold(
+    0.20, "share", JUDGEMENT,
+    "The main thread in .item()/.cpu()/synchronize this share of its samples is a sync problem however they are "
+    "spread.")
 # Below that, a sync in every step still is one when it is steady. Measured: the host-sync
 # workload (a ~4 ms step with .item()/.cpu()/synchronize each step) spent 19 % of its wall time
 # in the syncs by its own accounting, yet its breakdown read busy 41 %, sync 11 %, cpu 48 %: the
@@ -48,20 +60,32 @@ HOST_SYNC_MIN_SHARE = 0.20
 # samples, spread over the whole window (bench/results/advisor_bench.json); the launch-bound
 # workload (no syncs) had none of its samples there. Judgement: a healthy loop syncs once per
 # logging step (every 10-100 steps), well under 5 % of the samples.
-HOST_SYNC_STEADY_SHARE = 0.05
+HOST_SYNC_STEADY_SHARE = Threshold(
+    0.05, "share", JUDGEMENT,
+    "Below HOST_SYNC_MIN_SHARE, syncs in this share of the samples, steady through the window, are a sync in "
+    "every step; a healthy loop syncs once per logging step, well under 5 %.",
+    "bench/results/harness.md, bench/results/advisor_bench.json")
 # "Steady": the window (first to last main-thread sample) cut into stretches that should hold
 # about this many sync samples each if the syncs were spread evenly (then a stretch is empty by
 # chance ~5 % of the time: e^-3, Poisson)...
-SYNC_SAMPLES_PER_STRETCH = 3
+SYNC_SAMPLES_PER_STRETCH = IntThreshold(
+    3, "samples", DERIVED,
+    "The window is cut into stretches of about this many sync samples each: evenly spread syncs leave a stretch "
+    "empty by chance ~5 % of the time (e^-3, Poisson).")
 # ...but never fewer than 2 stretches (one says nothing of spread) nor more than 20 (judgement)...
-MIN_STRETCHES, MAX_STRETCHES = 2, 20
+MIN_STRETCHES, MAX_STRETCHES = (
+    IntThreshold(2, "stretches", DERIVED, "Never fewer stretches than two: one says nothing of spread."),
+    IntThreshold(20, "stretches", JUDGEMENT, "Never more stretches than this."),
+)
 # ...and syncs seen in at least this share of the stretches. A burst (an evaluation pass, one
 # save) fills a few adjacent stretches; a per-step sync fills nearly all of them (the host-sync
-# workload: 4 of 4, bench/results/advisor_bench.json). Judgement.
-HOST_SYNC_STEADY_COVERAGE = 0.6
-# Fewer sync samples than this say nothing about a pattern (0.8 s at the sampler's 5 Hz).
-# Judgement.
-MIN_SYNC_SAMPLES = 4
+# workload: 4 of 4, bench/results/advisor_bench.json).
+HOST_SYNC_STEADY_COVERAGE = Threshold(
+    0.6, "share", JUDGEMENT,
+    "Syncs in at least this share of the stretches are steady: a burst (an evaluation, a save) fills a few "
+    "adjacent ones, a per-step sync nearly all.", "bench/results/advisor_bench.json")
+MIN_SYNC_SAMPLES = IntThreshold(
+    4, "samples", JUDGEMENT, "Fewer sync samples than this say nothing about a pattern (0.8 s at the sampler's 5 Hz).")
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,9 @@ def sync_pattern(ctx: AnalysisContext) -> SyncPattern:
     return SyncPattern(share, n, k, covered)
 
 
+@uses(HOST_SYNC_MIN_SHARE, HOST_SYNC_STEADY_SHARE, MIN_SYNC_SAMPLES, HOST_SYNC_STEADY_COVERAGE,
+      SYNC_SAMPLES_PER_STRETCH, MIN_STRETCHES, MAX_STRETCHES, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S,
+      MIN_RECURRENCES)
 def check_host_sync(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
@@ -195,6 +222,7 @@ def sync_site_kind(label: str) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- copies
 
 
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
 def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: g.breakdown.get(Bucket.H2D), gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
@@ -229,18 +257,25 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
 
 # The main thread's CPU work outside the model (its "other" samples: on a CPU, in the user's own
 # code, under no nn.Module, optimizer or loader frame) in at least this share of its samples ...
-CPU_WORK_MIN_SHARE = 0.30
+CPU_WORK_MIN_SHARE = Threshold(
+    0.30, "share", JUDGEMENT,
+    "The main thread's CPU work outside the model (the user's own code) in at least this share of its samples.")
 # ... one function of the user's holding at least this share of that work (it is one place to
 # change, not Python spread over the whole step, which a plain loop of torch ops also is) ...
-CPU_WORK_ONE_PLACE = 0.50
-# ... the GPU busy at most this share of the window: it waits for that work. Judgement: half ...
-CPU_WORK_GPU_BUSY_MAX = 0.50
+CPU_WORK_ONE_PLACE = Threshold(
+    0.50, "share", JUDGEMENT, "One function of the user's holds at least this share of that work: one place to change.")
+# ... the GPU busy at most this share of the window: it waits for that work ...
+CPU_WORK_GPU_BUSY_MAX = Threshold(
+    0.50, "share", JUDGEMENT, "The GPU busy at most half the window: it waits for that work.")
 # ... and, where GPM says, the kernels it does run fill it (SM activity per point of utilisation,
 # GpuEfficiency.sm_fill): the step's own kernels are real work, the gaps are the CPU's. A plain
 # loop of tiny torch ops in one function of the user's looks the same in the stacks (other code,
 # one place) but its kernels leave the SMs empty: launch-bound (measured on an H100: SM 0.1 % at
 # 16 % busy, a fill of 0.006; a model's kernels fill 0.6-1.0). Judgement: a quarter.
-CPU_WORK_SM_FILL_MIN = 0.25
+CPU_WORK_SM_FILL_MIN = Threshold(
+    0.25, "SM % per util %", JUDGEMENT,
+    "Kernels filling the SMs at least this much per point of utilisation are real work; a loop of tiny torch "
+    "ops fills 0.006 (launch-bound), a model's kernels 0.6-1.0 (measured on an H100).")
 
 
 def cpu_working(s) -> bool:
@@ -271,6 +306,8 @@ def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
     return where, k / len(main), k / len(other)
 
 
+@uses(CPU_WORK_MIN_SHARE, CPU_WORK_ONE_PLACE, CPU_WORK_GPU_BUSY_MAX, CPU_WORK_SM_FILL_MIN, WORKER_MARGIN,
+      MIN_MAIN_SAMPLES, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
 def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     """The training loop's own CPU work outside the model (augmentation, decoding, Python
     preprocessing of each batch in the main process) while the GPU waits: its fix is to move that
@@ -325,7 +362,10 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
 # The main thread dispatching (forward/backward/optimizer/other Python) in this share of its
 # samples: it is the one thing the GPU waits for. Judgement; the launch-bound workload dispatched
 # in 100 % of them (bench/results/advisor_bench.json).
-DISPATCH_MIN_SHARE = 0.50
+DISPATCH_MIN_SHARE = Threshold(
+    0.50, "share", JUDGEMENT,
+    "The main thread dispatching (model or other Python) at least this share of its samples: it is the one "
+    "thing the GPU waits for.", "bench/results/advisor_bench.json")
 
 
 def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
@@ -344,6 +384,10 @@ def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
     return bool(fills) and min(fills) < CPU_WORK_SM_FILL_MIN
 
 
+@uses(DISPATCH_MIN_SHARE, CPU_WORK_SM_FILL_MIN, HOST_SYNC_MIN_SHARE, HOST_SYNC_STEADY_SHARE, MIN_SYNC_SAMPLES,
+      HOST_SYNC_STEADY_COVERAGE, SYNC_SAMPLES_PER_STRETCH, MIN_STRETCHES, MAX_STRETCHES, UNFUSED_MIN_SHARE,
+      OPTIMIZER_LEADS_SHARE, MEM_HEADROOM, MEM_NEAR_LIMIT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MIN_MAIN_SAMPLES,
+      GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None

@@ -7,22 +7,27 @@ from ...analysis import CPU_DEVICE, Growth, eta_text, rate_text
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from ...model import Severity
-from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, Hit, data_wait_s, pct, spinning, times
+from .base import MIN_BUSY_POLLS, MIN_COST_FRACTION, SPIN_EXPLAINS, Hit, data_wait_s, pct, spinning, times, uses
+from .threshold import JUDGEMENT, IntThreshold, Threshold
 
-# Above this share of the card the caching allocator has no slack: one larger batch or
-# fragmentation means an OOM or cudaMalloc retries that flush the cache (each a full sync).
-# Judgement.
-MEM_NEAR_LIMIT = 0.95
-# Below this share, a batch twice as large fits with room to spare (activations scale with it).
-# Judgement. launch-bound also reads it to say a larger batch fits.
-MEM_HEADROOM = 0.35
-# Raising the batch helps a GPU that is not already full: SM activity below this (GPM).
-# Judgement; the healthy bf16 trainer ran at 92.6 % (bench/results/harness.md).
-HEADROOM_SM_ACTIVE_PCT = 60.0
+MEM_NEAR_LIMIT = Threshold(
+    0.95, "share", JUDGEMENT,
+    "Above this share of the card the caching allocator has no slack: one larger batch or fragmentation means "
+    "an OOM, or cudaMalloc retries that flush the cache (each a full sync).")
+# launch-bound also reads it to say a larger batch fits.
+MEM_HEADROOM = Threshold(
+    0.35, "share", JUDGEMENT,
+    "Below this share of the card, a batch twice as large fits with room to spare (activations scale with it).")
+HEADROOM_SM_ACTIVE_PCT = Threshold(
+    60.0, "%", JUDGEMENT,
+    "A larger batch helps a GPU that is not already full: SMs active below this (the healthy bf16 trainer ran "
+    "at 92.6 %).", "bench/results/harness.md")
 # The batch factor suggested aims the peak at this share of MEM_NEAR_LIMIT (activations are not
-# all of the memory, so the scaling is rough), and is never above MAX_BATCH_FACTOR. Judgement.
-BATCH_TARGET_SHARE = 0.8
-MAX_BATCH_FACTOR = 8
+# all of the memory, so the scaling is rough), and is never above MAX_BATCH_FACTOR.
+BATCH_TARGET_SHARE = Threshold(
+    0.8, "share", JUDGEMENT,
+    "The batch factor aims the peak at this share of MEM_NEAR_LIMIT: activations are not all of the memory.")
+MAX_BATCH_FACTOR = IntThreshold(8, "x", JUDGEMENT, "The largest batch factor suggested: the scaling is rough.")
 
 
 def larger_batch(g: GpuView, ctx: AnalysisContext | None = None) -> tuple[int, float] | None:
@@ -47,6 +52,7 @@ def larger_batch(g: GpuView, ctx: AnalysisContext | None = None) -> tuple[int, f
     return factor, bound
 
 
+@uses(MEM_NEAR_LIMIT)
 def check_memory_near_limit(ctx: AnalysisContext) -> Hit | None:
     cands = [g for g in ctx.gpus if (g.efficiency.mem_peak_fraction or 0.0) >= MEM_NEAR_LIMIT]
     if not cands:
@@ -79,6 +85,8 @@ def check_memory_near_limit(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+@uses(MEM_HEADROOM, HEADROOM_SM_ACTIVE_PCT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MEM_NEAR_LIMIT, MIN_BUSY_POLLS,
+      MIN_COST_FRACTION, SPIN_EXPLAINS)
 def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     def fits(g: GpuView) -> bool:
         e = g.efficiency
@@ -129,13 +137,19 @@ def growing(ctx: AnalysisContext | None, g: GpuView) -> bool:
 # --------------------------------------------------------------------------- growth and its forecast
 
 # Growth that reaches the limit within this long is a finding at all; sooner than WARN_WITHIN_S it
-# is a warning. Judgement: past a day the forecast rests on minutes of history stretched too far,
-# and a job told two hours ahead can be checkpointed and fixed.
-HORIZON_S = 24 * 3600.0
-WARN_WITHIN_S = 2 * 3600.0
-# A named pattern in the job's stacks gets this confidence, a forecast alone this. Judgement.
-NAMED_CONFIDENCE = 0.85
-FORECAST_CONFIDENCE = 0.7
+# is a warning.
+HORIZON_S = Threshold(
+    24 * 3600.0, "s", JUDGEMENT,
+    "Growth that reaches the limit within a day is a finding: past that the forecast rests on minutes of history "
+    "stretched too far.")
+WARN_WITHIN_S = Threshold(
+    2 * 3600.0, "s", JUDGEMENT,
+    "Growth that reaches the limit within two hours is a warning: a job told that far ahead can be checkpointed "
+    "and fixed.")
+# A named pattern in the job's stacks gets this confidence, a forecast alone this.
+NAMED_CONFIDENCE = Threshold(
+    0.85, "confidence", JUDGEMENT, "The confidence of growth whose cause the job's stacks name (a kept tensor).")
+FORECAST_CONFIDENCE = Threshold(0.7, "confidence", JUDGEMENT, "The confidence of a forecast alone.")
 
 _FIND_IT = ("find what is kept across steps: a loss or output summed or appended without .item() / "
             ".detach(), a list or dict that grows, a cache without a bound; "
@@ -155,6 +169,7 @@ def _growth_line(who: str, gr: Growth) -> str:
             f"over the last {gr.span_s / 60:.0f} min; {used}")
 
 
+@uses(HORIZON_S, WARN_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
 def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     mem = ctx.memory
     if mem is None:
@@ -214,6 +229,7 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+@uses()
 def check_oom_exit(ctx: AnalysisContext) -> Hit | None:
     cause = ctx.memory.exit_cause if ctx.memory is not None else None
     if cause is None:

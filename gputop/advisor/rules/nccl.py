@@ -17,14 +17,17 @@ from typing import Callable, Mapping
 
 from ...model import Severity
 from ..context import AnalysisContext
-from .base import Hit, bounded, gain, pct, sampled_upper
+from .base import Hit, bounded, gain, pct, sampled_upper, uses
+from .threshold import JUDGEMENT, IntThreshold
 
 Env = Mapping[str, str]
 
 # NCCL_MAX_NCHANNELS at or below this caps a collective's bandwidth: NCCL spreads a collective
-# over channels (one SM each), 2 to 32 of them on NVLink machines. Judgement: two channels or
-# fewer is a cap someone set to debug or to save SMs, far below what the links carry.
-FEW_CHANNELS = 2
+# over channels (one SM each), 2 to 32 of them on NVLink machines.
+FEW_CHANNELS = IntThreshold(
+    2, "channels", JUDGEMENT,
+    "NCCL_MAX_NCHANNELS at or below this is a cap someone set to debug or to save SMs, far below what the "
+    "links carry (NCCL uses 2 to 32 channels on NVLink machines).")
 
 
 def _true(v: str | None) -> bool:
@@ -109,6 +112,7 @@ def _envs(ctx: AnalysisContext) -> dict[int, tuple[int | None, Env]]:
     return out
 
 
+@uses(FEW_CHANNELS)
 def check_nccl_env(ctx: AnalysisContext) -> Hit | None:
     envs = _envs(ctx)
     if not envs:

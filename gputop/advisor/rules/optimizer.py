@@ -18,17 +18,26 @@ from ...analysis import Bucket
 from ...analysis import HF_TRAINER, LIGHTNING
 from ...model import Category
 from ..context import AnalysisContext, GpuView
-from .base import Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, worst
+from .base import (
+    GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES,
+    Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, uses,
+    worst,
+)
+from .threshold import JUDGEMENT, Threshold
 
 _UNFUSED = re.compile(r"^_(single|multi)_tensor_(\w+)$")
 _OPTIM_DIR = "torch/optim/"
-# The unfused step in this share of the main thread's samples: judgement, the bar a cause must
-# clear as a share of the time (base.MIN_COST_FRACTION) plus room for the part fused keeps.
-UNFUSED_MIN_SHARE = 0.15
+UNFUSED_MIN_SHARE = Threshold(
+    0.15, "share", JUDGEMENT,
+    "The unfused step in this share of the main thread's samples: the bar a cause must clear "
+    "(MIN_COST_FRACTION) plus room for the part the fused step keeps.")
 # The optimizer is the dispatch's largest part at this share of the samples launching work: the
 # change to name is the optimizer's, not the model's (launch-bound defers to this finding unless
 # a larger batch fits, which amortises the step too).
-OPTIMIZER_LEADS_SHARE = 0.5
+OPTIMIZER_LEADS_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "The optimizer step is at least half of what the main thread launches: the change is the optimizer's, "
+    "not the model's.")
 # Optimizers with a fused implementation in torch.optim (torch >= 2.4 for SGD and Adagrad;
 # older releases give AdamW its own _single_tensor_adamw).
 FUSED_OK = {"adam", "adamw", "sgd", "adagrad"}
@@ -78,6 +87,8 @@ def optimizer_knob(framework: str | None, cls: str) -> str | None:
     return None
 
 
+@uses(UNFUSED_MIN_SHARE, MIN_MAIN_SAMPLES, GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, MIN_COST_FRACTION,
+      MIN_COST_S, MIN_RECURRENCES)
 def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     step = unfused_step(ctx)
     if step is None or step.optimizer not in FUSED_OK or step.share < UNFUSED_MIN_SHARE:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from ...analysis import FP32, HALF, MIXED, precision_knob
 from ..context import AnalysisContext, GpuView
-from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, spinning, times, worst
+from .base import (
+    GPM_BUSY_UTIL_PCT, MIN_COST_FRACTION, MIN_COST_S, SPIN_EXPLAINS, Hit, pct, significant, spinning, times, uses,
+    worst,
+)
+from .threshold import DOCUMENTED, JUDGEMENT, IntThreshold, Threshold
 
 # The fp32 pipes at least this busy, and busier than the tensor cores: the math runs in fp32 on
 # the CUDA cores. Measured (GPM, H100): fp32 loops and fp32 transformers 54-76 % with tensor
@@ -14,24 +18,36 @@ from .base import GPM_BUSY_UTIL_PCT, Hit, pct, significant, spinning, times, wor
 # "tensor cores idle": PyTorch's defaults run convolutions as TF32 (cudnn.allow_tf32) but
 # matmuls in full fp32 (matmul.allow_tf32 off), so a model with a conv stem and fp32 linears
 # shows some tensor activity while most of its math runs on the CUDA cores.
-FP32_BUSY_PCT = 20.0
+FP32_BUSY_PCT = Threshold(
+    20.0, "%", JUDGEMENT,
+    "The fp32 pipes at least this busy, and busier than the tensor cores: the math runs in fp32 on the CUDA "
+    "cores (fp32 jobs read 54-76 %, bf16 and TF32 ones 1.4-3.4 %).",
+    "bench/results/advisor_bench.json, bench/results/real_jobs.json")
 # Saved share of busy time when fp32 matmuls move to tensor cores. NVIDIA's H100 SXM datasheet:
 # 67 TFLOPS fp32 vs 989 TFLOPS TF32 with sparsity, ~495 dense (~7x). Real steps are part matmul,
 # so half of the busy time is a conservative estimate of what TF32/bf16 gives back: judgement.
-TENSOR_CORE_SAVING = 0.5
+TENSOR_CORE_SAVING = Threshold(
+    0.5, "share", JUDGEMENT,
+    "The busy time TF32/bf16 gives back, as the estimate: tensor cores run matmuls ~7x fp32's rate, but real "
+    "steps are part matmul.", "NVIDIA H100 SXM datasheet")
 # The most tensor cores can speed up fp32 math: bf16 dense vs fp32 on NVIDIA's H100 SXM
 # datasheet, 989 / 67 TFLOPS (~15x; TF32 dense ~7x, V100 fp16 tensor vs fp32 125 / 15.7 ~8x).
 # The bound takes all of the busy time as such math; real steps are part matmul, so the gain is
 # far less (TENSOR_CORE_SAVING is the estimate the text gives beside it).
-TENSOR_CORE_MAX_SPEEDUP = 15.0
+TENSOR_CORE_MAX_SPEEDUP = Threshold(
+    15.0, "x", DOCUMENTED,
+    "The most tensor cores can speed up fp32 math: bf16 dense against fp32, 989 / 67 TFLOPS; the upper bound "
+    "takes all of the busy time as such math.", "NVIDIA H100 SXM datasheet")
 # TF32 needs Ampere (compute capability 8.0); tensor cores exist from Volta (7.0): NVIDIA's
 # architecture whitepapers and the CUDA programming guide's compute-capability table.
 TF32_MIN_CC = (8, 0)
 TENSOR_CORE_MIN_CC = (7, 0)
-# The finding is sure (0.9, else 0.7) once GPM has averaged this many busy polls. Judgement.
-CONFIDENT_BUSY_POLLS = 5
+CONFIDENT_BUSY_POLLS = IntThreshold(
+    5, "polls", JUDGEMENT, "The finding is sure (0.9, else 0.7) once GPM has averaged this many busy polls.")
 
 
+@uses(FP32_BUSY_PCT, TENSOR_CORE_SAVING, TENSOR_CORE_MAX_SPEEDUP, CONFIDENT_BUSY_POLLS, GPM_BUSY_UTIL_PCT,
+      SPIN_EXPLAINS)
 def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
     def cost(g: GpuView) -> float:
         e = g.efficiency
@@ -102,13 +118,20 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
 # step whose busy time is all TF32 convs and fp32 elementwise work at most halves: the bound is
 # 2x of the busy time (NVIDIA H100 datasheet: 989 vs 495 dense TFLOPS for bf16 vs TF32; A100
 # 312 vs 156). Real steps have parts neither helps (reductions in fp32, the optimizer).
-BF16_OVER_TF32_MAX = 2.0
-# A GPU this busy (busy polls' mean utilisation) and busy this share of the window: a
-# compute-bound job, where precision is the lever. Judgement: below it the idle time's cause
-# is the finding to make first.
-COMPUTE_BOUND_BUSY_SHARE = 0.8
+BF16_OVER_TF32_MAX = Threshold(
+    2.0, "x", DOCUMENTED,
+    "bf16 runs the tensor cores at twice TF32's rate and moves half the bytes: a step of TF32 and fp32 work at "
+    "most halves.", "NVIDIA H100 datasheet (989 vs 495 dense TFLOPS); A100 (312 vs 156)")
+# A GPU this busy (busy polls' mean utilisation, GPM_BUSY_UTIL_PCT) and busy this share of the
+# window: a compute-bound job, where precision is the lever.
+COMPUTE_BOUND_BUSY_SHARE = Threshold(
+    0.8, "share", JUDGEMENT,
+    "A GPU busy this share of the window is compute-bound, where precision is the lever; below it the idle "
+    "time's cause is the finding to make first.")
 
 
+@uses(COMPUTE_BOUND_BUSY_SHARE, BF16_OVER_TF32_MAX, FP32_BUSY_PCT, GPM_BUSY_UTIL_PCT, SPIN_EXPLAINS,
+      MIN_COST_FRACTION, MIN_COST_S)
 def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
     """A framework job whose stacks show fp32 training (Lightning "32-true", Trainer without
     bf16) on a compute-bound GPU that the fp32-pipe check does not already name."""

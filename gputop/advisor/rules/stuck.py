@@ -15,13 +15,16 @@ from ...analysis import CPU_DEVICE
 from ...model import Category
 from ...analysis import CPU_WINDOW_S, TREE_BUSY_CORES
 from ..context import AnalysisContext, GpuView
-from .base import Hit, workers_cpu_line
+from .base import Hit, uses, workers_cpu_line
+from .threshold import JUDGEMENT, Threshold
 
-# The GPU utilisation quoted beside a hang is over this many recent seconds. Judgement: long
-# enough to average the 200 ms samples, short enough to show the GPU as it is now.
-RECENT_UTIL_S = 5.0
+RECENT_UTIL_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "The GPU utilisation quoted beside a hang is over this many recent seconds: long enough to average the "
+    "200 ms samples, short enough to show the GPU as it is now.")
 
 
+@uses(RECENT_UTIL_S)
 def check_stuck(ctx: AnalysisContext) -> Hit | None:
     v = ctx.stuck
     if v is None or not v.stuck:

@@ -9,23 +9,28 @@ from ...analysis import CPU_DEVICE, Bucket
 from ...model import Severity
 from ...analysis import POWER_MASK, THERMAL_MASK
 from ..context import AnalysisContext, GpuView
-from .base import MIN_BUSY_POLLS, Hit, bounded, gain, pct, secs, times, worst
+from .base import MIN_BUSY_POLLS, Hit, bounded, gain, pct, secs, times, uses, worst
+from .threshold import JUDGEMENT, Threshold
 
 # --------------------------------------------------------------------------- clocks
 
-# Clocks: throttled (power, heat, hardware) in at least this share of busy polls is a pattern.
-# Judgement.
-THROTTLE_MIN_FRACTION = 0.20
+THROTTLE_MIN_FRACTION = Threshold(
+    0.20, "share", JUDGEMENT, "Clocks throttled (power, heat, hardware) in at least this share of busy polls is a "
+    "pattern.")
 # The power cap alone is how a fully loaded GPU runs: the fp32 loop and the healthy bf16 trainer
 # both drew ~692-695 W of the H100 SXM's 700 W (bench/results/harness.json); a one-off NVML
 # reading of the fp32 loop during development (not kept in bench/results) showed the power cap
 # as the only reason, throughout, at an SM clock ~96 % of max. Only clocks far below max under
 # it point at a lowered power limit, and even then it is a note, not a fault. 0.6 is judgement.
-POWER_CAP_CLOCK_RATIO = 0.6
-# Clock share assumed when the clocks were not read. Judgement.
-DEFAULT_THROTTLED_CLOCK_RATIO = 0.85
+POWER_CAP_CLOCK_RATIO = Threshold(
+    0.6, "share", JUDGEMENT,
+    "At the power cap alone, only SM clocks below this share of max point at a lowered power limit: a fully "
+    "loaded GPU runs at its cap near full clocks.", "bench/results/harness.json")
+DEFAULT_THROTTLED_CLOCK_RATIO = Threshold(
+    0.85, "share", JUDGEMENT, "The clock share assumed for a throttled GPU whose clocks were not read.")
 
 
+@uses(THROTTLE_MIN_FRACTION, POWER_CAP_CLOCK_RATIO, DEFAULT_THROTTLED_CLOCK_RATIO, MIN_BUSY_POLLS)
 def check_throttling(ctx: AnalysisContext) -> Hit | None:
     def cost(g: GpuView) -> float:
         e = g.efficiency
@@ -84,10 +89,13 @@ def check_throttling(ctx: AnalysisContext) -> Hit | None:
 
 # --------------------------------------------------------------------------- PCIe
 
-# Below max in this share of busy polls (links downshift when idle: that is normal). Judgement.
-PCIE_DEGRADED_FRACTION = 0.5
+PCIE_DEGRADED_FRACTION = Threshold(
+    0.5, "share", JUDGEMENT,
+    "A PCIe link below its maximum in this share of busy polls is degraded (links downshift when idle: that is "
+    "normal).")
 
 
+@uses(PCIE_DEGRADED_FRACTION, MIN_BUSY_POLLS)
 def check_pcie_degraded(ctx: AnalysisContext) -> Hit | None:
     cands = [
         g for g in ctx.gpus
@@ -121,6 +129,7 @@ def check_pcie_degraded(ctx: AnalysisContext) -> Hit | None:
 # --------------------------------------------------------------------------- driver and memory health
 
 
+@uses()
 def check_persistence_off(ctx: AnalysisContext) -> Hit | None:
     off = [g for g in ctx.gpus if g.info is not None and g.info.persistence_mode is False]
     if not off:
@@ -137,6 +146,7 @@ def check_persistence_off(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+@uses()
 def check_ecc_errors(ctx: AnalysisContext) -> Hit | None:
     bad = [g for g in ctx.gpus if (g.efficiency.ecc_uncorrected or 0) > 0]
     if bad:
@@ -177,6 +187,7 @@ def _env_true(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
 
+@uses()
 def check_cuda_launch_blocking(ctx: AnalysisContext) -> Hit | None:
     if not _env_true(ctx.env.get("CUDA_LAUNCH_BLOCKING")):
         return None
@@ -210,6 +221,7 @@ SLOW_ENV: tuple[tuple[str, tuple[str, ...] | None, str, str], ...] = (
 )
 
 
+@uses()
 def check_slow_env(ctx: AnalysisContext) -> Hit | None:
     found = []
     for key, bad, why, fix in SLOW_ENV:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ..context import AnalysisContext
-from .base import Hit, bounded, gain, pct, secs, significant, worst
+from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, bounded, gain, pct, secs, significant, uses, worst
 
 
+@uses(MIN_COST_FRACTION, MIN_COST_S)
 def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
     """Idle GPU time and no stacks to say why: the first step is to attach."""
     found = worst(ctx, lambda g: 0.0 if g.breakdown.attributed else g.breakdown.idle_s, gpu_only=True)
