@@ -47,11 +47,16 @@ def python_checks() -> list[Check]:
 def ptrace_checks() -> list[Check]:
     """py-spy, and what governs attaching here: always a line, Yama or not (without Yama the
     kernel's plain rule applies: the same user, or CAP_SYS_PTRACE; and a container's seccomp)."""
-    from ..sources import attach_policy, find_pyspy, ptrace_facts
+    from ..sources import PYSPY_ENV, attach_policy, find_pyspy, is_native, ptrace_facts
 
     out: list[Check] = []
     pyspy = find_pyspy()
-    out.append(("py-spy binary", pyspy is not None, pyspy or "not found: pip install py-spy"))
+    if pyspy is not None and not is_native(pyspy):
+        # A wrapper (pyenv's shim) starts a shell and another program for every dump.
+        out.append(("py-spy binary", False, f"{pyspy} is a wrapper script, not py-spy itself: each stack costs several "
+                                             f"times more, so fewer are taken; set {PYSPY_ENV}=/path/to/py-spy"))
+    else:
+        out.append(("py-spy binary", pyspy is not None, pyspy or "not found: pip install py-spy"))
     facts = ptrace_facts(os.getpid())  # the Yama scope and this process's capabilities
     ok, detail = attach_policy(facts.ptrace_scope, facts.cap_sys_ptrace, facts.euid)
     out.append(("ptrace", ok, detail))

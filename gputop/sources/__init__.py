@@ -20,6 +20,7 @@ from .procfs import ProcfsSource
 # Prometheus's names are prefixed: ``query`` alone would be NCCL's RAS query as much as its.
 from .prometheus_api import PrometheusError, query as prometheus_query, shown as prometheus_shown
 from .ranks import Job, Rank, find_ranks
+from .pyspy_binary import PYSPY_ENV, is_native
 from .stacks import (
     ATTACH_BURST_RATE, DEFAULT_CPU_BUDGET, DEFAULT_PAUSE_BUDGET, DEFAULT_RATE, AttachError, PySpySource,
     StackParser, attach_policy, check_attachable, find_pyspy, job_cost_pct, native_dump, ptrace_facts,
@@ -30,7 +31,7 @@ __all__ = [
     "ATTACH_BURST_RATE", "DEFAULT_CPU_BUDGET", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "FAKE_PID_BASE",
     "SAMPLE_PERIOD", "AttachError", "FakeGpuSource", "HostSource", "Job", "JobIdentity", "NcclRasSource",
     "NvmlSource", "NvmlUnavailable", "ProcfsSource", "PrometheusError", "PySpySource", "Rank", "StackParser",
-    "attach_policy", "check_attachable", "describe_environment", "environ_of", "find_pyspy", "find_ranks", "host_name",
+    "PYSPY_ENV", "attach_policy", "check_attachable", "is_native", "describe_environment", "environ_of", "find_pyspy", "find_ranks", "host_name",
     "identity_of", "job_cost_pct", "job_env", "native_dump", "prometheus_query", "prometheus_shown",
     "ptrace_facts", "read_identity",
 ]

@@ -46,13 +46,39 @@ def find_pyspy() -> str | None:
     """The py-spy executable of the installed py-spy package.
 
     pip puts it in the interpreter's scripts directory, which is often not on PATH (a venv
-    that is not activated, ``python -m gputop``); PATH is the last resort (and may be a slow
-    shim, e.g. pyenv's).
+    that is not activated, ``python -m gputop``) and, for a venv made with
+    ``--system-site-packages``, may be the base interpreter's, not the venv's; the package's own
+    record of its files says where it is. PATH is the last resort, and there a native binary is
+    taken before a wrapper script (pyenv's shim runs bash and pyenv for every dump: 5-9x the cost
+    of the binary, so the sampler's budget bought a fraction of the stacks and the advisor
+    stayed silent).
     """
     override = os.environ.get(PYSPY_ENV)
     if override:
         return override if os.access(override, os.X_OK) else None
     exe = "py-spy.exe" if os.name == "nt" else "py-spy"
+    for cand in (*_installed(exe), *_script_dirs(exe)):
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    on_path = [c for c in (os.path.join(d, exe) for d in os.environ.get("PATH", "").split(os.pathsep) if d)
+               if os.path.isfile(c) and os.access(c, os.X_OK)]
+    return next((c for c in on_path if is_native(c)), on_path[0] if on_path else None)
+
+
+def _installed(exe: str) -> list[str]:
+    """Where the installed py-spy distribution says its executable is."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        dist = distribution("py-spy")
+    except (ImportError, PackageNotFoundError):
+        return []
+    except Exception:  # a broken installation's metadata: fall back to the search
+        return []
+    return [str(dist.locate_file(f).resolve()) for f in (dist.files or ()) if os.path.basename(str(f)) == exe]
+
+
+def _script_dirs(exe: str) -> list[str]:
     dirs: list[str] = []
     for scheme in (None, f"{os.name}_user"):
         try:
@@ -62,11 +88,20 @@ def find_pyspy() -> str | None:
         if d:
             dirs.append(d)
     dirs.append(os.path.dirname(sys.executable))
-    for d in dirs:
-        cand = os.path.join(d, exe)
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return shutil.which(exe)
+    # A venv made with --system-site-packages sees the base interpreter's packages, whose
+    # scripts are beside the base interpreter.
+    dirs.append(os.path.join(sys.base_prefix, "Scripts" if os.name == "nt" else "bin"))
+    return [os.path.join(d, exe) for d in dirs]
+
+
+def is_native(path: str) -> bool:
+    """A compiled executable (ELF, Mach-O, PE), not a script that starts another program."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe") or head[:2] == b"MZ"
 
 
 def _pyspy_or_raise(pyspy: str | None) -> str:
