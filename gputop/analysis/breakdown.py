@@ -348,4 +348,21 @@ def stack_slices(main_stacks: Sequence[StackSample], t0: float, t1: float) -> li
     """The CPU device's time line: each main-thread sample stands for the time since the one
     before it (samples are evenly spaced), busy when the thread was running the step."""
     points = [UtilPoint(x.ts, CPU_DEVICE, 100.0 if computing(x) else 0.0) for x in main_stacks]
-    return util_slices(points, t0, t1, max_slice=STACK_MAX_GAP_S)
+    return util_slices(points, t0, t1, max_slice=stack_max_gap(main_stacks))
+
+
+# A spacing this many times the samples' usual one is a silence (the sampler stalled, the data
+# lost), whatever the usual spacing is. Judgement: jitter around a held-back rate stays well under
+# it.
+STACK_GAP_SPACINGS = 3.0
+
+
+def stack_max_gap(main_stacks: Sequence[StackSample]) -> float:
+    """The longest spacing that still stands for the time between two samples: STACK_MAX_GAP_S,
+    or more where the sampler itself spaced the samples further apart (held back on a saturated
+    host, or by a slow py-spy: 5-7 s apart, and a 22 s recording was summarised over 1 s)."""
+    ts = sorted(x.ts for x in main_stacks)
+    gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    if not gaps:
+        return STACK_MAX_GAP_S
+    return max(STACK_MAX_GAP_S, STACK_GAP_SPACINGS * gaps[len(gaps) // 2])
