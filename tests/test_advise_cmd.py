@@ -73,3 +73,12 @@ def test_advise_records_what_it_judged_and_never_overwrites(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "already exists" in err and len(err.strip().splitlines()) == 1
     assert rec.read_bytes() == before
+    # The --force the refusal points to exists, and overwrites only a recording.
+    assert main(["advise", "--fake", "1", "--interval", "0.5", "--duration", "1", "--record", str(rec), "--force"]) == 0
+    capsys.readouterr()
+    assert rec.read_bytes() != before and main(["info", str(rec)]) == 0
+    capsys.readouterr()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert main(["advise", "--fake", "1", "--duration", "1", "--record", str(notes), "--force"]) != 0
+    assert notes.read_text() == "mine"

@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--record", metavar="FILE",
                    help="also record the session to FILE (a new file), to replay or report the evidence later")
+    p.add_argument("-f", "--force", action="store_true", help="with --record: overwrite FILE if it is an old recording")
     p.set_defaults(func=run)
 
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.record:
         # Checked before anything runs: a name that exists is refused, never written over.
         try:
-            session.start_recording(Path(args.record))
+            session.start_recording(Path(args.record), force=args.force)
         except UserError:
             session.stop()
             raise
