@@ -31,7 +31,7 @@ from .data import (
     workers_for,
 )
 from .distributed import check_collective_bound, check_collective_wait, check_manual_gradient_sync, check_rank_straggler
-from .host import check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
+from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
 from .nccl import check_nccl_env
 from .optimizer import check_unfused_optimizer
@@ -63,6 +63,7 @@ THROUGHPUT_IDS = (
     "collective-bound",
     "manual-grad-sync",
     "cpu-work-in-loop",
+    "blocking-in-loop",
     "launch-bound",
     "unfused-optimizer",
     "no-tensor-cores",
@@ -99,6 +100,7 @@ RULES: tuple[Rule, ...] = (
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
     Rule("cpu-work-in-loop", "CPU work in the training loop while the GPU waits", W, check_cpu_work_in_loop,
          supersedes=("launch-bound",)),
+    Rule("blocking-in-loop", "The training loop blocks in a call of its own", W, check_blocking_in_loop),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),

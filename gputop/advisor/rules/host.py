@@ -24,6 +24,7 @@ from .base import (
     SPIN_EXPLAINS,
     Hit,
     bounded,
+    device_name,
     confidence,
     enough_stacks,
     gain,
@@ -465,3 +466,71 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         title=f"Launch-bound: the CPU cannot keep {g.name} fed with kernels",
     )
 
+
+
+# --------------------------------------------------------------------------- blocking in the loop
+
+BLOCKED_MIN_SHARE = Threshold(
+    0.10, "share", DERIVED,
+    "The main thread blocked (off the CPU) in the user's own code at least this share of its samples: "
+    "the advisor's 10 % bar (MIN_COST_FRACTION); a step that waits that long gains that much without it.")
+BLOCKED_ONE_PLACE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Most of those samples (this share) in one function: one call to move off the loop, not waits spread "
+    "over the code.")
+
+
+def blocked_place(ctx: AnalysisContext) -> tuple[str, float, str | None] | None:
+    """Where the main thread waits off the CPU in the user's own code (a sleep, a blocking network
+    or file call, a lock): (place, share of its samples, the source line), or None. Waits the
+    classifier names (data, a sync, a collective, a checkpoint) are their rules'."""
+    main = ctx.main_stacks
+    blocked = [s for s in main if s.category is Category.IDLE and not s.active]
+    if not main or len(blocked) < BLOCKED_MIN_SHARE * len(main):
+        return None
+    found = hot_place(blocked)
+    if found is None:
+        return None
+    where, k = found
+    if k < BLOCKED_ONE_PLACE * len(blocked):
+        return None
+    name = where.split(" (")[0]
+    code = next((f.code for s in reversed(blocked) for f in s.frames if f.name == name and f.code), None)
+    return where, k / len(main), code
+
+
+@uses(BLOCKED_MIN_SHARE, BLOCKED_ONE_PLACE, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
+def check_blocking_in_loop(ctx: AnalysisContext) -> Hit | None:
+    """The training loop blocks in a call of the user's own (a sleep, a metrics POST, a file
+    write): off the CPU, in the user's code, not a wait any other rule names; the GPU (or, for a
+    job on no GPU, the job itself) waits for it. Its fix is to take the call off the loop's thread
+    or make it rarer; neither workers nor a larger batch would."""
+    if not enough_stacks(ctx):
+        return None
+    found = blocked_place(ctx)
+    if found is None:
+        return None
+    where, share, code = found
+    g = worst(ctx, lambda v: min(v.breakdown.get(Bucket.UNKNOWN), share * v.breakdown.total_s))
+    if g is None:
+        return None
+    g, cost = g
+    if not significant(g, cost, buckets=(Bucket.UNKNOWN,)):
+        return None
+    frac = cost / g.breakdown.total_s
+    name = where.split(" (")[0]
+    ev = [f"main thread blocked (off the CPU) in `{where}` in {pct(share)} of its samples"
+          + (f": `{code}`" if code else ""),
+          idle_line(g, [Bucket.UNKNOWN]) + " while it waits"]
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"take `{name}` off the training loop's thread: hand it to a background thread "
+                "(concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(...), or the logger's own async "
+                "mode), or call it every N steps; a sleep in the loop is time lost outright"),
+        expected_gain=gain(frac),
+        gain_bound=bounded(frac),
+        cost_s=cost,
+        confidence=confidence(share, len(ctx.main_stacks)),
+        gpu_index=g.index,
+        title=f"The training loop blocks in `{name}`: {device_name(g)} waits {pct(frac)}",
+    )
