@@ -99,11 +99,22 @@ def run(rank: int, port: int, steps: int, timeout_s: float) -> None:
         print(f"rank {rank}: collective timed out: {str(exc).splitlines()[0][-100:]}", flush=True)
         print(f"rank {rank}: flight recorder dumped to {dump_flight_recorder(rank)}", flush=True)
         store.set(DUMP_KEY, str(rank))
-        return
+        leave(store, rank, timeout_s)
     # Out of data: where this rank would go on to its next work, it waits for the dump signal
     # (NCCL's watchdog's, through the store), then writes its own buffer.
     store.wait([DUMP_KEY], datetime.timedelta(seconds=timeout_s + 60))
     print(f"rank {rank}: flight recorder dumped to {dump_flight_recorder(rank)}", flush=True)
+    leave(store, rank, timeout_s)
+
+
+def leave(store, rank: int, timeout_s: float) -> None:
+    """Out without destructors: a process group whose collective timed out can abort in its own
+    teardown ("terminate called without an active exception"), failing the run after its dump is
+    written, one run in four. Rank 0 holds the store: it goes last, once the other has dumped."""
+    store.set(f"dumped{rank}", "1")
+    if rank == 0:
+        store.wait(["dumped1"], datetime.timedelta(seconds=timeout_s + 60))
+    os._exit(0)
 
 
 def free_port() -> int:
