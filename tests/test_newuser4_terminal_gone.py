@@ -82,6 +82,8 @@ STUCK_SHUTDOWN = """
 import sys, threading
 from textual.drivers import linux_driver
 linux_driver.LinuxDriver.close = lambda self: threading.Event().wait()
+from gputop.ui import terminal
+terminal.EXIT_GRACE_S = 1.0  # the watchdog's grace, shortened: the test waits it out
 from gputop.session import Config, open_live
 from gputop.ui.app import run_app
 session = open_live(Config(fake=1, interval=0.5, advisor=False))

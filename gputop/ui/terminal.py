@@ -67,10 +67,10 @@ class ExitWatchdog:
     is closed) and the process exits with ``code``.
     """
 
-    def __init__(self, cleanup: Callable[[], None], grace_s: float = EXIT_GRACE_S,
+    def __init__(self, cleanup: Callable[[], None], grace_s: float | None = None,
                  exit: Callable[[int], None] = os._exit) -> None:
         self.cleanup = cleanup
-        self.grace_s = grace_s
+        self.grace_s = EXIT_GRACE_S if grace_s is None else grace_s  # read now: a test shortens it
         self._exit = exit
         self._done = threading.Event()
         self._armed = False
