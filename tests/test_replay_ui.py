@@ -160,7 +160,8 @@ def test_replay_command_bad_inputs_are_one_line_errors(recording, tmp_path, caps
     assert err.startswith("gputop: error: --start: not a time") and "\n" not in err
     with pytest.raises(SystemExit):
         main(["replay", str(recording), "--speed", "0"])
-    assert "speed out of range" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "speed out of range" in err and "above 0, up to 1000000" in err  # the range, not only the refusal
 
 
 async def test_home_and_end_move_the_replay_from_the_processes_tab(recording):

@@ -20,7 +20,7 @@ def speed_arg(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a speed: {text!r} (try 1, 10 or 60x)") from None
     if not 0 < v <= 1e6:
-        raise argparse.ArgumentTypeError(f"speed out of range: {text!r}")
+        raise argparse.ArgumentTypeError(f"speed out of range: {text!r} (above 0, up to 1000000; 60 plays a minute a second)")
     return v
 
 
