@@ -556,3 +556,12 @@ def test_record_over_a_file_that_is_not_a_recording_says_so_without_a_hint_it_wo
         err = capsys.readouterr().err
         assert "is not a gputop recording" in err and "--force" not in err and "Traceback" not in err
     assert page.read_text() == "<html>a report</html>"
+
+
+def test_a_directory_that_takes_no_files_is_said_as_such(capsys):
+    """/proc exists: 'directory /proc does not exist' was wrong."""
+    from gputop.cli import main
+
+    assert main(["record", "--fake", "1", "--duration", "1s", "-o", "/proc/x.gputop"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "gputop: error: cannot create /proc/x.gputop: /proc does not take new files"

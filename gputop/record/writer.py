@@ -107,6 +107,8 @@ def _create_exclusive(path: Path) -> None:
     except FileExistsError:
         raise OutputExists(f"{path} already exists: use --force to overwrite it or --append to add to it") from None
     except FileNotFoundError:
+        if path.parent.is_dir():  # /proc, /sys: a directory that takes no new files
+            raise UserError(f"cannot create {path}: {path.parent} does not take new files") from None
         raise UserError(f"cannot create {path}: directory {path.parent} does not exist") from None
     except PermissionError:
         raise UserError(f"cannot create {path}: permission denied") from None
