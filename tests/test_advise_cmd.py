@@ -82,3 +82,38 @@ def test_advise_records_what_it_judged_and_never_overwrites(capsys, tmp_path):
     notes.write_text("mine")
     assert main(["advise", "--fake", "1", "--duration", "1", "--record", str(notes), "--force"]) != 0
     assert notes.read_text() == "mine"
+
+
+def test_the_progress_line_says_warming_up_rather_than_counting_it(capsys):
+    """Warming up is the job's state, not a finding: '1 finding(s), top: warming-up' confused a
+    new user."""
+    import time
+
+    from gputop.advisor import WARMUP_ID
+    from gputop.commands.advise import _Progress
+    from gputop.model import Finding, Severity
+
+    def finding(fid, sev=Severity.INFO):
+        return Finding(id=fid, title=fid, severity=sev, confidence=0.5, evidence=(), action="", ts=time.time())
+
+    class Store:
+        shown = [finding(WARMUP_ID)]
+
+        def findings(self):
+            return self.shown
+
+        def pending_findings(self):
+            return []
+
+    class Session:
+        store = Store()
+        advisor = None
+
+    p = _Progress(Session(), 30.0, time.time())
+    p.tty = False
+    p(1.0)
+    assert "0 findings (the job is warming up)" in capsys.readouterr().err
+    Session.store.shown = [finding("data-starved", Severity.WARNING)]
+    p(7.0)
+    err = capsys.readouterr().err
+    assert "1 finding, top: data-starved" in err and "warming" not in err

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..advisor import DEFAULT_WINDOW_S
+from ..advisor import DEFAULT_WINDOW_S, WARMUP_ID
 from ..errors import UserError
 from .options import add_live_options, add_stuck_after, parse_duration
 
@@ -225,8 +225,13 @@ class _Progress:
     def __call__(self, elapsed: float) -> None:
         self.note_top()
         findings = self.session.store.findings()
+        # Warming up is a state of the job, not a finding: said as such, not counted.
+        warming = any(f.id == WARMUP_ID for f in findings)
+        findings = [f for f in findings if f.id != WARMUP_ID]
         top = f", top: {findings[0].id}" if findings else ""
-        msg = f"gputop advise: {elapsed:4.0f}/{self.duration:.0f} s, {len(findings)} finding(s){top}"
+        n = len(findings)
+        msg = (f"gputop advise: {elapsed:4.0f}/{self.duration:.0f} s, {n} finding{'' if n == 1 else 's'}{top}"
+               + (" (the job is warming up)" if warming else ""))
         if self.tty:
             sys.stderr.write("\r\033[K" + msg)
             sys.stderr.flush()
