@@ -83,8 +83,9 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
     # A spinning kernel's few SMs, idle pipes and low power are a wait's, not the work's: kept out
     # of what the kernels are said to do (a rank spinning in a collective for the first seconds
     # of a hang read "SMs active 33 %: kernels too small" and was told it was launch-bound).
-    spins = [s for s in busy if is_spin(s)]
-    work = [s for s in busy if not is_spin(s)] if spins else busy
+    spun = {id(s) for s in ok if is_spin(s)}
+    spins = [s for s in busy if id(s) in spun]
+    work = [s for s in busy if id(s) not in spun] if spins else busy
     limited = [s for s in busy if is_performance_limiting(s.throttle_reasons)]
     reasons: Counter[str] = Counter()
     mask = 0
@@ -131,7 +132,7 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         ecc_uncorrected=max(uncorrected) if uncorrected else None,
         ecc_corrected_delta=(corrected[-1] - corrected[0]) if len(corrected) >= 2 else None,
         compute_capability=info.compute_capability if info else None,
-        sm_fill=_fill([s for s in ok if not is_spin(s)]),
+        sm_fill=_fill([s for s in ok if id(s) not in spun]),
     )
 
 

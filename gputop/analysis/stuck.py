@@ -363,7 +363,8 @@ def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[
     frozen = {r.rank for c in nccl if c.verdict == HANG for r in c.ranks}
     if not moving or all(r in frozen for r in moving):
         if moving:
-            c = next(c for c in nccl if c.verdict == HANG)
+            # The communicator that names a moving rank as the one behind (there may be several).
+            c = next(c for c in nccl if c.verdict == HANG and any(r.rank in moving for r in c.ranks))
             return replace(v, evidence=v.evidence + (
                 f"rank {', '.join(str(r) for r in moving)} moves but launches no collective: {c.detail} "
                 "(NCCL RAS): busy in its own code, it never arrives",))

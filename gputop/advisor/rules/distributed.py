@@ -5,6 +5,8 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...analysis import Bucket
 from ...model import Category, Severity
 from ...analysis import STRAGGLER, ras_line
@@ -290,25 +292,7 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
               "bf16_compress_hook) (half the bytes), and NCCL_DEBUG=INFO to check the transport "
               "(NET/Socket between GPUs of one node means P2P/NVLink is off)")
     cost = low * (ctx.t1 - ctx.t0) * len(views)
-    if any(multi_node(dict(v.env)) for v in views):
-        # The job has ranks on other nodes, which this host does not see: every local rank waiting
-        # alike is also what a straggler elsewhere looks like from here. Say what is weighed.
-        ev.append("the job spans nodes (WORLD_SIZE above LOCAL_WORLD_SIZE): a slower rank on another node "
-                  "looks the same from here")
-        return Hit(
-            evidence=tuple(ev),
-            action=("see every node before changing anything: gputop job --prometheus URL (the exporters' "
-                    "view of all ranks), or gputop advise --pid PID on each node; if the ranks wait alike "
-                    f"everywhere, {action}"),
-            expected_gain=gain(low),
-            gain_bound=bounded(low),
-            cost_s=cost,
-            confidence=0.4,
-            severity=Severity.INFO,
-            gpu_index=views[0].gpu,
-            title=f"Every local rank waits {pct(low)} or more in NCCL alike: a rank on another node, or the bytes",
-        )
-    return Hit(
+    hit = Hit(
         evidence=tuple(ev),
         action=action,
         # Communication removed entirely gives back at most its share of the step; accumulation
@@ -319,6 +303,20 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(low, min(v.samples for v in views)),
         gpu_index=views[0].gpu,
         title=f"Communication-bound: every rank spends {pct(low)} or more in collectives",
+    )
+    if not any(multi_node(dict(v.env)) for v in views):
+        return hit
+    # The job has ranks on other nodes, which this host does not see: every local rank waiting
+    # alike is also what a straggler elsewhere looks like from here. Say what is weighed.
+    return replace(
+        hit,
+        evidence=hit.evidence + ("the job spans nodes (WORLD_SIZE above LOCAL_WORLD_SIZE): a slower rank on another "
+                                 "node looks the same from here",),
+        action=("see every node before changing anything: gputop job --prometheus URL (the exporters' view of all "
+                f"ranks), or gputop advise --pid PID on each node; if the ranks wait alike everywhere, {action}"),
+        confidence=0.4,
+        severity=Severity.INFO,
+        title=f"Every local rank waits {pct(low)} or more in NCCL alike: a rank on another node, or the bytes",
     )
 
 
