@@ -59,8 +59,8 @@ def test_sigterm_ends_a_replay_with_a_box_open(tmp_path):
     try:
         os.kill(p.pid, signal.SIGTERM)
         code = _exits(p)
-        assert code == 128 + signal.SIGTERM
-        assert "Traceback" not in p.text
+        assert code == 128 + signal.SIGTERM, p.text[-4000:]
+        assert "Traceback" not in p.text, p.text[-4000:]
     finally:
         p.close()
 
@@ -108,3 +108,16 @@ def test_a_stop_signal_ends_the_ui_even_when_its_shutdown_is_stuck(tmp_path):
     assert not Path(f"{out}-wal").exists()
     with Reader(out) as r:
         assert r.state == "closed" and r.end_ts > r.start_ts
+
+
+def test_the_watchdog_keeps_the_first_exit_status_asked_for():
+    from gputop.ui.terminal import ExitWatchdog
+
+    ended: list[int] = []
+    dog = ExitWatchdog(lambda: None, grace_s=5.0, exit=ended.append)
+    assert dog.code is None
+    dog.arm(128 + signal.SIGTERM)
+    dog.arm(128 + signal.SIGHUP)  # a later hang-up does not change why the app ends
+    dog.done()
+    assert dog.code == 128 + signal.SIGTERM
+    assert ended == []  # done in time: the watchdog did not end the process

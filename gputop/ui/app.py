@@ -588,7 +588,10 @@ def run_app(session: Session) -> int:
     finally:
         app.close_session()
         app.watchdog.done()
-    return app.return_code or 0
+    # An exit a signal or a lost terminal asked for ends with that signal's status (128 + N), what
+    # a scheduler or a shell expects, even where Textual's own shutdown then met an error and set
+    # its generic 1 (its traceback, if any, is still printed).
+    return app.watchdog.code or app.return_code or 0
 
 
 def _event_key(e: Event) -> tuple[float, str, str]:

@@ -74,6 +74,7 @@ class ExitWatchdog:
         self._exit = exit
         self._done = threading.Event()
         self._armed = False
+        self.code: int | None = None  # the exit status asked for, once armed
         self._lock = threading.Lock()
 
     def arm(self, code: int) -> None:
@@ -81,6 +82,7 @@ class ExitWatchdog:
             if self._armed:
                 return
             self._armed = True
+            self.code = code
         threading.Thread(target=self._watch, args=(code,), name="gputop-exit-watchdog", daemon=True).start()
 
     def done(self) -> None:
