@@ -29,6 +29,7 @@ CHROME = 2 + 1  # padding and the scrollbar, as the panes reserve
 
 
 class JobApp(App):
+    TITLE = "gputop job"
     CSS = """
     #job-top { height: auto; padding: 0 1; }
     #job-scroll { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
