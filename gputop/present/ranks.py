@@ -65,7 +65,7 @@ def ranks_waiting_lines() -> list[Line]:
 def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
                nvlink_bps: Mapping[int, tuple[float, float]] | None = None) -> list[Line]:
     """The ranks pane for ``width`` columns. ``breakdowns``: the advisor's per-GPU breakdowns
-    (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s, live only."""
+    (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s of the latest GPU samples."""
     if job is None:
         return [(("Not attached to a multi-rank job.", "title"),),
                 (("Attach to a torchrun launcher's PID or any rank's: gputop --pid PID", "dim"),)]
