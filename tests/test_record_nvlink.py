@@ -104,3 +104,32 @@ def test_a_replay_puts_the_rates_in_the_store(tmp_path):
         s = store.latest_gpu(g)
         assert s is not None and (s.nvlink_tx_bps, s.nvlink_rx_bps) == (TX, RX)
     reader.close()
+
+
+def test_a_replayed_session_hands_the_ranks_pane_the_recorded_rates(tmp_path):
+    from gputop.session import open_replay
+
+    p = tmp_path / "s.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake"))
+    w.flush(_samples(T0, 20, nvlink_tx_bps=TX, nvlink_rx_bps=RX))
+    w.finish()
+    session = open_replay(p, speed=1000.0, advisor=False)
+    try:
+        session.replay.seek(T0 + 10)
+        session.pipeline.poll_once()
+        assert session.nvlink_bps == {0: (TX, RX), 1: (TX, RX)}
+    finally:
+        session.pipeline.stop()
+
+
+def test_a_version_1_replay_has_no_rates_for_the_pane():
+    from gputop.session import open_replay
+
+    session = open_replay(OLD, speed=1000.0, advisor=False)
+    try:
+        session.replay.seek(session.replay.start_ts + 5)
+        session.pipeline.poll_once()
+        assert session.store.gpu_indices() and session.nvlink_bps is None
+    finally:
+        session.pipeline.stop()
