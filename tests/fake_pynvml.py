@@ -215,6 +215,7 @@ class FakeGpu:
     # say), "none" (NotSupported).
     nvlink_scopes: str = "all"
     nvlink_reset_at: float | None = None  # the counters start again from 0 at this clock time
+    gpm_refuse_ids: set[int] = field(default_factory=set)  # GPM metric ids that fail the whole request
 
 
 class _Handle:
@@ -571,6 +572,8 @@ class FakeNvml:
         if s1 is None or s2 is None or s1.ts is None or s2.ts is None or s1.gpu is not s2.gpu:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         if not s1.ts < s2.ts:  # NVML needs the older sample first
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if any(m.metricId in s2.gpu.gpm_refuse_ids for m in req.metrics[: req.numMetrics]):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         self.gpm_pairs.append((s1.ts, s2.ts))
         values = s2.gpu.gpm or {}

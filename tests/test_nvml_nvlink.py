@@ -143,3 +143,17 @@ def test_a_gpu_without_nvlink_has_no_rate_and_no_call_for_it():
     assert rates(b[2], 1)[0] is not None
     assert {i for i, _ in nv.field_args} == {1}
     assert not notes(b)
+
+
+def test_a_gpm_request_refused_over_the_nvlink_ids_keeps_the_other_gpm_metrics():
+    gpm = {NVML_GPM_METRIC_SM_UTIL: 68.0, NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 1.0,
+           NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1.0}
+    gpu = FakeGpu(nvlinks=18, gpm=gpm, nvlink_kib_per_s=(TX_KIB, RX_KIB),
+                  gpm_refuse_ids={NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC})
+    src, nv, clock = make([gpu])
+    b = polls(src, clock, 4)
+    samples = [next(x for x in batch if isinstance(x, GpuSample)) for batch in b]
+    assert all(s.sm_active == 68.0 for s in samples[1:])  # GPM's own metrics still read
+    assert near(samples[3].nvlink_tx_bps, TX_KIB) and near(samples[3].nvlink_rx_bps, RX_KIB)
+    (note,) = notes(b)
+    assert "GPM NVLink rates" in note.message and "link counters" in note.message

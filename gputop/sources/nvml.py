@@ -673,7 +673,18 @@ class NvmlSource:
         req.sample1 = prev
         req.sample2 = cur
         st.last = {}
-        if self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req) is None:
+        got = self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req)
+        if got is None and len(st.ids) > len(self._b.gpm_ids):
+            # A driver refusing the whole request over the NVLink ids (appended last) would take
+            # GPM's other metrics with it: ask again without them; the link counters take over.
+            why = g.missing.pop("GPM metrics", None)
+            g.skip.discard("GPM metrics")
+            del st.ids[len(self._b.gpm_ids):]
+            req.numMetrics = len(st.ids)
+            st.nvlink_ok = False
+            g.missing.setdefault("GPM NVLink rates", f"{why or 'refused'}; reading the link counters")
+            got = self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req)
+        if got is None:
             return {}
         values: dict[str, float] = {}
         for i, (fld, _) in enumerate(st.ids):
