@@ -56,3 +56,16 @@ def test_no_topology_support_is_no_event_and_no_error():
     assert topo_events(batch) == []
     assert not [e for e in batch if isinstance(e, Event) and e.level in ("warning", "error")]
     assert all(x.nvlink_tx_bps is None for x in batch if isinstance(x, GpuSample)) and topology([]) is None
+
+
+def test_the_links_lines_give_the_nvlink_rates_in_units_that_fit():
+    from types import SimpleNamespace
+
+    from gputop.present.ranks import _link_lines
+
+    t = topology([Event(0.0, "topology", "GPU pairs: 0-1 NVLink, P2P ok | NVLinks up: GPU 0 18, GPU 1 18")])
+    job = SimpleNamespace(topology=t, ranks=[SimpleNamespace(gpu=0), SimpleNamespace(gpu=1)])
+    lines = _link_lines(job, {0: (46.5 * 2**30, 45 * 2**30), 1: (48 * 2**20, 0.0)}, 100)
+    text = ["".join(part for part, _ in line) for line in lines]
+    assert "GPU 0: 18 NVLinks up, 46.5G/s out, 45.0G/s in" in text
+    assert "GPU 1: 18 NVLinks up, 48.0M/s out, 0B/s in" in text  # a modest rate is not "0.0 GB/s"
