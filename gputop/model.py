@@ -86,6 +86,11 @@ class GpuSample:
     fp16_active: float | None = None
     # set when the GPU could not be read at all this poll (e.g. fell off the bus)
     error: str | None = None
+    # NVLink data (payload, not protocol overhead) bytes/s over all links since the previous poll:
+    # GPM's NVLink rates where GPM is read, else NVML's link counters; None on a GPU with no link
+    # up or when neither could be read. Last, so that a recording's older rows decode as a prefix.
+    nvlink_tx_bps: float | None = None
+    nvlink_rx_bps: float | None = None
 
     @property
     def mem_fraction(self) -> float | None:

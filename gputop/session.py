@@ -156,11 +156,14 @@ class Session:
 
     @property
     def nvlink_bps(self) -> Mapping[int, tuple[float, float]] | None:
-        """GPU -> (tx, rx) NVLink bytes/s as NVML last read them; None but live on NVML (the fake
-        GPUs have no links, and a recording holds no link rates)."""
-        from .sources import NvmlSource
-
-        return self.gpu.nvlink_bps if self.mode is Mode.LIVE and isinstance(self.gpu, NvmlSource) else None
+        """GPU -> (tx, rx) NVLink bytes/s from the store's latest GPU samples: live and replay
+        alike (a recording keeps the rates with the samples); None when no GPU has them."""
+        rates = {}
+        for i in self.store.gpu_indices():
+            s = self.store.latest_gpu(i)
+            if s is not None and s.nvlink_tx_bps is not None and s.nvlink_rx_bps is not None:
+                rates[i] = (s.nvlink_tx_bps, s.nvlink_rx_bps)
+        return rates or None
 
     # ----------------------------------------------------------------- verbs for the UI
 

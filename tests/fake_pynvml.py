@@ -81,6 +81,8 @@ NVML_GPM_METRIC_FP32_UTIL = 12
 NVML_GPM_METRIC_FP16_UTIL = 13
 NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
 NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
+NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
+NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
 NVML_GPM_METRIC_MAX = 477
 NVML_GPM_METRICS_GET_VERSION = 1
 NVML_GPM_SUPPORT_VERSION = 1
@@ -95,6 +97,7 @@ NVML_P2P_STATUS_NOT_SUPPORTED = 5
 NVML_NVLINK_MAX_LINKS = 18
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_ALL_LINKS = 0xFFFFFFFF  # nvmlFieldValue_t.scopeId for the sum over all links (UINT_MAX)
 
 
 # ----------------------------------------------------------------------------- errors (as pynvml builds them)
@@ -207,6 +210,12 @@ class FakeGpu:
     polls: int = 0
     nvlinks: int = 0  # NVLinks up; 0: no NVLink (NotSupported)
     nvlink_kib_per_s: tuple[int, int] = (0, 0)  # (tx, rx) the counters grow by per second of the clock
+    # Which scopes the NVLink throughput fields answer: "all" (every link, UINT_MAX for their
+    # sum), "links" (per link only: UINT_MAX is an invalid argument, as an older driver may
+    # say), "none" (NotSupported).
+    nvlink_scopes: str = "all"
+    nvlink_reset_at: float | None = None  # the counters start again from 0 at this clock time
+    gpm_refuse_ids: set[int] = field(default_factory=set)  # GPM metric ids that fail the whole request
 
 
 class _Handle:
@@ -272,6 +281,7 @@ class FakeNvml:
         self.gpm_pairs: list[tuple[float, float]] = []
         self.samples_args: list[tuple[int, int]] = []  # (gpu index, lastSeen µs) per GetSamples
         self.proc_util_args: list[tuple[int, int]] = []
+        self.field_args: list[tuple[int, list]] = []  # (gpu index, field ids) per GetFieldValues
 
     def __getattr__(self, name: str):
         # Module constants and error classes, as ``pynvml.X``.
@@ -502,12 +512,32 @@ class FakeNvml:
         return NVML_FEATURE_ENABLED if link < gpu.nvlinks else NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetFieldValues(self, h, ids):
+        """``ids``: field ids, or (field id, scope id) pairs as pynvml takes them; a bare id is
+        scope 0 (link 0 for the NVLink throughput counters)."""
         gpu = self._dev("nvmlDeviceGetFieldValues", h)
+        self.field_args.append((h.index, list(ids)))
         t = self.clock()
+        if gpu.nvlink_reset_at is not None and t >= gpu.nvlink_reset_at:
+            t -= gpu.nvlink_reset_at
         per_s = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_kib_per_s[0],
                  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_kib_per_s[1]}
-        return [SimpleNamespace(fieldId=i, nvmlReturn=NVML_SUCCESS if i in per_s else NVML_ERROR_NOT_SUPPORTED,
-                                value=SimpleNamespace(ullVal=int(per_s.get(i, 0) * t))) for i in ids]
+        out = []
+        for item in ids:
+            fid, scope = item if isinstance(item, tuple) else (item, 0)
+            code, value = NVML_SUCCESS, 0
+            if fid not in per_s or gpu.nvlink_scopes == "none" or not gpu.nvlinks:
+                code = NVML_ERROR_NOT_SUPPORTED
+            elif scope == NVML_ALL_LINKS:
+                if gpu.nvlink_scopes == "links":
+                    code = NVML_ERROR_INVALID_ARGUMENT
+                else:
+                    value = int(per_s[fid] * t)
+            elif scope < gpu.nvlinks:
+                value = int(per_s[fid] * t / gpu.nvlinks)  # the traffic spread evenly over the links
+            else:
+                code = NVML_ERROR_INVALID_ARGUMENT
+            out.append(SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=code, value=SimpleNamespace(ullVal=value)))
+        return out
 
     # ----------------------------------------------------------------- GPM
 
@@ -542,6 +572,8 @@ class FakeNvml:
         if s1 is None or s2 is None or s1.ts is None or s2.ts is None or s1.gpu is not s2.gpu:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         if not s1.ts < s2.ts:  # NVML needs the older sample first
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if any(m.metricId in s2.gpu.gpm_refuse_ids for m in req.metrics[: req.numMetrics]):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         self.gpm_pairs.append((s1.ts, s2.ts))
         values = s2.gpu.gpm or {}

@@ -52,6 +52,9 @@ _GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("pcie_link_width", "Current PCIe link width in lanes", "pcie_width", 1.0),
     ("pcie_receive_bytes_per_second", "PCIe traffic into the GPU (NVML's throughput counter, a rate)", "pcie_rx_bps", 1.0),
     ("pcie_transmit_bytes_per_second", "PCIe traffic out of the GPU (NVML's throughput counter, a rate)", "pcie_tx_bps", 1.0),
+    # GPUs with NVLinks up only: payload bytes over all links, GPM's rate else NVML's link counters.
+    ("nvlink_receive_bytes_per_second", "NVLink data into the GPU over all its links since the previous sample (payload, not protocol overhead)", "nvlink_rx_bps", 1.0),
+    ("nvlink_transmit_bytes_per_second", "NVLink data out of the GPU over all its links since the previous sample (payload, not protocol overhead)", "nvlink_tx_bps", 1.0),
     # GPM (Hopper and newer): absent on GPUs without it.
     ("sm_active_ratio", "Share of time SMs had a warp resident, averaged over SMs (GPM)", "sm_active", 0.01),
     ("sm_occupancy_ratio", "Resident warps as a share of the SMs' maximum (GPM)", "sm_occupancy", 0.01),

@@ -14,7 +14,7 @@ from ..advisor import MIN_MAIN_SAMPLES
 from ..advisor import GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
-from ..units import fmt_share, truncate
+from ..units import fmt_rate, fmt_share, truncate
 
 Seg = tuple[str, str]
 Line = tuple[Seg, ...]
@@ -65,7 +65,7 @@ def ranks_waiting_lines() -> list[Line]:
 def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[object] = (),
                nvlink_bps: Mapping[int, tuple[float, float]] | None = None) -> list[Line]:
     """The ranks pane for ``width`` columns. ``breakdowns``: the advisor's per-GPU breakdowns
-    (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s, live only."""
+    (``analysis.breakdown.Breakdown``); ``nvlink_bps``: GPU -> (tx, rx) bytes/s of the latest GPU samples."""
     if job is None:
         return [(("Not attached to a multi-rank job.", "title"),),
                 (("Attach to a torchrun launcher's PID or any rank's: gputop --pid PID", "dim"),)]
@@ -135,7 +135,9 @@ def _link_lines(job: JobView, nvlink: Mapping[int, tuple[float, float]], width: 
         for g in gpus:
             if t.nvlinks.get(g):
                 rate = nvlink.get(g)
-                tail = f", {rate[0] / 1e9:.1f} GB/s out, {rate[1] / 1e9:.1f} GB/s in" if rate else ""
+                # Units that fit the rate: a modest gradient all-reduce spread over 18 links read
+                # "0.0 GB/s" in fixed GB/s.
+                tail = f", {fmt_rate(rate[0])} out, {fmt_rate(rate[1])} in" if rate else ""
                 out.append(((f"GPU {g}: {t.nvlinks[g]} NVLinks up{tail}", "dim"),))
     if not out:
         return []

@@ -40,8 +40,13 @@ from .schema import (
     PROC_FIELDS,
     SERIES,
     SERIES_TABLES,
+    series_layouts,
     unpack_ids,
 )
+
+# The GPU rows' columns holding string ids (`error`), after (ts, index); a version 1 file's
+# narrower rows have them at the same places.
+_GPU_STRING_COLS = tuple(2 + i for i, f in enumerate(GPU_FIELDS) if f.kind == "s")
 
 # Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
 # second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
@@ -59,6 +64,7 @@ class Reader:
         self._finding_cols_sql: str | None = None
         self.conn, found = open_recording(self.path)
         self.schema_version = found.schema_version
+        self._layouts = series_layouts(self.schema_version)  # a version 1 file's GPU rows are narrower
         self.wal_state = found.wal_state
         self._tmp: tempfile.TemporaryDirectory | None = found.tmp
         self.damage: str | None = found.damage
@@ -167,7 +173,7 @@ class Reader:
                 (lo, hi, t0),
             )
         for key, n in blocks:
-            rows = self._block(spec.table, spec.layout, key, n)
+            rows = self._block(spec.table, self._layouts[series], key, n)
             if not rows:
                 continue
             if t0 < rows[0][0] and rows[-1][0] <= t1:
@@ -212,7 +218,7 @@ class Reader:
                 else:
                     start = None
                     if first is not None:
-                        rows = self._block(spec.table, spec.layout, first[0], first[1])
+                        rows = self._block(spec.table, self._layouts[series], first[0], first[1])
                         start = rows[0][0] if rows else None
                     ends = [codec.fnum(t) for (t,) in tail if codec.fnum(t) is not None]
                     return start, (max(ends) if ends else None), True  # type: ignore[type-var]
@@ -230,7 +236,7 @@ class Reader:
             with self._lock:
                 keys = readable_keys(self.conn, spec.table, until)
             found = self._salvaged[series] = SalvagedSeries(
-                keys, lambda key, n: self._block(spec.table, spec.layout, key, n))
+                keys, lambda key, n: self._block(spec.table, self._layouts[series], key, n))
         return found
 
     def _span(self) -> tuple[float, float]:
@@ -288,7 +294,7 @@ class Reader:
             keys = self._rows(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms")
             for key, n in keys:
                 before = self.bad_rows
-                if not self._block(spec.table, spec.layout, key, n) or self.bad_rows != before:
+                if not self._block(spec.table, self._layouts[name], key, n) or self.bad_rows != before:
                     bad += 1
             self._cache.clear()
         return bad
@@ -384,7 +390,7 @@ class Reader:
         rows = self._block_rows("gpu", t0, t1)
         if gpu is not None:
             rows = [r for r in rows if r[1] == gpu]
-        strings = self._refresh_strings(rows, (len(GPU_FIELDS) + 1,))
+        strings = self._refresh_strings(rows, _GPU_STRING_COLS)
         return self._decode(rows, lambda r: codec.gpu_from_row(r, strings))
 
     def util_points(self, t0: float, t1: float, gpu: int | None = None) -> list[UtilPoint]:

@@ -54,6 +54,10 @@ def readable_keys(conn: sqlite3.Connection, table: str, until_ms: int) -> list[t
                 continue
             if row is None:
                 return out
+            if not isinstance(row[0], int) or row[0] <= bound:
+                # A damaged page can answer with a key behind the one asked past: taking it
+                # would send the search back to where it was, for ever. Step on instead.
+                continue
             after = row[0] - 1
             break
 

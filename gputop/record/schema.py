@@ -29,7 +29,13 @@ APPLICATION_ID = 0x67705452
 # added at the end of a plain table is not that: older readers name the columns they select, and
 # this one checks for the column (see FINDINGS_OPTIONAL). So `findings.gain_predicted` (added
 # later) left the version at 1, and files from before it still read, with gain_predicted None.
-SCHEMA_VERSION = 1
+# A column added to a series' blocks is: an older reader decodes every block with the layout it
+# knows, so a wider block reads as damage. Version 2 added the GPU samples' NVLink rates
+# (GpuSample.nvlink_tx_bps / nvlink_rx_bps, after `error`): this gputop reads version 1 files with
+# the narrower layout (the rates None) and appends to one in that layout, so it stays version 1.
+SCHEMA_VERSION = 2
+# The versions this gputop appends to, each in its own layout (see series_layouts).
+APPENDABLE_VERSIONS = (1, 2)
 FORMAT_NAME = "gputop-recording"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -113,7 +119,11 @@ GPU_FIELDS: tuple[Field, ...] = (
     Field("fp32_active"),
     Field("fp16_active"),
     Field("error", "s"),
+    Field("nvlink_tx_bps", "f", 1),
+    Field("nvlink_rx_bps", "f", 1),
 )
+# The GPU fields a version 1 file holds: every field of version 2 before the NVLink rates.
+GPU_FIELDS_V1 = GPU_FIELDS[: len(GPU_FIELDS) - 2]
 
 # HostSample after ts; the per-core times follow as one byte string (see pack_cores).
 HOST_FIELDS: tuple[Field, ...] = (
@@ -173,6 +183,15 @@ SERIES: dict[str, Series] = {
     "stacks": Series("stack_samples", "tiii"),  # ts, thread id, stack id, flags
 }
 SERIES_TABLES = tuple(s.table for s in SERIES.values())
+
+
+def series_layouts(version: int) -> dict[str, str]:
+    """Each series' block layout in a file of schema ``version`` (one layout per file: an
+    --append writes the file's own)."""
+    layouts = {name: s.layout for name, s in SERIES.items()}
+    if version < 2:
+        layouts["gpu"] = "ti" + "i" * len(GPU_FIELDS_V1)
+    return layouts
 
 # Model fields stored some other way than a Field entry (checked by a test, so a new model
 # field cannot be silently left out of recordings).

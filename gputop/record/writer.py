@@ -43,6 +43,7 @@ from .files import looks_like_recording, sidecars
 from .overview import OverviewBuilder, OverviewRow
 from .span import Span, recording_span
 from .schema import (
+    APPENDABLE_VERSIONS,
     APPLICATION_ID,
     open_session_key,
     DDL,
@@ -53,6 +54,7 @@ from .schema import (
     SCHEMA_VERSION,
     SERIES,
     pack_ids,
+    series_layouts,
 )
 
 # A minute is merged once no sample for it can still arrive: NVML's buffer is read once per
@@ -236,6 +238,10 @@ class RecordWriter:
         self._findings: dict[tuple, tuple[int, tuple]] = {}
         # Whether `findings` has gain_predicted: a new file always; an appended one as it was made.
         self._gain_col = True
+        # Each series' block layout: this version's in a new file; an appended file's own (a
+        # version 1 file gets GPU rows without the NVLink rates, and stays readable by the
+        # gputop that wrote it).
+        self._layouts = series_layouts(SCHEMA_VERSION)
         self._last_info: dict[object, str] = {}
         self._overview = OverviewBuilder()
         self._compacted_to: dict[str, float] = {}
@@ -323,7 +329,7 @@ class RecordWriter:
         try:
             conn = _connect(path)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version != SCHEMA_VERSION:
+            if version not in APPENDABLE_VERSIONS:
                 conn.close()
                 raise UserError(
                     f"cannot append to {path}: it has schema version {version}, this gputop writes {SCHEMA_VERSION}"
@@ -339,6 +345,7 @@ class RecordWriter:
         except sqlite3.Error as exc:
             raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         w = cls(conn, path)
+        w._layouts = series_layouts(version)
         try:
             w._load_caches()
         except sqlite3.Error as exc:
@@ -493,7 +500,8 @@ class RecordWriter:
             for s in gpu:
                 self.gpus.add(s.index)
                 self._overview.add_gpu(s)
-            self._write_block("gpu", [codec.gpu_row(s, sid) for s in gpu])
+            width = len(self._layouts["gpu"])  # a version 1 file's rows stop before the NVLink rates
+            self._write_block("gpu", [codec.gpu_row(s, sid)[:width] for s in gpu])
         gp = by.get(GpuProcess)
         if gp:
             self._write_block("gpu_procs", [codec.gpu_proc_row(p, sid) for p in gp])
@@ -569,7 +577,7 @@ class RecordWriter:
             self._compacted_to[series] = math.floor(rows[0][0] / BLOCK_S) * BLOCK_S
         pack = pack_rows if final else pack_rows_json
         for chunk in _chunks(rows, max_span):
-            blob = pack(chunk, spec.layout)
+            blob = pack(chunk, self._layouts[series])
             key = math.floor(chunk[0][0] * 1000.0)
             # A block starting in the same millisecond as another (two flushes a moment apart)
             # is keyed a millisecond earlier rather than lost; rows keep their own exact times,
@@ -605,7 +613,7 @@ class RecordWriter:
             return
         rows: list[tuple] = []
         for _key, n, data in blocks:
-            rows += unpack_rows(data, spec.layout, n)
+            rows += unpack_rows(data, self._layouts[series], n)
         self.conn.executemany(f"DELETE FROM {spec.table} WHERE ts_ms = ?", [(b[0],) for b in blocks])
         self._write_block(series, rows, max_span=MAX_BLOCK_SPAN_S - FLUSH_BLOCK_MAX_S, final=True)
 

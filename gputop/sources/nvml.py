@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..model import Event, GpuInfo, GpuProcess, GpuSample, SystemInfo, UtilPoint
-from .nvml_binding import SUCCESS, Binding, NvmlUnavailable, open_nvml
+from .nvml_binding import ALL_LINKS, SUCCESS, Binding, NvmlUnavailable, open_nvml
 
 SOURCE = "nvml"
 
@@ -54,7 +54,10 @@ _P2P_STATUS = {1: "not supported by the chipset", 2: "not supported by the GPU",
                4: "disabled by a registry key", 5: "not supported", 6: "unknown"}
 
 _MIB = 1024 * 1024
-_KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s
+_KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s; the NVLink throughput counters count KiB
+
+# The key under which the NVLink link counters' trouble is noted (once) and skipped.
+_NVLINK_COUNTERS = "NVLink throughput"
 
 # NVML gives CUDA cores, not SMs; cores per SM is fixed per architecture (CUDA C Programming
 # Guide, "Arithmetic Instructions" throughput table: FP32 lanes per SM).
@@ -88,6 +91,8 @@ class _Gpm:
     prev_ts: float = 0.0
     last: dict[str, float] = field(default_factory=dict)
     pcie_ok: bool = True  # GPM gives PCIe rates on this GPU (else the slow legacy counter)
+    ids: list[tuple[str, int]] = field(default_factory=list)  # (field, metric id) the request asks
+    nvlink_ok: bool = False  # GPM gives NVLink rates on this GPU (else the link counters)
 
 
 @dataclass(slots=True)
@@ -115,6 +120,8 @@ class _Gpu:
     pcie_tx: float | None = None
     gpm: _Gpm | None = None
     gpm_checked: bool = False
+    nvlink_prev: tuple[float, int, int] | None = None  # (ts, tx KiB, rx KiB): the counters' last read
+    nvlink_per_link: bool = False  # the counters answer per link only, not for all links at once
     lost: str | None = None
     retry_at: float = 0.0
     backoff: float = LOST_RETRY_FIRST_S
@@ -194,9 +201,7 @@ class NvmlSource:
         self._lock = threading.Lock()
         self._b = Binding(nvml)  # error codes, constants, the entry points this driver has
         self._nvlinks: dict[int, int] = {}  # GPU index -> NVLinks up (read once, at the first poll)
-        self._nvlink_prev: dict[int, tuple[float, int, int]] = {}  # index -> (ts, tx KiB, rx KiB)
-        # GPU index -> (tx, rx) bytes/s over NVLink between the last two polls (GPUs with links up).
-        self.nvlink_bps: dict[int, tuple[float, float]] = {}
+        self._nvlink_ids: dict[int, list[int]] = {}  # GPU index -> the links that are up
 
     # ----------------------------------------------------------------- construction
 
@@ -231,7 +236,6 @@ class NvmlSource:
                 topo = self._topology_event(ts)
                 if topo is not None:
                     out.append(topo)
-            self._read_nvlink(ts)
             for g in self._gpus:
                 try:
                     self._poll_gpu(g, ts, out)
@@ -287,6 +291,7 @@ class NvmlSource:
         g.backoff = min(g.backoff * 2, LOST_RETRY_MAX_S)
         if g.gpm is not None:
             g.gpm.have_prev = False  # the counters restart with the device
+        g.nvlink_prev = None
         g.info_next = 0.0  # read the description again when it comes back
         out.append(GpuSample(ts, g.index, error=g.lost))
         if first:
@@ -330,6 +335,7 @@ class NvmlSource:
             g.missing.setdefault("GPM metrics", f"{type(exc).__name__}: {exc}")
             gpm = {}
         rx, tx = self._pcie(g, ts, gpm)
+        nvl_tx, nvl_rx = self._nvlink(g, ts, gpm)
 
         items.append(
             GpuSample(
@@ -361,6 +367,8 @@ class NvmlSource:
                 dram_active=gpm.get("dram_active"),
                 fp32_active=gpm.get("fp32_active"),
                 fp16_active=gpm.get("fp16_active"),
+                nvlink_tx_bps=nvl_tx,
+                nvlink_rx_bps=nvl_rx,
             )
         )
         for key, part in (("utilization samples", self._util_points), ("processes", self._processes)):
@@ -440,14 +448,16 @@ class NvmlSource:
         max_links = self._b.const("NVML_NVLINK_MAX_LINKS", 18)
         enabled = self._b.k["enabled"]
         for g in self._gpus:
-            up = 0
+            up: list[int] = []
             for link in range(max_links):
                 state = self._b.call("nvmlDeviceGetNvLinkState", g.handle, link)
                 if state is None:
                     break  # no NVLink (NotSupported), or no more links
-                up += state == enabled
+                if state == enabled:
+                    up.append(link)
             if up:
-                self._nvlinks[g.index] = up
+                self._nvlinks[g.index] = len(up)
+                self._nvlink_ids[g.index] = up
         if not pairs and not self._nvlinks:
             return None
         parts = [f"GPU pairs: {'; '.join(pairs)}"] if pairs else []
@@ -455,25 +465,77 @@ class NvmlSource:
             parts.append("NVLinks up: " + ", ".join(f"GPU {i} {n}" for i, n in sorted(self._nvlinks.items())))
         return Event(ts, TOPOLOGY_SOURCE, " | ".join(parts), "info")
 
-    def _read_nvlink(self, ts: float) -> None:
-        """NVLink data throughput per GPU with links up, from its counters (KiB since load)."""
-        if not self._nvlinks:
-            return
+    def _nvlink(self, g: _Gpu, ts: float, gpm: dict[str, float]) -> tuple[float | None, float | None]:
+        """(tx, rx) NVLink data bytes/s of a GPU with links up since the previous poll: GPM's rates
+        where GPM gives them, else the link counters' difference; (None, None) when unknown."""
+        if g.index not in self._nvlinks:
+            return None, None
+        st = g.gpm
+        if st is not None and st.nvlink_ok:
+            # GPM's own window (the previous poll's sample to this one's); none yet on the first.
+            tx, rx = gpm.get("nvlink_tx_mib"), gpm.get("nvlink_rx_mib")
+            if tx is not None and rx is not None:
+                return tx * _MIB, rx * _MIB
+            return None, None
+        return self._nvlink_counters(g, ts)
+
+    def _nvlink_counters(self, g: _Gpu, ts: float) -> tuple[float | None, float | None]:
+        """Rates from NVML's NVLink data counters (KiB since the driver loaded, payload only).
+
+        Asked for all links at once (scope UINT_MAX); a driver that answers only per link is asked
+        for each link up and the sum taken. A counter that went back (a reset, the driver
+        reloaded) gives no rate for that poll rather than a negative or a false zero."""
+        got = self._nvlink_read(g)
+        if got is None:
+            g.nvlink_prev = None
+            return None, None
+        tx, rx = got
+        prev, g.nvlink_prev = g.nvlink_prev, (ts, tx, rx)
+        if prev is None or ts <= prev[0] or tx < prev[1] or rx < prev[2]:
+            return None, None
+        dt = ts - prev[0]
+        return (tx - prev[1]) * _KIB / dt, (rx - prev[2]) * _KIB / dt
+
+    def _nvlink_read(self, g: _Gpu) -> tuple[int, int] | None:
+        """(tx, rx) KiB summed over the GPU's links, or None with the reason noted once."""
         tx_id = self._b.const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
         rx_id = self._b.const("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
-        for g in self._gpus:
-            if g.index not in self._nvlinks:
-                continue
-            vals = self._b.call("nvmlDeviceGetFieldValues", g.handle, [tx_id, rx_id])
-            try:
-                tx, rx = (int(v.value.ullVal) for v in vals if v.nvmlReturn == SUCCESS)
-            except (TypeError, ValueError, AttributeError):
-                continue  # not both counters: no rate
-            prev = self._nvlink_prev.get(g.index)
-            self._nvlink_prev[g.index] = (ts, tx, rx)
-            if prev is not None and ts > prev[0]:
-                dt = ts - prev[0]
-                self.nvlink_bps[g.index] = (max(0, tx - prev[1]) * 1024 / dt, max(0, rx - prev[2]) * 1024 / dt)
+        links = [ALL_LINKS] if not g.nvlink_per_link else self._nvlink_ids.get(g.index, [])
+        code = self._nvlink_fields(g, tx_id, rx_id, links)
+        if isinstance(code, int) and not g.nvlink_per_link and self._nvlink_ids.get(g.index):
+            # An older driver may not know the all-links scope: try each link up.
+            per_link = self._nvlink_fields(g, tx_id, rx_id, self._nvlink_ids[g.index])
+            if not isinstance(per_link, int) and per_link is not None:
+                g.nvlink_per_link = True
+            code = per_link
+        if code is None or isinstance(code, tuple):
+            return code
+        if code in self._b.never:
+            g.skip.add(_NVLINK_COUNTERS)
+            g.missing.setdefault(_NVLINK_COUNTERS, "not supported")
+        else:
+            g.missing.setdefault(_NVLINK_COUNTERS, f"NVML error {code}")
+        return None
+
+    def _nvlink_fields(self, g: _Gpu, tx_id: int, rx_id: int, links: list[int]) -> tuple[int, int] | int | None:
+        """The counters' sums over ``links``; an int: the NVML error one of them gave; None: the
+        call itself failed (noted by ``_get``)."""
+        ids = [(tx_id, link) for link in links] + [(rx_id, link) for link in links]
+        vals = self._get(g, _NVLINK_COUNTERS, "nvmlDeviceGetFieldValues", g.handle, ids)
+        if vals is None:
+            return None
+        try:
+            got = list(vals)
+            if len(got) != len(ids):
+                return self._b.code["UNKNOWN"]
+            bad = [int(v.nvmlReturn) for v in got if v.nvmlReturn != SUCCESS]
+            if bad:
+                return bad[0]
+            n = len(links)
+            return (sum(int(v.value.ullVal) for v in got[:n]), sum(int(v.value.ullVal) for v in got[n:]))
+        except (TypeError, ValueError, AttributeError) as exc:
+            g.missing.setdefault(_NVLINK_COUNTERS, f"{type(exc).__name__}: {exc}")
+            return None
 
     # ----------------------------------------------------------------- static description
 
@@ -566,13 +628,16 @@ class NvmlSource:
             g.missing["GPM metrics"] = "not supported on this GPU"
             return
         samples: list[Any] = []
+        # NVLink rates only of a GPU with links up: on others they could only read 0 or fail.
+        nvlink = g.index in self._nvlinks
+        ids = self._b.gpm_ids + (self._b.gpm_nvlink_ids if nvlink else [])
         try:
             for _ in range(2):
                 samples.append(nv.nvmlGpmSampleAlloc())
             req = nv.c_nvmlGpmMetricsGet_t()
             req.version = nv.NVML_GPM_METRICS_GET_VERSION
-            req.numMetrics = len(self._b.gpm_ids)
-            for i, (_, mid) in enumerate(self._b.gpm_ids):
+            req.numMetrics = len(ids)
+            for i, (_, mid) in enumerate(ids):
                 req.metrics[i].metricId = mid
         except Exception as exc:
             for s in samples:
@@ -582,7 +647,7 @@ class NvmlSource:
                     pass
             g.missing["GPM metrics"] = f"setup failed: {exc}"
             return
-        g.gpm = _Gpm(samples=samples, get=req)
+        g.gpm = _Gpm(samples=samples, get=req, ids=ids, nvlink_ok=nvlink)
 
     def _read_gpm(self, g: _Gpu, ts: float) -> dict[str, float]:
         """GPM metrics between the previous poll's sample and this one's ({} on the first)."""
@@ -608,15 +673,30 @@ class NvmlSource:
         req.sample1 = prev
         req.sample2 = cur
         st.last = {}
-        if self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req) is None:
+        got = self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req)
+        if got is None and len(st.ids) > len(self._b.gpm_ids):
+            # A driver refusing the whole request over the NVLink ids (appended last) would take
+            # GPM's other metrics with it: ask again without them; the link counters take over.
+            why = g.missing.pop("GPM metrics", None)
+            g.skip.discard("GPM metrics")
+            del st.ids[len(self._b.gpm_ids):]
+            req.numMetrics = len(st.ids)
+            st.nvlink_ok = False
+            g.missing.setdefault("GPM NVLink rates", f"{why or 'refused'}; reading the link counters")
+            got = self._get(g, "GPM metrics", "nvmlGpmMetricsGet", req)
+        if got is None:
             return {}
         values: dict[str, float] = {}
-        for i, (fld, _) in enumerate(self._b.gpm_ids):
+        for i, (fld, _) in enumerate(st.ids):
             m = req.metrics[i]
             if m.nvmlReturn == SUCCESS:
                 values[fld] = float(m.value)
             elif fld.startswith("pcie"):
                 st.pcie_ok = False  # fall back to the paced legacy counter
+            elif fld.startswith("nvlink"):
+                if st.nvlink_ok:  # fall back to the link counters, and say so once
+                    st.nvlink_ok = False
+                    g.missing.setdefault("GPM NVLink rates", f"NVML error {m.nvmlReturn}; reading the link counters")
             else:
                 g.missing.setdefault(f"GPM {fld}", f"NVML error {m.nvmlReturn}")
         st.last = values

@@ -41,6 +41,15 @@ _GPM_METRICS: tuple[tuple[str, str, int], ...] = (
     ("pcie_tx_mib", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20),
     ("pcie_rx_mib", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21),
 )
+# GPM's NVLink data rates over all links, MiB/s (DCGM's nvlink_tx_bytes / nvlink_rx_bytes, DCP
+# fields 1011/1012, are these on GPUs with GPM). Asked only of GPUs with NVLinks up.
+_GPM_NVLINK: tuple[tuple[str, str, int], ...] = (
+    ("nvlink_tx_mib", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", 61),
+    ("nvlink_rx_mib", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", 60),
+)
+# nvmlFieldValue_t.scopeId asking NVLink throughput counters for the sum over all links (UINT_MAX,
+# nvml.h); scope 0, pynvml's default for a bare field id, is link 0 alone.
+ALL_LINKS = 0xFFFFFFFF
 
 
 class NvmlUnavailable(Exception):
@@ -161,6 +170,7 @@ class Binding:
             "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"
         )
         self.gpm_ids = [(f, getattr(nv, name, default)) for f, name, default in _GPM_METRICS]
+        self.gpm_nvlink_ids = [(f, getattr(nv, name, default)) for f, name, default in _GPM_NVLINK]
 
     def newest(self, calls: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
         """A call trying NVML entry points in order until the driver has one; remembers it."""
@@ -208,4 +218,4 @@ class Binding:
         return v[0] if isinstance(v, tuple) else v  # pynvml spells a few of these as 1-tuples
 
 
-__all__ = ["SUCCESS", "Binding", "NvmlUnavailable", "open_nvml"]
+__all__ = ["ALL_LINKS", "SUCCESS", "Binding", "NvmlUnavailable", "open_nvml"]

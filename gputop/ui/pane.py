@@ -23,7 +23,7 @@ class PaneContext:
     store: Store
     target_pid: int | None = None  # the attached job, None: nothing attached
     no_stacks: str | None = None  # why the job's stacks could not be sampled at attach
-    # GPU -> (tx, rx) NVLink bytes/s as NVML last read them: live sessions only.
+    # GPU -> (tx, rx) NVLink bytes/s of the store's latest GPU samples (live and replay alike).
     nvlink_bps: Mapping[int, tuple[float, float]] | None = None
 
 
