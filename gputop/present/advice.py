@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
-from ..units import truncate
+from ..units import fmt_seconds, truncate
 
 SEVERITY_MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "! ", Severity.INFO: "i "}
 # One character per bucket in a monochrome bar (the pane colours them as well).
@@ -58,7 +58,7 @@ def bar_text(bd: Breakdown, width: int) -> str:
 def breakdown_summary(bd: Breakdown) -> str:
     """One line: 'GPU 0 over 58 s: busy 52 %, waiting for data 41 %, other/unknown 7 %'."""
     parts = [f"{BUCKET_LABELS[b]} {p} %" for b, _, p in breakdown_rows(bd)]
-    return f"{device_name(bd)} over {bd.total_s:.0f} s: " + ", ".join(parts)
+    return f"{device_name(bd)} over {fmt_seconds(bd.total_s)}: " + ", ".join(parts)
 
 
 def breakdown_table(bds: Sequence[Breakdown]) -> str:
@@ -68,7 +68,7 @@ def breakdown_table(bds: Sequence[Breakdown]) -> str:
         if bd.total_s <= 0:
             continue
         note = "" if bd.attributed else "  (no stack samples: idle time not attributed)"
-        lines.append(f"{device_name(bd)}: where the time went over the last {bd.total_s:.0f} s{note}")
+        lines.append(f"{device_name(bd)}: where the time went over the last {fmt_seconds(bd.total_s)}{note}")
         lines.append("  " + bar_text(bd, 50))
         for b, s, p in breakdown_rows(bd):
             lines.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {s:7.1f} s  {p:3d} %")
@@ -90,7 +90,7 @@ def finding_lines(f: Finding, rank: int | None = None, width: int = 100, since: 
     if f.cost_s > 0:
         meta += f", {cost_text(f)}"
     if since is not None and f.first_seen:
-        meta += f", since +{f.first_seen - since:.0f} s"
+        meta += f", since +{fmt_seconds(max(0.0, f.first_seen - since))}"
     meta += "]"
     out = [f"{SEVERITY_MARK.get(f.severity, '  ')}{head}{f.title}  {meta}"]
     ind = " " * (len(head) + 4)
@@ -194,7 +194,7 @@ def breakdown_lines(bd: Breakdown, width: int) -> list[Line]:
     bar_w = max(10, width - 24)
     head: Line = (
         (f"{device_name(bd)} ", "title"),
-        (f"last {bd.total_s:.0f} s", "dim"),
+        (f"last {fmt_seconds(bd.total_s)}", "dim"),
         ("" if bd.attributed else "  idle not attributed (no stacks)", "dim"),
     )
     bar: Line = tuple((BUCKET_CHAR[b] * n, f"bucket.{b.value}") for b, n in bar_segments(bd, bar_w))
