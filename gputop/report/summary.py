@@ -207,6 +207,8 @@ class Summary:
     # Tables a cut copy lost, whole or past the cut (Reader.lost_tables): what the report must not
     # present as "none recorded".
     lost_tables: tuple[str, ...] = ()
+    # The job's phases the advisor named (warming up): when they were, never counted as findings.
+    phases: list[FindingSummary] = field(default_factory=list)
 
     @property
     def findings_lost(self) -> bool:
@@ -604,6 +606,13 @@ def finding_ends(
             fs.cleared = min(after)
         elif end is not None and end - fs.last_seen <= RECORD_REFRESH_S + UNTIL_END_SLACK_S:
             fs.until_end, fs.session_end = True, end
+
+
+def phase_text(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
+    """'warming up: torch.compile is compiling (first 04:20:17, cleared 04:20:31)': a phase of
+    the job the advisor named, with when it was."""
+    title = fs.finding.title
+    return f"{title[:1].lower()}{title[1:]} ({finding_when(fs, clock, last_session_end)})"
 
 
 def finding_when(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
