@@ -200,6 +200,38 @@ def truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+# Separators a cut line does not end on before its ellipsis ("restricted, …" reads as a list).
+_CUT_TRAILERS = " ·,;:–—-("
+# A cut at a word boundary keeps at least this share of the room; a longer last word (a path, a
+# command line) is cut inside rather than losing most of the line to reach its start.
+_WORD_CUT_MIN_SHARE = 0.6
+
+
+def word_cut(text: str, width: int) -> int:
+    """How much of ``text`` to keep before an ellipsis so the whole fits ``width``: up to the
+    last word that fits (``len(text)`` when it fits whole)."""
+    if len(text) <= width:
+        return len(text)
+    room = width - 1  # the ellipsis takes a column
+    if room <= 0:
+        return 0
+    k = text.rfind(" ", 0, room + 1)
+    if k < room * _WORD_CUT_MIN_SHARE:
+        return room  # inside the long last word: its characters are all text
+    while k > 0 and text[k - 1] in _CUT_TRAILERS:
+        k -= 1
+    return k
+
+
+def truncate_words(text: str, width: int) -> str:
+    """``text`` fitted to ``width``, cut at a word boundary with an ellipsis that says it was cut
+    ('ptrace is restricted…' rather than 'ptrace is restricted (kernel.yama.')."""
+    if width <= 0:
+        return ""
+    k = word_cut(text, width)
+    return text if k == len(text) else text[:k] + "…"
+
+
 def short_gpu_name(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3' for compact panels."""
     for prefix in ("NVIDIA ", "Tesla ", "GeForce "):

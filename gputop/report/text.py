@@ -205,5 +205,8 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append("")
         out.append(f"warnings and errors ({len(s.events)})")
         for e in s.events[-15:]:
-            out.append(f"  {fmt_time(e.ts)}  {e.level:<7} {e.source}: {e.message}"[:width])
+            # Wrapped under the message, never cut: the end of an error is often its remedy.
+            lead = f"  {fmt_time(e.ts)}  {e.level:<7} "
+            out.extend(textwrap.wrap(f"{e.source}: {e.message}", width=width, initial_indent=lead,
+                                     subsequent_indent=" " * len(lead), break_on_hyphens=False))
     return "\n".join(out) + "\n"
