@@ -145,16 +145,29 @@ def gpu_index(g: GpuView) -> int | None:
     return None if g.index == CPU_DEVICE else g.index
 
 
+def window_text(g: GpuView) -> str:
+    """'the last 6.3 s', saying so when that is within one step. A window in which nothing but
+    one wait was seen (no busy time, every main-thread sample in one bucket) saw no step end: a
+    48 s step watched for 6 s reads "100 % of the last 6 s", a share of part of one step, not of
+    the job's steps. Said as possible: steps too short to be sampled look the same."""
+    bd = g.breakdown
+    text = f"the last {secs(bd.total_s)}"
+    seq = bd.sequence
+    if len(seq) >= MIN_MAIN_SAMPLES and bd.busy_s <= 0 and len(set(seq)) == 1 and seq[0] is not Bucket.BUSY:
+        text += " (no step seen to end in it: it may be part of one longer step)"
+    return text
+
+
 def idle_line(g: GpuView, parts: Sequence[Bucket]) -> str:
     bd = g.breakdown
     share = sum(bd.get(b) for b in parts) / bd.total_s if bd.total_s else 0.0
     what = " + ".join(BUCKET_LABELS[b] for b in parts if bd.get(b) > 0) or BUCKET_LABELS[parts[0]]
     if g.index == CPU_DEVICE:
         return (
-            f"{device_name(g)} not computing {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; "
+            f"{device_name(g)} not computing {pct(bd.idle_fraction)} of {window_text(g)}; "
             f"{pct(share)} {what}"
         )
-    return f"{g.name} idle {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; {pct(share)} {what}"
+    return f"{g.name} idle {pct(bd.idle_fraction)} of {window_text(g)}; {pct(share)} {what}"
 
 
 def labels_line(g: GpuView, bucket: Bucket, what: str = "main thread in") -> str | None:
