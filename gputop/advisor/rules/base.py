@@ -288,6 +288,15 @@ def _costs(fraction: float, upper: ShareLimit | None) -> str:
     return text
 
 
+def _takes(fraction: float, upper: ShareLimit | None) -> str:
+    """'the wait takes 97 % of the time', with the upper limit where ``_costs`` gives one."""
+    text = f"the wait takes {pct(fraction)} of the time"
+    if upper is not None and upper.samples and pct(upper.upper) != pct(fraction):
+        text += (f" (up to {pct(upper.upper)} at {100 * SHARE_UPPER_LEVEL:.0f} % confidence "
+                 f"from {_count(upper.samples)} stack samples)")
+    return text
+
+
 def _count(n: int) -> str:
     """A sample count as the text states it: exact while it is small (it grows as the window
     fills), to two figures beyond that, so a full window's count moving by a sample or two does
@@ -305,9 +314,16 @@ def gain(fraction: float, limit: float | None = None, limited_by: str = "", unit
     confidence limit and the text says so; the limit is unaffected."""
     b = bounded(fraction, upper=upper)
     costs = _costs(fraction, upper)
+    # A wait of (nearly) all the time bounds nothing: 1 / (1 - f) runs to the cap (MIN_REMAINING),
+    # and "at most 100x" for a rank that sleeps reads as a promise. Said as what it is.
+    capped = b >= wait_bound(1.0)
+    takes = _takes(fraction, upper)
     if limit is not None and limit < b:
-        return (f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; "
-                f"{costs} would allow {times(b)}")
+        rest = f"{takes}, nearly all of it: alone it bounds nothing" if capped else f"{costs} would allow {times(b)}"
+        return f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; {rest}"
+    if capped:
+        return (f"no bound stated: {takes}, nearly all of it, so the gain is limited by what the fix gives back, "
+                "not by the wait")
     return f"at most {times(b)} {unit} (an upper bound: if {costs} came back in full)"
 
 
