@@ -61,14 +61,53 @@ def breakdown_summary(bd: Breakdown) -> str:
     return f"{device_name(bd)} over {fmt_seconds(bd.total_s)}: " + ", ".join(parts)
 
 
-def breakdown_table(bds: Sequence[Breakdown]) -> str:
+# Said when at least this much of a window is the GPU's history from before the session: less is
+# the first poll's own 200 ms points reaching back one period.
+BEFORE_START_NOTE_S = 0.5
+
+
+def before_start_s(bd: Breakdown, session_start: float | None) -> float:
+    """Seconds of ``bd``'s window from before the session started: NVML hands the first poll its
+    buffer of the GPU's utilisation, ~14 s from before gputop ran, and a window not attached to
+    a job's stacks starts in it. 0 when none, or the start is unknown."""
+    if session_start is None:
+        return 0.0
+    return max(0.0, min(bd.t1, session_start) - bd.t0)
+
+
+def before_start_note(bd: Breakdown, session_start: float | None) -> str:
+    """', 14 s of it from before the session (the GPU's buffer)' where that is so, else ''."""
+    pre = before_start_s(bd, session_start)
+    return f", {fmt_seconds(pre)} of it from before the session (the GPU's buffer)" if pre >= BEFORE_START_NOTE_S else ""
+
+
+def session_start(store, breakdowns: Sequence[Breakdown]) -> float | None:
+    """When the session's GPU polls begin, where that is inside a breakdown's window (None: the
+    polls reach back before every window, or there are none). A poll is taken live, never from
+    the buffer, so the first one is the session's start. ``store``: a ``Store`` (or its view)."""
+    gpu_bds = [bd for bd in breakdowns if bd.gpu_index >= 0]
+    if not gpu_bds:
+        return None
+    t0, t1 = min(bd.t0 for bd in gpu_bds), max(bd.t1 for bd in gpu_bds)
+    firsts = []
+    for i in store.gpu_indices():
+        if store.gpu_window(i, float("-inf"), t0):
+            return None  # polled before the window: none of it predates the session
+        polls = store.gpu_window(i, t0, t1)
+        if polls:
+            firsts.append(polls[0].ts)
+    return min(firsts, default=None)
+
+
+def breakdown_table(bds: Sequence[Breakdown], session_start: float | None = None) -> str:
     """A table per device: bucket, seconds, percent (adding up to 100), and the bar."""
     lines: list[str] = []
     for bd in bds:
         if bd.total_s <= 0:
             continue
         note = "" if bd.attributed else "  (no stack samples: idle time not attributed)"
-        lines.append(f"{device_name(bd)}: where the time went over the last {fmt_seconds(bd.total_s)}{note}")
+        lines.append(f"{device_name(bd)}: where the time went over the last {fmt_seconds(bd.total_s)}"
+                     f"{before_start_note(bd, session_start)}{note}")
         lines.append("  " + bar_text(bd, 50))
         for b, s, p in breakdown_rows(bd):
             lines.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {s:7.1f} s  {p:3d} %")
@@ -189,12 +228,12 @@ Segment = tuple[str, str]
 Line = tuple[Segment, ...]
 
 
-def breakdown_lines(bd: Breakdown, width: int) -> list[Line]:
+def breakdown_lines(bd: Breakdown, width: int, session_start: float | None = None) -> list[Line]:
     """The bar (coloured per bucket) and a legend with percentages that add up to 100."""
     bar_w = max(10, width - 24)
     head: Line = (
         (f"{device_name(bd)} ", "title"),
-        (f"last {fmt_seconds(bd.total_s)}", "dim"),
+        (f"last {fmt_seconds(bd.total_s)}{before_start_note(bd, session_start)}", "dim"),
         ("" if bd.attributed else "  idle not attributed (no stacks)", "dim"),
     )
     bar: Line = tuple((BUCKET_CHAR[b] * n, f"bucket.{b.value}") for b, n in bar_segments(bd, bar_w))
@@ -273,11 +312,13 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
 def advice_pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
-    exited: str | None = None, collecting: Evidence | None = None,
+    exited: str | None = None, collecting: Evidence | None = None, session_start: float | None = None,
 ) -> list[Line]:
     """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
     read as what was showing while it ran. ``collecting``: the advisor has not yet had enough
-    evidence for a verdict (``Verdict.collecting``): said instead of "no findings"."""
+    evidence for a verdict (``Verdict.collecting``): said instead of "no findings".
+    ``session_start``: when the session's polls began (``session_start``): a window reaching
+    before it says how much."""
     out: list[Line] = []
     if exited is not None:
         end = ("the findings below are from while it ran." if findings
@@ -286,7 +327,7 @@ def advice_pane_lines(
         out.append(())
     shown = [b for b in breakdowns if b.total_s > 0]
     for bd in shown:
-        out.extend(breakdown_lines(bd, width))
+        out.extend(breakdown_lines(bd, width, session_start))
         out.append(())
     if not shown and not has_gpu and no_stacks:
         out.extend(_wrapped(f"No GPU here and the job's stacks cannot be read ({no_stacks}): there is no device "
