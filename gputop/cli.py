@@ -103,12 +103,21 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _typed_before_command(argv: list[str], command: str | None, option: str) -> bool:
+    """Whether ``option`` (or an abbreviation argparse takes for it) was typed before ``command``:
+    then it is gputop's own (``gputop --force attach 1``), not the command's (``advise -f``)."""
+    at = argv.index(command) if command in argv else len(argv)
+    return any(len(a) > 3 and option.startswith(a) for a in argv[:at])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
     problem = force_problem(args)
     if problem:
-        command_parser(parser, args.command).error(problem)
+        own = _typed_before_command(argv, args.command, "--force")
+        (parser if own else command_parser(parser, args.command)).error(problem)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

@@ -58,3 +58,10 @@ def test_a_subcommands_force_without_record_is_its_error(capsys):
     assert code == 2
     assert err.startswith("usage: gputop advise ")
     assert "gputop advise: error: --force only applies with --record FILE" in err
+
+
+def test_gputops_own_force_before_a_command_stays_gputops(capsys):
+    code, err = _fail(capsys, ["--forc", "attach", "1"])
+    assert code == 2
+    assert err.startswith("usage: gputop [")
+    assert "gputop: error: --force only applies with --record FILE" in err
