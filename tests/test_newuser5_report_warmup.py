@@ -55,3 +55,21 @@ def test_json_and_info_count_no_warm_up(recording, capsys):
     assert d["phases"][0]["id"] == WARMUP_ID and d["phases"][0]["cleared"] == pytest.approx(T0 + 12)
     assert main(["info", str(recording)]) == 0
     assert "findings    1 " in capsys.readouterr().out
+
+
+def test_the_exporter_says_warming_up_as_a_gauge_not_a_finding(clock):
+    pytest.importorskip("prometheus_client")
+    from test_export import collector_for, fake_session, scrape, value
+
+    from gputop.model import Verdict
+
+    start = clock()
+    store, _ = fake_session(clock, seconds=5)
+    real = Finding("data-starved", "GPU waits for data", Severity.WARNING, 0.9, ("e",), "num_workers=8",
+                   cost_s=3.0, gpu_index=0)
+    store.add([Verdict(store.now, (warmup_finding("compiling", store.now), real))])
+    m = scrape(collector_for(store, clock, start))
+    assert {s.labels["id"] for s in m["gputop_finding"]} == {"data-starved"}
+    assert value(m["gputop_job_warming_up"]) == 1
+    store.add([Verdict(store.now, (real,))])
+    assert value(scrape(collector_for(store, clock, start))["gputop_job_warming_up"]) == 0
