@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UserError
 from ..redact import redact_cmdline
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
-from ..units import fmt_time
+from ..units import fmt_seconds, fmt_time
 from . import codec
 from .opening import fold_wal, open_recording
 from .overview import OverviewBuilder, OverviewRow
@@ -273,7 +273,7 @@ class Reader:
         # The writer stores the session's end with the samples (at most SESSION_END_EVERY_S
         # behind them), so readable data ending well before it means pages are missing.
         if self.damage or unreadable or (recorded_end and recorded_end - end > 2.0):
-            lost = f", {recorded_end - end:.0f} s before the recorded end" if recorded_end > end else ""
+            lost = f", {fmt_seconds(recorded_end - end)} before the recorded end" if recorded_end > end else ""
             what = self.damage or f"{self.path} is damaged"
             self.damage = f"{what}: readable data ends at {fmt_time(end)}{lost}"
         return start, end
