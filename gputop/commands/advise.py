@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import step_dict, step_line
-    from ..present import breakdown_table, findings_text, report_dict, session_start
+    from ..present import breakdown_table, findings_text, report_dict, session_start_in
     from ..session import Config, open_live
 
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {msg}")
     if cost is not None:
         print(f"note: {sampling_cost_text(cost)}")
-    table = breakdown_table(breakdowns, session_start(store, breakdowns))
+    table = breakdown_table(breakdowns, session_start_in(store, breakdowns))
     if table:
         print()
         print(table)

@@ -81,21 +81,30 @@ def before_start_note(bd: Breakdown, session_start: float | None) -> str:
     return f", {fmt_seconds(pre)} of it from before the session (the GPU's buffer)" if pre >= BEFORE_START_NOTE_S else ""
 
 
-def session_start(store, breakdowns: Sequence[Breakdown]) -> float | None:
-    """When the session's GPU polls begin, where that is inside a breakdown's window (None: the
-    polls reach back before every window, or there are none). A poll is taken live, never from
-    the buffer, so the first one is the session's start. ``store``: a ``Store`` (or its view)."""
+# How far before a window a poll is looked for, to tell a session older than the window from one
+# that began inside it: a minute, or three polls at a longer interval (a poll missed, the GPU
+# briefly lost, is not taken for the session's start).
+SESSION_LOOKBACK_S = 60.0
+
+
+def session_start_in(store, breakdowns: Sequence[Breakdown]) -> float | None:
+    """When the session's GPU polls begin, where that is inside the breakdowns' window (None: the
+    polls reach back before it, or there are none in it). A poll is taken live, never from the
+    buffer, so the first one is the session's start. ``store``: a ``Store`` (or its view); only
+    the window's polls and those just before it are read."""
     gpu_bds = [bd for bd in breakdowns if bd.gpu_index >= 0]
     if not gpu_bds:
         return None
     t0, t1 = min(bd.t0 for bd in gpu_bds), max(bd.t1 for bd in gpu_bds)
     firsts = []
     for i in store.gpu_indices():
-        if store.gpu_window(i, float("-inf"), t0):
-            return None  # polled before the window: none of it predates the session
         polls = store.gpu_window(i, t0, t1)
-        if polls:
-            firsts.append(polls[0].ts)
+        if not polls:
+            continue
+        gap = polls[1].ts - polls[0].ts if len(polls) > 1 else t1 - t0
+        if store.gpu_window(i, t0 - max(SESSION_LOOKBACK_S, 3 * gap), t0 - 1e-9):
+            return None  # polled before the window: none of it predates the session
+        firsts.append(polls[0].ts)
     return min(firsts, default=None)
 
 
@@ -317,7 +326,7 @@ def advice_pane_lines(
     """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
     read as what was showing while it ran. ``collecting``: the advisor has not yet had enough
     evidence for a verdict (``Verdict.collecting``): said instead of "no findings".
-    ``session_start``: when the session's polls began (``session_start``): a window reaching
+    ``session_start``: when the session's polls began (``session_start_in``): a window reaching
     before it says how much."""
     out: list[Line] = []
     if exited is not None:
