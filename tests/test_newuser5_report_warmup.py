@@ -73,3 +73,12 @@ def test_the_exporter_says_warming_up_as_a_gauge_not_a_finding(clock):
     assert value(m["gputop_job_warming_up"]) == 1
     store.add([Verdict(store.now, (real,))])
     assert value(scrape(collector_for(store, clock, start))["gputop_job_warming_up"]) == 0
+
+
+def test_the_phase_says_its_span(recording):
+    from gputop.units import fmt_time
+
+    with Reader(recording) as r:
+        s = collect(r)
+    assert (f"phase: warming up: torch.compile is compiling the model, from {fmt_time(T0 + 1)} to "
+            f"{fmt_time(T0 + 12)}") in render_text(s, 200)

@@ -609,10 +609,18 @@ def finding_ends(
 
 
 def phase_text(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
-    """'warming up: torch.compile is compiling (first 04:20:17, cleared 04:20:31)': a phase of
-    the job the advisor named, with when it was."""
+    """'warming up: torch.compile is compiling, from 04:20:17 to 04:20:31': a phase of the job
+    the advisor named, with when it was (a span, where a finding has a first and a clear)."""
     title = fs.finding.title
-    return f"{title[:1].lower()}{title[1:]} ({finding_when(fs, clock, last_session_end)})"
+    when = f"from {clock(fs.first_seen)}"
+    if fs.cleared is not None:
+        when += f" to {clock(fs.cleared)}"
+    elif fs.until_end and fs.session_end is not None:
+        ended = last_session_end is None or abs(fs.session_end - last_session_end) < 1e-6
+        when += f" to the end ({clock(fs.session_end)})" if ended else f" to its session's end ({clock(fs.session_end)})"
+    else:
+        when += f", last reported {clock(fs.last_seen)}"
+    return f"{title[:1].lower()}{title[1:]}, {when}"
 
 
 def finding_when(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
