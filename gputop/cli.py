@@ -21,6 +21,45 @@ COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", 
             "autopsy", "rules")
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. argparse hands the arguments a subcommand does not know back to the
+    top-level parser, which then prints gputop's usage for ``gputop export --port``: the user
+    learns nothing about export's options. A subcommand reports them itself, with its own usage."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(self, extras)}")
+        return ns, extras
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """' (did you mean --listen HOST:PORT?)' for an option this command spells otherwise: a near
+    spelling (``--lisen``), or a word its value names (``--port`` is the PORT of ``--listen``)."""
+    import difflib
+    import re
+
+    first = next((e for e in extras if e.startswith("-")), None)
+    if first is None:
+        return ""
+    name = first.split("=", 1)[0]
+    word = name.lstrip("-").upper()
+    for action in parser._actions:
+        if action.option_strings and isinstance(action.metavar, str) and word in re.split(r"\W+", action.metavar):
+            return f" (did you mean {action.option_strings[-1]} {action.metavar}?)"
+    close = difflib.get_close_matches(name, list(parser._option_string_actions), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (the top-level one when there is none): its errors
+    print its usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gputop",
@@ -32,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--record", metavar="FILE", help="also record the session to FILE")
     parser.add_argument("--force", action="store_true", help="with --record: overwrite FILE if it is an old recording")
     add_stuck_after(parser, "report an attached job as stuck after this long without progress")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for name in COMMANDS:
         importlib.import_module(f"{__package__}.commands.{name}").register(sub)
     parser.set_defaults(func=_run_live)
@@ -64,12 +103,21 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _typed_before_command(argv: list[str], command: str | None, option: str) -> bool:
+    """Whether ``option`` (or an abbreviation argparse takes for it) was typed before ``command``:
+    then it is gputop's own (``gputop --force attach 1``), not the command's (``advise -f``)."""
+    at = argv.index(command) if command in argv else len(argv)
+    return any(len(a) > 3 and option.startswith(a) for a in argv[:at])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
     problem = force_problem(args)
     if problem:
-        parser.error(problem)
+        own = _typed_before_command(argv, args.command, "--force")
+        (parser if own else command_parser(parser, args.command)).error(problem)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

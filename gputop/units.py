@@ -76,10 +76,30 @@ def fmt_share(fraction: float) -> str:
     return f"{100 * fraction:.0f}%"
 
 
+def _sub_second(seconds: float) -> str:
+    """A span under a second, which every whole-second format writes as zero ('0s', '0:00:00'):
+    '0.4 s', or '35 ms' below a tenth, where one decimal of a second would round to '0.0 s'."""
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s"
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """A measured span in a sentence: '14 s', '0.4 s', '35 ms' ('?' when unknown). Whole seconds
+    from one up: the spans it states (a watch, a window, a step) are not timed to a tenth."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    if 0 < seconds < 1:
+        return _sub_second(seconds)
+    return f"{seconds:.0f} s"
+
+
 def fmt_duration(seconds: float | None) -> str:
-    """Elapsed time like ps: 59s, 12:03, 3:04:05, 2d03h."""
+    """Elapsed time like ps: 59s, 12:03, 3:04:05, 2d03h; under a second '0.4 s'."""
     if seconds is None or seconds < 0:
         return NA
+    if 0 < seconds < 1:
+        return _sub_second(seconds)
     s = int(seconds)
     if s < 60:
         return f"{s}s"
@@ -180,6 +200,38 @@ def truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+# Separators a cut line does not end on before its ellipsis ("restricted, …" reads as a list).
+_CUT_TRAILERS = " ·,;:–—-("
+# A cut at a word boundary keeps at least this share of the room; a longer last word (a path, a
+# command line) is cut inside rather than losing most of the line to reach its start.
+_WORD_CUT_MIN_SHARE = 0.6
+
+
+def word_cut(text: str, width: int) -> int:
+    """How much of ``text`` to keep before an ellipsis so the whole fits ``width``: up to the
+    last word that fits (``len(text)`` when it fits whole)."""
+    if len(text) <= width:
+        return len(text)
+    room = width - 1  # the ellipsis takes a column
+    if room <= 0:
+        return 0
+    k = text.rfind(" ", 0, room + 1)
+    if k < room * _WORD_CUT_MIN_SHARE:
+        return room  # inside the long last word: its characters are all text
+    while k > 0 and text[k - 1] in _CUT_TRAILERS:
+        k -= 1
+    return k
+
+
+def truncate_words(text: str, width: int) -> str:
+    """``text`` fitted to ``width``, cut at a word boundary with an ellipsis that says it was cut
+    ('ptrace is restricted…' rather than 'ptrace is restricted (kernel.yama.')."""
+    if width <= 0:
+        return ""
+    k = word_cut(text, width)
+    return text if k == len(text) else text[:k] + "…"
+
+
 def short_gpu_name(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3' for compact panels."""
     for prefix in ("NVIDIA ", "Tesla ", "GeForce "):
@@ -189,9 +241,12 @@ def short_gpu_name(name: str) -> str:
 
 
 def fmt_elapsed(seconds: float | None) -> str:
-    """A running time on a status line: '4:05', '1:02:03' (whole seconds; '?' when unknown)."""
+    """A running time on a status line: '4:05', '1:02:03' (whole seconds; '?' when unknown;
+    under a second '0.4 s', so a sub-second ``--duration`` is not written as '0:00')."""
     if seconds is None:
         return "?"
+    if 0 < seconds < 1:
+        return _sub_second(seconds)
     s = int(seconds)
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
@@ -223,7 +278,10 @@ def fmt_time(ts: float | None) -> str:
 
 def fmt_length(seconds: float) -> str:
     """h:mm:ss, rounded to the second: every place a recording's or a session's length is shown
-    (`info`, `report`, `record --list`, the recorder's last line, the replay's timeline)."""
+    (`info`, `report`, `record --list`, the recorder's last line, the replay's timeline). Under a
+    second it is '0.4 s': rounded to '0:00:00' a short idle time or recording reads as none."""
+    if 0 < seconds < 1:
+        return _sub_second(seconds)
     s = max(0, int(round(seconds)))
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)

@@ -50,6 +50,11 @@ COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_conve
 # loop's frame is under every sample of its steps; a fifth aside leaves room for logging, eval and
 # checkpoint code called from elsewhere.
 LOOP_SHARE = 0.80
+# The step's model work: the loop is the frame over these samples (the function that calls
+# forward, backward and the optimizer), not a helper beside them.
+_MODEL_WORK = frozenset({FORWARD, BACKWARD, OPTIMIZER})
+# The DataLoader's own code: a user frame it calls is a Dataset's or a collate function.
+_DATALOADER = "torch/utils/data/"
 # A frame whose one callee (or none: it runs its own lines) holds this share of its samples is a
 # piece of work, not the loop that calls the work. Judgement.
 LOOP_ONE_CALLEE = 0.90
@@ -92,7 +97,13 @@ def _place(f: Frame) -> tuple[str, str]:
 def training_loop(main: Sequence[StackSample]) -> str | None:
     """The newest frame of the user's code that is under at least LOOP_SHARE of the samples and
     calls different things from one sample to the next, with its commonest line: the loop that
-    calls everything else. One pass over the samples (a tick's advisor calls this on every one)."""
+    calls everything else. One pass over the samples (a tick's advisor calls this on every one).
+
+    The loop encloses the step. A frame the DataLoader calls (a Dataset's __getitem__, a collate
+    function) is never it. Two more kinds are not while a frame that encloses them is a
+    candidate: one a library calls back from older user code (a module's forward under
+    Module.__call__, a framework's hook), and one outside the step's model work (a logging helper
+    under most samples, under none of the forward, backward or optimizer ones)."""
     if not main:
         return None
     under: Counter = Counter()
@@ -103,31 +114,49 @@ def training_loop(main: Sequence[StackSample]) -> str | None:
     # user's: it is the work, not the loop (a module-level loop spending 80 % in log_metrics()
     # was named "step of log_metrics"). Library callees count as one: the model's ops vary.
     callees: dict[tuple[str, str], Counter] = {}
+    called_back: Counter = Counter()  # samples where a library called the frame from older user code
+    data_side: Counter = Counter()  # samples where the DataLoader's code called the frame (a dataset's)
+    in_work: Counter = Counter()  # model-work samples (forward, backward, optimizer) the frame is under
+    work = 0
     for s in main:
         own = own_frames(s.frames)
+        is_work = phase_of(s) in _MODEL_WORK
+        work += is_work
         seen = set()
         below: object = None  # the callee of the frame being looked at (None: it is the newest)
-        for i, f in enumerate(own):
-            lib = is_library(f.filename)
-            key = None if lib else _place(f)
+        keys = [None if is_library(f.filename) else _place(f) for f in own]
+        for i, (f, key) in enumerate(zip(own, keys)):
             if key is not None and key not in seen:
                 seen.add(key)
                 under[key] += 1
                 lines.setdefault(key, Counter())[f.line] += 1
                 depth[key] = min(depth.get(key, i), i)
                 callees.setdefault(key, Counter())[below] += 1
-            below = "library" if lib else key
+                in_work[key] += is_work
+                caller = next((j for j in range(i + 1, len(keys)) if keys[j] is not None), None)
+                if caller is not None and caller > i + 1:  # library frames between it and its user caller
+                    called_back[key] += 1
+                if i + 1 < len(own) and _DATALOADER in own[i + 1].filename.replace("\\", "/"):
+                    data_side[key] += 1
+            below = "library" if key is None else key
     n = len(main)
-    common = [k for k, c in under.items() if c / n >= LOOP_SHARE]
+    # A dataset's or collate function's frame is the data, never the loop: in a DataLoader
+    # worker (or a main thread whose loop is out of view) there is no loop to name.
+    common = [k for k, c in under.items() if c / n >= LOOP_SHARE and data_side[k] * 2 < c]
     if not common:
         return None
+    # Narrowed only while something is left: a job whose every user frame is a callback (a
+    # framework's loop calling the model) still gets its newest common frame.
+    enclosing = [k for k in common if called_back[k] * 2 < under[k]] or common
+    if work:
+        enclosing = [k for k in enclosing if in_work[k] * 2 >= work] or enclosing
 
     def varied(key: tuple[str, str]) -> bool:
         c = callees[key]
         return c.most_common(1)[0][1] / sum(c.values()) < LOOP_ONE_CALLEE
 
     # The newest of them (found at the smallest depth from the top: nearest the work) that varies.
-    ordered = sorted(common, key=lambda k: depth[k])
+    ordered = sorted(enclosing, key=lambda k: depth[k])
     name, path = next((k for k in ordered if varied(k)), ordered[0])
     return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
 

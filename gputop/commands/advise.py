@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..advisor import DEFAULT_WINDOW_S, WARMUP_ID
 from ..errors import UserError
+from ..units import fmt_seconds
 from .options import add_live_options, add_stuck_after, parse_duration
 
 DEFAULT_DURATION_S = 30.0
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import step_dict, step_line
-    from ..present import breakdown_table, findings_text, report_dict
+    from ..present import breakdown_table, findings_text, report_dict, session_start_in
     from ..session import Config, open_live
 
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     what = f"PID {args.pid}" if args.pid else "this machine (no --pid: idle time is not attributed)"
     mode = " [fake GPU source]" if session.mode == "fake" else ""
-    print(f"gputop advise: {what}, watched {elapsed:.0f} s{mode}" + (" (interrupted)" if interrupted else ""))
+    print(f"gputop advise: {what}, watched {fmt_seconds(elapsed)}{mode}" + (" (interrupted)" if interrupted else ""))
     if ended:
         print(f"note: {ended}")
     if nvml_error:
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {msg}")
     if cost is not None:
         print(f"note: {sampling_cost_text(cost)}")
-    table = breakdown_table(breakdowns)
+    table = breakdown_table(breakdowns, session_start_in(store, breakdowns))
     if table:
         print()
         print(table)
@@ -185,7 +186,7 @@ def sampling_cost_text(cost) -> str:
 def _target_exited(session, start: float) -> str | None:
     state = session.target_state
     exited = state.exited_at if state is not None else None
-    return f"the target exited after {exited - start:.0f} s" if exited is not None else None
+    return f"the target exited after {fmt_seconds(max(0.0, exited - start))}" if exited is not None else None
 
 
 class _Progress:
@@ -230,7 +231,7 @@ class _Progress:
         findings = [f for f in findings if f.id != WARMUP_ID]
         top = f", top: {findings[0].id}" if findings else ""
         n = len(findings)
-        msg = (f"gputop advise: {elapsed:4.0f}/{self.duration:.0f} s, {n} finding{'' if n == 1 else 's'}{top}"
+        msg = (f"gputop advise: {elapsed:4.0f}/{fmt_seconds(self.duration)}, {n} finding{'' if n == 1 else 's'}{top}"
                + (" (the job is warming up)" if warming else ""))
         if self.tty:
             sys.stderr.write("\r\033[K" + msg)

@@ -50,6 +50,18 @@ def run(args: argparse.Namespace) -> int:
     return 1 if args.check and bad else 0
 
 
+def _rate_text(d: dict) -> str:
+    """'  (0.7 MB per GPU-hour)', or why there is none: a short recording is mostly its fixed
+    start, and a rate extrapolated from it would be tens of times too high."""
+    if d.get("bytes_per_gpu_hour"):
+        return f"  ({fmt_size(d['bytes_per_gpu_hour'])} per GPU-hour)"
+    least = d.get("rate_min_s")
+    if d.get("gpu_indices") and least and (d.get("duration_s") or 0.0) < least:
+        return (f"  in {fmt_length(d.get('duration_s') or 0.0)}: too short to estimate the size per GPU-hour "
+                f"(that takes at least {least / 60:.0f} min)")
+    return ""
+
+
 def format_info(d: dict) -> str:
     from ..record import backfill_note
 
@@ -73,8 +85,7 @@ def format_info(d: dict) -> str:
         lines.append(f"gpus        {len(d['gpu_indices'])} (no device details recorded)")
     lines += [
         f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({fmt_length(d['duration_s'] or 0.0)}{'; ' + note if note else ''})",
-        f"size        {fmt_size(d['size_bytes'])}"
-        + (f"  ({fmt_size(d['bytes_per_gpu_hour'])} per GPU-hour)" if d.get("bytes_per_gpu_hour") else ""),
+        f"size        {fmt_size(d['size_bytes'])}" + _rate_text(d),
     ]
     if d.get("target_pid") or d.get("target_cmdline"):
         lines.append(f"target      PID {d.get('target_pid') or '?'}  {d.get('target_cmdline') or ''}".rstrip())

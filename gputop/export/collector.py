@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import __version__
+from ..advisor import WARMUP_ID
 from ..analysis import Bucket
 from ..model import GpuInfo, GpuSample
 from ..analysis import MEMORY_WINDOW_S, REASONS, memory_view
@@ -298,15 +299,25 @@ class GputopCollector:
         )
         conf = GaugeMetricFamily("gputop_finding_confidence", "The advisor's confidence in an active finding, 0..1",
                                  labels=["id", "severity", "gpu"])
+        # Warming up is the job's phase, not a finding: a gauge of its own, so a dashboard or an
+        # alert counting gputop_finding series does not count it.
+        warm = GaugeMetricFamily("gputop_job_warming_up",
+                                 "1 while the advisor says the attached job is warming up (its speed not judged yet)")
         rows: dict[tuple[str, str, str], tuple[float, float]] = {}
+        warming = False
         for f in self.store.findings():
+            if f.id == WARMUP_ID:
+                warming = True
+                continue
             key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index))
             rows.setdefault(key, (float(f.cost_s), float(f.confidence)))  # one series per label set
         for key, (cost, confidence) in rows.items():
             fam.add_metric(list(key), cost)
             conf.add_metric(list(key), confidence)
+        warm.add_metric([], 1 if warming else 0)
         yield fam
         yield conf
+        yield warm
 
     def _placement_of(self, pid: int, create_time: float | None) -> Placement:
         key = (pid, create_time)

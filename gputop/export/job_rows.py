@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..analysis import GROUPS, RankView, as_ranks, group_shares, judge, rank_views
+from ..analysis import GROUPS, RankView, as_ranks, family_tasks, group_shares, judge, rank_views
 from ..model import Finding, StackSample
 from ..redact import redact_code, redact_text
 from ..sources import JobIdentity
@@ -92,10 +92,16 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
         procs = {p: store.proc_window(p, t0, now) for p in ranks}
         views.extend(rank_views(ranks, stacks, t0, gpu_processes, procs, gpu_samples=gpu_samples, t1=now))
     findings = sorted(store.findings(), key=lambda f: -f.cost_s)
+    # The OS's view, as the advisor's verdict has it: an unchanged stack is no hang while the rank
+    # or its DataLoader workers burn CPU. A starved sampler (py-spy on a saturated host) takes a
+    # sample every few seconds, which can land on one line for a whole threshold while the rank
+    # works: the stacks then say samples are missing, not that the rank stands still.
+    every_proc = {p: store.proc_window(p, t0, now) for p in store.procs_latest()}
+    tasks = store.task_windows(t0, now)
     rows = []
     for v in views:
         main = main_by_pid.get(v.pid, [])
-        verdict = judge(main, now, stuck_after)
+        verdict = judge(main, now, stuck_after, procs=every_proc, tasks=family_tasks(tasks, v.pid))
         hot, share = (v.hot, v.hot_share) if v.hot else (v.top or "", v.top_share)
         mine = tuple(f for f in findings if f.gpu_index is not None and f.gpu_index == v.gpu)
         rows.append(RankRow(

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
-from ..units import truncate
+from ..units import fmt_seconds, truncate
 
 SEVERITY_MARK = {Severity.CRITICAL: "!! ", Severity.WARNING: "! ", Severity.INFO: "i "}
 # One character per bucket in a monochrome bar (the pane colours them as well).
@@ -58,17 +58,65 @@ def bar_text(bd: Breakdown, width: int) -> str:
 def breakdown_summary(bd: Breakdown) -> str:
     """One line: 'GPU 0 over 58 s: busy 52 %, waiting for data 41 %, other/unknown 7 %'."""
     parts = [f"{BUCKET_LABELS[b]} {p} %" for b, _, p in breakdown_rows(bd)]
-    return f"{device_name(bd)} over {bd.total_s:.0f} s: " + ", ".join(parts)
+    return f"{device_name(bd)} over {fmt_seconds(bd.total_s)}: " + ", ".join(parts)
 
 
-def breakdown_table(bds: Sequence[Breakdown]) -> str:
+# Said when at least this much of a window is the GPU's history from before the session: less is
+# the first poll's own 200 ms points reaching back one period.
+BEFORE_START_NOTE_S = 0.5
+
+
+def before_start_s(bd: Breakdown, session_start: float | None) -> float:
+    """Seconds of ``bd``'s window from before the session started: NVML hands the first poll its
+    buffer of the GPU's utilisation, ~14 s from before gputop ran, and a window not attached to
+    a job's stacks starts in it. 0 when none, or the start is unknown."""
+    if session_start is None:
+        return 0.0
+    return max(0.0, min(bd.t1, session_start) - bd.t0)
+
+
+def before_start_note(bd: Breakdown, session_start: float | None) -> str:
+    """', 14 s of it from before the session (the GPU's buffer)' where that is so, else ''."""
+    pre = before_start_s(bd, session_start)
+    return f", {fmt_seconds(pre)} of it from before the session (the GPU's buffer)" if pre >= BEFORE_START_NOTE_S else ""
+
+
+# How far before a window a poll is looked for, to tell a session older than the window from one
+# that began inside it: a minute, or three polls at a longer interval (a poll missed, the GPU
+# briefly lost, is not taken for the session's start).
+SESSION_LOOKBACK_S = 60.0
+
+
+def session_start_in(store, breakdowns: Sequence[Breakdown]) -> float | None:
+    """When the session's GPU polls begin, where that is inside the breakdowns' window (None: the
+    polls reach back before it, or there are none in it). A poll is taken live, never from the
+    buffer, so the first one is the session's start. ``store``: a ``Store`` (or its view); only
+    the window's polls and those just before it are read."""
+    gpu_bds = [bd for bd in breakdowns if bd.gpu_index >= 0]
+    if not gpu_bds:
+        return None
+    t0, t1 = min(bd.t0 for bd in gpu_bds), max(bd.t1 for bd in gpu_bds)
+    firsts = []
+    for i in store.gpu_indices():
+        polls = store.gpu_window(i, t0, t1)
+        if not polls:
+            continue
+        gap = polls[1].ts - polls[0].ts if len(polls) > 1 else t1 - t0
+        if store.gpu_window(i, t0 - max(SESSION_LOOKBACK_S, 3 * gap), t0 - 1e-9):
+            return None  # polled before the window: none of it predates the session
+        firsts.append(polls[0].ts)
+    return min(firsts, default=None)
+
+
+def breakdown_table(bds: Sequence[Breakdown], session_start: float | None = None) -> str:
     """A table per device: bucket, seconds, percent (adding up to 100), and the bar."""
     lines: list[str] = []
     for bd in bds:
         if bd.total_s <= 0:
             continue
         note = "" if bd.attributed else "  (no stack samples: idle time not attributed)"
-        lines.append(f"{device_name(bd)}: where the time went over the last {bd.total_s:.0f} s{note}")
+        lines.append(f"{device_name(bd)}: where the time went over the last {fmt_seconds(bd.total_s)}"
+                     f"{before_start_note(bd, session_start)}{note}")
         lines.append("  " + bar_text(bd, 50))
         for b, s, p in breakdown_rows(bd):
             lines.append(f"  {BUCKET_CHAR[b]} {BUCKET_LABELS[b]:<32} {s:7.1f} s  {p:3d} %")
@@ -90,7 +138,7 @@ def finding_lines(f: Finding, rank: int | None = None, width: int = 100, since: 
     if f.cost_s > 0:
         meta += f", {cost_text(f)}"
     if since is not None and f.first_seen:
-        meta += f", since +{f.first_seen - since:.0f} s"
+        meta += f", since +{fmt_seconds(max(0.0, f.first_seen - since))}"
     meta += "]"
     out = [f"{SEVERITY_MARK.get(f.severity, '  ')}{head}{f.title}  {meta}"]
     ind = " " * (len(head) + 4)
@@ -189,12 +237,12 @@ Segment = tuple[str, str]
 Line = tuple[Segment, ...]
 
 
-def breakdown_lines(bd: Breakdown, width: int) -> list[Line]:
+def breakdown_lines(bd: Breakdown, width: int, session_start: float | None = None) -> list[Line]:
     """The bar (coloured per bucket) and a legend with percentages that add up to 100."""
     bar_w = max(10, width - 24)
     head: Line = (
         (f"{device_name(bd)} ", "title"),
-        (f"last {bd.total_s:.0f} s", "dim"),
+        (f"last {fmt_seconds(bd.total_s)}{before_start_note(bd, session_start)}", "dim"),
         ("" if bd.attributed else "  idle not attributed (no stacks)", "dim"),
     )
     bar: Line = tuple((BUCKET_CHAR[b] * n, f"bucket.{b.value}") for b, n in bar_segments(bd, bar_w))
@@ -273,11 +321,13 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
 def advice_pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
-    exited: str | None = None, collecting: Evidence | None = None,
+    exited: str | None = None, collecting: Evidence | None = None, session_start: float | None = None,
 ) -> list[Line]:
     """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
     read as what was showing while it ran. ``collecting``: the advisor has not yet had enough
-    evidence for a verdict (``Verdict.collecting``): said instead of "no findings"."""
+    evidence for a verdict (``Verdict.collecting``): said instead of "no findings".
+    ``session_start``: when the session's polls began (``session_start_in``): a window reaching
+    before it says how much."""
     out: list[Line] = []
     if exited is not None:
         end = ("the findings below are from while it ran." if findings
@@ -286,7 +336,7 @@ def advice_pane_lines(
         out.append(())
     shown = [b for b in breakdowns if b.total_s > 0]
     for bd in shown:
-        out.extend(breakdown_lines(bd, width))
+        out.extend(breakdown_lines(bd, width, session_start))
         out.append(())
     if not shown and not has_gpu and no_stacks:
         out.extend(_wrapped(f"No GPU here and the job's stacks cannot be read ({no_stacks}): there is no device "

@@ -14,7 +14,7 @@ from ..advisor import MIN_MAIN_SAMPLES
 from ..advisor import GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
 from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
 from ..model import Category
-from ..units import fmt_rate, fmt_share, truncate
+from ..units import fmt_rate, fmt_seconds, fmt_share, truncate
 
 Seg = tuple[str, str]
 Line = tuple[Seg, ...]
@@ -72,7 +72,7 @@ def ranks_pane_lines(job: JobView | None, width: int, breakdowns: Sequence[objec
     n = len(job.ranks)
     head: Line = ((f"{n} local rank{'s' if n != 1 else ''}", "title"),
                   (f" of the job{f' launched by PID {job.launcher}' if job.launcher else ''}", ""),
-                  (f" · main threads over the last {job.window_s:.0f} s", "dim"))
+                  (f" · main threads over the last {fmt_seconds(job.window_s)}", "dim"))
     rest = max(0, width - FIXED_W - GROUP_W * len(GROUPS) - 2)
     now_w = max(12, min(32, rest * 9 // 20))
     hot_w = max(0, rest - now_w)

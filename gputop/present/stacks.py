@@ -7,6 +7,7 @@ same functions serve the terminal UI, stdout and the tests.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Iterable, Sequence
 
 from ..analysis import Hot, StacksView, WorkerView
@@ -227,7 +228,12 @@ def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] 
     """Everything the stacks pane shows, top to bottom."""
     out: list[Line] = [target_line(view.target, view.pid)]
     if view.fault is not None:
-        out.append(line((f"{fmt_clock(view.fault.ts)}  {view.fault.message}", "bad" if view.fault.level == "error" else "warn")))
+        # Wrapped, not cut at the pane's edge: why there are no stacks, and its remedy, is the
+        # end of the message.
+        style = "bad" if view.fault.level == "error" else "warn"
+        lead = f"{fmt_clock(view.fault.ts)}  "
+        out.extend(line((t, style)) for t in textwrap.wrap(view.fault.message, max(20, width), initial_indent=lead,
+                                                          subsequent_indent=" " * len(lead), break_on_hyphens=False))
     if view.verdict.stuck:
         out.append(())
         out.extend(stuck_lines(view.verdict, view.pid))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..advisor import WARMUP_ID
 from ..analysis import NOMINAL_PERIOD_S, idle_intervals, poll_slices, util_slices
 from ..model import GpuSample, UtilPoint
 from . import codec
@@ -113,7 +114,8 @@ class Navigator:
         out = []
         for r in self.reader.finding_mark_rows():
             ts = codec.fnum(r[0])
-            if ts is None:
+            # "Warming up" is the job's phase, not a finding: no mark to jump to, none counted.
+            if ts is None or codec.clean_text(r[2], 128) == WARMUP_ID:
                 continue
             out.append(
                 FindingMark(

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UserError
 from ..redact import redact_cmdline
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
-from ..units import fmt_time
+from ..units import fmt_seconds, fmt_time
 from . import codec
 from .opening import fold_wal, open_recording
 from .overview import OverviewBuilder, OverviewRow
@@ -51,6 +51,11 @@ _GPU_STRING_COLS = tuple(2 + i for i, f in enumerate(GPU_FIELDS) if f.kind == "s
 # Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
 # second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
 BLOCK_CACHE = 128
+# A recording's size per GPU-hour is extrapolated only from one at least this long. An empty
+# file (schema, first blocks) takes ~90 KB whatever its length, and the default rates add ~0.7 MB
+# per GPU-hour: from 6 s the rate came out at 28 MB, from 45 s 8.5 MB. From half an hour the
+# samples (~350 KB) outweigh the fixed part four to one, so the rate is within ~25 %.
+MIN_RATE_SPAN_S = 1800.0
 
 
 class Reader:
@@ -274,7 +279,7 @@ class Reader:
         # The writer stores the session's end with the samples (at most SESSION_END_EVERY_S
         # behind them), so readable data ending well before it means pages are missing.
         if self.damage or unreadable or (recorded_end and recorded_end - end > 2.0):
-            lost = f", {recorded_end - end:.0f} s before the recorded end" if recorded_end > end else ""
+            lost = f", {fmt_seconds(recorded_end - end)} before the recorded end" if recorded_end > end else ""
             what = self.damage or f"{self.path} is damaged"
             self.damage = f"{what}: readable data ends at {fmt_time(end)}{lost}"
         return start, end
@@ -678,7 +683,10 @@ class Reader:
             "source": sysinfo.source if sysinfo else last.get("mode"),
             "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "memory_total": g.memory_total} for g in gpus],
             "gpu_indices": indices,
-            "bytes_per_gpu_hour": round(size / (hours * len(indices))) if hours > 0 and indices else None,
+            # None below MIN_RATE_SPAN_S: too short a recording to extrapolate from.
+            "bytes_per_gpu_hour": (round(size / (hours * len(indices)))
+                                   if self.duration >= MIN_RATE_SPAN_S and indices else None),
+            "rate_min_s": MIN_RATE_SPAN_S,
             "start": self.start_ts,
             "end": self.end_ts,
             "duration_s": self.duration,

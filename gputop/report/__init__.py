@@ -72,6 +72,12 @@ def summary_dict(s: Summary) -> dict:
             }
             for fs in s.findings
         ],
+        # The job's phases the advisor named (warming up), not findings: when each was.
+        "phases": [
+            {"id": ph.finding.id, "title": ph.finding.title, "first_seen": ph.first_seen,
+             "until_end": ph.until_end, "cleared": ph.cleared, "shown_until": ph.shown_until}
+            for ph in s.phases
+        ],
         "ranks": [
             {"rank": r.rank, "pid": r.pid, "gpu": r.gpu, "samples": r.samples,
              "shares": {name: round(sh, 4) for name, sh in r.groups}, "collective": r.collective_fn,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..advisor import holds_no_gpu
+from ..advisor import WARMUP_ID, holds_no_gpu
 from ..analysis import stack_slices
 from ..analysis import is_worker, parents_of
 from ..analysis import poll_slices, util_slices
@@ -97,6 +97,10 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     sysinfo = reader.system_info()
     findings = summarise_findings(reader.finding_rows())
     finding_ends(findings, all_events, session_spans(reader.sessions, start, acc.end))
+    # The advisor's "warming up" is the job's phase, recorded as a finding row so a replay's
+    # advisor pane shows it: the report says it as the phase and counts it as no finding.
+    phases = [fs for fs in findings if fs.finding.id == WARMUP_ID]
+    findings = [fs for fs in findings if fs.finding.id != WARMUP_ID]
     return acc.summary(
         path=str(reader.path),
         host=(sysinfo.hostname if sysinfo else None) or last.get("host") or "?",
@@ -105,6 +109,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         target_cmdline=last.get("target_cmdline"),
         source=(sysinfo.source if sysinfo else None) or last.get("mode") or "live",
         findings=findings,
+        phases=phases,
         events=events,
         damage=reader.damage,
         lost_tables=tuple(reader.lost_tables),

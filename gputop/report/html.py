@@ -28,7 +28,7 @@ CAUSE_COLOURS: dict[Bucket, str] = {
 _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line
 from .ranks import rank_html
-from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
+from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
 
 BUCKET_COLORS = {
     Bucket.BUSY: "#2e7d32",
@@ -122,6 +122,8 @@ def render_html(s: Summary) -> str:
     ]
     if s.target_pid or s.target_cmdline:
         out.append(f"<div class=\"meta\">target PID {e(s.target_pid or '?')}: <code>{e(s.target_cmdline or '')}</code></div>")
+    for ph in s.phases:
+        out.append(f"<div class=\"meta\">phase: {e(phase_text(ph, fmt_time, s.end))}</div>")
     if s.damage:
         out.append(f"<p class=\"warn\">{e(s.damage)}</p>")
     marks = [(fs.first_seen, fs.finding.severity.value, fs.finding.title) for fs in s.findings]

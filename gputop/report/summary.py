@@ -207,6 +207,8 @@ class Summary:
     # Tables a cut copy lost, whole or past the cut (Reader.lost_tables): what the report must not
     # present as "none recorded".
     lost_tables: tuple[str, ...] = ()
+    # The job's phases the advisor named (warming up): when they were, never counted as findings.
+    phases: list[FindingSummary] = field(default_factory=list)
 
     @property
     def findings_lost(self) -> bool:
@@ -604,6 +606,21 @@ def finding_ends(
             fs.cleared = min(after)
         elif end is not None and end - fs.last_seen <= RECORD_REFRESH_S + UNTIL_END_SLACK_S:
             fs.until_end, fs.session_end = True, end
+
+
+def phase_text(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
+    """'warming up: torch.compile is compiling, from 04:20:17 to 04:20:31': a phase of the job
+    the advisor named, with when it was (a span, where a finding has a first and a clear)."""
+    title = fs.finding.title
+    when = f"from {clock(fs.first_seen)}"
+    if fs.cleared is not None:
+        when += f" to {clock(fs.cleared)}"
+    elif fs.until_end and fs.session_end is not None:
+        ended = last_session_end is None or abs(fs.session_end - last_session_end) < 1e-6
+        when += f" to the end ({clock(fs.session_end)})" if ended else f" to its session's end ({clock(fs.session_end)})"
+    else:
+        when += f", last reported {clock(fs.last_seen)}"
+    return f"{title[:1].lower()}{title[1:]}, {when}"
 
 
 def finding_when(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:

@@ -10,7 +10,7 @@ from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record import backfill_note
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, card_memory, memory_line
 from .ranks import rank_text_lines
-from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text
+from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -109,6 +109,9 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append(f"({note})")
     if s.target_pid or s.target_cmdline:
         out.append(f"target PID {s.target_pid or '?'}  {s.target_cmdline or ''}".rstrip())
+    for ph in s.phases:
+        out.extend(textwrap.wrap(f"phase: {phase_text(ph, fmt_time, s.end)}", width=width, subsequent_indent="       ",
+                                 break_on_hyphens=False))
     if s.damage:
         out.append(f"WARNING: {s.damage}")
     spark_w = width - 14
@@ -202,5 +205,8 @@ def render_text(s: Summary, width: int = 100) -> str:
         out.append("")
         out.append(f"warnings and errors ({len(s.events)})")
         for e in s.events[-15:]:
-            out.append(f"  {fmt_time(e.ts)}  {e.level:<7} {e.source}: {e.message}"[:width])
+            # Wrapped under the message, never cut: the end of an error is often its remedy.
+            lead = f"  {fmt_time(e.ts)}  {e.level:<7} "
+            out.extend(textwrap.wrap(f"{e.source}: {e.message}", width=width, initial_indent=lead,
+                                     subsequent_indent=" " * len(lead), break_on_hyphens=False))
     return "\n".join(out) + "\n"

@@ -11,7 +11,7 @@ from textual import events
 from textual.containers import VerticalScroll
 
 from ..advisor import nothing_yet
-from ..present import advice_pane_lines, finding_starts
+from ..present import advice_pane_lines, finding_starts, session_start_in
 from ..units import fmt_clock
 from .lines_pane import LinesPane
 from .lines_view import LinesView
@@ -81,7 +81,8 @@ class AdvisorPane(LinesPane):
         breakdowns, self._findings, pending, collecting = verdict_for(store, pid, has_gpu)
         lines = advice_pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
                                   pending=pending, no_stacks=no_stacks, collecting=collecting,
-                                  exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}")
+                                  exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}",
+                                  session_start=session_start_in(store, breakdowns))
         self._starts = finding_starts(lines)
         self.show(lines)
 

@@ -178,7 +178,7 @@ class GputopApp(ReplayControls, App[int]):
         # The pane asks the session for native dumps: the UI itself runs no py-spy.
         yield StacksPane(native_dump=self.session.native_dump, id="stacks-pane", classes="pane")
         yield RanksPane(id="ranks-pane", classes="pane")
-        yield LinesView(id="status")
+        yield LinesView(id="status", cut_words=True)
         yield Footer()
 
     def on_mount(self) -> None:

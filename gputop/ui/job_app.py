@@ -59,7 +59,7 @@ class JobApp(App):
         yield LinesView(id="job-top")
         with VerticalScroll(id="job-scroll"):
             yield LinesView(id="job-ranks")
-        yield LinesView(id="job-status")
+        yield LinesView(id="job-status", cut_words=True)
 
     def on_mount(self) -> None:
         if self._shown is None:

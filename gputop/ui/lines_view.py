@@ -18,6 +18,8 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ..units import word_cut
+
 
 def same_text(a: Text, b: Text) -> bool:
     return a.plain == b.plain and a.spans == b.spans and a.style == b.style
@@ -53,7 +55,9 @@ def text_segments(text: Text, console: Console) -> list[Segment]:
 
 
 class LinesView(Widget):
-    """Lines of rich text, as tall as they are; wider lines are cropped, not wrapped."""
+    """Lines of rich text, as tall as they are; wider lines are cropped, not wrapped. With
+    ``cut_words`` a wider line ends at its last whole word and an ellipsis instead: a sentence
+    (an event on the status line) cropped mid-word reads as whole, or as a different word."""
 
     DEFAULT_CSS = """
     LinesView {
@@ -61,8 +65,10 @@ class LinesView(Widget):
     }
     """
 
-    def __init__(self, text: Text | str = "", *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, text: Text | str = "", *, id: str | None = None, classes: str | None = None,
+                 cut_words: bool = False) -> None:
         super().__init__(id=id, classes=classes)
+        self._cut_words = cut_words
         self._lines: list[Text] = []
         self._strips: list[Strip | None] = []
         self._strip_width = -1
@@ -122,6 +128,8 @@ class LinesView(Widget):
         strip = self._strips[y]
         if strip is None:
             line = self._lines[y]
+            if self._cut_words and line.cell_len > width:
+                line = cut_line(line, width)
             segments = text_segments(line, self.app.console)
             strip = Strip(segments).apply_style(base).crop_extend(0, width, base)
             self._strips[y] = strip
@@ -131,3 +139,12 @@ class LinesView(Widget):
         # A class change (theme, warning colour) changes the base style every strip was made with.
         super().notify_style_update()
         self._base_style = None
+
+
+def cut_line(line: Text, width: int) -> Text:
+    """``line`` ended at its last whole word that fits ``width``, then an ellipsis (styled as the
+    text it follows)."""
+    k = word_cut(line.plain, width)
+    out = line[:k]
+    out.append("…")
+    return out

@@ -145,16 +145,29 @@ def gpu_index(g: GpuView) -> int | None:
     return None if g.index == CPU_DEVICE else g.index
 
 
+def window_text(g: GpuView) -> str:
+    """'the last 6.3 s', saying so when that is within one step. A window in which nothing but
+    one wait was seen (no busy time, every main-thread sample in one bucket) saw no step end: a
+    48 s step watched for 6 s reads "100 % of the last 6 s", a share of part of one step, not of
+    the job's steps. Said as possible: steps too short to be sampled look the same."""
+    bd = g.breakdown
+    text = f"the last {secs(bd.total_s)}"
+    seq = bd.sequence
+    if len(seq) >= MIN_MAIN_SAMPLES and bd.busy_s <= 0 and len(set(seq)) == 1 and seq[0] is not Bucket.BUSY:
+        text += " (no step seen to end in it: it may be part of one longer step)"
+    return text
+
+
 def idle_line(g: GpuView, parts: Sequence[Bucket]) -> str:
     bd = g.breakdown
     share = sum(bd.get(b) for b in parts) / bd.total_s if bd.total_s else 0.0
     what = " + ".join(BUCKET_LABELS[b] for b in parts if bd.get(b) > 0) or BUCKET_LABELS[parts[0]]
     if g.index == CPU_DEVICE:
         return (
-            f"{device_name(g)} not computing {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; "
+            f"{device_name(g)} not computing {pct(bd.idle_fraction)} of {window_text(g)}; "
             f"{pct(share)} {what}"
         )
-    return f"{g.name} idle {pct(bd.idle_fraction)} of the last {secs(bd.total_s)}; {pct(share)} {what}"
+    return f"{g.name} idle {pct(bd.idle_fraction)} of {window_text(g)}; {pct(share)} {what}"
 
 
 def labels_line(g: GpuView, bucket: Bucket, what: str = "main thread in") -> str | None:
@@ -275,6 +288,15 @@ def _costs(fraction: float, upper: ShareLimit | None) -> str:
     return text
 
 
+def _takes(fraction: float, upper: ShareLimit | None) -> str:
+    """'the wait takes 97 % of the time', with the upper limit where ``_costs`` gives one."""
+    text = f"the wait takes {pct(fraction)} of the time"
+    if upper is not None and upper.samples and pct(upper.upper) != pct(fraction):
+        text += (f" (up to {pct(upper.upper)} at {100 * SHARE_UPPER_LEVEL:.0f} % confidence "
+                 f"from {_count(upper.samples)} stack samples)")
+    return text
+
+
 def _count(n: int) -> str:
     """A sample count as the text states it: exact while it is small (it grows as the window
     fills), to two figures beyond that, so a full window's count moving by a sample or two does
@@ -292,9 +314,16 @@ def gain(fraction: float, limit: float | None = None, limited_by: str = "", unit
     confidence limit and the text says so; the limit is unaffected."""
     b = bounded(fraction, upper=upper)
     costs = _costs(fraction, upper)
+    # A wait of (nearly) all the time bounds nothing: 1 / (1 - f) runs to the cap (MIN_REMAINING),
+    # and "at most 100x" for a rank that sleeps reads as a promise. Said as what it is.
+    capped = b >= wait_bound(1.0)
+    takes = _takes(fraction, upper)
     if limit is not None and limit < b:
-        return (f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; "
-                f"{costs} would allow {times(b)}")
+        rest = f"{takes}, nearly all of it: alone it bounds nothing" if capped else f"{costs} would allow {times(b)}"
+        return f"at most {times(limit)} {unit} (an upper bound), limited by {limited_by}; {rest}"
+    if capped:
+        return (f"no bound stated: {takes}, nearly all of it, so the gain is limited by what the fix gives back, "
+                "not by the wait")
     return f"at most {times(b)} {unit} (an upper bound: if {costs} came back in full)"
 
 
