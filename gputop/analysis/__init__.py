@@ -5,6 +5,8 @@ keeps it so), so a module can be split or renamed without touching them."""
 
 from __future__ import annotations
 
+import sys
+
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
 from .classify import classify as classify_stack
 
@@ -48,6 +50,9 @@ from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
 )
+from .threshold import (
+    DERIVED, DOCUMENTED, JUDGEMENT, MEASURED, AnyThreshold, Basis, IntThreshold, Threshold, is_threshold,
+)
 from .throttle import (
     POWER_MASK, REASONS, THERMAL_MASK, decode_throttle, is_performance_limiting, throttle_label,
 )
@@ -55,8 +60,19 @@ from .views import ViewsStage, pane_views, views_of
 from .watch import StuckWatch
 from .window import GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict
 
+# Every decision bar of the analysis, module by module, each in the order its module defines them:
+# what ``gputop rules`` lists under the analysis. Found rather than listed by hand, so a new
+# threshold cannot be left out (tests/test_thresholds.py holds every numeric constant to it).
+ANALYSIS_THRESHOLDS: tuple[AnyThreshold, ...] = tuple(
+    v for name, mod in sorted(sys.modules.copy().items()) if name.startswith(__name__ + ".")
+    for v in vars(mod).values() if is_threshold(v) and v.module == name
+)
+
 __all__ = [
     "classify_stack",
+    "ANALYSIS_THRESHOLDS",
+    "DERIVED", "DOCUMENTED", "JUDGEMENT", "MEASURED", "AnyThreshold", "Basis", "IntThreshold", "Threshold",
+    "is_threshold",
     "Autopsy", "analyzer_view", "autopsy", "autopsy_dict", "autopsy_hint", "autopsy_text", "dump_prefix",
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Collection, Sequence
 
 from ..model import Category, Frame, StackSample
+from .threshold import IntThreshold, JUDGEMENT
 
 C = Category
 
@@ -198,7 +199,10 @@ IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_e
 # An import is what the thread does only when it is near the top of the stack: a training loop
 # started from inside an import (a module run by importlib, runpy) has import frames at the bottom
 # of every stack.
-IMPORT_TOP_FRAMES = 8
+IMPORT_TOP_FRAMES = IntThreshold(
+    8, "frames", JUDGEMENT,
+    "An import is what a thread does only when it is this near the top of its stack: a loop started from inside an"
+    " import (runpy) has import frames at the bottom of every stack.")
 
 
 def importing_at(frames: Sequence[Frame]) -> int | None:
