@@ -33,7 +33,7 @@ import pytest
 import gputop.advisor.rules as rules_pkg
 import gputop.analysis as analysis_pkg
 from gputop.advisor.rules import RULES
-from gputop.advisor.rules.base import STATEMENT_THRESHOLDS
+from gputop.advisor.rules.base import STATEMENT_THRESHOLDS, USES
 from gputop.analysis import ANALYSIS_THRESHOLDS
 from gputop.advisor.rules.threshold import (
     DERIVED, JUDGEMENT, Basis, IntThreshold, Threshold, is_threshold,
@@ -268,7 +268,7 @@ def _names(ids) -> list[str]:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_every_check_says_which_thresholds_it_decides_with(rule):
     # @uses(...) above the check, empty for a rule that judges a fact (an environment variable).
-    assert hasattr(rule.check, "thresholds"), f"{rule.check.__name__}: add @uses(...) with its thresholds"
+    assert rule.check in USES, f"{rule.check.__name__}: add @uses(...) with its thresholds"
     listed = [id(t) for t in rule.thresholds]
     assert all(is_threshold(t) for t in rule.thresholds)
     assert len(set(listed)) == len(listed), f"{rule.id} lists a threshold twice"

@@ -57,9 +57,8 @@ class Rule:
     def __post_init__(self) -> None:
         if not (self.path or self.func or self.code):
             raise ValueError("a rule needs a path, func or code pattern")
-        for name in ("path", "func", "code"):
-            pat = getattr(self, name)
-            object.__setattr__(self, "_" + name, re.compile(pat) if pat else None)
+        for name, pat in (("_path", self.path), ("_func", self.func), ("_code", self.code)):
+            object.__setattr__(self, name, re.compile(pat) if pat else None)
 
     def matches(self, frame: Frame, leaf: bool) -> bool:
         if self._code is not None and (not leaf or not frame.code or not self._code.search(frame.code)):
