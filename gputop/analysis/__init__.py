@@ -39,7 +39,7 @@ from .memory_window import MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory,
 from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
-    GROUPS, JobView, RANKS_SOURCE, RankView, as_ranks, doing_now, group_shares, rank_map, rank_views,
+    GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, rank_map, rank_views,
     ranks_message, straggler,
 )
 from .spin import spin_share
@@ -80,7 +80,7 @@ __all__ = [
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
-    "STACK_JOIN_S", "STRAGGLER", "Slice", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
+    "STACK_JOIN_S", "STRAGGLER", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",
