@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 from ..analysis import MemoryView
 from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
+    DEFAULT_WINDOW_S,  # the findings' window, the panes' too: defined once, beside the window
     CommVerdict,
     FrameworkSeen,
     GpuView,
@@ -50,9 +51,6 @@ from ..model import (
     UtilPoint,
 )
 
-# The findings speak of the last minute: long enough for periodic stalls (a checkpoint a minute)
-# to show, short enough that a fix shows within a minute. The one default every command uses.
-DEFAULT_WINDOW_S = 60.0
 # torch's pin-memory thread runs this function; its presence says pin_memory=True.
 PIN_MEMORY_FRAME = "_pin_memory_loop"
 

@@ -58,7 +58,9 @@ from .throttle import (
 )
 from .views import ViewsStage, pane_views, views_of
 from .watch import StuckWatch
-from .window import GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict
+from .window import (
+    DEFAULT_WINDOW_S, GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict,
+)
 
 # Every decision bar of the analysis, module by module, each in the order its module defines them:
 # what ``gputop rules`` lists under the analysis. Found rather than listed by hand, so a new
@@ -76,7 +78,7 @@ __all__ = [
     "Autopsy", "analyzer_view", "autopsy", "autopsy_dict", "autopsy_hint", "autopsy_text", "dump_prefix",
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
-    "DEFAULT_STUCK_AFTER_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
+    "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",

@@ -19,12 +19,6 @@ from ..model import Category, Event, Frame, ProcSample, StackSample
 from .stuck import StuckVerdict
 from .threshold import JUDGEMENT, Threshold
 
-# The window the bar and the hottest frames cover: long enough for a few hundred samples at
-# 5 Hz, short enough to follow a change of phase (eval, checkpoint).
-DEFAULT_WINDOW_S = Threshold(
-    60.0, "s", JUDGEMENT,
-    "The window the Stacks pane's bar and hottest frames cover: a few hundred samples at 5 Hz, short enough to "
-    "follow a change of phase.")
 # A worker whose process details are older than this has gone (details come once a second).
 WORKER_STALE_S = Threshold(
     5.0, "s", JUDGEMENT,
