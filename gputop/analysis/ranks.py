@@ -265,8 +265,8 @@ ONLY_HERE_MIN = Threshold(
     "phase the others wait for is the advisor's 10 % bar.")
 ONLY_ELSEWHERE_MAX = Threshold(
     0.02, "share", JUDGEMENT,
-    "...and under at most this share of every other rank's: 2 % is sampling's stray hit of a call every rank makes"
-    " rarely.")
+    "A rank's own function is under at most this share of every other rank's samples (ONLY_HERE_MIN of its own): "
+    "2 % is sampling's stray hit of a call every rank makes rarely.")
 
 
 def _only_here(by_pid: Mapping[int, Sequence[StackSample]]) -> dict[int, tuple[str, float]]:
