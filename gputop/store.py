@@ -31,6 +31,13 @@ from .model import (
 
 T = TypeVar("T")
 
+# What the store keeps, each a model type with its own timestamp (``ts``): a batch may mix them,
+# and ``add`` dispatches on the type, so the clock moves only with what is kept.
+STORED = (
+    GpuSample, UtilPoint, HostSample, ProcSample, GpuProcess, StackSample, TaskSample, Event, GpuInfo, SystemInfo,
+    Finding, Verdict, PaneViews,
+)
+
 
 class Ring(Generic[T]):
     """A fixed-capacity buffer of samples in time order (each item has ``.ts``).
@@ -174,9 +181,10 @@ class Store:
                     procs, poll_ts = [], None
                     self.analysis_version += 1
                     continue
-                ts = getattr(s, "ts", None)
-                if ts is not None and ts > self.now:
-                    self.now = ts
+                if not isinstance(s, STORED):
+                    continue  # not the model's: nothing to keep, and no clock to move
+                if s.ts > self.now:
+                    self.now = s.ts
                 if isinstance(s, GpuSample):
                     self._ring(self._gpu, s.index, self.retention.gpu_samples).append(s)
                     poll_ts = s.ts if poll_ts is None else max(poll_ts, s.ts)

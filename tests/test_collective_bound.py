@@ -98,3 +98,47 @@ def test_ranks_of_a_job_spanning_nodes_waiting_alike_are_weighed_not_judged():
     assert hit is not None and hit.severity is Severity.INFO
     assert "another node" in hit.title and "gputop job --prometheus" in hit.action
     assert check_collective_bound(_ctx(_gpu_views(18.0, 18.0))).severity is None  # one node: the rule's warning
+
+
+def test_the_rank_straggler_is_judged_once_per_evaluation(monkeypatch):
+    """Three rules read the rank straggler (the straggler rule names it; the communication-bound and
+    by-hand-sync rules leave a job with one to it): one evaluation judges it once, shared."""
+    import gputop.advisor.rules.distributed as distributed
+    from gputop.advisor.engine import Advisor
+
+    # Gradients all-reduced by hand on both ranks, both GPUs spinning in NCCL: each of the three
+    # rules gets as far as asking whether one rank holds the others back.
+    by_hand = (C10D, Frame("average_gradients", PROJ, 603), Frame("train_step", PROJ, 40), Frame("main", PROJ, 90))
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, i, by_hand if i % 5 < 2 else step, Category.COLLECTIVE if i % 5 < 2 else Category.BACKWARD)
+              for pid in (10, 11) for i in range(60)]
+    procs = [GpuProcess(ts=T0, gpu_index=0, pid=10), GpuProcess(ts=T0, gpu_index=1, pid=11)]
+    gpus = {g: [GpuSample(ts=T0 + i, index=g, util_gpu=100.0, sm_active=18.0, tensor_active=0.0) for i in range(13)]
+            for g in (0, 1)}
+    views = rank_views({10: 0, 11: 1}, stacks, T0, procs, gpu_samples=gpus, t1=T0 + 12)
+
+    calls = []
+    judge = distributed.straggler
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "straggler", counted)
+    # Each of the three asks, on a context of its own.
+    checks = (distributed.check_rank_straggler, distributed.check_collective_bound,
+              distributed.check_manual_gradient_sync)
+    assert distributed.check_collective_bound(_ctx(views)) is not None  # it got past its own bars
+    assert distributed.check_manual_gradient_sync(_ctx(views)) is not None
+    calls.clear()
+    for check in checks:
+        check(_ctx(views))
+    assert len(calls) == 3
+    # One evaluation of every rule: once.
+    calls.clear()
+    advisor = Advisor()
+    advisor.run_rules(_ctx(views))
+    assert len(calls) == 1 and calls[0] == views and not advisor.errors
+    # The next evaluation judges its own window again.
+    advisor.run_rules(_ctx(views))
+    assert len(calls) == 2

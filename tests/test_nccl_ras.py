@@ -4,9 +4,7 @@ source's change-only events. Network traffic goes to 127.0.0.1 only."""
 
 from __future__ import annotations
 
-import os
 import socket
-import threading
 import time
 
 import pytest
@@ -21,13 +19,7 @@ from gputop.sources.nccl_ras import (
     split_address,
 )
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "nccl")
-
-
-def fixture(name: str) -> str:
-    with open(os.path.join(FIXTURES, f"ras-{name}.txt"), encoding="utf-8") as f:
-        return f.read()
-
+from ras_fake import FakeRas, fixture
 
 HEALTHY, STRAGGLING, HUNG = fixture("healthy"), fixture("straggler"), fixture("hang")
 
@@ -293,106 +285,15 @@ def test_big_job_unnamed_majority_and_notes():
     assert v.verdict == HANG and v.ranks == () and v.n_behind == 26 and v.behind_count == 6600
 
 
-# --------------------------------------------------------------------------- a local RAS server
-
-
-class RasServer:
-    """A stand-in for NCCL's RAS client socket, on 127.0.0.1 and an ephemeral port, answering as
-    src/ras/client_support.cc does: "CLIENT PROTOCOL n" -> "SERVER PROTOCOL 2", "TIMEOUT n" ->
-    "OK", "STATUS" / "VERBOSE STATUS" -> the report in pieces, then close; anything else ->
-    "ERROR: Unknown command ...". Modes for the faults: "silent" (accepts, never answers),
-    "garbage" (an HTTP answer), "stall" (half a report, then nothing), "refuse-status".
-    One thread; it stops when closed or after ``life_s`` whatever happens."""
-
-    def __init__(self, report: str = "", mode: str = "ras", life_s: float = 10.0) -> None:
-        self.report = report.encode()
-        self.mode = mode
-        self.commands: list[str] = []
-        self.connections = 0
-        self._stop = threading.Event()
-        self._deadline = time.monotonic() + life_s
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.05)
-        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._run, name="test-ras-server", daemon=True)
-        self._thread.start()
-
-    def _alive(self) -> bool:
-        return not self._stop.is_set() and time.monotonic() < self._deadline
-
-    def _run(self) -> None:
-        while self._alive():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            self.connections += 1
-            with conn:
-                conn.settimeout(0.05)
-                try:
-                    self._serve(conn)
-                except OSError:
-                    pass
-
-    def _idle(self, conn: socket.socket) -> None:
-        while self._alive():
-            try:
-                if not conn.recv(4096):
-                    return
-            except socket.timeout:
-                continue
-
-    def _serve(self, conn: socket.socket) -> None:
-        if self.mode == "silent":
-            return self._idle(conn)
-        if self.mode == "garbage":
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-            return
-        buf = b""
-        while self._alive():
-            try:
-                data = conn.recv(4096)
-            except socket.timeout:
-                continue
-            if not data:
-                return
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                cmd = line.decode().rstrip("\r")
-                self.commands.append(cmd)
-                low = cmd.lower()
-                if low.startswith("client protocol "):
-                    conn.sendall(b"SERVER PROTOCOL 2\n")
-                elif low.startswith("timeout "):
-                    arg = cmd[len("timeout "):]
-                    ok = arg.isdigit()
-                    conn.sendall(b"OK\n" if ok else f"ERROR: Invalid timeout value {arg}\n".encode())
-                elif low in ("status", "verbose status") and self.mode != "refuse-status":
-                    cut = self.report.find(b"Communicators")
-                    cut = cut if cut > 0 else len(self.report) // 2
-                    conn.sendall(self.report[:cut])  # NCCL sends what it has, then gathers the rest
-                    if self.mode == "stall":
-                        return self._idle(conn)
-                    conn.sendall(self.report[cut:])
-                    return  # the server closes once the report is sent
-                else:
-                    conn.sendall(f"ERROR: Unknown command {cmd}\n".encode())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self.sock.close()
+# --------------------------------------------------------------------------- a local RAS server (ras_fake)
 
 
 @pytest.fixture
 def server():
-    made: list[RasServer] = []
+    made: list[FakeRas] = []
 
-    def make(report: str = HEALTHY, mode: str = "ras") -> RasServer:
-        s = RasServer(report, mode)
+    def make(report: str = HEALTHY, mode: str = "ras") -> FakeRas:
+        s = FakeRas(report, mode, life_s=10.0)
         made.append(s)
         return s
 
@@ -450,14 +351,14 @@ def test_garbage_and_refusals_are_none(server):
 
 
 def test_a_line_without_end_and_a_report_past_the_cap():
-    flood = RasServer("NCCL version 2.28.9\n" + "x" * 5000, "ras")
+    flood = FakeRas("NCCL version 2.28.9\n" + "x" * 5000, "ras")
     try:
         reply = query(flood.addr, 2.0, max_bytes=4096)
         assert reply.text is None and "larger than 4096 bytes" in reply.reason
     finally:
         flood.close()
 
-    class NoNewline(RasServer):
+    class NoNewline(FakeRas):
         def _serve(self, conn):
             conn.sendall(b"\x00\xff" * 2000)
 

@@ -1,4 +1,5 @@
-"""`gputop rules [ID] [--json]`: the advisor's rules and their thresholds, with their provenance."""
+"""`gputop rules [ID] [--json]`: the advisor's rules and their thresholds, with their provenance;
+then the analysis' thresholds."""
 
 from __future__ import annotations
 
@@ -88,3 +89,29 @@ def test_a_value_reads_in_its_unit():
     assert value_text(IntThreshold(1 << 30, "bytes", DOCUMENTED, "x")) == "1 GiB"
     assert value_text(t(7200.0, "s")) == "7200 s (2 h)"
     assert value_text(t(3, "polls")) == "3 polls"
+
+
+def test_the_analysis_thresholds_follow_the_rules_by_module(capsys):
+    from gputop.analysis import ANALYSIS_THRESHOLDS
+
+    rc, out, _ = run(capsys)
+    assert rc == 0
+    rest = out.split("The analysis' ", 1)[1]
+    assert rest.startswith(f"{len(ANALYSIS_THRESHOLDS)} thresholds: the bars of the evidence the rules read")
+    # Under the heading of its module, with its value, basis and why as a rule's threshold reads.
+    stuck = rest.split("\nanalysis.stuck\n", 1)[1]
+    assert stuck.startswith("  DEFAULT_STUCK_AFTER_S = 30 s  (judgement)\n      No progress this long")
+    assert "  NCCL_SPIN_SM = 18 %  (measured)" in rest and "source: bench/multi_rank.py" in rest
+    assert "  HANG_MIN_FROZEN_S = 5 s  (documented)" in rest
+    for t in ANALYSIS_THRESHOLDS:
+        assert f"  {t.name} = " in rest
+    rc, out, _ = run(capsys, "stuck")
+    assert f"and the analysis' {len(ANALYSIS_THRESHOLDS)} thresholds" in out and "analysis.stuck" not in out
+    rc, out, _ = run(capsys, "--json")
+    d = json.loads(out)
+    assert [t["name"] for t in d["analysis"]] == [t.name for t in ANALYSIS_THRESHOLDS]
+    gap = next(t for t in d["analysis"] if t["name"] == "STRAGGLER_MIN_GAP_OPS")
+    assert (gap["module"], gap["value"], gap["unit"], gap["basis"]) == (
+        "gputop.analysis.nccl_ras", 32, "operations", "judgement") and type(gap["value"]) is int
+    rc, out, _ = run(capsys, "stuck", "--json")
+    assert json.loads(out)["analysis"] == d["analysis"]  # the same shape for one rule

@@ -79,6 +79,25 @@ def test_store_clock_is_newest_sample():
     assert s.now == 7.0 and s.version == v + 1
 
 
+def test_a_mixed_batch_is_dispatched_by_type_and_only_what_is_kept_moves_the_clock():
+    from types import SimpleNamespace
+
+    from gputop.model import Finding, GpuInfo, PaneViews, SamplingCost, Severity, SystemInfo
+
+    store = Store()
+    stranger = SimpleNamespace(ts=9e9)  # has a timestamp, is none of the model's samples
+    cost = SamplingCost(ts=8e9, pid=1, window_s=10.0, stacks_per_s=5.0, sampler_cpu_pct=1.0, pause_pct=0.0,
+                        job_cost_pct=1.0)  # the model's, but not a stored sample
+    store.add([GpuInfo(ts=5.0, index=0, name="g"), stranger, cost,
+               SystemInfo(ts=6.0, hostname="h", cpu_count=2),
+               Finding(id="x", title="t", severity=Severity.INFO, confidence=0.5, evidence=(), action="a", ts=7.0),
+               PaneViews(ts=8.0)])
+    assert store.now == 8.0 and store.gpu_info[0].name == "g" and store.system.hostname == "h"
+    assert store.pane_views().ts == 8.0
+    store.add([stranger])
+    assert store.now == 8.0
+
+
 def test_process_table_is_bounded_and_evicts_the_stalest():
     s = Store(Retention(max_processes=3, proc_samples=5))
     for pid in range(1, 6):

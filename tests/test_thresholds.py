@@ -1,5 +1,5 @@
-"""The rules' thresholds are data with their provenance (advisor/rules/threshold.py), and each
-rule's list of thresholds is held to its code.
+"""The rules' thresholds are data with their provenance (analysis/threshold.py), and each
+rule's list of thresholds is held to its code; the analysis' numbers are thresholds too.
 
 A numeric UPPER_CASE constant of a rules module is a Threshold (or IntThreshold) with a basis
 and a why; each check says which thresholds it decides with (``@uses``), and that list is
@@ -7,7 +7,9 @@ checked against what its code reaches: every threshold the check names (in its b
 lambdas, or the theme modules' helpers it calls) is listed, and nothing is listed that its code
 cannot reach. base's helpers (``significant``, ``enough_stacks``, ``spinning``...) apply their
 bars as their arguments say, so the thresholds reached only through them may be listed or not:
-the rule's author says which apply.
+the rule's author says which apply. A numeric UPPER_CASE constant of an analysis module is a
+threshold of its own (but for NVML's bit values and the CPU device's index), which ``gputop rules``
+lists under the analysis.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from statistics import NormalDist
 import pytest
 
 import gputop.advisor.rules as rules_pkg
+import gputop.analysis as analysis_pkg
 from gputop.advisor.rules import RULES
-from gputop.advisor.rules.base import STATEMENT_THRESHOLDS
+from gputop.advisor.rules.base import STATEMENT_THRESHOLDS, USES
+from gputop.analysis import ANALYSIS_THRESHOLDS
 from gputop.advisor.rules.threshold import (
     DERIVED, JUDGEMENT, Basis, IntThreshold, Threshold, is_threshold,
 )
@@ -85,6 +89,44 @@ def test_every_numeric_constant_of_the_rules_is_a_threshold_with_its_provenance(
             missing.append(f"{short}: found as {v.module}.{v.name}")
     assert not missing, "\n".join(missing)
     assert len(THRESHOLDS) >= 80  # the 82 converted: the scan does find them
+
+
+# The analysis' numbers are thresholds too (its own, listed by ``gputop rules`` under the analysis),
+# but for those that are names rather than bars: NVML's throttle-reason bits and their masks, and
+# the index the CPU device stands at.
+ANALYSIS_MODULES = [importlib.import_module(f"{analysis_pkg.__name__}.{m.name}")
+                    for m in pkgutil.iter_modules(analysis_pkg.__path__)]
+NOT_BARS = {"throttle": {"*"}, "breakdown": {"CPU_DEVICE"}}
+
+
+def test_every_numeric_constant_of_the_analysis_is_a_threshold_with_its_provenance():
+    missing, found = [], []
+    for m in ANALYSIS_MODULES:
+        short = m.__name__.rsplit(".", 1)[1]
+        skip = NOT_BARS.get(short, set())
+        for name in _defined_upper(m):
+            v = getattr(m, name)
+            if not _numeric(v) or "*" in skip or name in skip:
+                continue
+            if not is_threshold(v):
+                missing.append(f"{short}.{name} = {v!r}: not a Threshold")
+                continue
+            found.append(v)
+            if not (v.why or "").strip() or not (v.unit or "").strip():
+                missing.append(f"{short}.{name}: no why or no unit")
+            if v.module != m.__name__ or v.name != name:
+                missing.append(f"{short}.{name}: found as {v.module}.{v.name}")
+            if isinstance(v, IntThreshold) != isinstance(v.value, int):
+                missing.append(f"{short}.{name}: a whole number is an IntThreshold, a fraction a Threshold")
+            if len(v.why) > 320:
+                missing.append(f"{short}.{name}: keep the why to a sentence or two (the comment holds the rest)")
+            for path in re.findall(r"(?:bench|tests)/[\w./-]+\w", v.source or ""):
+                if not (ROOT / path).exists():
+                    missing.append(f"{short}.{name} cites {path}, which is not there")
+    assert not missing, "\n".join(missing)
+    # What gputop rules lists under the analysis is exactly these, each once.
+    assert [id(t) for t in ANALYSIS_THRESHOLDS] == [id(t) for t in sorted(found, key=lambda t: t.module)]
+    assert len(ANALYSIS_THRESHOLDS) >= 70
 
 
 def test_whole_numbers_stay_ints_and_fractions_floats():
@@ -207,7 +249,10 @@ def reached(check, into_base: bool) -> tuple[set[int], set[int]]:
                 if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
                     v = f.__globals__.get(ins.argval)
                     if is_threshold(v):
-                        named.add(id(v))
+                        # The analysis' own bars a check reads (the stuck rule words its line with
+                        # progress.TREE_BUSY_CORES) are listed under the analysis, not per rule.
+                        if (v.module or "").startswith(PKG + "."):
+                            named.add(id(v))
                     else:
                         todo.extend(_functions(v))
     return named, defaults - named
@@ -223,7 +268,7 @@ def _names(ids) -> list[str]:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_every_check_says_which_thresholds_it_decides_with(rule):
     # @uses(...) above the check, empty for a rule that judges a fact (an environment variable).
-    assert hasattr(rule.check, "thresholds"), f"{rule.check.__name__}: add @uses(...) with its thresholds"
+    assert rule.check in USES, f"{rule.check.__name__}: add @uses(...) with its thresholds"
     listed = [id(t) for t in rule.thresholds]
     assert all(is_threshold(t) for t in rule.thresholds)
     assert len(set(listed)) == len(listed), f"{rule.id} lists a threshold twice"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..analysis import MemoryView
 from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
+    DEFAULT_WINDOW_S,  # the findings' window, the panes' too: defined once, beside the window
     CommVerdict,
     FrameworkSeen,
     GpuView,
@@ -50,11 +51,10 @@ from ..model import (
     UtilPoint,
 )
 
-# The findings speak of the last minute: long enough for periodic stalls (a checkpoint a minute)
-# to show, short enough that a fix shows within a minute. The one default every command uses.
-DEFAULT_WINDOW_S = 60.0
 # torch's pin-memory thread runs this function; its presence says pin_memory=True.
 PIN_MEMORY_FRAME = "_pin_memory_loop"
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,19 @@ class AnalysisContext:
     # and, once the target has exited, what likely ended it. None: not worked out (a context
     # built from samples alone).
     memory: MemoryView | None = None
+    # Verdicts several rules read, each worked out by the first rule that asks (``once``) and kept
+    # for the rest of this evaluation; a context made from this one (``replace``) starts empty.
+    _once: dict[Callable[["AnalysisContext"], object], object] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, judge: Callable[["AnalysisContext"], V]) -> V:
+        """``judge(self)``, worked out the first time a rule asks in this context and kept: for a
+        verdict several rules read with the same bars (the rank straggler: the straggler rule, and
+        the communication-bound and by-hand-sync rules that leave a straggler to it), whose bars
+        live beside the rules (a rules module names them; the context cannot import it)."""
+        if judge not in self._once:
+            self._once[judge] = judge(self)
+        return self._once[judge]  # type: ignore[return-value]
 
     @functools.cached_property
     def threads(self) -> tuple[ThreadUse, ...]:

@@ -5,6 +5,8 @@ keeps it so), so a module can be split or renamed without touching them."""
 
 from __future__ import annotations
 
+import sys
+
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
 from .classify import classify as classify_stack
 
@@ -37,7 +39,7 @@ from .memory_window import MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory,
 from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
-    GROUPS, JobView, RANKS_SOURCE, RankView, as_ranks, doing_now, group_shares, rank_map, rank_views,
+    GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, rank_map, rank_views,
     ranks_message, straggler,
 )
 from .spin import spin_share
@@ -48,23 +50,39 @@ from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
 )
+from .threshold import (
+    DERIVED, DOCUMENTED, JUDGEMENT, MEASURED, AnyThreshold, Basis, IntThreshold, Threshold, is_threshold,
+)
 from .throttle import (
     POWER_MASK, REASONS, THERMAL_MASK, decode_throttle, is_performance_limiting, throttle_label,
 )
 from .views import ViewsStage, pane_views, views_of
 from .watch import StuckWatch
-from .window import GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict
+from .window import (
+    DEFAULT_WINDOW_S, GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict,
+)
+
+# Every decision bar of the analysis, module by module, each in the order its module defines them:
+# what ``gputop rules`` lists under the analysis. Found rather than listed by hand, so a new
+# threshold cannot be left out (tests/test_thresholds.py holds every numeric constant to it).
+ANALYSIS_THRESHOLDS: tuple[AnyThreshold, ...] = tuple(
+    v for name, mod in sorted(sys.modules.copy().items()) if name.startswith(__name__ + ".")
+    for v in vars(mod).values() if is_threshold(v) and v.module == name
+)
 
 __all__ = [
     "classify_stack",
+    "ANALYSIS_THRESHOLDS",
+    "DERIVED", "DOCUMENTED", "JUDGEMENT", "MEASURED", "AnyThreshold", "Basis", "IntThreshold", "Threshold",
+    "is_threshold",
     "Autopsy", "analyzer_view", "autopsy", "autopsy_dict", "autopsy_hint", "autopsy_text", "dump_prefix",
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
-    "DEFAULT_STUCK_AFTER_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
+    "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
-    "STACK_JOIN_S", "STRAGGLER", "Slice", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
+    "STACK_JOIN_S", "STRAGGLER", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",

@@ -19,6 +19,7 @@ from typing import Generic, Iterable, Mapping, Sequence, TypeVar
 from .classify import is_library, own_frames
 from ..model import Category, GpuSample, HostSample, ProcSample, StackSample, UtilPoint
 from .idle import Slice, util_slices
+from .threshold import JUDGEMENT, Threshold
 
 
 class Bucket(str, Enum):
@@ -65,21 +66,37 @@ CATEGORY_BUCKET: dict[Category, Bucket] = {
 
 # py-spy samples at ~5 Hz; a slice with no sample of its own borrows the nearest one within
 # this distance (one missed sample either side of a 200 ms slice).
-STACK_JOIN_S = 0.5
+STACK_JOIN_S = Threshold(
+    0.5, "s", JUDGEMENT,
+    "A slice with no stack sample of its own borrows the nearest within this: one missed sample either side of a "
+    "200 ms slice at py-spy's ~5 Hz.")
 # Host and GPU polls come once a second and describe the second before them; a slice is joined
 # with the first poll after its middle, if it came within this long.
-POLL_JOIN_S = 2.5
+POLL_JOIN_S = Threshold(
+    2.5, "s", JUDGEMENT,
+    "A slice is joined with the first host or GPU poll after its middle if it came within this: polls come once a "
+    "second and describe the second before them.")
 # Half a core's worth of iowait (summed over cores) while the main thread waits for data means
 # the input pipeline is waiting on storage: one loader worker blocked on reads shows as
 # ~1/cores of iowait, so the threshold is in cores, not percent.
-IOWAIT_MIN_CORES = 0.5
+IOWAIT_MIN_CORES = Threshold(
+    0.5, "cores", JUDGEMENT,
+    "This much iowait (summed over cores) while the main thread waits for data says the input pipeline waits on "
+    "storage: one loader worker blocked on reads shows as ~1/cores.")
 # PCIe receive rate that makes unattributed idle look like a copy. A gen3 x16 link carries
 # ~12 GB/s, gen5 ~50 GB/s; 1 GB/s during an idle gap means copies fill a visible part of it.
-H2D_RX_MIN_BPS = 1e9
+H2D_RX_MIN_BPS = Threshold(
+    1e9, "bytes/s", JUDGEMENT,
+    "PCIe receive rate that makes unattributed idle look like a copy: 1 GB/s during an idle gap fills a visible "
+    "part of a gen3 x16 (~12 GB/s) or gen5 (~50 GB/s) link.")
 # ...and only from a poll that was mostly idle (its utilisation below this).
-COPY_POLL_MAX_UTIL_PCT = 50.0
+COPY_POLL_MAX_UTIL_PCT = Threshold(
+    50.0, "%", JUDGEMENT,
+    "A copy is read only from a poll that was mostly idle: its utilisation below this.")
 # A slice at least this idle counts as "during idle" for the evidence's sample shares.
-EVIDENCE_IDLE_FRACTION = 0.5
+EVIDENCE_IDLE_FRACTION = Threshold(
+    0.5, "share", JUDGEMENT,
+    "A slice at least this idle counts as 'during idle' for the evidence's sample shares.")
 
 # Without a GPU (a CPU-only run, NVML unavailable) the training thread is the device: it
 # "computes" when its sample is in the model's step, and every other sample is time the step
@@ -341,7 +358,10 @@ def attribute(
 # fewer on a loaded machine, and a 1 s bar dropped most of a recording (a new user's 22 s
 # recording was summarised over 4.4 s, and advise alike). 5 s, as for NVML's polls
 # (idle.MAX_POLL_SLICE_S): a longer silence is a sampler that stalled, not a measurement.
-STACK_MAX_GAP_S = 5.0
+STACK_MAX_GAP_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "The longest spacing between main-thread samples that still stands for the time between them on the CPU "
+    "device's time line, as for NVML's polls (MAX_POLL_SLICE_S): a longer silence is a sampler that stalled.")
 
 
 def stack_slices(main_stacks: Sequence[StackSample], t0: float, t1: float) -> list[Slice]:
@@ -354,7 +374,10 @@ def stack_slices(main_stacks: Sequence[StackSample], t0: float, t1: float) -> li
 # A spacing this many times the samples' usual one is a silence (the sampler stalled, the data
 # lost), whatever the usual spacing is. Judgement: jitter around a held-back rate stays well under
 # it.
-STACK_GAP_SPACINGS = 3.0
+STACK_GAP_SPACINGS = Threshold(
+    3.0, "x", JUDGEMENT,
+    "A spacing this many times the samples' usual one is a silence (the sampler stalled), whatever the usual "
+    "spacing: jitter around a held-back rate stays well under it.")
 
 
 def stack_max_gap(main_stacks: Sequence[StackSample]) -> float:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Collection, Sequence
 
 from ..model import Category, Frame, StackSample
+from .threshold import IntThreshold, JUDGEMENT
 
 C = Category
 
@@ -56,9 +57,8 @@ class Rule:
     def __post_init__(self) -> None:
         if not (self.path or self.func or self.code):
             raise ValueError("a rule needs a path, func or code pattern")
-        for name in ("path", "func", "code"):
-            pat = getattr(self, name)
-            object.__setattr__(self, "_" + name, re.compile(pat) if pat else None)
+        for name, pat in (("_path", self.path), ("_func", self.func), ("_code", self.code)):
+            object.__setattr__(self, name, re.compile(pat) if pat else None)
 
     def matches(self, frame: Frame, leaf: bool) -> bool:
         if self._code is not None and (not leaf or not frame.code or not self._code.search(frame.code)):
@@ -198,7 +198,10 @@ IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_e
 # An import is what the thread does only when it is near the top of the stack: a training loop
 # started from inside an import (a module run by importlib, runpy) has import frames at the bottom
 # of every stack.
-IMPORT_TOP_FRAMES = 8
+IMPORT_TOP_FRAMES = IntThreshold(
+    8, "frames", JUDGEMENT,
+    "An import is what a thread does only when it is this near the top of its stack: a loop started from inside an"
+    " import (runpy) has import frames at the bottom of every stack.")
 
 
 def importing_at(frames: Sequence[Frame]) -> int | None:

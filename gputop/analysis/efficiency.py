@@ -15,15 +15,24 @@ from typing import Iterable, Mapping, Sequence
 from ..model import GpuInfo, GpuSample, HostSample, ProcSample, StackSample
 from .spin import is_spin
 from .throttle import decode_throttle, is_performance_limiting
+from .threshold import IntThreshold, JUDGEMENT, Threshold
 
 # GPM activity is averaged over the polls where the GPU was at least this busy: "tensor cores
 # idle while the GPU is busy" is a statement about busy time, and idle polls would dilute it.
-BUSY_UTIL_PCT = 50.0
+BUSY_UTIL_PCT = Threshold(
+    50.0, "%", JUDGEMENT,
+    "GPM activity is averaged over the polls at least this busy: 'tensor cores idle while the GPU is busy' speaks "
+    "of busy time, and idle polls would dilute it.")
 # A loader worker above this share of one core is computing flat out (psutil's per-process CPU
 # reads 95-100 % for a pure-Python loop; 80 leaves room for the sampling jitter).
-WORKER_SATURATED_PCT = 80.0
+WORKER_SATURATED_PCT = Threshold(
+    80.0, "% of a core", JUDGEMENT,
+    "A loader worker above this computes flat out: psutil reads 95-100 % for a pure-Python loop; 80 leaves room "
+    "for the sampling jitter.")
 # "Now" for the host's rates: the last few 1 s polls.
-RECENT_POLLS = 3
+RECENT_POLLS = IntThreshold(
+    3, "polls", JUDGEMENT,
+    "'Now' for the host's rates: the last few 1 s polls.")
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -265,7 +274,9 @@ WORKER_LOOP_FRAME = "_worker_loop"
 
 
 # A DataLoader worker is the job's child, or its grandchild under a forkserver: a few hops at most.
-WORKER_MAX_HOPS = 4
+WORKER_MAX_HOPS = IntThreshold(
+    4, "hops", JUDGEMENT,
+    "A DataLoader worker is the job's child, or its grandchild under a forkserver: a few hops at most.")
 
 
 def descends_from(p: ProcSample, ancestor: int, parents: Mapping[int, int]) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from .classify import is_library, short_path
+from .threshold import IntThreshold, JUDGEMENT
 
 # The recorder's switches, newest name first (PyTorch reads the older one when the newer is unset).
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -47,7 +48,10 @@ UNKNOWN = "unknown"
 
 # Stack frames shown per entry: the user's call and a few callers. Judgement: a training loop's
 # call site is within the first few frames outside torch.distributed.
-MAX_FRAMES = 8
+MAX_FRAMES = IntThreshold(
+    8, "frames", JUDGEMENT,
+    "Stack frames shown per flight-recorder entry: a training loop's call site is within the first few frames "
+    "outside torch.distributed.")
 
 
 # --------------------------------------------------------------------------- the environment

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..model import Category, StackSample
+from .threshold import IntThreshold, JUDGEMENT
 
 HF_TRAINER = "transformers"
 LIGHTNING = "lightning"
@@ -39,7 +40,10 @@ MIXED, HALF, FP32 = "mixed", "half", "fp32"
 # A precision is claimed from this many samples that could show it (a Lightning step inside
 # its plugin, a forward of a prepared model). Judgement: one sample could be a validation step
 # or an evaluation forward; three in the window are training.
-MIN_EVIDENCE = 3
+MIN_EVIDENCE = IntThreshold(
+    3, "samples", JUDGEMENT,
+    "A precision is claimed from this many samples that could show it: one could be a validation step, three in "
+    "the window are training.")
 
 _LIGHTNING_DIRS = ("lightning/pytorch/", "pytorch_lightning/")
 _PLUGIN_DIR = "plugins/precision/"

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..model import Category, Frame, StackSample, TaskSample, ThreadState
 from .classify import own_frames, project_frame, short_path, where
+from .threshold import IntThreshold, JUDGEMENT
 
 # Kinds of hang, most specific first where parties disagree.
 GPU_KERNEL = "gpu-kernel"
@@ -40,7 +41,10 @@ UNKNOWN = "unknown"
 
 # At most this many parties are named (a job with a hundred idle pool threads would bury the
 # ones that matter). Judgement: the main thread, a few helpers and eight workers fit.
-MAX_PARTIES = 16
+MAX_PARTIES = IntThreshold(
+    16, "parties", JUDGEMENT,
+    "At most this many parties of a hang are named: the main thread, a few helpers and eight workers fit; a "
+    "hundred idle pool threads would bury them.")
 
 _SOCKET_CODE = re.compile(r"\.(recv|recv_into|recvfrom|recvmsg|accept|connect|sendall|send)\(|urlopen\(|requests\.")
 _SOCKET_SYSCALLS = {"recvfrom", "recvmsg", "accept", "accept4", "connect", "sendto", "sendmsg"}

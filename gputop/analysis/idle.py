@@ -13,19 +13,31 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..model import GpuSample, IdleInterval, UtilPoint
+from .threshold import DERIVED, JUDGEMENT, MEASURED, Threshold
 
 # NVML's utilisation buffer spacing measured on an H100: one sample every 200 ms (facts file).
-NOMINAL_PERIOD_S = 0.2
+NOMINAL_PERIOD_S = Threshold(
+    0.2, "s", MEASURED,
+    "The spacing of NVML's utilisation buffer, measured on an H100: one sample every 200 ms.")
 # A gap between two buffer entries longer than this is lost data (buffer overrun, a stalled
 # poll), not one long sample: it is left out rather than stretched. Five nominal periods.
-MAX_SLICE_S = 1.0
+MAX_SLICE_S = Threshold(
+    1.0, "s", DERIVED,
+    "A gap between two buffer entries longer than this is lost data (an overrun, a stalled poll), not one long "
+    "sample: five nominal periods (NOMINAL_PERIOD_S).")
 # A slice below this utilisation counts as idle when idle *intervals* are reported (the time
 # sums use the exact fraction). 10 % of a 200 ms sample is 20 ms of kernels: a GPU that only
 # runs a few small kernels in 200 ms is waiting for work.
-IDLE_UTIL_PCT = 10.0
+IDLE_UTIL_PCT = Threshold(
+    10.0, "%", JUDGEMENT,
+    "A slice below this utilisation is idle in the idle intervals: 10 % of a 200 ms sample is 20 ms of kernels, a "
+    "GPU waiting for work.")
 # When NVML gives no sample buffer, the poll's own utilisation (mean over its interval) stands in;
 # polls further apart than this are gaps. Matches the UI's slowest useful interval.
-MAX_POLL_SLICE_S = 5.0
+MAX_POLL_SLICE_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "Without NVML's buffer the polls stand in, and polls further apart than this are gaps: the UI's slowest useful"
+    " interval.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 from ..model import GpuSample, HostSample, StackSample
 from .classify import is_library, short_path
+from .threshold import JUDGEMENT, Threshold
 
 # Names that usually hold a step's loss or model output: a tensor still tied to its graph.
 _TENSORISH = r"[\w.\[\]]*(?:loss|out|logit|pred|hidden|feat|emb|score)[\w.\[\]]*"
@@ -66,11 +67,18 @@ def leak_lines(stacks: Sequence[StackSample]) -> tuple[LeakLine, ...]:
 # A GPU's memory within this share of its total when the job ended: the allocator had no room
 # left, so a CUDA OOM is the likely end. Judgement: the allocator keeps some slack and NVML counts
 # the context (~500 MB on an H100) in the process's figure.
-GPU_FULL_SHARE = 0.97
+GPU_FULL_SHARE = Threshold(
+    0.97, "share", JUDGEMENT,
+    "A GPU's memory within this share of its total when the job ended leaves the allocator no room: a CUDA OOM is "
+    "the likely end (the allocator keeps slack; NVML counts the context).")
 # The host's available memory below this share of its total: the OOM killer's ground. Judgement.
-HOST_FULL_SHARE = 0.03
+HOST_FULL_SHARE = Threshold(
+    0.03, "share", JUDGEMENT,
+    "The host's available memory below this share of its total: the OOM killer's ground.")
 # The readings that count are those this close before the exit (a poll or two).
-EXIT_LOOKBACK_S = 10.0
+EXIT_LOOKBACK_S = Threshold(
+    10.0, "s", JUDGEMENT,
+    "The memory readings that count are those this close before the exit: a poll or two.")
 
 
 def exit_cause(exited_at: float, status: str | None, gpu_samples: Mapping[int, Sequence[GpuSample]],

@@ -8,32 +8,54 @@ NVML memory against the card's total) and the host (used memory against its tota
 from __future__ import annotations
 
 import math
+from .threshold import DERIVED, IntThreshold, JUDGEMENT, Threshold
 from dataclasses import dataclass
 from typing import Sequence
 
 # Less history than this says nothing of a trend: an allocator warms up over the first steps,
 # and a minute holds hundreds of steps of any job worth forecasting. Judgement.
-MIN_SPAN_S = 60.0
-MIN_POINTS = 10
+MIN_SPAN_S = Threshold(
+    60.0, "s", JUDGEMENT,
+    "Less history than this says nothing of a trend: an allocator warms up over the first steps, and a minute "
+    "holds hundreds of steps.")
+MIN_POINTS = IntThreshold(
+    10, "points", JUDGEMENT,
+    "Fewer readings than this say nothing of a trend.")
 # The fit is O(n^2) in its points: longer series are thinned evenly to this many (48 points are
 # 1,128 pairs, ~0.4 ms in Python; a point every 12.5 s over 10 min), several fits a series a
 # second, every GPU of the job: 8 GPUs cost the advisor's tick ~11 ms with them (was ~20 at 80).
-MAX_POINTS = 48
+MAX_POINTS = IntThreshold(
+    48, "points", JUDGEMENT,
+    "The O(n^2) fit thins longer series to this many: 1,128 pairs, ~0.4 ms in Python; 8 GPUs cost the advisor's "
+    "tick ~11 ms with them (~20 at 80).")
 # A fall of at least this much between two polls is memory given back (an eval batch freed, a
 # cache emptied), not noise: the larger of a floor and a share of the series' range. Judgement:
 # the caching allocator returns whole segments (2 MiB or 20 MiB each), and NVML's figure moves
 # only when it does.
-DROP_MIN_BYTES = 64 * 2**20
-DROP_RANGE_SHARE = 0.10
+DROP_MIN_BYTES = IntThreshold(
+    64 * 2**20, "bytes", JUDGEMENT,
+    "A fall of at least this (or DROP_RANGE_SHARE of the range) between two polls is memory given back, not noise:"
+    " the caching allocator returns whole 2 MiB or 20 MiB segments.")
+DROP_RANGE_SHARE = Threshold(
+    0.10, "share", JUDGEMENT,
+    "A fall of at least this share of the series' range (or DROP_MIN_BYTES) is memory given back, not noise.")
 # Falls adding up to this share of the rises make a saw-tooth (the memory comes back): judged
 # then on its troughs, not its peaks. Judgement.
-SAWTOOTH_FALL_SHARE = 0.3
+SAWTOOTH_FALL_SHARE = Threshold(
+    0.3, "share", JUDGEMENT,
+    "Falls adding up to this share of the rises make a saw-tooth (the memory comes back): judged on its troughs, "
+    "not its peaks.")
 # Growth whose last quarter runs clearly slower than the quarter before (its rate's interval
 # below this share of the other's) is levelling off (an allocator or a cache reaching its size),
 # not steady. Judgement: a steady leak's quarters agree within their noise.
-DECELERATION = 0.5
+DECELERATION = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Growth whose last quarter's rate interval is below this share of the quarter before's is levelling off, not "
+    "steady: a steady leak's quarters agree within their noise.")
 # The interval on the rate: 95 % (z of the normal approximation to Kendall's statistic).
-Z95 = 1.96
+Z95 = Threshold(
+    1.96, "z", DERIVED,
+    "The rate's interval at 95 %: z of the normal approximation to Kendall's statistic.")
 
 GROWING, PLATEAU, SAWTOOTH, FLAT, SHORT = "growing", "plateau", "saw-tooth", "flat", "too short"
 

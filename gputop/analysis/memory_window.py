@@ -10,10 +10,14 @@ from typing import Collection, Mapping, Sequence
 from ..model import GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample
 from .memory_cause import LeakLine
 from .memory_growth import Growth, growth
+from .threshold import JUDGEMENT, Threshold
 
 # The forecast looks back this far: long enough that a leak of a few MB a step stands out of an
 # allocator's steps, as far as the store keeps processes (10 min). Judgement.
-MEMORY_WINDOW_S = 600.0
+MEMORY_WINDOW_S = Threshold(
+    600.0, "s", JUDGEMENT,
+    "The memory forecast looks back this far: a leak of a few MB a step stands out of an allocator's steps, as far"
+    " as the store keeps processes (10 min).")
 
 PROCESS, DEVICE = "process", "device"
 

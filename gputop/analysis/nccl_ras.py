@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..model import Event
+from .threshold import DOCUMENTED, IntThreshold, JUDGEMENT, Threshold
 
 OK = "ok"
 STRAGGLER = "straggler"
@@ -66,10 +67,18 @@ _RANK_OF = {OK: 0, UNKNOWN: 1, STRAGGLER: 2, HANG: 3, DESYNC: 4}
 # gradient bucket as backward produces them, so a rank can be a step's worth of buckets ahead
 # of another for a moment (the healthy 2-rank fixture: 7 apart). 32 is over four times that; the
 # straggler fixture is 84 apart. Judgement, per communicator, tunable by the caller.
-STRAGGLER_MIN_GAP_OPS = 32
+STRAGGLER_MIN_GAP_OPS = IntThreshold(
+    32, "operations", JUDGEMENT,
+    "A gap between ranks' collective counts under this is work in flight, not a straggler: DDP launches one "
+    "AllReduce per bucket (the healthy 2-rank report: 7 apart; the straggler's: 84).",
+    "tests/fixtures/nccl (ras-healthy.txt, ras-straggler.txt)")
 # How long a count must stay still before the rank behind is called hung: NCCL's own RAS waits
 # 5 s (RAS_COLLECTIVE_LEG_TIMEOUT_SEC) before calling a peer unresponsive.
-HANG_MIN_FROZEN_S = 5.0
+HANG_MIN_FROZEN_S = Threshold(
+    5.0, "s", DOCUMENTED,
+    "How long a count must stay still before the rank behind is called hung: NCCL's own RAS waits this long before"
+    " calling a peer unresponsive.",
+    "NCCL's RAS_COLLECTIVE_LEG_TIMEOUT_SEC default (5 s)")
 
 
 # --------------------------------------------------------------------------- the report

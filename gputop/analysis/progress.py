@@ -26,23 +26,36 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..model import Category, ProcSample, StackSample
+from .threshold import DERIVED, JUDGEMENT, Threshold
 
 # The process tree using at least this many cores on average over the recent span is working,
 # whatever its stack says. Measured: slow-but-working jobs >= 1 core (one busy main thread or
 # one busy worker each), the deadlock ~0; idle Python/torch processes polling a queue or running
 # a pin-memory thread stay at a few % of a core, even several of them.
-TREE_BUSY_CORES = 0.2
+TREE_BUSY_CORES = Threshold(
+    0.2, "cores", JUDGEMENT,
+    "The process tree using this many cores on average is working whatever its stack says: slow-but-working jobs "
+    "measured >= 1 core, the deadlock ~0, idle torch processes a few % of a core.")
 # How far back the CPU check looks (within the unchanged span): recent enough that a job that
 # worked and then hung is called stuck soon after, long enough to smooth one 1 s reading.
-CPU_WINDOW_S = 10.0
+CPU_WINDOW_S = Threshold(
+    10.0, "s", JUDGEMENT,
+    "How far back the CPU check looks: recent enough that a job that worked and then hung is called stuck soon "
+    "after, long enough to smooth one 1 s reading.")
 # A psutil cpu_percent reading covers the poll interval before its timestamp (the host and
 # stacks sources poll every second): one taken less than this after the stack stopped moving
 # also covers time before it.
-CPU_READING_S = 1.0
+CPU_READING_S = Threshold(
+    1.0, "s", DERIVED,
+    "A psutil cpu_percent reading covers the poll interval before it (the sources poll every second): one taken "
+    "sooner after the stack stopped also covers time before it.")
 # Without the target's own CPU: the main thread on CPU (py-spy's "active") in at least this
 # share of its recent samples is computing, not blocked. A thread blocked on a lock, a queue or
 # a sleep reads inactive in every sample.
-MAIN_ACTIVE_SHARE = 0.5
+MAIN_ACTIVE_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Without the target's own CPU, a main thread on CPU (py-spy's 'active') in this share of its recent samples "
+    "computes: a blocked thread reads inactive in every sample.")
 
 
 @dataclass(frozen=True)

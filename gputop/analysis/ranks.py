@@ -21,6 +21,7 @@ from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
 from .throttle import decode_throttle
 from .stats import wilson_interval
+from .threshold import IntThreshold, JUDGEMENT, Threshold
 
 RANKS_SOURCE = "ranks"
 _RANK_PID = re.compile(r"rank (\d+) pid (\d+)")
@@ -123,7 +124,10 @@ class RankView:
 MODEL_PHASES = (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
 # A rank's own work outside the model (Python data handling, metrics, ...) in at least this share
 # of its samples is its hot place, before the model's step. Judgement: a fifth.
-OWN_WORK_MIN_SHARE = 0.2
+OWN_WORK_MIN_SHARE = Threshold(
+    0.2, "share", JUDGEMENT,
+    "A rank's own work outside the model in at least this share of its samples is its hot place, before the "
+    "model's step: a fifth.")
 
 
 def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None = None) -> RankView:
@@ -187,7 +191,10 @@ def wrapper_of(main: Sequence[StackSample]) -> str | None:
 
 # A rank's newest this many samples (2 s at the multi-rank sampler's ~5 Hz shared budget, after
 # the attach burst) tell whether it does something now.
-WORKS_RECENT = 10
+WORKS_RECENT = IntThreshold(
+    10, "samples", JUDGEMENT,
+    "A rank's newest this many samples tell whether it does something now: 2 s at the multi-rank sampler's ~5 Hz "
+    "after the attach burst.")
 
 
 def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: float,
@@ -252,8 +259,14 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
 # rank's samples and under at most ONLY_ELSEWHERE_MAX of every other rank's. Judgement: a tenth
 # is a phase worth naming (a 10 % phase the others wait for is the advisor's 10 % bar); 2 % is
 # sampling's stray hit of a call every rank makes rarely.
-ONLY_HERE_MIN = 0.10
-ONLY_ELSEWHERE_MAX = 0.02
+ONLY_HERE_MIN = Threshold(
+    0.10, "share", JUDGEMENT,
+    "A function of the user's code under at least this share of a rank's samples is a phase worth naming: a 10 % "
+    "phase the others wait for is the advisor's 10 % bar.")
+ONLY_ELSEWHERE_MAX = Threshold(
+    0.02, "share", JUDGEMENT,
+    "A rank's own function is under at most this share of every other rank's samples (ONLY_HERE_MIN of its own): "
+    "2 % is sampling's stray hit of a call every rank makes rarely.")
 
 
 def _only_here(by_pid: Mapping[int, Sequence[StackSample]]) -> dict[int, tuple[str, float]]:
@@ -299,8 +312,13 @@ def _only_here(by_pid: Mapping[int, Sequence[StackSample]]) -> dict[int, tuple[s
 # A rank whose process reads or writes at least this much per second (the host source's I/O
 # rates) in its last WORKS_IO_S makes progress, whatever its stacks say. Judgement: 8 MB/s is far
 # above a hung process's (none) and far below a checkpoint's (GB in seconds).
-WORKS_IO_BPS = 8e6
-WORKS_IO_S = 4.0
+WORKS_IO_BPS = Threshold(
+    8e6, "bytes/s", JUDGEMENT,
+    "A rank reading or writing this much per second makes progress whatever its stacks say: far above a hung "
+    "process's (none), far below a checkpoint's (GB in seconds).")
+WORKS_IO_S = Threshold(
+    4.0, "s", JUDGEMENT,
+    "How far back a rank's I/O rates count for WORKS_IO_BPS.")
 
 
 def _moves_data(procs: Sequence[ProcSample], now: float) -> bool:
@@ -310,7 +328,10 @@ def _moves_data(procs: Sequence[ProcSample], now: float) -> bool:
 
 # A reason holds a GPU's clocks down in at least this share of its busy polls to count. Judgement:
 # a third, as the efficiency check's own (advisor.rules.system).
-THROTTLED_SHARE = 0.3
+THROTTLED_SHARE = Threshold(
+    0.3, "share", JUDGEMENT,
+    "A reason holds a GPU's clocks down in at least this share of its busy polls to count: a third, as the "
+    "efficiency check's own.")
 
 
 def _throttled(polls: Sequence[GpuSample]) -> tuple[str, ...]:
@@ -379,10 +400,15 @@ def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min
 
 
 # The GPU path needs this many paired polls: a mean and a spread (Student's t at 2 is 4.3).
-GPU_MIN_POLLS = 3
+GPU_MIN_POLLS = IntThreshold(
+    3, "polls", JUDGEMENT,
+    "The straggler's GPU path needs this many paired polls: a mean and a spread (Student's t at 2 degrees of "
+    "freedom is 4.3).")
 # A straggler's GPU busy this share of the window does something even while its host waits.
 # Judgement: half.
-STRAGGLER_BUSY_MIN = 0.5
+STRAGGLER_BUSY_MIN = Threshold(
+    0.5, "share", JUDGEMENT,
+    "A straggler's GPU busy this share of the window does something even while its host waits: half.")
 
 
 def gpu_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
@@ -465,7 +491,10 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
 # A rank moves if it changed function (or ran outside collectives) within this long of its newest
 # sample. Judgement: a training step changes function many times a second; a straggler's slowest
 # call (a batch built in Python) takes a fraction of a step.
-MOVING_RECENT_S = 3.0
+MOVING_RECENT_S = Threshold(
+    3.0, "s", JUDGEMENT,
+    "A rank moves if it changed function (or ran outside collectives) within this of its newest sample: a step "
+    "changes function many times a second; a straggler's slowest call takes a fraction of a step.")
 
 
 # --------------------------------------------------------------------------- links between GPUs

@@ -22,41 +22,73 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..model import GpuSample, UtilPoint
+from .threshold import IntThreshold, JUDGEMENT, MEASURED, Threshold
 
 # Busy by NVML: a kernel is resident at nearly every instant. A spinning kernel never leaves, so
 # its GPU reads 100; 90 leaves room for a poll that straddles the wait's start or end.
-SPIN_UTIL_MIN = 90.0
+SPIN_UTIL_MIN = Threshold(
+    90.0, "%", JUDGEMENT,
+    "Busy by NVML: a spinning kernel never leaves, so its GPU reads 100; 90 leaves room for a poll that straddles "
+    "the wait's start or end.")
 # GPM SM activity at most this while 'busy': measured 18.2-18.7 % for NCCL's all_reduce spinning
 # on an H100 (a computing GPU: 67-69 %); 30 leaves room for more channels (NCCL_MIN_NCHANNELS, more
 # ranks) and stays far below any real compute.
-SPIN_SM_MAX = 30.0
+SPIN_SM_MAX = Threshold(
+    30.0, "%", JUDGEMENT,
+    "GPM SM activity at most this while 'busy': NCCL's all_reduce spinning measured 18.2-18.7 % on an H100 "
+    "(computing: 67-69 %); 30 leaves room for more channels and ranks.")
 # Tensor-core activity at most this: NCCL's kernels use none (measured 0.0 while spinning).
-SPIN_TENSOR_MAX = 2.0
+SPIN_TENSOR_MAX = Threshold(
+    2.0, "%", JUDGEMENT,
+    "Tensor-core activity at most this: NCCL's kernels use none (0.0 measured while spinning).")
 # The fp32/fp16 pipes and DRAM at most this (where GPM reads them): a kernel waiting does no math
 # and moves almost no memory (measured spinning on the H100s: fp32 ≤ 0.14 %, fp16 0 %, DRAM ≤ 0.44 %);
 # a loop of small fp32 kernels that keeps a GPU 'busy' with few SMs active does both.
-SPIN_PIPES_MAX = 2.0
-SPIN_DRAM_MAX = 5.0
+SPIN_PIPES_MAX = Threshold(
+    2.0, "%", JUDGEMENT,
+    "The fp32/fp16 pipes at most this: a waiting kernel does no math (measured spinning on H100s: fp32 <= 0.14 %, "
+    "fp16 0 %).")
+SPIN_DRAM_MAX = Threshold(
+    5.0, "%", JUDGEMENT,
+    "DRAM activity at most this: a waiting kernel moves almost no memory (measured spinning on H100s: <= 0.44 %).")
 # Without GPM (pre-Hopper GPUs), power as a share of the limit at most this while 'busy':
 # measured 0.19-0.20 spinning on an H100 (idle 0.17), 0.53-0.75 computing. Weaker evidence than
 # GPM: a loop of tiny kernels draws little power too.
-SPIN_POWER_FRACTION_MAX = 0.30
+SPIN_POWER_FRACTION_MAX = Threshold(
+    0.30, "share", JUDGEMENT,
+    "Without GPM, power as a share of the limit at most this while 'busy': measured 0.19-0.20 spinning on an H100 "
+    "(idle 0.17), 0.53-0.75 computing; weaker evidence than GPM.")
 # "Spins now" needs this many polls in the look-back, every one spinning.
-SPIN_MIN_POLLS = 2
+SPIN_MIN_POLLS = IntThreshold(
+    2, "polls", JUDGEMENT,
+    "'Spins now' needs this many polls in the look-back, every one spinning.")
 # The SM activity expected of a GPU from its peer must be at least this for a comparison: under
 # it the activities are too small to compare.
-ACTIVITY_MIN = 10.0
+ACTIVITY_MIN = Threshold(
+    10.0, "%", JUDGEMENT,
+    "The SM activity expected of a GPU from its peer must be at least this for a comparison: under it the "
+    "activities are too small to compare.")
 # A peer whose utilisation and SM activity are both under this (%) says nothing of how full its
 # kernels keep a GPU: too few of them ran in the poll.
-PEER_UTIL_MIN = 5.0
+PEER_UTIL_MIN = Threshold(
+    5.0, "%", JUDGEMENT,
+    "A peer whose utilisation and SM activity are both under this says nothing of how full its kernels keep a GPU:"
+    " too few of them ran in the poll.")
 # A GPU within this share of its busiest peer's SM activity does the same work: GPM activity moves
 # a few points between GPUs running the same kernels. Judgement: a tenth.
-ACTIVITY_SAME = 0.90
+ACTIVITY_SAME = Threshold(
+    0.90, "share", JUDGEMENT,
+    "A GPU within this share of its busiest peer's SM activity does the same work: GPM activity moves a few points"
+    " between GPUs running the same kernels.")
 # The SM activity of a GPU spinning in a NCCL collective, where the window shows no spin of its own
 # to read it from: measured 18.2-18.7 % on H100s (NCCL 2.28, 2 ranks). A GPU that computes part
 # of a poll and spins the rest reads between this and its peer's; taken as 0 the wait would be
 # under-stated by a third (bench/multi_rank.py's compute straggler: 0.24 against 0.32).
-NCCL_SPIN_SM = 18.0
+NCCL_SPIN_SM = Threshold(
+    18.0, "%", MEASURED,
+    "The SM activity of a GPU spinning in a NCCL collective where the window shows no spin of its own to read it "
+    "from: measured 18.2-18.7 % on H100s (NCCL 2.28, 2 ranks).",
+    "bench/multi_rank.py")
 
 
 def is_spin(s: GpuSample) -> bool | None:
@@ -170,7 +202,9 @@ def wait_series(samples: Mapping[int, Sequence[GpuSample]], t0: float, t1: float
 
 
 # Polls of two GPUs within this many seconds are one poll (NVML reads every GPU in one pass).
-SAME_POLL_S = 0.25
+SAME_POLL_S = Threshold(
+    0.25, "s", JUDGEMENT,
+    "Polls of two GPUs within this many seconds are one poll: NVML reads every GPU in one pass.")
 
 
 def _near(polls: Sequence[GpuSample], times: Sequence[float], ts: float) -> Sequence[GpuSample]:

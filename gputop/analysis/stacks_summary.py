@@ -17,12 +17,12 @@ from typing import Mapping, Sequence
 from .classify import category_shares, project_frame
 from ..model import Category, Event, Frame, ProcSample, StackSample
 from .stuck import StuckVerdict
+from .threshold import JUDGEMENT, Threshold
 
-# The window the bar and the hottest frames cover: long enough for a few hundred samples at
-# 5 Hz, short enough to follow a change of phase (eval, checkpoint).
-DEFAULT_WINDOW_S = 60.0
 # A worker whose process details are older than this has gone (details come once a second).
-WORKER_STALE_S = 5.0
+WORKER_STALE_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "A worker whose process details are older than this has gone: details come once a second.")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from ..model import Category, Frame, StackSample
 from .classify import importing_at, is_library, own_frames, project_frame, short_path
+from .threshold import JUDGEMENT, Threshold
 
 # The phases, in the order they are shown.
 DATA = "data wait"
@@ -49,7 +50,10 @@ COMPILE_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_conve
 # The training loop is the user's frame under at least this share of the samples. Judgement: a
 # loop's frame is under every sample of its steps; a fifth aside leaves room for logging, eval and
 # checkpoint code called from elsewhere.
-LOOP_SHARE = 0.80
+LOOP_SHARE = Threshold(
+    0.80, "share", JUDGEMENT,
+    "The training loop is the user's frame under at least this share of the samples: a fifth aside leaves room for"
+    " logging, eval and checkpoint code called from elsewhere.")
 # The step's model work: the loop is the frame over these samples (the function that calls
 # forward, backward and the optimizer), not a helper beside them.
 _MODEL_WORK = frozenset({FORWARD, BACKWARD, OPTIMIZER})
@@ -57,7 +61,10 @@ _MODEL_WORK = frozenset({FORWARD, BACKWARD, OPTIMIZER})
 _DATALOADER = "torch/utils/data/"
 # A frame whose one callee (or none: it runs its own lines) holds this share of its samples is a
 # piece of work, not the loop that calls the work. Judgement.
-LOOP_ONE_CALLEE = 0.90
+LOOP_ONE_CALLEE = Threshold(
+    0.90, "share", JUDGEMENT,
+    "A frame whose one callee (or its own lines) holds this share of its samples is a piece of work, not the loop "
+    "that calls the work.")
 
 
 def compiling(frames: Sequence[Frame]) -> bool:

@@ -39,48 +39,85 @@ from .efficiency import is_worker, parents_of, worker_stats
 from .nccl_ras import HANG, CommVerdict
 from .ranks import moving_ranks
 from .spin import spins_now
+from .threshold import IntThreshold, JUDGEMENT, Threshold
 
 # A job whose main stack and processes have not moved for this long, GPU idle, is called stuck:
 # longer than a checkpoint save or an evaluation pass on most jobs, short enough to be noticed
 # while someone watches. The one default every command and pane uses.
-DEFAULT_STUCK_AFTER_S = 30.0
+DEFAULT_STUCK_AFTER_S = Threshold(
+    30.0, "s", JUDGEMENT,
+    "No progress this long, GPU idle, is stuck: longer than a checkpoint save or an evaluation pass on most jobs, "
+    "short enough to be noticed while someone watches.")
 # NVML utilisation at or below this counts as "no GPU work": an idle GPU reads 0, and a few %
 # absorbs a monitoring tool's own blips.
-GPU_IDLE_PCT = 5.0
+GPU_IDLE_PCT = Threshold(
+    5.0, "%", JUDGEMENT,
+    "NVML utilisation at or below this is no GPU work: an idle GPU reads 0, and a few % absorbs a monitoring "
+    "tool's own blips.")
 # How far back "the GPU has stopped" looks: five 1 s polls / twenty-five 200 ms buffer points,
 # enough not to call a gap between two kernels a stop.
-GPU_IDLE_WINDOW_S = 5.0
+GPU_IDLE_WINDOW_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "How far back 'the GPU has stopped' looks: five 1 s polls or twenty-five 200 ms buffer points, so a gap "
+    "between two kernels is not a stop.")
 # With no main-thread sample this recent, sampling has stopped (target gone, py-spy failing):
 # no verdict rather than a stale one. Default sampling is 5 Hz.
-STALE_AFTER_S = 5.0
+STALE_AFTER_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "With no main-thread sample this recent, sampling has stopped (target gone, py-spy failing): no verdict rather"
+    " than a stale one.")
 # Beyond the threshold, how much history to scan to say how long it has been stuck.
-LOOKBACK_EXTRA_S = 60.0
+LOOKBACK_EXTRA_S = Threshold(
+    60.0, "s", JUDGEMENT,
+    "Beyond the threshold, how much history is scanned to say how long the job has been stuck.")
 # The verdict at attach: the main thread unchanged since the first sample, and the job's
 # processes flat in /proc, for at least this long. Judgement: 15 identical stacks at 5 Hz and
 # three /proc readings; a training step, a DataLoader batch or a logging call moves well inside
 # it, and with the advisor's 2 s cadence the verdict lands ~4 s after attaching.
-EARLY_MIN_S = 3.0
+EARLY_MIN_S = Threshold(
+    3.0, "s", JUDGEMENT,
+    "The verdict at attach: the main thread unchanged since the first sample, and the job's processes flat in "
+    "/proc, this long: 15 identical stacks at 5 Hz; a step, a batch or a log call moves well inside it.")
 # A main thread that used this much of a core over the /proc span is computing, however little
 # the host gives it. Judgement: a thread blocked in futex/read/recv accrues no CPU time at all
 # (measured here: 0.0 % for the deadlock, socket and hung-worker targets), and a busy thread
 # starved by eight processes on two cores still got 15 %.
-MAIN_THREAD_WORKING_CORES = 0.05
+MAIN_THREAD_WORKING_CORES = Threshold(
+    0.05, "cores", JUDGEMENT,
+    "A main thread that used this much of a core over the /proc span is computing: a blocked thread accrues none "
+    "(0.0 % measured on the hung targets), and a busy one starved on two cores still got 15 %.")
 # The /proc readings must span at least this long (two readings at the procfs source's 1 s).
-PROC_MIN_SPAN_S = 1.5
+PROC_MIN_SPAN_S = Threshold(
+    1.5, "s", JUDGEMENT,
+    "The /proc readings must span at least this: two readings at the procfs source's 1 s.")
 # Bytes through read/write syscalls (files, sockets, pipes) above this rate are work, whatever the
 # stack: a checkpoint save or a slow read makes progress. Judgement: 64 KiB/s is far above a hung
 # job's log lines and loader heartbeats (0 measured on the hung targets) and far below any save.
-IO_PROGRESS_BPS = 64 * 1024
+IO_PROGRESS_BPS = IntThreshold(
+    64 * 1024, "bytes/s", JUDGEMENT,
+    "Bytes through read/write syscalls above this rate are work whatever the stack: far above a hung job's log "
+    "lines and heartbeats (0 measured on the hung targets), far below any save.")
 # Confidence of a verdict at attach: from EARLY_CONFIDENCE at EARLY_MIN_S up to
 # EARLY_CONFIDENCE_MAX at the threshold; a verdict reached over the whole threshold keeps the
 # older 0.9 / 0.8. Judgement: early evidence is strong (the kernel's) but short.
-EARLY_CONFIDENCE = 0.55
-EARLY_CONFIDENCE_MAX = 0.85
+EARLY_CONFIDENCE = Threshold(
+    0.55, "confidence", JUDGEMENT,
+    "The confidence of a verdict at attach at EARLY_MIN_S, rising to EARLY_CONFIDENCE_MAX at the threshold: early "
+    "evidence is strong but short.")
+EARLY_CONFIDENCE_MAX = Threshold(
+    0.85, "confidence", JUDGEMENT,
+    "The confidence of a verdict at attach once it reaches the threshold (one reached over the whole threshold "
+    "keeps 0.9 / 0.8).")
 # A main thread that stopped while watched, its GPU spinning for the whole look-back: stuck after
 # this long (the spin's own look-back, GPU_IDLE_WINDOW_S, covers it), with this confidence.
 # Judgement: a training step moves its line many times a second, and a spinning GPU does no work.
-SPIN_STUCK_S = 5.0
-SPIN_CONFIDENCE = 0.7
+SPIN_STUCK_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "A main thread that stopped while watched, its GPU spinning the whole look-back, is stuck after this long: a "
+    "step moves its line many times a second, and a spinning GPU does no work.")
+SPIN_CONFIDENCE = Threshold(
+    0.7, "confidence", JUDGEMENT,
+    "The confidence of a stuck verdict from a stopped main thread and a spinning GPU.")
 
 
 # How a verdict names the GPU's state ("spin": 'busy' in a kernel that waits, analysis.spin).

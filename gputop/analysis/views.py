@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ..model import PaneViews
-from .stacks_summary import DEFAULT_WINDOW_S
-from .window import JobWindow, read_window
+from .window import DEFAULT_WINDOW_S, JobWindow, read_window
 
 if TYPE_CHECKING:
     from ..store import Store

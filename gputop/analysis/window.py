@@ -25,14 +25,24 @@ from .nccl_ras import CommVerdict, ras_verdicts
 from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .spin import spin_share
-from .stacks_summary import DEFAULT_WINDOW_S, StacksView, stacks_view_of
+from .stacks_summary import StacksView, stacks_view_of
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
 )
+from .threshold import JUDGEMENT, Threshold
 
 if TYPE_CHECKING:
     from ..store import Store
+
+# The window the findings and the panes speak of: the last minute, long enough for periodic stalls
+# (a checkpoint a minute) to show and for a few hundred stack samples at 5 Hz, short enough that a
+# fix or a change of phase (eval, checkpoint) shows within a minute. The one default every command,
+# the advisor and the Stacks pane use.
+DEFAULT_WINDOW_S = Threshold(
+    60.0, "s", JUDGEMENT,
+    "The window the findings and the panes speak of: long enough for a checkpoint a minute to show and for a few "
+    "hundred stack samples, short enough that a fix or a change of phase shows within a minute.")
 
 
 @dataclass(frozen=True)

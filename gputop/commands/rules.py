@@ -2,8 +2,9 @@
 
 Every rule (id, severity, title) with its thresholds: each one's value in its unit, how the
 number was chosen (measured, judgement, derived, documented), why, and where the evidence is;
-then the thresholds every finding's confidence and stated bound share. With an id, that rule
-alone; ``--json`` prints ``{"rules": [...], "shared": [...]}`` either way.
+then the thresholds every finding's confidence and stated bound share, then the analysis' own
+(the bars of the evidence the rules read), module by module. With an id, that rule alone;
+``--json`` prints ``{"rules": [...], "shared": [...], "analysis": [...]}`` either way.
 
 Exit status: 0; 2 for an id that names no rule (one line).
 """
@@ -24,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the advisor's rules and the thresholds each decides with: value, basis, why, source",
         description="List the advisor's rules (id, severity, title) and the thresholds each decides with: "
         "each one's value and unit, how the number was chosen (measured, judgement, derived, documented), "
-        "why, and the evidence it rests on.",
+        "why, and the evidence it rests on; then the analysis' thresholds (the bars of the evidence the "
+        "rules read: idle time, the stuck verdict, spin, the ranks, memory).",
     )
     p.add_argument("rule", nargs="?", metavar="ID", help="one rule, by its id (data-starved, launch-bound, ...)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -33,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..advisor import RULES, RULES_BY_ID, STATEMENT_THRESHOLDS
+    from ..analysis import ANALYSIS_THRESHOLDS
     from ..present import rules_dict, rules_text
 
     rules = RULES
@@ -44,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"no rule {args.rule!r}: {hint}`gputop rules` lists the {len(RULES)} rules", exit_code=2)
         rules = (rule,)
     if args.json:
-        sys.stdout.write(json.dumps(rules_dict(rules, STATEMENT_THRESHOLDS), indent=2) + "\n")
+        sys.stdout.write(json.dumps(rules_dict(rules, STATEMENT_THRESHOLDS, ANALYSIS_THRESHOLDS), indent=2) + "\n")
     else:
-        sys.stdout.write(rules_text(rules, STATEMENT_THRESHOLDS, one=args.rule is not None))
+        sys.stdout.write(rules_text(rules, STATEMENT_THRESHOLDS, one=args.rule is not None,
+                                    analysis=ANALYSIS_THRESHOLDS))
     return 0

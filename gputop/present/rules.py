@@ -3,7 +3,8 @@ Pure: no I/O.
 
 A threshold reads as its name, its value in its unit, how its number was chosen (its basis), why,
 and where the evidence is. The thresholds behind how every finding is stated (its confidence, its
-bound) are shared by all the rules and shown once.
+bound) are shared by all the rules and shown once; the analysis' own (the bars of the evidence the
+rules read: idle time, the stuck verdict, spin, the ranks, memory) follow, module by module.
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
             "thresholds": [threshold_dict(t) for t in rule.thresholds]}
 
 
-def rules_dict(rules: Iterable[Rule], shared: Sequence[AnyThreshold]) -> dict[str, Any]:
-    """``{"rules": [...], "shared": [...]}``: the same shape for one rule as for all of them."""
-    return {"rules": [rule_dict(r) for r in rules], "shared": [threshold_dict(t) for t in shared]}
+def rules_dict(rules: Iterable[Rule], shared: Sequence[AnyThreshold],
+               analysis: Sequence[AnyThreshold] = ()) -> dict[str, Any]:
+    """``{"rules": [...], "shared": [...], "analysis": [...]}``: the same shape for one rule as for
+    all of them."""
+    return {"rules": [rule_dict(r) for r in rules], "shared": [threshold_dict(t) for t in shared],
+            "analysis": [threshold_dict(t) for t in analysis]}
 
 
 def _threshold_lines(t: AnyThreshold, width: int, seen_at: str | None = None) -> list[str]:
@@ -83,10 +87,23 @@ def rule_lines(rule: Rule, width: int = 100, seen: dict[int, str] | None = None)
     return out
 
 
-def rules_text(rules: Sequence[Rule], shared: Sequence[AnyThreshold], width: int = 100, one: bool = False) -> str:
+def analysis_lines(analysis: Sequence[AnyThreshold], width: int = 100) -> list[str]:
+    """The analysis' thresholds under a heading per module (``stuck``, ``spin``, ...)."""
+    out = [f"The analysis' {len(analysis)} thresholds: the bars of the evidence the rules read, by module"]
+    module = None
+    for t in analysis:
+        if t.module != module:
+            module = t.module
+            out.append(f"analysis.{(module or '?').rsplit('.', 1)[-1]}")
+        out.extend(_threshold_lines(t, width))
+    return out
+
+
+def rules_text(rules: Sequence[Rule], shared: Sequence[AnyThreshold], width: int = 100, one: bool = False,
+               analysis: Sequence[AnyThreshold] = ()) -> str:
     """Every rule in ``rules`` with its thresholds (a threshold several rules share explained the
-    first time), then the shared ones; or (``one``: a rule asked for by its id) that rule in full
-    and a line naming the shared ones."""
+    first time), then the shared ones, then the analysis' (``analysis``); or (``one``: a rule asked
+    for by its id) that rule in full and a line naming the shared ones."""
     out: list[str] = []
     seen: dict[int, str] | None = None if one else {}
     if not one:
@@ -101,9 +118,14 @@ def rules_text(rules: Sequence[Rule], shared: Sequence[AnyThreshold], width: int
     names = ", ".join(t.name or "?" for t in shared)
     if one:
         out.extend(textwrap.wrap(f"Every finding's confidence and stated bound also use {names} "
-                                 "(gputop rules shows them).", width))
+                                 "(gputop rules shows them"
+                                 + (f", and the analysis' {len(analysis)} thresholds" if analysis else "")
+                                 + ").", width))
     else:
         out.append("Shared by every rule: how a finding's confidence and its stated bound are worked out")
         for t in shared:
             out.extend(_threshold_lines(t, width))
+        if analysis:
+            out.append("")
+            out.extend(analysis_lines(analysis, width))
     return "\n".join(out).rstrip("\n") + "\n"

@@ -79,10 +79,15 @@ def uses(*thresholds: AnyThreshold) -> Callable[[Check], Check]:
     nothing it cannot reach."""
 
     def mark(check: Check) -> Check:
-        check.thresholds = thresholds  # type: ignore[attr-defined]
+        USES[check] = thresholds
         return check
 
     return mark
+
+
+# Each check's ``@uses(...)``, by the check: a table rather than an attribute set on the function,
+# so a ``Rule`` reads it without probing the function for it.
+USES: dict[Check, tuple[AnyThreshold, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ class Rule:
 
     def __post_init__(self) -> None:
         if not self.thresholds:
-            object.__setattr__(self, "thresholds", tuple(getattr(self.check, "thresholds", ())))
+            object.__setattr__(self, "thresholds", USES.get(self.check, ()))
 
     def evaluate(self, ctx: AnalysisContext) -> Finding | None:
         hit = self.check(ctx)

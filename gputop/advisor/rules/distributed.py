@@ -10,7 +10,7 @@ from dataclasses import replace
 from ...analysis import Bucket
 from ...model import Category, Severity
 from ...analysis import STRAGGLER, ras_line
-from ...analysis import straggler
+from ...analysis import Straggler, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
@@ -113,12 +113,22 @@ STRAGGLER_SAVE_SHARE = Threshold(
     "as a rank's own work.")
 
 
+def _judge_straggler(ctx: AnalysisContext) -> Straggler | None:
+    return straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
+                     gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP))
+
+
+def rank_straggler(ctx: AnalysisContext) -> Straggler | None:
+    """The rank straggler by this module's bars, worked out once per evaluation: the straggler
+    rule names it, and the communication-bound and by-hand-sync rules leave a job with one to it."""
+    return ctx.once(_judge_straggler)
+
+
 @uses(OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, COMPUTE_STRAGGLER_UTIL,
       STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES)
 def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     """One rank does something else while the other ranks wait for it in collectives."""
-    found = straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
-                      gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP))
+    found = rank_straggler(ctx)
     if found is None:
         return None
     slow, waiting = found.slow, found.waiting
@@ -259,8 +269,7 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
     low, high = min(waits), max(waits)
     if low < COMM_BOUND_MIN or high - low > COMM_BOUND_SPREAD:
         return None
-    if straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
-                 gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP)):
+    if rank_straggler(ctx):
         return None  # one rank holds the others back: the straggler rule's
     if any(not v.works for v in views):
         return None  # a rank blocked in one place: a hang forming, the stuck verdict's
@@ -345,8 +354,7 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     callers = {v.collective_caller.split(" (")[0] for v in views if v.collective_caller}
     if len(callers) != 1:
         return None  # each rank reduces from a different place: not one gradient-averaging loop
-    if straggler(ctx.ranks, OTHERS_WAIT_MIN, STRAGGLER_GAP, min_samples=MIN_MAIN_SAMPLES, level=STRAGGLER_LEVEL,
-                 gpu_bars=(GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP)):
+    if rank_straggler(ctx):
         return None  # the others wait for one rank: the straggler rule's
     caller = callers.pop()
     low = min(v.collective for v in views)
