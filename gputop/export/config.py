@@ -10,4 +10,6 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_INTERVAL = 5.0
 # --attach all samples at most this many processes: one per GPU of a full 8-GPU node.
 DEFAULT_MAX_ATTACH = 8
+# The advisor's window (analysis.DEFAULT_WINDOW_S), repeated so --help needs no analysis import;
+# a test keeps the two equal.
 DEFAULT_WINDOW_S = 60.0

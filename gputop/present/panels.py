@@ -13,13 +13,10 @@ from rich.text import Text
 
 from ..units import NA, SPARK, bar, bridge_gaps, fmt_bytes, fmt_pct, fmt_rate, short_gpu_name, sparkline, truncate
 from ..model import GpuInfo, GpuSample, HostSample, SamplingCost, SystemInfo, UtilPoint
-from ..analysis import Bucket, GpuMemory, decode_throttle, is_performance_limiting, throttle_label
+from ..analysis import IDLE_UTIL_PCT, Bucket, GpuMemory, decode_throttle, is_performance_limiting, throttle_label
 from .gpu_charts import chart_lines
 from .memory import forecast_text, forecast_texts
 from .plot import minmax
-
-# A 200 ms sample under this is an idle sample (nvidia-smi rounds a mostly idle period to 0-5 %).
-IDLE_UTIL_PCT = 10.0
 
 # The software power cap bit alone, and the share of the limit from which it really bites.
 POWER_CAP_ONLY = 0x4

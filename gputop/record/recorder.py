@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UserError
-from ..model import Event, GpuSample, HostSample
+from ..model import (Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, PaneViews, ProcSample, Reset,
+                     SamplingCost, StackSample, SystemInfo, TaskSample, UtilPoint, Verdict)
 from ..redact import redact_cmdline
 from ..units import fmt_clock, fmt_size_limit
 from .schema import STATE_EVENT_SOURCES
@@ -46,6 +47,11 @@ FLUSH_INTERVAL_S = 0.5
 # Batches waiting for the writer before new ones are dropped (and counted): at default rates a
 # session produces ~7 batches a second, so this is about five minutes of a stalled disk.
 MAX_PENDING_BATCHES = 2000
+
+# What carries its own time, so a stop time cuts it (every model type with a `ts`; a test keeps
+# the list whole): the rest (the target's state) is kept whatever its moment.
+TIMED = (Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, PaneViews, ProcSample, Reset, SamplingCost,
+         StackSample, SystemInfo, TaskSample, UtilPoint, Verdict)
 
 _STOP = object()
 
@@ -302,7 +308,7 @@ class Recorder:
     def _flush(self, samples: list[object]) -> None:
         until = self._until
         if until is not None:
-            samples = [x for x in samples if not getattr(x, "ts", until) > until]
+            samples = [x for x in samples if not (isinstance(x, TIMED) and x.ts > until)]
             if not samples:
                 return
         if self.writer.max_bytes and self.writer.near_cap():
