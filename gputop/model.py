@@ -180,6 +180,12 @@ class ProcSample:
     io_write_bps: float | None = None
     role: str = "gpu"  # gpu | target | worker
     env: tuple[tuple[str, str], ...] = ()  # performance-relevant keys, redacted
+    # A worker's private memory (pages no other process maps) and its proportional share of the
+    # shared ones, bytes. Read only for the target's workers, every few seconds each (the read
+    # walks the process's page tables): None on the polls it was not read. Copy-on-read shows
+    # here, not in RSS: a forked worker's RSS counts the parent's pages it shares from the start.
+    uss: int | None = None
+    pss: int | None = None
 
 
 # --------------------------------------------------------------------------- stacks

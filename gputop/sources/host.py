@@ -34,6 +34,36 @@ def job_env(environ: dict[str, str]) -> tuple[tuple[str, str], ...]:
 # How long a process's name, user and command line are reused before being read again.
 IDENTITY_TTL_S = 10.0
 
+# --- The workers' private memory (USS, PSS)
+# Copy-on-read (a Dataset of Python objects whose refcounts, touched in a forked worker, copy
+# every page they sit on) shows in a worker's private memory, not in its RSS: the RSS of a forked
+# child counts the parent's pages it shares from the start. The kernel gives the private figure
+# in /proc/PID/smaps_rollup, which it builds by walking every page table of the process under
+# its mmap lock (read side): while the walk runs, the process's own mmap/munmap/brk wait for it
+# (the kernel lets a waiting writer in between areas, but an area's walk is not interrupted).
+# So it is read only where the job can afford it:
+# - never the job's main process, a rank or a process holding a GPU (what trains: their page
+#   tables are the largest and their allocator maps memory all the time); only the target's
+#   other descendants (its DataLoader workers);
+# - each at most every USS_PERIOD_S, the workers' reads spread over that period, at most
+#   USS_READS_PER_POLL a poll (many workers lengthen the period rather than bunch the reads);
+# - each read timed: the worker's next read waits at least the read's cost / USS_LOCK_SHARE, so
+#   its lock is held by gputop at most that share of its time, however large it grows (a 5 ms
+#   read keeps the period; a 50 ms read is read every 50 s), and a read slower than
+#   USS_SLOW_READ_S is said once;
+# - /proc/PID/smaps_rollup only (Linux 4.14+), read directly: psutil's memory_full_info falls
+#   back to /proc/PID/smaps when the rollup is missing, which walks the same tables and formats
+#   every area besides; without the rollup, or without permission, workers are not read (said once).
+# A worker's USS grows by a few MB a minute or more when copy-on-read matters; a reading every
+# 12 s puts 50 points in the 10 minutes the memory forecast looks back over.
+USS_PERIOD_S = 12.0
+USS_READS_PER_POLL = 2
+USS_LOCK_SHARE = 0.001
+USS_SLOW_READ_S = 0.05
+# The target's descendants are listed again this often (psutil reads every process's stat for it).
+USS_CHILDREN_TTL_S = 5.0
+USS_MAX_WORKERS = 64
+
 
 class HostSource:
     name = "host"
@@ -46,6 +76,7 @@ class HostSource:
         target_pid: int | None = None,
         top_cpu: int = 0,
         env_pids: PidsProvider | None = None,
+        private: PrivateMemory | None = None,
     ) -> None:
         self.interval = interval
         # Without GPU processes to list (no NVML), the busiest CPU processes stand in.
@@ -65,6 +96,8 @@ class HostSource:
         self._gone: set[int] = set()
         self._identity_cache: dict[int, tuple[float, float, tuple[str, str | None, str]]] = {}
         self._env_pid_set: set[int] = set()
+        # The workers' USS/PSS reader (its pace: USS_*); a test passes one with a shorter period.
+        self._private = private or PrivateMemory(self._clock)
 
     def poll(self) -> list[object]:
         ts = self._clock()
@@ -155,6 +188,10 @@ class HostSource:
                 self._gone.add(pid)
                 if pid == self.target_pid:
                     out.append(Event(ts, "host", f"process {pid} has exited", "warning"))
+        if self.target_pid is not None:
+            # Whatever is read above (the target, its ranks, whatever holds a GPU) trains: its
+            # private memory is never read.
+            out.extend(self._private.poll(ts, self.target_pid, wanted, self._identity))
         return out
 
     def _proc_sample(self, ts: float, pid: int) -> ProcSample | None:
@@ -244,6 +281,136 @@ class HostSource:
                 usage.append((cpu, p.pid))
         usage.sort(reverse=True)
         return {pid for _, pid in usage[:n]}
+
+
+class PrivateMemory:
+    """The target's workers' private memory, read by the rules above (USS_*): a ProcSample per
+    worker read this poll, with ``uss``/``pss`` and the worker's other details; none for a
+    worker not due. ``cost`` keeps each worker's last read's seconds (for the README's numbers
+    and the tests)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, proc_root: str = "/proc",
+                 period_s: float = USS_PERIOD_S, lock_share: float = USS_LOCK_SHARE,
+                 monotonic: Callable[[], float] = time.monotonic, timer: Callable[[], float] = time.perf_counter,
+                 read: Callable[[str], dict[str, int]] | None = None) -> None:
+        self._clock = clock
+        self._root = proc_root
+        self.period_s = period_s
+        self.lock_share = lock_share
+        self._mono = monotonic
+        self._timer = timer
+        self._read_file = read or _smaps_rollup
+        self._due: dict[int, float] = {}  # pid -> monotonic time of its next read
+        self._procs: dict[int, psutil.Process] = {}
+        self._children_at = -1e18
+        self._children: list[psutil.Process] = []
+        self._said: set[str] = set()
+        self._primed: set[int] = set()
+        self.cost: dict[int, float] = {}
+        self.reads = 0
+
+    def poll(self, ts: float, target: int, not_workers: set[int], identity) -> list[object]:
+        now = self._mono()
+        if "unreadable" in self._said:
+            return []
+        if now - self._children_at >= USS_CHILDREN_TTL_S:
+            self._children_at = now
+            try:
+                self._children = psutil.Process(target).children(recursive=True)[:USS_MAX_WORKERS]
+            except psutil.Error:
+                self._children = []
+        workers = {c.pid: c for c in self._children if c.pid not in not_workers and c.pid != target}
+        for pid in list(self._due):
+            if pid not in workers:
+                self._due.pop(pid, None)
+                self._procs.pop(pid, None)
+                self.cost.pop(pid, None)
+                self._primed.discard(pid)
+        new = sorted(p for p in workers if p not in self._due)
+        # New workers (a DataLoader starts them together) are spread over one period, not read at once.
+        for k, pid in enumerate(new):
+            self._due[pid] = now + k * self.period_s / len(new)
+            self._procs[pid] = workers[pid]
+        out: list[object] = []
+        for pid in sorted((p for p, t in self._due.items() if t <= now), key=self._due.__getitem__)[:USS_READS_PER_POLL]:
+            out.extend(self._read(ts, pid, identity))
+        return out
+
+    def _read(self, ts: float, pid: int, identity) -> list[object]:
+        proc = self._procs[pid]
+        # Whatever happens, not again before the period is over (a failing read is not retried each poll).
+        self._due[pid] = self._mono() + self.period_s
+        t0 = self._timer()
+        try:
+            rollup = self._read_file(f"{self._root}/{pid}/smaps_rollup")
+        except FileNotFoundError:
+            # The kernel has no rollup (before 4.14: no process has it, and /proc lists none), the
+            # worker has just exited, or the kernel refused this one (psutil has seen ENOENT for live
+            # processes): only the first is for good, and tells the user something.
+            if os.path.isdir(f"{self._root}/{pid}") and not os.path.exists(f"{self._root}/{pid}/smaps_rollup"):
+                return self._off(ts, "unreadable", "workers' private memory (USS/PSS) is not read: this kernel has "
+                                 "no /proc/PID/smaps_rollup (Linux 4.14+), and reading the full smaps instead costs "
+                                 "the job too much")
+            return []
+        except PermissionError:
+            return self._off(ts, "denied", f"workers' private memory (USS/PSS) is not read: permission denied for "
+                             f"PID {pid} (another user's process, or ptrace restricted)")
+        except (OSError, ValueError):
+            return []  # gone (ESRCH) or a line this parser does not know: the next period tries again
+        cost = self._timer() - t0
+        self.cost[pid] = cost
+        self.reads += 1
+        # The lock is held for about the read's time: keep that under USS_LOCK_SHARE of the worker's.
+        wait = max(self.period_s, cost / self.lock_share)
+        self._due[pid] = self._mono() + wait
+        out: list[object] = []
+        if cost > USS_SLOW_READ_S and "slow" not in self._said:
+            self._said.add("slow")
+            out.append(Event(ts, "host", f"reading worker {pid}'s private memory took {cost * 1e3:.0f} ms: it is "
+                             f"read every {wait:.0f} s instead of {self.period_s:.0f} s", "info"))
+        try:
+            with proc.oneshot():
+                # The first CPU reading of a Process has no baseline (psutil says 0): unknown, not 0 %.
+                first = pid not in self._primed
+                self._primed.add(pid)
+                cpu = proc.cpu_percent(None)
+                created = proc.create_time()
+                name, user, cmdline = identity(pid, proc, created, self._mono())
+                sample = ProcSample(
+                    # Stamped when read, not when the poll began: the stacks source writes the same
+                    # worker's details each second, and the store keeps a process's samples in time order.
+                    ts=self._clock(), pid=pid, ppid=proc.ppid(), name=name, user=user, cmdline=cmdline,
+                    cpu_percent=None if first else cpu, rss=rollup.get("rss"), num_threads=proc.num_threads(),
+                    status=proc.status(), create_time=created, role="worker", uss=rollup["uss"],
+                    pss=rollup["pss"])
+        except psutil.Error:
+            return out
+        out.append(sample)
+        return out
+
+    def _off(self, ts: float, kind: str, message: str) -> list[object]:
+        if kind in self._said:
+            return []
+        self._said.add(kind)
+        return [Event(ts, "host", message, "info")]
+
+
+def _smaps_rollup(path: str) -> dict[str, int]:
+    """USS (the Private_* lines summed), PSS and RSS from one smaps_rollup, in bytes: the sums
+    psutil's memory_full_info makes of the same file."""
+    out = {"uss": 0}
+    with open(path, "rb") as f:
+        data = f.read()
+    for line in data.splitlines():
+        if line.startswith(b"Private_"):
+            out["uss"] += int(line.split()[1]) * 1024
+        elif line.startswith(b"Pss:"):
+            out["pss"] = int(line.split()[1]) * 1024
+        elif line.startswith(b"Rss:"):
+            out["rss"] = int(line.split()[1]) * 1024
+    if "pss" not in out:
+        raise ValueError("no Pss line")
+    return out
 
 
 def _core_pct(a, b) -> CoreTimes:
