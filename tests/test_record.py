@@ -401,7 +401,9 @@ def test_truncated_file_replays_what_is_readable_and_says_where_it_ends(tmp_path
     full_end = full.end_ts
     full.close()
     data = p.read_bytes()
-    p.write_bytes(data[: int(len(data) * 0.6)])
+    # Half: a cut through every series. Where a cut falls depends on the layout (at 0.6 the wider
+    # process rows of version 2 leave the GPU series whole, and the readable data ends at the end).
+    p.write_bytes(data[: int(len(data) * 0.5)])
     r = Reader(p)  # must not raise
     assert r.damage is not None and "ends at" in r.damage
     assert r.end_ts < full_end

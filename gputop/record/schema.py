@@ -31,8 +31,10 @@ APPLICATION_ID = 0x67705452
 # later) left the version at 1, and files from before it still read, with gain_predicted None.
 # A column added to a series' blocks is: an older reader decodes every block with the layout it
 # knows, so a wider block reads as damage. Version 2 added the GPU samples' NVLink rates
-# (GpuSample.nvlink_tx_bps / nvlink_rx_bps, after `error`): this gputop reads version 1 files with
-# the narrower layout (the rates None) and appends to one in that layout, so it stays version 1.
+# (GpuSample.nvlink_tx_bps / nvlink_rx_bps, after `error`) and, in the same unreleased cycle, the
+# workers' private memory (ProcSample.uss / pss, after `io_write_bps`): this gputop reads version 1
+# files with the narrower layouts (those fields None) and appends to one in them, so it stays
+# version 1.
 SCHEMA_VERSION = 2
 # The versions this gputop appends to, each in its own layout (see series_layouts).
 APPENDABLE_VERSIONS = (1, 2)
@@ -163,7 +165,11 @@ PROC_FIELDS: tuple[Field, ...] = (
     Field("status", "s"),
     Field("io_read_bps", "f", 1),
     Field("io_write_bps", "f", 1),
+    Field("uss", "i"),
+    Field("pss", "i"),
 )
+# The process fields a version 1 file holds: every field of version 2 before the private memory.
+PROC_FIELDS_V1 = PROC_FIELDS[: len(PROC_FIELDS) - 2]
 PROC_IDENTITY = ("pid", "ppid", "name", "user", "cmdline", "create_time", "role", "env")
 
 
@@ -191,6 +197,7 @@ def series_layouts(version: int) -> dict[str, str]:
     layouts = {name: s.layout for name, s in SERIES.items()}
     if version < 2:
         layouts["gpu"] = "ti" + "i" * len(GPU_FIELDS_V1)
+        layouts["procs"] = "ti" + "i" * len(PROC_FIELDS_V1)
     return layouts
 
 # Model fields stored some other way than a Field entry (checked by a test, so a new model

@@ -514,7 +514,8 @@ class RecordWriter:
             for s in procs:
                 s = codec.redact_proc(s)
                 rows.append(codec.proc_row(self._proc_id(s), s, sid))
-            self._write_block("procs", rows)
+            width = len(self._layouts["procs"])  # a version 1 file's rows stop before the private memory
+            self._write_block("procs", [r[:width] for r in rows])
         stacks = by.get(StackSample)
         if stacks:
             self._write_block(
