@@ -102,6 +102,10 @@ class Job:
     host_mem_total: int = 0  # bytes; 0: the host's memory not read
     host_available: Callable[[float], float] = lambda t: 0.0
     worker_rss: Callable[[float], float] | None = None
+    # Each worker's private memory, read as the host source reads it: every 12 s, the workers'
+    # reads spread over those 12 s (None: not read).
+    worker_uss: Callable[[float], float] | None = None
+    target_rss: Callable[[float], float] | None = None
 
     def store(self) -> Store:
         st = Store()
@@ -150,11 +154,14 @@ class Job:
                 mem_used=self.host_mem_total - int(self.host_available(t)),
             )))
             events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
-                                          num_threads=20, status="sleeping", role=self.target_role, env=self.env)))
+                                          num_threads=20, status="sleeping", role=self.target_role, env=self.env,
+                                          rss=int(self.target_rss(t)) if self.target_rss else None)))
             for w in range(self.workers):
                 events.append((ts, ProcSample(ts=ts, pid=TARGET + 1 + w, ppid=TARGET, name="pt_data_worker",
                                               cpu_percent=self.worker_cpu, num_threads=self.worker_threads,
                                               rss=int(self.worker_rss(t)) if self.worker_rss else None,
+                                              uss=int(self.worker_uss(t)) if self.worker_uss and sec % 12 == w * 3 % 12
+                                              else None,
                                               status="running", role="worker")))
                 if self.worker_stack is not None:
                     s = self.worker_stack(t)

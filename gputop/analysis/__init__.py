@@ -35,7 +35,7 @@ from .idle import (
 )
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
 from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_sen
-from .memory_window import MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
+from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
 from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
@@ -93,6 +93,7 @@ __all__ = [
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
     "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "wilson_interval", "worker_stats",
-    "GROWING", "GpuMemory", "Growth", "LeakLine", "MEMORY_WINDOW_S", "MemoryView", "WorkerMemory", "eta_text",
+    "COPY_ON_READ", "GROWING", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
+    "WorkerMemory", "eta_text",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
 ]

@@ -88,6 +88,11 @@ class Growth:
     def growing(self) -> bool:
         return self.kind == GROWING
 
+    @property
+    def judged(self) -> bool:
+        """History enough for a verdict (not SHORT)."""
+        return self.kind != SHORT
+
 
 def theil_sen(points: Sequence[tuple[float, float]], z: float = Z95) -> Fit | None:
     """The median pairwise slope and its rank interval (Sen 1968): robust to outliers and to

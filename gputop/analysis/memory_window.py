@@ -1,6 +1,13 @@
 """The job's memory over the last minutes, as series for ``memory_growth``: per GPU the job's own
-NVML memory (its processes summed per poll), and on the host the used memory and each
-DataLoader worker's RSS. Pure: samples in, a ``MemoryView`` out."""
+NVML memory (its processes summed per poll), and on the host the used memory, the main
+process's RSS and each DataLoader worker's RSS and private memory (USS). Pure: samples in, a
+``MemoryView`` out.
+
+On the host, whose memory grows tells two causes apart (``host_cause``): a forked worker's RSS
+counts the pages it shares with the main process from the start, so copy-on-read (the Dataset's
+Python objects copied page by page into each worker as their refcounts are touched) shows as
+the workers' USS growing while their RSS stays flat and the main process's is flat; a leak in
+the main process shows as its RSS growing while the workers' USS is flat."""
 
 from __future__ import annotations
 
@@ -21,6 +28,22 @@ MEMORY_WINDOW_S = Threshold(
 
 PROCESS, DEVICE = "process", "device"
 
+# How much of the workers must grow for the growth to be the Dataset's copy-on-read: every
+# worker reads the same kind of samples, so the copying grows them all alike; one growing
+# worker of many is that worker's own affair. Judgement.
+COPY_WORKER_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "At least this share of the workers whose USS is read must grow for copy-on-read: every worker reads the same "
+    "kind of samples, so the copying grows them all alike.")
+# A worker whose RSS grows at least this share of its USS's rate grows with new memory too (a
+# cache filled in each worker), not only with pages it shared turning private. Judgement.
+RSS_ALIKE_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "A worker's RSS growing at least this share of its USS's rate is new memory too, not only shared pages turned "
+    "private.")
+
+COPY_ON_READ, MAIN_LEAK = "copy-on-read", "main-process"
+
 
 @dataclass(frozen=True)
 class GpuMemory:
@@ -35,6 +58,15 @@ class GpuMemory:
 class WorkerMemory:
     pid: int
     growth: Growth  # of its RSS
+    # Of its private memory (USS): None where the host source read none (a recording from before
+    # it, a kernel without smaps_rollup, no permission).
+    uss: Growth | None = None
+
+    @property
+    def rss_alike(self) -> bool:
+        """Its RSS grows with its USS (new memory in the worker), not flat under it."""
+        u = self.uss
+        return u is not None and u.growing and self.growth.growing and self.growth.rate >= RSS_ALIKE_SHARE * u.rate
 
 
 @dataclass(frozen=True)
@@ -42,10 +74,34 @@ class MemoryView:
     gpus: tuple[GpuMemory, ...] = ()
     host: Growth | None = None  # the host's used memory against its total
     workers: tuple[WorkerMemory, ...] = ()
+    main: Growth | None = None  # the target's own RSS
     # Lines of the job's own code seen in its stacks that keep a step's tensor with its graph.
     leaks: tuple[LeakLine, ...] = ()
     # What likely ended the target, with its evidence, once it has exited (memory_cause).
     exit_cause: str | None = None
+
+    @property
+    def uss_read(self) -> tuple[WorkerMemory, ...]:
+        """The workers whose private memory has history enough to judge."""
+        return tuple(w for w in self.workers if w.uss is not None and w.uss.judged)
+
+    @property
+    def uss_growing(self) -> tuple[WorkerMemory, ...]:
+        return tuple(w for w in self.uss_read if w.uss is not None and w.uss.growing)
+
+    @property
+    def host_cause(self) -> str | None:
+        """Whose host memory grows, on the evidence of USS: COPY_ON_READ (at least
+        COPY_WORKER_SHARE of the workers' USS grows, the main process's RSS does not), MAIN_LEAK
+        (the main process's RSS grows, no worker's USS does), None (no USS read, both grow, or
+        neither)."""
+        read, grow = self.uss_read, self.uss_growing
+        main_grows = self.main is not None and self.main.growing
+        if read and grow and len(grow) >= COPY_WORKER_SHARE * len(read) and not main_grows:
+            return COPY_ON_READ
+        if read and not grow and main_grows:
+            return MAIN_LEAK
+        return None
 
     def gpu(self, index: int) -> GpuMemory | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -70,7 +126,8 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
                 procs: Mapping[int, Sequence[ProcSample]], family: Collection[int],
                 workers: Collection[int] = (), gpu_info: Mapping[int, GpuInfo] | None = None) -> MemoryView:
     """``gpus``: the job's GPUs; ``gpu_processes``: NVML's process lists over the window (every
-    poll's); ``family``: the target and its workers; ``workers``: the DataLoader workers."""
+    poll's); ``procs``: per pid, the family's process samples (the workers', and the target's for
+    its RSS); ``family``: the target and its workers; ``workers``: the DataLoader workers."""
     out: list[GpuMemory] = []
     for i in sorted(gpus):
         samples = gpu_samples.get(i, ())
@@ -93,11 +150,19 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         host_growth = growth(hs, float(host[-1].mem_total))
     ws = []
     for pid in sorted(workers):
+        samples = procs.get(pid, ())
+        series = [(s.ts, float(s.rss)) for s in samples if s.rss is not None]
+        # USS is read every few seconds, not every poll: its series is the polls that have it.
+        private = [(s.ts, float(s.uss)) for s in samples if s.uss is not None]
+        if series:
+            ws.append(WorkerMemory(pid, growth(series), growth(private) if private else None))
+    main = None
+    for pid in set(family) - set(workers):  # the target (family is the target and its workers)
         series = [(s.ts, float(s.rss)) for s in procs.get(pid, ()) if s.rss is not None]
         if series:
-            ws.append(WorkerMemory(pid, growth(series)))
-    return MemoryView(tuple(out), host_growth, tuple(ws))
+            main = growth(series)
+    return MemoryView(tuple(out), host_growth, tuple(ws), main=main)
 
 
-__all__ = ["DEVICE", "GpuMemory", "MEMORY_WINDOW_S", "MemoryView", "PROCESS", "WorkerMemory", "job_gpu_series",
-           "memory_view"]
+__all__ = ["COPY_ON_READ", "COPY_WORKER_SHARE", "DEVICE", "GpuMemory", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
+           "PROCESS", "RSS_ALIKE_SHARE", "WorkerMemory", "job_gpu_series", "memory_view"]

@@ -465,7 +465,8 @@ def read_memory(store: Store, w: JobWindow) -> MemoryReads | None:
     exited = [s for s in store.proc_window(w.target_pid, t0, now) if s.status in ("exited", "zombie")]
     return MemoryReads(
         gpus=gpus, gpu_polls={i: store.gpu_window(i, t0, now) for i in gpus}, listed=listed,
-        host=store.host_window(t0, now), worker_procs={pid: store.proc_window(pid, t0, now) for pid in workers},
+        # The target's samples too: its RSS growing or not tells a leak in it from the workers' copy-on-read.
+        host=store.host_window(t0, now), worker_procs={pid: store.proc_window(pid, t0, now) for pid in family},
         family=family, workers=workers, exited_at=exited[0].ts if exited else None)
 
 

@@ -3,7 +3,7 @@ towards the limit (with a forecast), or what ended a job that ran out."""
 
 from __future__ import annotations
 
-from ...analysis import CPU_DEVICE, Growth, eta_text, rate_text
+from ...analysis import COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, Growth, MemoryView, eta_text, rate_text
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from ...model import Severity
@@ -169,6 +169,45 @@ def _growth_line(who: str, gr: Growth) -> str:
             f"over the last {gr.span_s / 60:.0f} min; {used}")
 
 
+def _median_rate(growths: list[Growth]) -> str:
+    rates = sorted(g.rate for g in growths)
+    return rate_text(rates[len(rates) // 2])
+
+
+def _host_evidence(mem: MemoryView) -> list[str]:
+    """Whose host memory grows: the workers' private memory (USS) where the host source read
+    it, their RSS, and the main process's RSS."""
+    out: list[str] = []
+    n = len(mem.workers)
+    read, grow = mem.uss_read, mem.uss_growing
+    if grow:
+        line = (f"{len(grow)} of {n} DataLoader workers' private memory (USS) grows "
+                f"{_median_rate([w.uss for w in grow if w.uss is not None])} each (median)")
+        if mem.host_cause == COPY_ON_READ:
+            alike = any(w.rss_alike for w in grow)
+            line += (": the Dataset's Python objects are copied into each worker as their refcounts are touched "
+                     "(copy-on-read)" + ("; their RSS grows alike, so they also allocate (a cache filled in each "
+                                         "worker grows the same way)" if alike else
+                                         ", while their RSS stays flat (those pages were shared, now private)"))
+        out.append(line)
+    elif read:
+        out.append(f"the {len(read)} DataLoader workers' private memory (USS) is flat: no copy-on-read")
+    else:
+        rss_grow = [w.growth for w in mem.workers if w.growth.growing]
+        if rss_grow:
+            out.append(f"{len(rss_grow)} of {n} DataLoader workers' RSS grows {_median_rate(rss_grow)} each (median)")
+        elif mem.workers:
+            out.append(f"the {n} DataLoader workers' RSS is flat, and their private memory (USS) has no history yet "
+                       "(read every few seconds; a kernel before 4.14 or another user's job has none): copy-on-read "
+                       "shows in USS, not in RSS")
+    if mem.main is not None and mem.main.growing:
+        out.append(f"the main process's RSS grows {rate_text(mem.main.rate)}"
+                   + (": the growth is in the main process, not the workers" if mem.host_cause == MAIN_LEAK else ""))
+    elif mem.main is not None and mem.main.judged:
+        out.append("the main process's RSS is flat")
+    return out
+
+
 @uses(HORIZON_S, WARN_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
 def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     mem = ctx.memory
@@ -208,15 +247,11 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         gr, gpu = what, None
         evidence = [_growth_line("host memory", gr),
                     f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
-        grow = [w for w in mem.workers if w.growth.growing]
-        if grow:
-            rates = sorted(w.growth.rate for w in grow)
-            evidence.append(f"{len(grow)} of {len(mem.workers)} DataLoader workers' RSS grows, "
-                            f"{rate_text(rates[len(rates) // 2])} each (median)")
-        elif mem.workers:
-            evidence.append(f"the {len(mem.workers)} DataLoader workers' RSS is flat: copies of shared pages "
-                            "(copy-on-read) do not show in RSS, only in USS/PSS, which gputop does not read")
-        action = _COPY_ON_READ if mem.workers else _FIND_IT_HOST
+        evidence.extend(_host_evidence(mem))
+        # The workers' USS tells copy-on-read from a leak elsewhere (the main process): growing,
+        # the Dataset's remedy; read and flat, not that. Not read (no history yet, no
+        # smaps_rollup), a job with workers keeps the likelier copy-on-read.
+        action = _COPY_ON_READ if mem.uss_growing or (mem.workers and not mem.uss_read) else _FIND_IT_HOST
         title = f"host memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
     return Hit(
         evidence=tuple(evidence),
