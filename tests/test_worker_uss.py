@@ -143,3 +143,17 @@ def test_the_host_source_reads_the_targets_workers_not_the_target(children):
     assert target and all(s.uss is None and s.pss is None for s in target)
     workers = [s for s in seen if isinstance(s, ProcSample) and s.pid in children]
     assert {s.pid for s in workers} == set(children) and all(s.uss for s in workers)
+
+
+def test_without_nvml_busy_workers_listed_among_the_busiest_are_still_read(children, monkeypatch):
+    # A host without NVML lists the busiest processes too; the workers are often among them, and
+    # being busy does not make them the training process.
+    clock = Clock()
+    src = HostSource(pids=lambda: [os.getpid()], target_pid=os.getpid(), top_cpu=3,
+                     private=PrivateMemory(monotonic=clock))
+    monkeypatch.setattr(src, "_busiest", lambda n: set(children))
+    seen = []
+    for _ in range(13):
+        seen += src.poll()
+        clock.t += 1.0
+    assert {s.pid for s in seen if isinstance(s, ProcSample) and s.uss} == set(children)

@@ -28,7 +28,8 @@ def _worker_series(pid: int, uss_rate: float, rss_rate: float = 0.0, seconds: in
 def _view(uss_rates, main_rate: float, rss_rate: float = 0.0):
     procs = {TARGET + 1 + i: _worker_series(TARGET + 1 + i, r, rss_rate) for i, r in enumerate(uss_rates)}
     procs[TARGET] = [ProcSample(ts=T0 + k, pid=TARGET, rss=int(2 * GiB + main_rate * k)) for k in range(300)]
-    host = [HostSample(ts=T0 + k, cpu_percent=10.0, mem_total=64 * GiB, mem_available=int(40 * GiB - 2 * MiB * k)) for k in range(300)]
+    host = [HostSample(ts=T0 + k, cpu_percent=10.0, mem_total=64 * GiB, mem_available=int(40 * GiB - 2 * MiB * k))
+            for k in range(300)]
     workers = set(procs) - {TARGET}
     return memory_view((), {}, [], host, procs, {TARGET} | workers, workers)
 

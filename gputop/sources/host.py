@@ -39,18 +39,21 @@ IDENTITY_TTL_S = 10.0
 # every page they sit on) shows in a worker's private memory, not in its RSS: the RSS of a forked
 # child counts the parent's pages it shares from the start. The kernel gives the private figure
 # in /proc/PID/smaps_rollup, which it builds by walking every page table of the process under
-# its mmap lock (read side): while the walk runs, the process's own mmap/munmap/brk wait for it
-# (the kernel lets a waiting writer in between areas, but an area's walk is not interrupted).
-# So it is read only where the job can afford it:
+# its mmap lock (read side): while the walk runs, the process's own mmap/munmap/brk may wait for
+# it (kernels since late 2020 let a waiting writer in between areas, not within one). Its cost
+# grows with what the process maps: 12-17 ms for a torch job's DataLoader worker (390 MB RSS),
+# 19 ms for that job's main process, 48 ms for a torch process holding 2.2 GB (median of 40 reads,
+# a 2-core VM, Linux 6.18). So it is read only where the job can afford it:
 # - never the job's main process, a rank or a process holding a GPU (what trains: their page
 #   tables are the largest and their allocator maps memory all the time); only the target's
 #   other descendants (its DataLoader workers);
 # - each at most every USS_PERIOD_S, the workers' reads spread over that period, at most
 #   USS_READS_PER_POLL a poll (many workers lengthen the period rather than bunch the reads);
 # - each read timed: the worker's next read waits at least the read's cost / USS_LOCK_SHARE, so
-#   its lock is held by gputop at most that share of its time, however large it grows (a 5 ms
-#   read keeps the period; a 50 ms read is read every 50 s), and a read slower than
-#   USS_SLOW_READ_S is said once;
+#   its lock is held by gputop at most that share of its time, however large it grows (a 12 ms
+#   read keeps the period, a 17 ms one comes every 17 s, a 50 ms one every 50 s), and a read
+#   slower than USS_SLOW_READ_S is said once. A thousandth: a worker stalled that long at worst
+#   (only if it maps memory during a read) loses less than any step time shows;
 # - /proc/PID/smaps_rollup only (Linux 4.14+), read directly: psutil's memory_full_info falls
 #   back to /proc/PID/smaps when the rollup is missing, which walks the same tables and formats
 #   every area besides; without the rollup, or without permission, workers are not read (said once).
@@ -173,6 +176,9 @@ class HostSource:
         wanted = set(self._pids())
         if self.target_pid is not None:
             wanted.add(self.target_pid)
+        # What trains (the target, its ranks, whatever holds a GPU); not the busiest processes
+        # added below for a host without NVML, which are often the workers themselves.
+        trains = set(wanted)
         if self._top_cpu:
             wanted |= self._busiest(self._top_cpu)
         for pid in list(self._procs):
@@ -189,9 +195,7 @@ class HostSource:
                 if pid == self.target_pid:
                     out.append(Event(ts, "host", f"process {pid} has exited", "warning"))
         if self.target_pid is not None:
-            # Whatever is read above (the target, its ranks, whatever holds a GPU) trains: its
-            # private memory is never read.
-            out.extend(self._private.poll(ts, self.target_pid, wanted, self._identity))
+            out.extend(self._private.poll(ts, self.target_pid, trains, self._identity))
         return out
 
     def _proc_sample(self, ts: float, pid: int) -> ProcSample | None:
@@ -332,7 +336,8 @@ class PrivateMemory:
             self._due[pid] = now + k * self.period_s / len(new)
             self._procs[pid] = workers[pid]
         out: list[object] = []
-        for pid in sorted((p for p, t in self._due.items() if t <= now), key=self._due.__getitem__)[:USS_READS_PER_POLL]:
+        due = sorted((p for p, t in self._due.items() if t <= now), key=self._due.__getitem__)
+        for pid in due[:USS_READS_PER_POLL]:  # the longest waiting first; the rest on the next polls
             out.extend(self._read(ts, pid, identity))
         return out
 
