@@ -130,3 +130,17 @@ def test_the_stragglers_cost_and_gain_are_the_time_the_others_wait():
     assert hit.gain_bound == expect and expect > 21
     # A rank with no GPU (gloo on CPUs) is not told to pin memory: it speeds only host-to-GPU copies.
     assert "pin_memory" not in hit.action
+
+
+def test_a_share_of_the_cpu_devices_window_is_a_share_of_samples():
+    """On no GPU the device's time line is the main thread's samples: its shares take the upper
+    limit too (cpu-oversubscribed, loader-respawn); a GPU's, from NVML's polls, do not."""
+    from gputop.advisor.rules.base import device_upper
+    from gputop.analysis import CPU_DEVICE
+
+    _, ctx = rule_findings(_sleeper(20, 20.0, 1.0))
+    (cpu,) = [g for g in ctx.gpus if g.index == CPU_DEVICE]
+    u = device_upper(ctx, cpu, 0.95)
+    assert u is not None and u.samples == len(ctx.main_stacks) == 20 and u.upper > 0.99
+    _, gctx = rule_findings(Job(seconds=10.0))
+    assert device_upper(gctx, gctx.gpus[0], 0.95) is None

@@ -291,6 +291,16 @@ def loop_wait_upper(ctx: AnalysisContext, gpu_fraction: float, *cats: Category) 
     return sampled_upper(main_share(ctx, *cats), len(ctx.main_stacks), gpu_fraction)
 
 
+def device_upper(ctx: AnalysisContext, g: GpuView, fraction: float) -> ShareLimit | None:
+    """The stated bound's share of ``g``'s window where that share is itself read from samples: a
+    job on no GPU has the training thread as its device, its time line built from the main
+    thread's stack samples (analysis.breakdown.stack_slices), so a share of it is k of n samples
+    and is taken at its upper limit (share_upper). None for a GPU: NVML's many polls."""
+    if g.index != CPU_DEVICE:
+        return None
+    return sampled_upper(fraction, len(ctx.main_stacks))
+
+
 def bounded(fraction: float, limit: float | None = None, upper: ShareLimit | None = None) -> float:
     """The smaller of the wait's bound and the change's own (``limit``). With ``upper`` the
     wait's bound is taken at the share's upper confidence limit; ``limit`` is unaffected."""

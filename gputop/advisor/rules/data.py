@@ -30,6 +30,7 @@ from .base import (
     DATA_BUCKETS,
     data_wait_s,
     device_name,
+    device_upper,
     enough_stacks,
     gain,
     gpu_index,
@@ -428,8 +429,9 @@ def check_cpu_oversubscribed(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(e for e in ev if e),
         action=", and ".join(parts) + f"  # {w.count + 1} processes x {n} thread{'s' if n != 1 else ''} for {cores} cores",
-        expected_gain=gain(frac, limit, why) + "; threads stop evicting each other from the cores",
-        gain_bound=bounded(frac, limit),
+        expected_gain=gain(frac, limit, why, upper=device_upper(ctx, g, frac))
+        + "; threads stop evicting each other from the cores",
+        gain_bound=bounded(frac, limit, device_upper(ctx, g, frac)),
         cost_s=cost,
         confidence=confidence(min(1.0, over.threads / (cores * 4)), len(ctx.main_stacks)),
         gpu_index=gpu_index(g),
@@ -739,8 +741,9 @@ def check_loader_respawn(ctx: AnalysisContext) -> Hit | None:
         ),
         action=loader_line(w.count, pin=g.index != CPU_DEVICE, ctx=ctx) + "  # persistent_workers=True keeps the workers across epochs",
         expected_gain=f"about {secs(c)} of GPU time back at every epoch start: "
-        + gain(c / g.breakdown.total_s).replace("steps/s", "steps/s over this window"),
-        gain_bound=bounded(c / g.breakdown.total_s),
+        + gain(c / g.breakdown.total_s, upper=device_upper(ctx, g, c / g.breakdown.total_s)).replace(
+            "steps/s", "steps/s over this window"),
+        gain_bound=bounded(c / g.breakdown.total_s, upper=device_upper(ctx, g, c / g.breakdown.total_s)),
         cost_s=c,
         confidence=0.7,
         gpu_index=gpu_index(g),
