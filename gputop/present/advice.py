@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import Iterable, Mapping, Sequence
 
-from ..advisor.rules.base import MIN_COST_FRACTION, times
+from ..advisor import MIN_COST_FRACTION, gain_times
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
 from ..units import fmt_seconds, truncate
@@ -332,7 +332,7 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
         f = findings[0]
         more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
         # The advisor's own formatter: "100x" as the gain's text says it, never "1e+02x".
-        bound = f" · at most {times(f.gain_predicted)}" if f.gain_predicted and f.gain_predicted > 1 else ""
+        bound = f" · at most {gain_times(f.gain_predicted)}" if f.gain_predicted and f.gain_predicted > 1 else ""
         tail = f"{bound}{more} · 2: details"
         head = SEVERITY_MARK.get(f.severity, "  ")
         room = max(10, width - len(head) - len(tail))
