@@ -144,3 +144,16 @@ def test_a_share_of_the_cpu_devices_window_is_a_share_of_samples():
     assert u is not None and u.samples == len(ctx.main_stacks) == 20 and u.upper > 0.99
     _, gctx = rule_findings(Job(seconds=10.0))
     assert device_upper(gctx, gctx.gpus[0], 0.95) is None
+
+
+def test_a_limit_that_falls_as_the_share_rises_takes_the_shares_low_end():
+    """n workers load at most n / f as fast as one thread loading f of the time: from f read as
+    100 % of 20 samples that said "at most 2.0x" for 2 workers; the new user's starved job
+    measured 2.0-2.3x with them. Stated from f's lower limit, it is above 2.0x."""
+    from gputop.advisor.rules.base import share_lower
+
+    job = Job(seconds=20.0, util=None, cores=2, stack_rate=1.0, main=lambda t: Category.DATA_FETCH)
+    found, ctx = rule_findings(job)
+    f = found["data-starved"]
+    assert "num_workers=2," in f.action
+    assert f.gain_predicted == round(2 / share_lower(20, 20), 2) and f.gain_predicted > 2.1

@@ -301,6 +301,29 @@ def device_upper(ctx: AnalysisContext, g: GpuView, fraction: float) -> ShareLimi
     return sampled_upper(fraction, len(ctx.main_stacks))
 
 
+def share_lower(k: float, n: int, z: float = SHARE_UPPER_Z) -> float:
+    """The exact lower confidence limit of a share seen in ``k`` of ``n`` samples, one-sided at
+    the same level as ``share_upper``: for a limit that falls as the share rises (n workers load
+    at most n / f as fast as one thread loading f of the time), whose upper bound needs f at its
+    lowest. 0 without samples."""
+    if n <= 0:
+        return 0.0
+    return max(0.0, 1.0 - share_upper(n - k, n, z))
+
+
+def loop_wait_lower(ctx: AnalysisContext, g: GpuView, gpu_fraction: float, *cats: Category) -> float:
+    """``loop_wait`` at its lower confidence limit where it is read from the stacks: the GPU's
+    idle share (NVML's polls) as it is, or the loop's share of samples at share_lower, whichever
+    is larger, and never above ``loop_wait`` itself. On no GPU the device's own share is one of
+    samples too (``device_upper``), so it is taken at its lower limit as well."""
+    whole = loop_wait(ctx, gpu_fraction, *cats)
+    n = len(ctx.main_stacks)
+    device = share_lower(gpu_fraction * n, n) if g.index == CPU_DEVICE else gpu_fraction
+    if not enough_stacks(ctx):
+        return min(whole, device)
+    return min(whole, max(device, share_lower(main_share(ctx, *cats) * n, n)))
+
+
 def bounded(fraction: float, limit: float | None = None, upper: ShareLimit | None = None) -> float:
     """The smaller of the wait's bound and the change's own (``limit``). With ``upper`` the
     wait's bound is taken at the share's upper confidence limit; ``limit`` is unaffected."""
