@@ -37,3 +37,44 @@ def test_a_sleep_in_the_loop_while_the_gpu_waits_is_named_with_its_line():
 def test_a_wait_the_gpu_does_not_feel_is_not_a_cost():
     # The GPU stays busy (the sleep overlaps queued work): nothing to give back.
     assert "blocking-in-loop" not in _found(_job(lambda t: 100.0))
+
+
+# A loop written at module level (the new user's leak.py: `time.sleep(0.02); r.tick()` on line
+# 12 of the loop itself): there is no function to hand to a thread. It was told "take `<module>`
+# off the training loop's thread".
+MODULE_SLEEP = (Frame("<module>", "/home/u/leak.py", 12, code="time.sleep(0.02); r.tick()"),)
+MODULE_STEP = (Frame("Linear.forward", "/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py", 116),
+               Frame("<module>", "/home/u/leak.py", 9))
+# The same inside the loop's own function (`def train(): while ...: time.sleep(...)`): its frame
+# also holds the model's work, so it is the loop, not a helper it calls.
+TRAIN_SLEEP = (Frame("train", "/home/u/train.py", 44, code="time.sleep(0.02)"), Frame("<module>", "/home/u/train.py", 60))
+TRAIN_STEP = (Frame("Linear.forward", "/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py", 116),
+              Frame("train", "/home/u/train.py", 41), Frame("<module>", "/home/u/train.py", 60))
+
+
+def _loop_job(sleep, step):
+    def blocked(t):
+        return (t * 5) % 5 < 4
+
+    return Job(seconds=20, util=None, main=lambda t: C.IDLE if blocked(t) else C.FORWARD,
+               main_frames=lambda t: sleep if blocked(t) else step, main_active=lambda t: not blocked(t))
+
+
+def test_a_loop_at_module_level_is_told_to_change_its_blocking_line():
+    f = _found(_loop_job(MODULE_SLEEP, MODULE_STEP))["blocking-in-loop"]
+    text = f.title + f.action
+    assert "`<module>`" not in text and "take `" not in f.action
+    assert "`time.sleep(0.02); r.tick()` (u/leak.py:12)" in f.title
+    assert f.action.startswith("the loop itself blocks at `time.sleep(0.02); r.tick()` (u/leak.py:12)")
+
+
+def test_a_sleep_in_the_loops_own_function_is_the_line_not_the_function():
+    f = _found(_loop_job(TRAIN_SLEEP, TRAIN_STEP))["blocking-in-loop"]
+    assert "take `train`" not in f.action
+    assert f.action.startswith("the loop itself blocks at `time.sleep(0.02)` (u/train.py:44)")
+
+
+def test_a_helper_the_loop_calls_is_moved_and_its_line_named():
+    f = _found(_job(periodic(1.0, 0.2)))["blocking-in-loop"]
+    assert f.action.startswith("take `log_metrics` (it blocks at `time.sleep(0.03)` (u/train.py:10)) off")
+    assert "at `time.sleep(0.03)` (u/train.py:10)" in f.title

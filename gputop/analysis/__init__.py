@@ -44,7 +44,7 @@ from .ranks import (
 )
 from .spin import spin_share
 from .stacks_summary import Hot, StacksView, WorkerView
-from .stats import wilson_interval
+from .stats import exact_upper, wilson_interval
 from .step import StepModel, compiling, step_dict, step_line, step_model
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
@@ -92,7 +92,7 @@ __all__ = [
     "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
     "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
-    "wilson_interval", "worker_stats",
+    "exact_upper", "wilson_interval", "worker_stats",
     "COPY_ON_READ", "GROWING", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
     "WorkerMemory", "eta_text",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",

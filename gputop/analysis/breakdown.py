@@ -105,10 +105,18 @@ CPU_DEVICE = -1
 COMPUTE_CATEGORIES = frozenset({Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER})
 
 
+# With no device, a "sync" (loss.item(), .cpu(), .tolist() on a CPU tensor) or a "copy" (.to(device)
+# with device cpu) waits for nothing: it reads or copies host memory, the step's own CPU work. A job
+# on no GPU was shown "host-device sync 4 %" in its breakdown.
+NO_DEVICE_COMPUTE = frozenset({Category.HOST_SYNC, Category.H2D_COPY})
+
+
 def computing(sample: StackSample) -> bool:
     """On the CPU device: the thread runs the step (the model, the loss, the optimizer, or
-    unclassified code it runs, such as a loss function outside any module)."""
-    return sample.category in COMPUTE_CATEGORIES or (sample.category is Category.OTHER and sample.active)
+    unclassified code it runs, such as a loss function outside any module; a read of a tensor's
+    value or a copy, which with no device wait for nothing)."""
+    return (sample.category in COMPUTE_CATEGORIES or sample.category in NO_DEVICE_COMPUTE
+            or (sample.category is Category.OTHER and sample.active))
 
 
 def bucket_of(sample: StackSample) -> Bucket:

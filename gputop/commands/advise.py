@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(step_line(step))
     print()
-    print(findings_text(findings, since=start, collecting=store.collecting()))
+    print(findings_text(findings, since=start, collecting=store.collecting(), breakdowns=breakdowns))
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import Iterable, Mapping, Sequence
 
+from ..advisor import MIN_COST_FRACTION, gain_times
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, whole_percentages
 from ..model import Evidence, Finding, Severity
 from ..units import fmt_seconds, truncate
@@ -165,12 +166,40 @@ def collecting_text(ev: Evidence | None, stacks_readable: bool = True) -> str | 
     return f"Collecting evidence: {', '.join(parts)}. Findings come once there is enough to judge."
 
 
+def unnamed_wait(breakdowns: Sequence[Breakdown]) -> str | None:
+    """With no findings, the largest wait the breakdown attributes (a named bucket, not busy nor
+    other/unknown) that is past the advisor's cost bar, as a sentence: the wait is measured but no
+    rule had the evidence that tells its cause from its look-alikes. None when there is none.
+    "Nothing costs the job a visible share of its time" beside a bar that shows 100 % waiting for
+    data denied what the same output showed."""
+    best: tuple[float, Breakdown, Bucket] | None = None
+    for bd in breakdowns:
+        if bd.total_s <= 0:
+            continue
+        for b in Bucket:
+            if b in (Bucket.BUSY, Bucket.UNKNOWN):
+                continue
+            share = bd.get(b) / bd.total_s
+            if share >= MIN_COST_FRACTION and (best is None or share > best[0]):
+                best = (share, bd, b)
+    if best is None:
+        return None
+    share, bd, b = best
+    return (f"No finding names a cause, but {device_name(bd)} is {BUCKET_LABELS[b]} {100 * share:.0f} % of the window: no "
+            "rule had the evidence that tells why from its look-alikes (for a data wait: the loader workers' CPU and "
+            "stacks, the host's CPU, iowait and disk reads). `gputop stacks --pid PID` shows where the job's threads "
+            "and workers wait now.")
+
+
 def findings_text(findings: Sequence[Finding], width: int = 100, since: float | None = None,
-                  collecting: Evidence | None = None) -> str:
+                  collecting: Evidence | None = None, breakdowns: Sequence[Breakdown] = ()) -> str:
     """``collecting``: the advisor had too little to go on for a verdict (``Verdict.collecting``):
-    said instead of "no findings"."""
+    said instead of "no findings". ``breakdowns``: a wait they show past the cost bar is said
+    (``unnamed_wait``) instead of "nothing costs the job"."""
     if not findings:
-        return collecting_text(collecting) or "No findings: nothing in this window costs the job a visible share of its time."
+        wait = unnamed_wait(breakdowns)
+        return (collecting_text(collecting) or (textwrap.fill(wait, width) if wait else None)
+                or "No findings: nothing in this window costs the job a visible share of its time.")
     blocks = ["\n".join(finding_lines(f, i + 1, width, since)) for i, f in enumerate(findings)]
     return "\n\n".join(blocks)
 
@@ -302,7 +331,8 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
     if findings:
         f = findings[0]
         more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
-        bound = f" · at most {f.gain_predicted:.2g}x" if f.gain_predicted and f.gain_predicted > 1 else ""
+        # The advisor's own formatter: "100x" as the gain's text says it, never "1e+02x".
+        bound = f" · at most {gain_times(f.gain_predicted)}" if f.gain_predicted and f.gain_predicted > 1 else ""
         tail = f"{bound}{more} · 2: details"
         head = SEVERITY_MARK.get(f.severity, "  ")
         room = max(10, width - len(head) - len(tail))
@@ -370,6 +400,10 @@ def advice_pane_lines(
         out.extend(_wrapped(f"No finding names a cause, but {unknown:.0%} of the time is other/unknown: no rule "
                             "knows what the job does then. The Stacks tab (3) shows where its main thread is.",
                             width, "", "", "dim"))
+        return out
+    named = unnamed_wait(shown)
+    if not findings and named:
+        out.extend(_wrapped(named, width, "", "", "dim"))
         return out
     if not findings:
         msg = "No findings: nothing costs the job a visible share of its time."

@@ -27,6 +27,7 @@ from .data import (
     check_io_bound,
     check_loader_respawn,
     check_small_shm,
+    check_workers_blocked,
     check_workers_saturated,
     workers_for,
 )
@@ -55,6 +56,7 @@ THROUGHPUT_IDS = (
     "workers-saturated",
     "cpu-oversubscribed",
     "io-bound",
+    "workers-blocked",
     "host-sync",
     "pageable-h2d",
     "checkpoint-stall",
@@ -83,6 +85,7 @@ RULES: tuple[Rule, ...] = (
          supersedes=("workers-saturated",)),
     Rule("workers-saturated", "GPU waits for data: loader workers saturated", W, check_workers_saturated),
     Rule("io-bound", "GPU waits for storage: input is IO-bound", W, check_io_bound),
+    Rule("workers-blocked", "GPU waits for data: loader workers blocked, not computing", W, check_workers_blocked),
     Rule("pageable-h2d", "GPU waits for host-to-device copies", W, check_pageable_h2d),
     Rule("host-sync", "Host-device syncs every step", W, check_host_sync),
     Rule("checkpoint-stall", "Checkpoint saves stall the GPU", W, check_checkpoint_stall),

@@ -14,8 +14,8 @@ from ...analysis import Straggler, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
-    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, Hit, bounded, confidence, gain, idle_line,
-    labels_line, pct, significant, uses, worst,
+    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, Hit, ShareLimit, bounded, confidence, gain,
+    idle_line, labels_line, pct, sampled_upper, significant, uses, worst,
 )
 from .threshold import DERIVED, JUDGEMENT, Threshold
 
@@ -135,10 +135,16 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     names = ", ".join(str(v.rank) for v in waiting)
     if found.on_gpu:
         fn = "NCCL collectives (on their GPUs)"
-        wait_share = min(v.gpu_wait or 0.0 for v in waiting)
+        least = min(waiting, key=lambda v: v.gpu_wait or 0.0)
+        wait_share = least.gpu_wait or 0.0
+        # NVML's polls, each a mean over its second: no sampling interval to state.
+        upper = ShareLimit(wait_share, 0)
     else:
         fn = next((v.collective_fn for v in waiting if v.collective_fn), None) or "collectives"
-        wait_share = min(v.collective for v in waiting)
+        least = min(waiting, key=lambda v: v.collective)
+        wait_share = least.collective
+        # Read from that rank's stack samples: its upper confidence limit bounds the gain.
+        upper = sampled_upper(wait_share, least.samples)
     phase, fix = straggler_phase(ctx, found)
     ev = [f"rank {slow.rank} (pid {slow.pid}) {phase} while rank{'s' if len(waiting) > 1 else ''} {names} "
           f"wait{'' if len(waiting) > 1 else 's'} in {fn} {pct(wait_share)}"]
@@ -164,10 +170,13 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     return Hit(
         evidence=tuple(ev),
         action=f"{fix}; then compare: gputop stacks --pid {slow.pid}",
-        # The others' wait comes back at most as the straggler's own slow part goes: its hot
-        # line's share of its time where that is what it does instead (a rank that waits 100 %
-        # for one spending 96 % in load_batch gains at most 25x, not the wait's unbounded 100x).
-        expected_gain=gain(min(wait_share, slow.hot_share) if slow.hot and slow.hot_share > 0 else wait_share),
+        # What the job gets back is the time the other ranks wait for this one, the cost above:
+        # the ranks step together, so with the straggler as fast as they are their wait goes.
+        # Bounded by the straggler's busiest line instead, the gain read 1.03x from a hot line of
+        # 3 % (the loop's own) while the others waited 95 % (gloo, rank 1 sleeping 0.1 s in
+        # load_batch each step: removing the sleep measured 21-30x).
+        expected_gain=gain(wait_share, upper=upper),
+        gain_bound=bounded(wait_share, upper=upper),
         cost_s=cost,
         confidence=confidence(min(1.0, found.gap_low + 0.5), min(v.samples for v in (slow, *waiting))),
         gpu_index=slow.gpu,
@@ -223,7 +232,7 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
         workers = f"; its DataLoader workers spend their time in `{slow.worker_hot}`" if slow.worker_hot else ""
         return (f"waits for its DataLoader in {pct(data_wait)} of its samples{workers}",
                 f"make rank {slow.rank}'s input pipeline keep up: more DataLoader workers for it (num_workers, "
-                "persistent_workers=True, pin_memory=True)"
+                f"persistent_workers=True{_pin(slow)})"
                 + (f", or pre-decode / cache what `{slow.worker_hot}` does" if slow.worker_hot else "")
                 + "; every rank should read data that costs the same to load")
     hot, hot_share = slow.hot, slow.hot_share
@@ -237,7 +246,13 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
         doing += f", its GPU {slow.gpu_util:.0f} % busy"
     return (doing,
             f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into DataLoader "
-            "workers (num_workers>0, pin_memory=True) or precompute it, and give every rank the same amount of work")
+            f"workers (num_workers>0{_pin(slow)}) or precompute it, and give every rank the same amount of work")
+
+
+def _pin(v) -> str:
+    """", pin_memory=True" for a rank with a GPU: pinned memory speeds only host-to-GPU copies, so
+    a rank with no GPU (gloo on CPUs) is not told to pin."""
+    return ", pin_memory=True" if v.gpu is not None else ""
 
 
 # communication-bound: every rank's GPU sits in NCCL's kernels at least this share of the window
@@ -357,7 +372,9 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     if rank_straggler(ctx):
         return None  # the others wait for one rank: the straggler rule's
     caller = callers.pop()
-    low = min(v.collective for v in views)
+    least = min(views, key=lambda v: v.collective)
+    low = least.collective
+    upper = sampled_upper(low, least.samples)  # a share of that rank's stack samples: the bound's
     ev = [f"every rank spends {pct(low)} or more of its samples in dist.all_reduce called from `{caller}`, "
           "and no rank's stacks show DistributedDataParallel or FSDP"]
     for v in views:
@@ -369,8 +386,8 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
                 "DDP all-reduces the gradients in 25 MB buckets, each started while backward still runs; "
                 "to keep it by hand, all-reduce one flat buffer per step "
                 "(torch._utils._flatten_dense_tensors of the grads) instead of one call per tensor"),
-        expected_gain=gain(low),
-        gain_bound=bounded(low),
+        expected_gain=gain(low, upper=upper),
+        gain_bound=bounded(low, upper=upper),
         cost_s=low * (ctx.t1 - ctx.t0) * len(views),
         confidence=confidence(low, min(v.samples for v in views)),
         gpu_index=views[0].gpu,
