@@ -143,13 +143,14 @@ DATA_WAIT_WAKES_PER_S = Threshold(
     "only for its 5 s worker status check (0.2/s); measured 512/s on a job getting 29 batches/s from two workers "
     "that sleep in __getitem__.")
 # Without per-thread /proc readings (a replay: psutil's per-process CPU only), the wakes cannot be
-# counted; the target's CPU alone must tell a working loop from a poll.
+# counted; the target's CPU alone must tell a working loop from a poll. Measured: poll loops that
+# sleep 10 ms or more a check used at most 0.67 % of a core, the hung targets 0.0 %, a loop that
+# sleeps 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not told from work by this reading
+# alone: it gets no stuck verdict then, rather than a wrong one on a loop that works.
 WAITING_WORK_CORES = Threshold(
     0.01, "cores", JUDGEMENT,
     "Without per-thread /proc readings, a target whose main thread waits in its samples but that uses this much of "
-    "a core works between them: poll loops sleeping 10 ms or more a check used at most 0.67 % (measured), the "
-    "hung targets 0.0 %, a loop sleeping 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not told from work by "
-    "this reading alone: no stuck verdict then, rather than a wrong one.")
+    "a core works between them: poll loops sleeping >= 10 ms used <= 0.67 %, a loop sleeping 50 ms a step 3.4 %.")
 
 
 def between_samples(run: Sequence[StackSample], category: Category, gpu: str, recent: Progress | None,
@@ -214,6 +215,15 @@ class StuckVerdict:
     evidence: tuple[str, ...] = ()  # what says no progress: the stacks, /proc, the GPU buffer
     diagnosis: Diagnosis | None = None  # the kind of hang and every party's wait (when stuck)
     proc: Progress | None = None  # /proc's view of the job over the unchanged span
+    # Bytes/s the job's processes moved through read/write over the recent part of the unchanged
+    # span (/proc's counters, else psutil's bytes through storage); None: no reading. A save
+    # still running that moves bytes progresses; one that moves none may be a hang.
+    io_bps: float | None = None
+
+    @property
+    def io_moves(self) -> bool:
+        """The job's processes move bytes through read/write at a rate that is work (a save writing)."""
+        return self.io_bps is not None and self.io_bps >= IO_PROGRESS_BPS
 
 
 def spinning_pids(pids: Sequence[int], gpu_processes: Sequence[GpuProcess],
@@ -318,6 +328,7 @@ def judge(
     run_samples = [s for s in main if s.ts >= first.ts]
     between = between_samples(run_samples, last.category, gpu, recent_prog, target_cores)
     psutil_io = None if prog is not None else _psutil_io_bps(tree, recent_t0, now)
+    base.update(io_bps=recent_prog.io_bps if recent_prog is not None else psutil_io)
     base.update(held_s=held, held_exact=exact, tree_cores=cores, proc=prog)
     latest_tasks = {p: ss[-1] for p, ss in family.items()}
     # The workers the OS shows, counted as the advisor's worker line counts them (worker_stats),

@@ -37,16 +37,19 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)
     upper = loop_wait_upper(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)  # the stated bound's only
     saves, running = _saves(ctx, Category.CHECKPOINT_IO)
-    if not saves:
-        # No save seen to end: one call that has not returned (the main thread inside it since the
-        # window began) is no evidence of saves that stall each step; frozen there, it is a hang
-        # (the stuck verdict's to call), and a long save that writes is told when it ends.
+    if not saves and not (running and _running_save_moves(ctx)):
+        # No save seen to end, and the one under way shows no progress (one stack, no bytes): a
+        # call that has not returned is no evidence of saves that stall the loop; frozen there, it
+        # is a hang, the stuck verdict's to call.
         return None
     ev = [idle_line(g, [Bucket.CHECKPOINT])]
-    low, high = max(saves, key=lambda r: r[1])
-    ev.append(f"{len(saves)} save{'s' if len(saves) != 1 else ''} seen, the longest {low:.1f}-{high:.1f} s "
-              "(from its first to last sample, and between the samples around it)"
-              + ("; one more has not ended yet" if running else ""))
+    if saves:
+        low, high = max(saves, key=lambda r: r[1])
+        ev.append(f"{len(saves)} save{'s' if len(saves) != 1 else ''} seen, the longest {low:.1f}-{high:.1f} s "
+                  "(from its first to last sample, and between the samples around it)"
+                  + ("; one more has not ended yet" if running else ""))
+    else:
+        ev.append("a save under way for the whole window, moving (its stack changes, or the job writes)")
     every = periodicity([iv for iv in g.idle if iv.duration >= CHECKPOINT_MIN_S])
     if every is not None and g.index != CPU_DEVICE:
         ev.append(f"{g.name} goes idle in bursts about every {secs(every)}")
@@ -68,6 +71,20 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
         gpu_index=gpu_index(g),
         title=f"Checkpoint saves stall {device_name(g)} {pct(frac)} of the time",
     )
+
+
+def _running_save_moves(ctx: AnalysisContext) -> bool:
+    """Whether the save under way at the newest sample progresses: its samples show more than one
+    stack (a frozen call shows one), or the job's own processes move bytes through read/write."""
+    xs = ctx.main_stacks
+    run = []
+    for s in reversed(xs):
+        if s.category is not Category.CHECKPOINT_IO:
+            break
+        run.append(s)
+    if len({tuple((f.filename, f.line, f.name) for f in s.frames) for s in run}) > 1:
+        return True
+    return ctx.stuck is not None and ctx.stuck.io_moves
 
 
 def _saves(ctx: AnalysisContext, cat: Category, edge: float = SAVE_GAP_S) -> tuple[list[tuple[float, float]], bool]:
