@@ -213,3 +213,22 @@ def test_one_save_that_never_ends_is_not_split_by_sampling_gaps():
     saves, running = _saves(ctx, Category.CHECKPOINT_IO)
     assert len(saves) == 2 and not running, saves
     assert all(4.0 <= low <= high <= 8.0 for low, high in saves), saves
+
+
+def test_a_save_under_way_counts_while_its_stack_moves_and_not_while_frozen():
+    from gputop.advisor.context import build_context
+    from gputop.advisor.rules.checkpoint import check_checkpoint_stall
+
+    def ctx_of(moving: bool):
+        store = Store()
+        store.add([SystemInfo(ts=T0, gpu_count=0, cpu_count=2)])
+        for n, t in enumerate(sparse_times(30.0)):
+            line = 880 + (n % 3 if moving else 0)  # torch.save's inner lines as it writes
+            frames = (Frame("_save", "/usr/lib/python3/site-packages/torch/serialization.py", line),
+                      Frame("save_checkpoint", PROJ, 15), Frame("<module>", PROJ, 17))
+            store.add([stack(t, frames, Category.CHECKPOINT_IO)])
+        return build_context(store, target_pid=PID, now=T0 + 30.0)
+
+    f = check_checkpoint_stall(ctx_of(moving=True))
+    assert f is not None and any("a save under way" in e for e in f.evidence), f
+    assert check_checkpoint_stall(ctx_of(moving=False)) is None
