@@ -232,3 +232,18 @@ def test_a_save_under_way_counts_while_its_stack_moves_and_not_while_frozen():
     f = check_checkpoint_stall(ctx_of(moving=True))
     assert f is not None and any("a save under way" in e for e in f.evidence), f
     assert check_checkpoint_stall(ctx_of(moving=False)) is None
+
+
+def test_without_wake_counts_the_main_threads_own_cpu_decides():
+    # /proc without schedstat: CPU time from stat ticks, no wake counts. The sleeper's 3.4 % of a
+    # core is work; a lock's nothing is not.
+    main = [stack(t, SLEEP, Category.IDLE) for t in sparse_times(45.0)]
+
+    def tasks(ms_per_s):
+        return {PID: [TaskSample(ts=T0 + i, pid=PID, ppid=1, threads=(
+            ThreadState(tid=PID, state="S", cpu_ns=int(ms_per_s * 1e6 * i), runs=None),), rchar=0, wchar=0)
+            for i in range(46)]}
+
+    v = judge(main, main[-1].ts, 30.0, tasks=tasks(34.0))
+    assert not v.stuck and "3.4 % of a core" in v.reason, v.reason
+    assert judge(main, main[-1].ts, 30.0, tasks=tasks(0.0)).stuck

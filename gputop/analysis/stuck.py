@@ -142,15 +142,15 @@ DATA_WAIT_WAKES_PER_S = Threshold(
     "A main thread in the DataLoader's wait that wakes this often is handed batches: that wait wakes by itself "
     "only for its 5 s worker status check (0.2/s); measured 512/s on a job getting 29 batches/s from two workers "
     "that sleep in __getitem__.")
-# Without per-thread /proc readings (a replay: psutil's per-process CPU only), the wakes cannot be
-# counted; the target's CPU alone must tell a working loop from a poll. Measured: poll loops that
+# Without the main thread's wake counts (a replay: psutil's per-process CPU only; /proc without
+# schedstat: its CPU time alone), its CPU (else the target's) must tell a working loop from a poll. Measured: poll loops that
 # sleep 10 ms or more a check used at most 0.67 % of a core, the hung targets 0.0 %, a loop that
 # sleeps 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not told from work by this reading
 # alone: it gets no stuck verdict then, rather than a wrong one on a loop that works.
 WAITING_WORK_CORES = Threshold(
     0.01, "cores", JUDGEMENT,
-    "Without per-thread /proc readings, a target whose main thread waits in its samples but that uses this much of "
-    "a core works between them: poll loops sleeping >= 10 ms used <= 0.67 %, a loop sleeping 50 ms a step 3.4 %.")
+    "Without wake counts, a main thread (else its process) that waits in every sample but uses this much of a core "
+    "works between them: poll loops sleeping >= 10 ms used <= 0.67 %, a loop sleeping 50 ms a step 3.4 %.")
 
 
 def between_samples(run: Sequence[StackSample], category: Category, gpu: str, recent: Progress | None,
@@ -174,6 +174,12 @@ def between_samples(run: Sequence[StackSample], category: Category, gpu: str, re
         if category is Category.DATA_WAIT and runs / span >= DATA_WAIT_WAKES_PER_S:
             return (f"its wait for data ends {runs / span:.0f} times/s ({recent.main_cores * 100:.1f} % of a core): "
                     f"batches arrive ({unseen})")
+        return None
+    if recent is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S:
+        # /proc without schedstat (no wake counts): the main thread's own CPU, as psutil's below.
+        if recent.main_cores >= WAITING_WORK_CORES:
+            return (f"the main thread uses {recent.main_cores * 100:.1f} % of a core while it waits in every sample: "
+                    f"work between the samples, not a poll ({unseen})")
         return None
     if recent is None and target_cores is not None and target_cores >= WAITING_WORK_CORES:
         return (f"the process uses {target_cores * 100:.1f} % of a core while its main thread waits in every sample: "
