@@ -143,10 +143,11 @@ DATA_WAIT_WAKES_PER_S = Threshold(
     "only for its 5 s worker status check (0.2/s); measured 512/s on a job getting 29 batches/s from two workers "
     "that sleep in __getitem__.")
 # Without the main thread's wake counts (a replay: psutil's per-process CPU only; /proc without
-# schedstat: its CPU time alone), its CPU (else the target's) must tell a working loop from a poll. Measured: poll loops that
-# sleep 10 ms or more a check used at most 0.67 % of a core, the hung targets 0.0 %, a loop that
-# sleeps 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not told from work by this reading
-# alone: it gets no stuck verdict then, rather than a wrong one on a loop that works.
+# schedstat: its CPU time alone), its CPU (else the target's) must tell a working loop from a
+# poll. Measured: poll loops that sleep 10 ms or more a check used at most 0.67 % of a core, the
+# hung targets 0.0 %, a loop that sleeps 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not
+# told from work by this reading alone: it gets no stuck verdict then, rather than a wrong one on
+# a loop that works.
 WAITING_WORK_CORES = Threshold(
     0.01, "cores", JUDGEMENT,
     "Without wake counts, a main thread (else its process) that waits in every sample but uses this much of a core "
@@ -165,7 +166,8 @@ def between_samples(run: Sequence[StackSample], category: Category, gpu: str, re
     if sum(s.active for s in run) / len(run) >= MAIN_ACTIVE_SHARE:
         return None  # on a CPU at its line: its CPU is spent there (a slow call, or a spin), not elsewhere
     unseen = f"{len(run)} samples at one place leave up to ~{min(100.0, 300.0 / len(run)):.0f} % of its time unseen"
-    if recent is not None and recent.main_runs is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S:
+    counted = recent is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S
+    if counted and recent.main_runs is not None:
         runs, span = recent.main_runs, recent.span_s
         per_wake_ms = recent.main_cores * span * 1e3 / runs if runs else 0.0
         if runs >= MIN_WAKES and per_wake_ms >= WAKE_WORK_MS:
@@ -175,7 +177,7 @@ def between_samples(run: Sequence[StackSample], category: Category, gpu: str, re
             return (f"its wait for data ends {runs / span:.0f} times/s ({recent.main_cores * 100:.1f} % of a core): "
                     f"batches arrive ({unseen})")
         return None
-    if recent is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S:
+    if counted:
         # /proc without schedstat (no wake counts): the main thread's own CPU, as psutil's below.
         if recent.main_cores >= WAITING_WORK_CORES:
             return (f"the main thread uses {recent.main_cores * 100:.1f} % of a core while it waits in every sample: "
@@ -329,8 +331,8 @@ def judge(
     recent_t0 = max(first.ts, now - CPU_WINDOW_S)
     recent_prog = progress(family, recent_t0, now, main_tid=last.pid) if family else None
     # A psutil reading covers the second before it: one just after the stack stopped also covers before.
-    target_cores = (tree_cores({last.pid: tree[last.pid]}, last.pid, max(first.ts + CPU_READING_S, now - CPU_WINDOW_S), now)[0]
-                    if last.pid in tree else None)
+    cpu_t0 = max(first.ts + CPU_READING_S, now - CPU_WINDOW_S)
+    target_cores = tree_cores({last.pid: tree[last.pid]}, last.pid, cpu_t0, now)[0] if last.pid in tree else None
     run_samples = [s for s in main if s.ts >= first.ts]
     between = between_samples(run_samples, last.category, gpu, recent_prog, target_cores)
     psutil_io = None if prog is not None else _psutil_io_bps(tree, recent_t0, now)
