@@ -115,6 +115,9 @@ class Progress:
     ran: int  # threads scheduled at least once in the span (schedstat), or whose CPU time grew
     main_cores: float | None = None  # CPU the target's main thread itself used, in cores
     main_state: str | None = None  # its state at the last reading (R: running or runnable)
+    # Times the main thread was put on a CPU over its span (schedstat): with ``main_cores``, how much
+    # it runs each time it wakes. None: unknown (no schedstat, or no main thread read).
+    main_runs: int | None = None
 
 
 def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
@@ -129,6 +132,7 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
     main_ns: int | None = None
     main_span = 0.0
     main_state: str | None = None
+    main_runs: int | None = None
     for samples in tasks.values():
         xs = [s for s in samples if t0 <= s.ts <= t1]
         if len(xs) < 2:
@@ -146,6 +150,8 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
             cpu_ns += max(0, d)
             if t.tid == main_tid:
                 main_ns, main_span, main_state = max(0, d), b.ts - a.ts, t.state
+                if t.runs is not None and old.runs is not None:
+                    main_runs = max(0, t.runs - old.runs)
             if (t.runs is not None and old.runs is not None and t.runs != old.runs) or d > 0:
                 ran += 1
         for x, y in ((a.rchar, b.rchar), (a.wchar, b.wchar)):
@@ -154,7 +160,7 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
     if span <= 0:
         return None
     main_cores = main_ns / 1e9 / main_span if main_ns is not None and main_span > 0 else None
-    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran, main_cores, main_state)
+    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran, main_cores, main_state, main_runs)
 
 
 # --------------------------------------------------------------------------- one party

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 from .classify import project_frame, stack_key, where
 from ..model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
-from .progress import TREE_BUSY_CORES, activity, working
+from .progress import CPU_READING_S, CPU_WINDOW_S, MAIN_ACTIVE_SHARE, TREE_BUSY_CORES, activity, tree_cores, working
 from .efficiency import is_worker, parents_of, worker_stats
 from .nccl_ras import HANG, CommVerdict
 from .ranks import moving_ranks
@@ -119,6 +119,86 @@ SPIN_CONFIDENCE = Threshold(
     0.7, "confidence", JUDGEMENT,
     "The confidence of a stuck verdict from a stopped main thread and a spinning GPU.")
 
+# A main thread that every sample shows waiting at one place (asleep, blocked) can still work
+# between the samples: a loop that sleeps 50 ms a step in its logging is asleep ~97 % of the time,
+# and at the ~1 stack/s a loaded host allows, fifty samples in a row at the sleep line are likely
+# (with n samples all at one place, up to ~3/n of the time can be spent elsewhere unseen). The
+# kernel's count of the thread's CPU time and of its wakes tells a loop that works from a wait that
+# never ends: a blocked thread never wakes, a poll loop wakes but runs microseconds each time.
+WAKE_WORK_MS = Threshold(
+    0.5, "ms", JUDGEMENT,
+    "A main thread every sample shows waiting that runs this long each time it wakes works between the samples: "
+    "a poll loop that waits forever (`while not ready: sleep(d)`) ran 30-70 us a wake (measured, d from 1 ms to "
+    "1 s), a training loop that sleeps 50 ms a step in its logging 1.7 ms.")
+MIN_WAKES = IntThreshold(
+    3, "wakes", JUDGEMENT,
+    "At least this many wakes of the main thread over the span, so one timer, signal or sampler's stop is not "
+    "taken for a loop's work.")
+# The DataLoader's wait (category data-wait) wakes by itself only for its worker status check
+# (torch's MP_STATUS_CHECK_INTERVAL, 5 s): a main thread in it that wakes far more often is handed
+# batches, whatever its workers' stacks look like.
+DATA_WAIT_WAKES_PER_S = Threshold(
+    2.0, "wakes/s", JUDGEMENT,
+    "A main thread in the DataLoader's wait that wakes this often is handed batches: that wait wakes by itself "
+    "only for its 5 s worker status check (0.2/s); measured 512/s on a job getting 29 batches/s from two workers "
+    "that sleep in __getitem__.")
+# Without the main thread's wake counts (a replay: psutil's per-process CPU only; /proc without
+# schedstat: its CPU time alone), its CPU (else the target's) must tell a working loop from a
+# poll. Measured: poll loops that sleep 10 ms or more a check used at most 0.67 % of a core, the
+# hung targets 0.0 %, a loop that sleeps 50 ms a step 3.4 %. A poll every 1 ms (2.7 %) is not
+# told from work by this reading alone: it gets no stuck verdict then, rather than a wrong one on
+# a loop that works.
+WAITING_WORK_CORES = Threshold(
+    0.01, "cores", JUDGEMENT,
+    "Without wake counts, a main thread (else its process) that waits in every sample but uses this much of a core "
+    "works between them: poll loops sleeping >= 10 ms used <= 0.67 %, a loop sleeping 50 ms a step 3.4 %.")
+
+
+def between_samples(run: Sequence[StackSample], category: Category, gpu: str, recent: Progress | None,
+                    target_cores: float | None) -> str | None:
+    """Why a main thread whose samples (``run``: its unchanged ones, time order) show it waiting at
+    one place is still working between them (a phrase), or None. ``recent``: /proc's view of the
+    job over the recent part of the run; ``target_cores``: the target's own CPU (psutil), used
+    where /proc's per-thread readings are not there."""
+    if not run or category in (Category.COLLECTIVE, Category.HOST_SYNC) or gpu in ("spin", "busy"):
+        # A thread waiting on the GPU or on peers may spin in the driver: its CPU says nothing.
+        return None
+    if sum(s.active for s in run) / len(run) >= MAIN_ACTIVE_SHARE:
+        return None  # on a CPU at its line: its CPU is spent there (a slow call, or a spin), not elsewhere
+    unseen = f"{len(run)} samples at one place leave up to ~{min(100.0, 300.0 / len(run)):.0f} % of its time unseen"
+    counted = recent is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S
+    if counted and recent.main_runs is not None:
+        runs, span = recent.main_runs, recent.span_s
+        per_wake_ms = recent.main_cores * span * 1e3 / runs if runs else 0.0
+        if runs >= MIN_WAKES and per_wake_ms >= WAKE_WORK_MS:
+            return (f"the main thread wakes {runs / span:.0f} times/s and runs {per_wake_ms:.1f} ms each time "
+                    f"({recent.main_cores * 100:.1f} % of a core): work between the samples, not a poll ({unseen})")
+        if category is Category.DATA_WAIT and runs / span >= DATA_WAIT_WAKES_PER_S:
+            return (f"its wait for data ends {runs / span:.0f} times/s ({recent.main_cores * 100:.1f} % of a core): "
+                    f"batches arrive ({unseen})")
+        return None
+    if counted:
+        # /proc without schedstat (no wake counts): the main thread's own CPU, as psutil's below.
+        if recent.main_cores >= WAITING_WORK_CORES:
+            return (f"the main thread uses {recent.main_cores * 100:.1f} % of a core while it waits in every sample: "
+                    f"work between the samples, not a poll ({unseen})")
+        return None
+    if recent is None and target_cores is not None and target_cores >= WAITING_WORK_CORES:
+        return (f"the process uses {target_cores * 100:.1f} % of a core while its main thread waits in every sample: "
+                f"work between the samples, not a poll ({unseen})")
+    return None
+
+
+def _psutil_io_bps(tree: Mapping[int, Sequence[ProcSample]], t0: float, t1: float) -> float | None:
+    """Bytes/s the processes of ``tree`` read and wrote on average in [t0, t1] (psutil), or None."""
+    total = None
+    for ss in tree.values():
+        xs = [(s.io_read_bps or 0.0) + (s.io_write_bps or 0.0) for s in ss
+              if t0 <= s.ts <= t1 and (s.io_read_bps is not None or s.io_write_bps is not None)]
+        if xs:
+            total = (total or 0.0) + sum(xs) / len(xs)
+    return total
+
 
 # How a verdict names the GPU's state ("spin": 'busy' in a kernel that waits, analysis.spin).
 GPU_NOTES = {"idle": "GPU idle", "busy": "GPU busy", "spin": "GPU 'busy' spinning: few SMs active, power near idle"}
@@ -143,6 +223,15 @@ class StuckVerdict:
     evidence: tuple[str, ...] = ()  # what says no progress: the stacks, /proc, the GPU buffer
     diagnosis: Diagnosis | None = None  # the kind of hang and every party's wait (when stuck)
     proc: Progress | None = None  # /proc's view of the job over the unchanged span
+    # Bytes/s the job's processes moved through read/write over the recent part of the unchanged
+    # span (/proc's counters, else psutil's bytes through storage); None: no reading. A save
+    # still running that moves bytes progresses; one that moves none may be a hang.
+    io_bps: float | None = None
+
+    @property
+    def io_moves(self) -> bool:
+        """The job's processes move bytes through read/write at a rate that is work (a save writing)."""
+        return self.io_bps is not None and self.io_bps >= IO_PROGRESS_BPS
 
 
 def spinning_pids(pids: Sequence[int], gpu_processes: Sequence[GpuProcess],
@@ -237,6 +326,17 @@ def judge(
     prog = progress(family, first.ts, now, main_tid=last.pid) if family else None
     if prog is not None:
         cores = prog.cores  # the kernel's CPU time: exact, and there after one second
+    # Whether it works between the samples, judged over the recent part of the run (as ``activity``
+    # is), so a loop that worked at this line and then hung at it is not excused by its past.
+    recent_t0 = max(first.ts, now - CPU_WINDOW_S)
+    recent_prog = progress(family, recent_t0, now, main_tid=last.pid) if family else None
+    # A psutil reading covers the second before it: one just after the stack stopped also covers before.
+    cpu_t0 = max(first.ts + CPU_READING_S, now - CPU_WINDOW_S)
+    target_cores = tree_cores({last.pid: tree[last.pid]}, last.pid, cpu_t0, now)[0] if last.pid in tree else None
+    run_samples = [s for s in main if s.ts >= first.ts]
+    between = between_samples(run_samples, last.category, gpu, recent_prog, target_cores)
+    psutil_io = None if prog is not None else _psutil_io_bps(tree, recent_t0, now)
+    base.update(io_bps=recent_prog.io_bps if recent_prog is not None else psutil_io)
     base.update(held_s=held, held_exact=exact, tree_cores=cores, proc=prog)
     latest_tasks = {p: ss[-1] for p, ss in family.items()}
     # The workers the OS shows, counted as the advisor's worker line counts them (worker_stats),
@@ -260,6 +360,10 @@ def judge(
         why = working(last.category, gpu, act if prog is None else _with_cores(act, prog.cores))
         if why is None and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
             why = f"its processes move {prog.io_bps / 1e6:.1f} MB/s through read/write"
+        if why is None and psutil_io is not None and psutil_io >= IO_PROGRESS_BPS:
+            why = f"its processes read and write {psutil_io / 1e6:.1f} MB/s"
+        if why is None:
+            why = between
         if why == "the GPU is busy" and last.category is Category.HOST_SYNC:
             why = None  # waiting on the GPU for the whole threshold while it is busy: a kernel that never ends
             gpu_note = "GPU busy"
@@ -290,7 +394,7 @@ def judge(
                      SPIN_CONFIDENCE, ev)
 
     # ------------------------------------------------------------- the verdict at attach
-    early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start)
+    early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io)
     if isinstance(early, str):
         return StuckVerdict(False, early, **base)
     reach, ev = early
@@ -314,8 +418,11 @@ def _proc_lines(prog: Progress | None) -> list[str]:
 
 
 def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, now: float, threshold: float,
-           gpu: str, gpu_idle_s: float, act, prog: Progress | None, reaches_start: bool) -> tuple[float, list[str]] | str:
-    """(how long at least, the evidence) when the job was stuck before gputop came; else why not."""
+           gpu: str, gpu_idle_s: float, act, prog: Progress | None, reaches_start: bool, between: str | None = None,
+           psutil_io: float | None = None) -> tuple[float, list[str]] | str:
+    """(how long at least, the evidence) when the job was stuck before gputop came; else why not.
+    ``between``: why the main thread works between its samples (``between_samples``), if it does;
+    ``psutil_io``: the job's bytes/s through storage where /proc's counters are not there."""
     held = now - first.ts
     if not reaches_start:
         return f"main thread moved {held:.0f} s ago"  # it moved while watched: the threshold decides
@@ -345,6 +452,8 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
                     f"({(prog.main_cores or 0.0) * 100:.0f} % of a core, state {prog.main_state or '?'})")
         if prog.io_bps >= IO_PROGRESS_BPS:
             return f"main thread unchanged for {held:.0f} s but its processes move {prog.io_bps / 1e6:.1f} MB/s"
+        if between is not None:
+            return f"main thread unchanged for {held:.0f} s but {between}"
         proc_reach = prog.span_s
     else:
         # No /proc readings (a replay, another platform): psutil's readings and py-spy's flags.
@@ -354,6 +463,10 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
             return f"main thread unchanged for {held:.0f} s but its processes are at {act.cores * 100:.0f} % CPU"
         if not waits_gpu and act.main_active is not None and act.main_active > 0:
             return "the main thread was on CPU in some samples"
+        if psutil_io is not None and psutil_io >= IO_PROGRESS_BPS:
+            return f"main thread unchanged for {held:.0f} s but its processes read and write {psutil_io / 1e6:.1f} MB/s"
+        if between is not None:
+            return f"main thread unchanged for {held:.0f} s but {between}"
         proc_reach = 0.0
     reach = max(held, proc_reach, gpu_idle_s if gpu == "idle" else 0.0)
     n = len([s for s in main if s.ts >= first.ts])

@@ -24,8 +24,8 @@ CHECKPOINT_MIN_FRACTION = Threshold(
 CHECKPOINT_MIN_S = Threshold(
     0.3, "s", JUDGEMENT, "A save long enough to show in one or two stack samples at the sampler's 5 Hz.")
 SAVE_GAP_S = Threshold(
-    1.0, "s", JUDGEMENT, "Main-thread samples in a save this close together are one save (up to four samples "
-    "missed at 5 Hz).")
+    1.0, "s", JUDGEMENT, "A save's edge with no sample beside it (the window's start) reaches out by the usual "
+    "spacing between samples, at most this (five samples at 5 Hz).")
 
 
 @uses(CHECKPOINT_MIN_FRACTION, CHECKPOINT_MIN_S, SAVE_GAP_S, MIN_MAIN_SAMPLES)
@@ -36,12 +36,20 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     g, cost = found
     frac = loop_wait(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)
     upper = loop_wait_upper(ctx, cost / g.breakdown.total_s, Category.CHECKPOINT_IO)  # the stated bound's only
-    saves = _runs(ctx, Category.CHECKPOINT_IO)
+    saves, running = _saves(ctx, Category.CHECKPOINT_IO)
+    if not saves and not (running and _running_save_moves(ctx)):
+        # No save seen to end, and the one under way shows no progress (one stack, no bytes): a
+        # call that has not returned is no evidence of saves that stall the loop; frozen there, it
+        # is a hang, the stuck verdict's to call.
+        return None
     ev = [idle_line(g, [Bucket.CHECKPOINT])]
     if saves:
         low, high = max(saves, key=lambda r: r[1])
         ev.append(f"{len(saves)} save{'s' if len(saves) != 1 else ''} seen, the longest {low:.1f}-{high:.1f} s "
-                  "(from its first to last sample, and between the samples around it)")
+                  "(from its first to last sample, and between the samples around it)"
+                  + ("; one more has not ended yet" if running else ""))
+    else:
+        ev.append("a save under way for the whole window, moving (its stack changes, or the job writes)")
     every = periodicity([iv for iv in g.idle if iv.duration >= CHECKPOINT_MIN_S])
     if every is not None and g.index != CPU_DEVICE:
         ev.append(f"{g.name} goes idle in bursts about every {secs(every)}")
@@ -65,28 +73,45 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     )
 
 
-def _runs(ctx: AnalysisContext, cat: Category, gap: float = SAVE_GAP_S) -> list[tuple[float, float]]:
-    """Each run of main-thread samples in ``cat`` (a save, a sync) as (at least, at most) seconds
-    long: from its first sample to its last, and from the sample before it to the sample after it
-    (a save caught by one sample is not 0 s long: it lasted up to the spacing around it, which is
-    also the time the breakdown gives it). A side with no sample within ``gap`` (the window's
-    edge, a pause in sampling) reaches out by the usual spacing only."""
+def _running_save_moves(ctx: AnalysisContext) -> bool:
+    """Whether the save under way at the newest sample progresses: its samples show more than one
+    stack (a frozen call shows one), or the job's own processes move bytes through read/write."""
+    xs = ctx.main_stacks
+    run = []
+    for s in reversed(xs):
+        if s.category is not Category.CHECKPOINT_IO:
+            break
+        run.append(s)
+    if len({tuple((f.filename, f.line, f.name) for f in s.frames) for s in run}) > 1:
+        return True
+    return ctx.stuck is not None and ctx.stuck.io_moves
+
+
+def _saves(ctx: AnalysisContext, cat: Category, edge: float = SAVE_GAP_S) -> tuple[list[tuple[float, float]], bool]:
+    """(each run of main-thread samples in ``cat`` (a save) that ended, as (at least, at most)
+    seconds long; whether one is still running at the newest sample). A run is one call for as long
+    as no sample shows the main thread elsewhere, however far apart its samples are: a gap in
+    sampling (a loaded host gives ~1 stack/s, a pause gives none) is no sign that the save ended,
+    and splitting there would count one call that never returns as many saves. A run's length is
+    from its first sample to its last, and from the sample before it to the sample after it (a
+    save caught by one sample is not 0 s long: it lasted up to the spacing around it, which is also
+    the time the breakdown gives it); its start with no sample before it (the window's start)
+    reaches out by the usual spacing, at most ``edge``."""
     xs = ctx.main_stacks
     steps = sorted(b.ts - a.ts for a, b in zip(xs, xs[1:]) if b.ts > a.ts)
-    spacing = min(gap, steps[len(steps) // 2]) if steps else 0.0
+    spacing = min(edge, steps[len(steps) // 2]) if steps else 0.0
     runs: list[list[int]] = []
     for i, s in enumerate(xs):
         if s.category is not cat:
             continue
-        if runs and s.ts - xs[runs[-1][1]].ts <= gap:
+        if runs and runs[-1][1] == i - 1:
             runs[-1][1] = i
         else:
             runs.append([i, i])
+    running = bool(runs) and runs[-1][1] == len(xs) - 1
     out = []
-    for i, j in runs:
+    for i, j in (runs[:-1] if running else runs):
         first, last = xs[i].ts, xs[j].ts
-        before = xs[i - 1].ts if i > 0 and first - xs[i - 1].ts <= gap else first - spacing
-        after = xs[j + 1].ts if j + 1 < len(xs) and xs[j + 1].ts - last <= gap else last + spacing
-        out.append((last - first, after - before))
-    return out
-
+        before = xs[i - 1].ts if i > 0 else first - spacing
+        out.append((last - first, xs[j + 1].ts - before))
+    return out, running

@@ -29,8 +29,9 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
     v = ctx.stuck
     if v is None or not v.stuck:
         return None
-    if v.category is Category.CHECKPOINT_IO and ctx.host and (ctx.host.disk_write_recent or 0) > 0:
-        return None  # a long save that is still writing: see checkpoint-stall
+    # A long save that still writes is not stuck: the verdict itself (analysis.stuck) says so from the
+    # job's own bytes through read/write. The host's disk is no such evidence: any writer on the host
+    # (another job, gputop's own recording) would hide a save that waits on a lock forever.
     held = f"{'' if v.held_exact else '≥ '}{v.held_s:.0f} s"
     cat = v.category.value if v.category else "unknown"
     d = v.diagnosis

@@ -1,0 +1,154 @@
+"""Real CPU jobs watched at one stack a second (what a loaded host leaves py-spy): a training loop
+that sleeps 50 ms a step in its logging is not stuck, however many samples in a row find it
+asleep; a job blocked forever on a lock inside save_checkpoint() is stuck within seconds, and
+stays stuck, while another process writes to the disk; no checkpoint saves are invented for it.
+
+Both jobs and both `advise` runs go at once: one torch start-up and one 14 s watch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("psutil")
+
+from gputop.sources.stacks import AttachError, check_attachable, find_pyspy  # noqa: E402
+from proc_helpers import kill_tree  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    # Looked up, not imported: torch in this process would slow every later test's collections.
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the jobs need torch"),
+    pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed"),
+    pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc"),
+]
+
+DURATION_S = 14
+# Short enough that the sleeper's unchanged runs reach it within the watch: the old verdict's path.
+STUCK_AFTER_S = 6
+SAMPLE_RATE = 1  # stacks/s, as a saturated host held sampling back to
+
+PRELUDE = """
+import threading, time, torch
+torch.set_num_threads(1)
+m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+def step():
+    loss = torch.nn.functional.cross_entropy(m(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+JOBS = {
+    # ~19 steps/s, asleep at one line ~97 % of the time
+    "sleeper": PRELUDE + textwrap.dedent("""
+        def log_metrics():
+            time.sleep(0.05)
+        print("ready", flush=True)
+        while True:
+            step(); log_metrics()
+    """),
+    # trains, then waits forever on a lock another thread holds, inside a function named like a save
+    "save_hang": PRELUDE + textwrap.dedent("""
+        lock = threading.Lock()
+        def holder():
+            lock.acquire()
+            while True: time.sleep(1000)
+        threading.Thread(target=holder, daemon=True).start(); time.sleep(0.2)
+        for _ in range(5): step()
+        def save_checkpoint():
+            with lock:
+                pass
+        print("ready", flush=True)
+        save_checkpoint()
+    """),
+}
+# Someone else's disk writes on the host (another job, a recording): no evidence about this job.
+WRITER = textwrap.dedent("""
+    import os, sys, time
+    with open(sys.argv[1], "wb") as f:
+        while True:
+            f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno()); f.seek(0); time.sleep(0.2)
+""")
+
+
+def _wait_ready(proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    assert proc.stdout is not None
+    end = time.time() + timeout
+    while time.time() < end:
+        line = proc.stdout.readline()
+        if line.strip() == "ready":
+            return
+        if not line and proc.poll() is not None:
+            raise RuntimeError(f"job exited with {proc.returncode}")
+    raise RuntimeError("job never got ready")
+
+
+@pytest.fixture(scope="module")
+def reports():
+    tmp = tempfile.mkdtemp(prefix="gputop-sparse-")
+    procs: list[subprocess.Popen] = []
+    try:
+        jobs = {}
+        for name, code in JOBS.items():
+            path = os.path.join(tmp, f"{name}.py")
+            with open(path, "w") as f:
+                f.write(code)
+            jobs[name] = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True)
+            procs.append(jobs[name])
+        for p in jobs.values():
+            _wait_ready(p)
+        try:
+            check_attachable(jobs["sleeper"].pid)
+        except AttachError as exc:
+            pytest.skip(f"py-spy cannot attach here: {exc}")
+        writer = os.path.join(tmp, "writer.py")
+        with open(writer, "w") as f:
+            f.write(WRITER)
+        procs.append(subprocess.Popen([sys.executable, writer, os.path.join(tmp, "other.bin")]))
+        time.sleep(1.0)
+        runs = {name: subprocess.Popen(
+            [sys.executable, "-m", "gputop", "advise", "--pid", str(p.pid), "--duration", str(DURATION_S),
+             "--sample-rate", str(SAMPLE_RATE), "--stuck-after", str(STUCK_AFTER_S), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, p in jobs.items()}
+        procs += runs.values()
+        out = {}
+        for name, r in runs.items():
+            stdout, stderr = r.communicate(timeout=90)
+            assert r.returncode == 0, stderr
+            out[name] = json.loads(stdout)
+        yield out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_tree(p)
+
+
+def ids(report: dict) -> set[str]:
+    return {f["id"] for f in report["findings"]} | {s["id"] for s in report["seen"]}
+
+
+def test_a_loop_asleep_at_one_line_most_of_each_step_is_never_called_stuck(reports):
+    r = reports["sleeper"]
+    # Never shown, not only absent at the end: a wrong warning shown for a few seconds is wrong.
+    assert "stuck" not in ids(r), [f["title"] for f in r["findings"]]
+
+
+def test_a_lock_hang_inside_a_save_is_stuck_at_once_and_no_saves_are_invented(reports):
+    r = reports["save_hang"]
+    found = {f["id"]: f for f in r["findings"]}
+    assert "stuck" in found, [f["title"] for f in r["findings"]]
+    seen = next(s for s in r["seen"] if s["id"] == "stuck")
+    assert seen["first_seen_s"] <= 8.0 and seen["last_seen_s"] >= DURATION_S - 3, seen
+    assert "checkpoint-stall" not in ids(r)
+    assert "save_checkpoint" in "\n".join([found["stuck"]["title"], *found["stuck"]["evidence"]])
