@@ -69,18 +69,24 @@ def test_attachable_rows():
     assert attachable(row(20, "bob"), "root", True, 999) and attachable(row(10, "alice"), "alice", False, 999)
 
 
-async def test_without_a_gpu_the_selection_follows_the_top_attachable_row_until_the_user_moves_it():
+async def test_without_a_gpu_the_selection_starts_on_an_attachable_row_and_stays_on_its_process():
     """No GPU: PID 1 was selected at start and kept as rows re-sorted, so Enter attached to init
-    ('permission denied'). Before the user moves, the cursor rests on the top row the user can
-    attach to; once moved (or chosen with Enter), it stays with that process."""
+    ('permission denied'). The cursor starts on the top row the user can attach to. Then it
+    followed whatever attachable row came on top as the table re-sorted by CPU, and Enter attached
+    to another process that had just jumped above the user's job: now it stays on its process."""
     from textual.app import App
 
     from gputop.store import Store
     from gputop.ui.process_table import ProcessTable
 
+    selected: list[str] = []
+
     class TableApp(App):
         def compose(self):
             yield ProcessTable(id="procs")
+
+        def on_proc_list_selected(self, message) -> None:  # what Enter asks the app to attach to
+            selected.append(message.key)
 
     def poll(store, t, cpu):
         users = {1: "root", 300: "root", 400: "alice", 500: "alice"}
@@ -99,16 +105,14 @@ async def test_without_a_gpu_the_selection_follows_the_top_attachable_row_until_
         assert table.rows[0].pid == 1 and table.selected.pid == 400  # init first; not selected
         poll(store, 101.0, {1: 1.0, 300: 50.0, 400: 5.0, 500: 80.0})  # re-sorted by CPU
         table.show(store, None)
-        assert [r.pid for r in table.rows] == [500, 300, 400, 1] and table.selected.pid == 500
-        poll(store, 102.0, {1: 1.0, 300: 90.0, 400: 70.0, 500: 10.0})
-        table.show(store, None)
-        assert table.selected.pid == 400  # still the top attachable row, not 500 kept
+        assert [r.pid for r in table.rows] == [500, 300, 400, 1] and table.selected.pid == 400
         table.focus()
-        await pilot.press("down")  # the user moves: the cursor stays with their choice
-        chosen = table.selected.pid
-        poll(store, 103.0, {1: 1.0, 300: 1.0, 400: 95.0, 500: 99.0})
+        await pilot.press("enter")  # Enter attaches to the process the cursor was on
+        await pilot.pause()
+        assert selected == [table.keys[table.cursor]] and table.selected.pid == 400
+        poll(store, 103.0, {1: 2.0, 300: 90.0, 400: 1.0, 500: 99.0})  # re-sorted again: 400 last
         table.show(store, None)
-        assert table.selected.pid == chosen
+        assert table.rows[-1].pid == 400 and table.selected.pid == 400
 
 
 def test_the_attached_job_comes_first_with_its_workers_under_it():

@@ -37,12 +37,15 @@ def test_a_cut_copy_reads_what_survived_and_names_what_did_not(tmp_path, kb, pol
         assert s.gpus and s.damage and "truncated" in render_text(s)
 
 
-def test_a_table_whose_later_pages_were_cut_is_named_as_partly_lost(tmp_path):
-    # At 80 KB the findings and frames tables keep their first page but not the rows after it:
-    # the copy must not read as "no findings recorded" without saying so.
+def test_a_table_whose_later_pages_were_cut_is_named_as_lost_when_none_of_its_rows_survived(tmp_path):
+    # At 80 KB the findings and frames tables keep their first page but none of the rows under
+    # it: the copy must not read as "no findings recorded" without saying so, and says "lost", not
+    # "partly lost" (which info and the report, reading no row, contradicted).
     with Reader(cut(tmp_path, 80)) as r:
         assert {"findings", "frames"} <= set(r.lost_tables), r.lost_tables
-        assert "partly lost (rows past the cut): " in r.damage and "findings" in r.damage
+        assert not r.finding_rows()
+        assert r.lost("findings") == "lost" and "partly lost" not in r.damage
+        assert "lost with the cut: " in r.damage and "findings" in r.damage
 
 
 # --------------------------------------------------------------------------- nothing survived
@@ -86,10 +89,10 @@ def test_findings_lost_in_the_cut_are_not_reported_as_none_recorded(tmp_path):
         assert "findings" in r.lost_tables
         s = collect(r)
     text = render_text(s, 100)
-    assert "findings: none recorded" not in text and "findings: lost in the cut" in text
+    assert "findings: none recorded" not in text and "findings: the recorded ones were lost in the cut" in text
     assert "(stack samples lost in the cut: unattributed)" in text and "no stack samples" not in text
     page = render_html(s)
-    assert "None recorded." not in page and "Lost in the cut" in page
+    assert "None recorded." not in page and "the recorded ones were lost in the cut" in page
     assert "No stack samples were recorded" not in page and "stack samples were lost in the cut" in page
     d = summary_dict(s)
     assert d["findings_lost"] is True and d["findings"] == [] and "findings" in d["lost_tables"]
@@ -106,7 +109,7 @@ def test_a_whole_recording_says_its_findings_were_recorded(tmp_path):
 def test_info_of_a_cut_copy_says_its_findings_were_lost(tmp_path, capsys):
     assert main(["info", str(cut(tmp_path, 50))]) == 0
     out = capsys.readouterr().out
-    assert "findings    lost in the cut" in out
+    assert "findings    the recorded ones were lost in the cut" in out
     assert main(["info", "--json", str(cut(tmp_path, 50))]) == 0
     import json
 

@@ -237,3 +237,10 @@ def test_gpu_panel_of_a_job_whose_memory_grows_120x40(snap_compare, clock):
         session.pipeline.publish(stage.poll())
     app = GputopApp(session, interval=1.0, refresh=60)
     assert snap_compare(app, terminal_size=(120, 40))
+
+
+def test_processes_tab_two_gpus_80x24_with_charts(snap_compare, clock):
+    """Two GPUs on a small terminal: their history charts are drawn where they fit (they were left
+    out while the rows kept for a two-process table stood empty)."""
+    app = GputopApp(fake_session(clock, gpus=2), interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=(80, 24))

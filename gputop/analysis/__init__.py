@@ -39,8 +39,8 @@ from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, 
 from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
-    GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, rank_map, rank_views,
-    ranks_message, straggler,
+    GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, hot_line, rank_map,
+    rank_views, ranks_message, straggler,
 )
 from .spin import spin_share
 from .stacks_summary import Hot, StacksView, WorkerView
@@ -86,7 +86,7 @@ __all__ = [
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",
-    "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
+    "hot_line", "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
     "is_performance_limiting", "is_worker", "parents_of", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
     "pane_views", "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
     "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",

@@ -130,6 +130,21 @@ OWN_WORK_MIN_SHARE = Threshold(
     "model's step: a fifth.")
 
 
+def hot_line(v: RankView) -> tuple[str | None, float, bool]:
+    """Where a rank's time goes, as the Ranks pane, the exporter's hot line and the straggler
+    finding name it: (place, share of its samples, whether it is the rank's own work).
+
+    The function only this rank runs, when it holds at least half of what its hot place does
+    (the straggler rule's choice: a rank sleeping in `load_batch` is off the CPU, so no "work",
+    and its hot place was the loop's line at 3 % while it spent 91 % in `load_batch`); else its
+    hot place; else, for a rank that only waits, where its own code waits (not its own work)."""
+    if v.only_here and (not v.hot or v.only_here_share >= v.hot_share / 2):
+        return v.only_here, v.only_here_share, True
+    if v.hot:
+        return v.hot, v.hot_share, True
+    return v.top, v.top_share, False
+
+
 def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None = None) -> RankView:
     n = len(main)
     coll = [s for s in main if s.category is Category.COLLECTIVE]

@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="watch a training job for a while, then print what to change (text or JSON)",
         description="Sample the GPUs, the host and (with --pid) the training process's stacks for "
         "--duration seconds, then print the advisor's findings ranked by the GPU time they cost, "
-        "with evidence and the exact change, and where each GPU's time went. Ctrl-C prints what "
-        "it has so far.",
+        "with evidence and the exact change, and where each GPU's time went. Ctrl-C, SIGTERM and "
+        "SIGHUP print what it has so far (after SIGTERM or SIGHUP the exit status is 128 + the signal's "
+        "number, e.g. 143).",
     )
     add_live_options(p, pid_help="the training process to attach to (py-spy)")
     p.add_argument("-d", "--duration", type=parse_duration, default=DEFAULT_DURATION_S, metavar="TIME",
@@ -49,6 +50,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .stop_signals import StopSignals
+
+    # First, before the slow start: SIGTERM or SIGHUP (a time limit, `timeout`, a closed SSH
+    # session) ends the watch as Ctrl-C does, and what was judged is still printed.
+    signals = StopSignals().install()
+    try:
+        return signals.status(_run(args, signals))
+    finally:
+        signals.restore()
+
+
+def _run(args: argparse.Namespace, signals) -> int:
     from ..analysis import step_dict, step_line
     from ..present import breakdown_table, findings_text, report_dict, session_start_in
     from ..session import Config, open_live
@@ -71,11 +84,16 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(session, args.duration, start)
     session.start()
     try:
-        ended = session.run_for(args.duration, should_stop=lambda: _target_exited(session, start), tick=progress)
+        ended = session.run_for(args.duration, tick=progress,
+                                should_stop=lambda: signals.why or _target_exited(session, start))
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        # Closes the --record file too: complete, whatever ended the watch.
         session.stop()
+    if signals.stopped:
+        ended = None  # the signal's name, not a reason the target gave
+        interrupted = True
     # One last evaluation on everything collected.
     session.pipeline.publish(stage.poll())
     progress.note_top()
@@ -121,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
             # empty "findings" then means "not yet", not "nothing found").
             "collecting": None if store.collecting() is None else dataclasses.asdict(store.collecting()),
             "interrupted": interrupted,
+            # SIGTERM or SIGHUP ended the watch ("terminated", "hung up"); the exit status is
+            # then 128 + the signal's number.
+            "terminated_by": signals.why,
             "target_exited": ended,
             "nvml_error": nvml_error,
             "attach_errors": attach_errors,
@@ -144,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     what = f"PID {args.pid}" if args.pid else "this machine (no --pid: idle time is not attributed)"
     mode = " [fake GPU source]" if session.mode == "fake" else ""
-    print(f"gputop advise: {what}, watched {fmt_seconds(elapsed)}{mode}" + (" (interrupted)" if interrupted else ""))
+    how = f" ({signals.why})" if signals.stopped else " (interrupted)" if interrupted else ""
+    print(f"gputop advise: {what}, watched {fmt_seconds(elapsed)}{mode}{how}")
     if ended:
         print(f"note: {ended}")
     if nvml_error:

@@ -10,7 +10,8 @@ importable. Prints the culprit rank, the collective (type, sequence number, proc
 sizes), the ranks that waited, the culprit's last recorded collective with its Python stack, and
 what PyTorch's analyzer said; ``--json`` the same for scripts.
 
-Exit status: 0 with a verdict; 1 when the dumps cannot be found or read; 2 without torch.
+Exit status: 0 with a verdict; 1 when the dumps cannot be found or read; 2 without torch. With
+``--json`` an error is also printed as JSON, ``{"error": ..., "exit_status": N}``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UserError as exc:
+        if not args.json:
+            raise
+        # A script reading --json gets JSON either way: the error as one object on standard
+        # output (the status still says it failed), the same line on standard error for a human.
+        sys.stdout.write(json.dumps({"error": str(exc), "exit_status": exc.exit_code}) + "\n")
+        raise
+
+
+def _plain(target: str | None, message: str) -> str:
+    """A named path that is neither there nor a prefix of any dump, said as such: "no dumps at
+    /nonexistent<rank>" read as if gputop had looked somewhere odd."""
+    from pathlib import Path
+
+    if target and not Path(target).exists() and message.startswith("no flight-recorder dumps at "):
+        return (f"{target}: no such file or directory, and no flight-recorder dump is named after it "
+                f"({Path(target).name}0, {Path(target).name}1, …)")
+    return message
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..analysis import (
         analyzer_view, autopsy, autopsy_dict, autopsy_text, dump_prefix, dump_problem, rebuild_pg_config,
     )
@@ -64,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         fixed, note = rebuild_pg_config(dumps)
         result = run_analyzer(fixed)
     except DumpError as exc:
-        raise UserError(str(exc), exit_code=1) from None
+        raise UserError(_plain(args.target, str(exc)), exit_code=1) from None
     except AnalyzerUnavailable as exc:
         raise UserError(str(exc), exit_code=2) from None
     verdict = autopsy(fixed, analyzer_view(result), notes=(note,) if note else ())

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         nav = Navigator(r)
         d = r.describe()
         d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
-        d["findings_lost"] = "findings" in r.lost_tables  # a cut copy: the count is what survived
+        d["findings_lost"] = r.lost("findings") is not None  # a cut copy: the count is what survived
+        d["stacks_lost"] = r.lost("stacks")  # "lost", "partly" or None: the stack count is what can be read
         d["idle_periods"] = len(nav.idle_periods())
         if args.check:
             d["bad_blocks"] = r.check_blocks()
@@ -62,8 +63,12 @@ def _rate_text(d: dict) -> str:
     return ""
 
 
+# How much of the stack samples a cut left readable (Reader.lost), beside their count.
+_STACKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them or their frames lost in the cut)"}
+
+
 def format_info(d: dict) -> str:
-    from ..record import backfill_note
+    from ..record import LOST_FINDINGS, backfill_note
 
     note = backfill_note(d.get("backfill_s") or 0.0)
     lines = [
@@ -102,14 +107,14 @@ def format_info(d: dict) -> str:
                     ("util_points", "utilisation points"),
                     ("host_samples", "host"),
                     ("proc_samples", "process"),
-                    ("stack_samples", "stack"),
+                    ("stack_samples", "stack" + _STACKS_CUT.get(d.get("stacks_lost"), "")),
                     ("events", "events"),
                 )
             )
         )
     found = d.get("findings", 0)
     if d.get("findings_lost"):
-        found = f"{found} (more may have been lost in the cut)" if found else "lost in the cut"
+        found = f"{found} (more may have been lost in the cut)" if found else LOST_FINDINGS
     lines.append(f"findings    {found}   idle periods {d.get('idle_periods', 0)}")
     if "bad_blocks" in d:
         lines.append(f"check       {d['bad_blocks']} unreadable block(s), {d.get('bad_rows', 0)} bad row(s)")

@@ -207,6 +207,12 @@ def terminal_problem() -> str | None:
         except (AttributeError, ValueError):  # closed or replaced by an object without a fd
             ok = False
         if not ok:
+            if stream is sys.stderr:
+                # Textual's Linux driver draws on standard error (sys.__stderr__), not standard
+                # output: `gputop 2>err.txt` would paint the whole UI into the file. Said so, or
+                # the user cannot tell why a redirect of "only the errors" stops the UI.
+                return ("it draws on standard error, which is not a terminal here: leave standard error on "
+                        "the terminal")
             return f"{name} is not a terminal"
     return None
 

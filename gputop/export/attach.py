@@ -129,3 +129,49 @@ class Attacher:
 
     def close(self) -> None:
         pass
+
+
+class RankNamer:
+    """With ``--attach all``: names the attached ranks of a distributed job to the session, in the
+    ranks event a ``--pid`` session publishes as it attaches (``analysis.ranks_message``).
+
+    Without it the advisor, which reads the ranks from that event, saw separate processes: a
+    rank waiting in all_reduce for its straggler was judged stuck, while the rank series (which
+    know the ranks from their environments) showed the straggler, so the exporter disagreed with
+    the UI and ``advise`` on the same job. One advisor judges one job: where several are attached,
+    the one with the most ranks here (then the lowest job id), the same each poll while it lasts.
+    ``identities``: the attached ranks' identities (``JobCollector.identities``); ``judge``: told
+    the pid of the job's lowest rank, the process the advisor then judges, as a ``--pid`` session
+    given the launcher judges its rank 0 (so both reach one verdict on the same job)."""
+
+    name = "attach-ranks"
+
+    def __init__(self, store, identities: Callable[[], dict], interval: float = ATTACH_EVERY_S,
+                 judge: Callable[[int], None] = lambda pid: None) -> None:
+        self.store = store
+        self.judge = judge
+        self.interval = interval  # as often as new processes are attached
+        self.identities = identities
+        self._named: dict[int, int] = {}
+        self.job: str | None = None  # the job named (its job_id), None: none yet
+
+    def poll(self) -> list[object]:
+        from ..analysis import RANKS_SOURCE, ranks_message
+
+        by_job: dict[str, dict[int, int]] = {}
+        for pid, ident in self.identities().items():
+            by_job.setdefault(ident.job, {})[pid] = ident.rank
+        jobs = [j for j, ranks in by_job.items() if len(ranks) >= 2]
+        if not jobs:
+            return []
+        # The job named before stays named while it has ranks here: the advisor's hold counts
+        # evaluations of one job, and switching would start it over.
+        job = self.job if self.job in jobs else min(jobs, key=lambda j: (-len(by_job[j]), j))
+        if job == self.job and by_job[job] == self._named:
+            return []
+        self.job, self._named = job, by_job[job]
+        self.judge(min(self._named, key=self._named.__getitem__))
+        return [Event(self.store.now, RANKS_SOURCE, ranks_message(self._named, None), "info")]
+
+    def close(self) -> None:
+        pass

@@ -82,8 +82,12 @@ class GputopCollector:
         clock: Callable[[], float] = time.time,
         account: TimeAccount | None = None,
         placement: Callable[[int], Placement] = read_placement,
+        judged: Callable[[], tuple[str, str]] = lambda: ("", ""),
     ) -> None:
         self.store = store
+        # (pid, job_id) of the process the advisor's findings speak of, '' where none: the
+        # findings say which attached job they belong to.
+        self.judged = judged
         self.interval = interval
         self.window = window
         self.attached = attached
@@ -295,21 +299,24 @@ class GputopCollector:
             "gputop_finding",
             "An active advisor finding; the value is the GPU time (seconds) its cause cost over the "
             "advisor's window, what fixing it would give back",
-            labels=["id", "severity", "gpu"],
+            labels=["id", "severity", "gpu", "pid", "job_id"],
         )
         conf = GaugeMetricFamily("gputop_finding_confidence", "The advisor's confidence in an active finding, 0..1",
-                                 labels=["id", "severity", "gpu"])
+                                 labels=["id", "severity", "gpu", "pid", "job_id"])
         # Warming up is the job's phase, not a finding: a gauge of its own, so a dashboard or an
         # alert counting gputop_finding series does not count it.
         warm = GaugeMetricFamily("gputop_job_warming_up",
                                  "1 while the advisor says the attached job is warming up (its speed not judged yet)")
-        rows: dict[tuple[str, str, str], tuple[float, float]] = {}
+        rows: dict[tuple[str, ...], tuple[float, float]] = {}
         warming = False
+        # The advisor judges one process (and its job) at a time, so these add one label value
+        # each, not one per attached process.
+        pid, job = self.judged()
         for f in self.store.findings():
             if f.id == WARMUP_ID:
                 warming = True
                 continue
-            key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index))
+            key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index), pid, job)
             rows.setdefault(key, (float(f.cost_s), float(f.confidence)))  # one series per label set
         for key, (cost, confidence) in rows.items():
             fam.add_metric(list(key), cost)

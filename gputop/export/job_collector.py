@@ -12,7 +12,8 @@ Cardinality, per attached rank (at most ``--max-attach`` per host), bounded:
   limiting reasons: at most 7, in practice one or two; none while nothing does).
 - ``gputop_rank_hot_line``: exactly 1 series at a time (the rank's single hottest line; a new one
   replaces the old, which goes stale), its text cut to 120 characters and redacted.
-- ``gputop_rank_finding``: at most 3 (its costliest findings; ids come from the finite rule set).
+- ``gputop_rank_finding``: at most 3 (its costliest findings; ids come from the finite rule set):
+  its GPU's, or for a rank on no GPU, those of its job when the advisor judged that job.
 - Where NCCL's RAS service answers (NCCL 2.24+, export.ras_probe) and its ranks' counts differ:
   ``gputop_rank_nccl_operations_total`` and ``gputop_rank_nccl_behind_operations`` per
   communicator and collective type, at most ``MAX_NCCL_COUNTS_PER_RANK`` of each (the ones it
@@ -62,8 +63,11 @@ class JobCollector:
 
     def __init__(self, store, attached: Callable[[], Iterable[int]], identify: Callable[[int], JobIdentity | None],
                  window: float = 60.0, stuck_after: float = 30.0, clock: Callable[[], float] = time.time,
-                 ras: RasProbe | None = None) -> None:
+                 ras: RasProbe | None = None, judged_job: Callable[[], str] = lambda: "") -> None:
         self.store = store
+        # The job the advisor's findings speak of ('' none): a CPU job's findings, which are on
+        # no GPU, are its ranks' findings.
+        self.judged_job = judged_job
         self.ras = ras
         self.attached = attached
         self.identify = identify
@@ -91,7 +95,7 @@ class JobCollector:
 
     def collect(self) -> Iterator[Metric]:
         ids = self.identities()
-        rows = rank_rows(self.store, ids, self.clock(), self.window, self.stuck_after)
+        rows = rank_rows(self.store, ids, self.clock(), self.window, self.stuck_after, self.judged_job())
         yield from families(rows, self.nccl_counts(ids))
 
     def nccl_counts(self, ids: dict[int, JobIdentity]) -> dict[int, list[RankOps]]:
@@ -138,8 +142,9 @@ def families(rows: Iterable[RankRow], nccl: Mapping[int, list[RankOps]] | None =
                               "past it, they are read from the samples after its start-up",
                               labels=[*RANK_LABELS, "what"])
     finding = GaugeMetricFamily("gputop_rank_finding",
-                                "An active finding on the rank's GPU (its costliest 3); the value is "
-                                "the GPU-seconds its cause cost over the advisor's window",
+                                "An active finding on the rank's GPU, or for a rank on no GPU on its job "
+                                "(its costliest 3); the value is the seconds its cause cost over the "
+                                "advisor's window",
                                 labels=[*RANK_LABELS, "id", "severity"])
     thr = GaugeMetricFamily("gputop_rank_gpu_throttled",
                             "1 while this reason held the rank's GPU's clocks down in at least a third of its "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..analysis import GROUPS, RankView, as_ranks, family_tasks, group_shares, judge, rank_views
+from ..analysis import CPU_DEVICE, GROUPS, RankView, across_ranks, as_ranks, family_tasks, group_shares, hot_line, judge, rank_views
 from ..model import Finding, StackSample
 from ..redact import redact_code, redact_text
 from ..sources import JobIdentity
@@ -61,8 +61,10 @@ def _code_of(main: Sequence[StackSample], place: str) -> str:
 
 
 def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s: float,
-              stuck_after: float) -> list[RankRow]:
-    """One row per pid in ``identities`` (the attached ranks whose environment names their job)."""
+              stuck_after: float, judged_job: str = "") -> list[RankRow]:
+    """One row per pid in ``identities`` (the attached ranks whose environment names their job).
+    ``judged_job``: the job the advisor's findings speak of ('' none): its findings that are on no
+    GPU (a job on the CPU) are its ranks' findings."""
     if not identities:
         return []
     t0 = now - window_s
@@ -87,8 +89,9 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
     gpus = bool(store.gpu_indices())
     gpu_samples = {i: store.gpu_window(i, t0, now) for i in store.gpu_indices()}
     views: list[RankView] = []
-    for ranks in by_job.values():
-        stacks = as_ranks(stacks_all, ranks, gpu_processes, gpus)
+    job_stacks: dict[str, list[StackSample]] = {}
+    for job, ranks in by_job.items():
+        stacks = job_stacks[job] = as_ranks(stacks_all, ranks, gpu_processes, gpus)
         procs = {p: store.proc_window(p, t0, now) for p in ranks}
         views.extend(rank_views(ranks, stacks, t0, gpu_processes, procs, gpu_samples=gpu_samples, t1=now))
     findings = sorted(store.findings(), key=lambda f: -f.cost_s)
@@ -101,9 +104,16 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
     rows = []
     for v in views:
         main = main_by_pid.get(v.pid, [])
+        job = identities[v.pid].job
         verdict = judge(main, now, stuck_after, procs=every_proc, tasks=family_tasks(tasks, v.pid))
-        hot, share = (v.hot, v.hot_share) if v.hot else (v.top or "", v.top_share)
-        mine = tuple(f for f in findings if f.gpu_index is not None and f.gpu_index == v.gpu)
+        # Seen across its job's ranks, as the advisor's verdict is: a rank waiting in a collective
+        # while another rank moves waits for a straggler; it is not stuck.
+        verdict = across_ranks(verdict, by_job[job], job_stacks[job], v.pid)
+        # The place the Ranks pane and the straggler finding name (one choice, analysis.hot_line).
+        hot, share, _ = hot_line(v)
+        hot = hot or ""
+        mine = tuple(f for f in findings if (f.gpu_index is not None and f.gpu_index == v.gpu)
+                     or (v.gpu is None and f.gpu_index in (None, CPU_DEVICE) and job == judged_job))
         rows.append(RankRow(
             identity=identities[v.pid], pid=v.pid, gpu=v.gpu, samples=v.samples,
             phases=group_shares(v.shares), wait=v.wait, collective=v.collective_fn or "",

@@ -124,6 +124,23 @@ def bind(host: str, port: int, registry):
     return httpd
 
 
+def _judged(session, jobs):
+    """What the advisor's findings speak of, as labels: (pid, job_id) of the process its last
+    evaluation judged (named with --pid, else the one the evidence window took for the job), ''
+    where none or not a rank. One process at a time: two label values, not one per process."""
+
+    def judged() -> tuple[str, str]:
+        advisor = session.advisor
+        ctx = advisor.advisor.last_context if advisor is not None else None
+        pid = ctx.target_pid if ctx is not None else None
+        if pid is None:
+            return "", ""
+        ident = jobs.identities().get(pid) if jobs is not None else None
+        return str(pid), ident.job if ident is not None else ""
+
+    return judged
+
+
 def serve(
     listen: str,
     interval: float,
@@ -158,19 +175,40 @@ def serve(
         pids = set(attacher.pids()) if attacher is not None else set()
         if session.target_pid is not None and session.stacks is not None:
             pids.add(session.target_pid)
+        # --pid of a launcher or of one rank: the session samples every local rank of its job.
+        job = session.job
+        if job is not None:
+            pids.update(r.pid for r in job.ranks)
         return pids
 
-    registry = CollectorRegistry()
-    registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
-                                      attached=attached, mode=session.mode))
-    if attacher is not None:
+    jobs = None
+    if attacher is not None or session.job is not None:
         # The ranks of distributed jobs among the attached: what the job view (gputop job) reads.
         from ..sources import host_name, read_identity
         from .ras_probe import RasProbe
 
         label = host_label or host_name()
-        registry.register(JobCollector(session.store, attached, lambda p: read_identity(p, label),
-                                       window=session.window, stuck_after=stuck_after, ras=RasProbe()))
+        jobs = JobCollector(session.store, attached, lambda p: read_identity(p, label),
+                            window=session.window, stuck_after=stuck_after, ras=RasProbe(),
+                            judged_job=lambda: _judged(session, jobs)()[1])
+    if attacher is not None and jobs is not None:
+        # The advisor learns the attached job's ranks as a --pid session's does (one ranks event),
+        # so it judges a straggler's waiting peers as ranks, not as stuck processes.
+        from .attach import RankNamer
+
+        def judge(pid: int) -> None:
+            # The advisor (and the stuck watch) follow the session's target: the named job's
+            # rank 0, as with --pid of its launcher.
+            session.target_pid = pid
+
+        session.pipeline.add_source(RankNamer(session.store, jobs.identities, judge=judge))
+
+    registry = CollectorRegistry()
+    registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
+                                      attached=attached, mode=session.mode,
+                                      judged=_judged(session, jobs)))
+    if jobs is not None:
+        registry.register(jobs)
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
     ProcessCollector(registry=registry)
     try:

@@ -100,6 +100,11 @@ def _metric(t: Text, label: str, value: str, style: str = "") -> None:
     t.append(value, style=style)
 
 
+# From this width a GPU's name may take up to WIDE_NAME_MAX columns (the bars and figures take ~130).
+WIDE_NAME_MIN_W = 160
+WIDE_NAME_MAX = 32
+
+
 def gpu_panel_lines(
     info: GpuInfo | None,
     s: GpuSample | None,
@@ -134,9 +139,17 @@ def gpu_panel_lines(
     # rest. Compact lines also need room for tensor activity and throttle words.
     compact = mode in (COMPACT, CHARTS)
     name_w = 14 if width >= 100 else 9
+    if width >= WIDE_NAME_MIN_W:
+        # A wide terminal has room for a name longer than 14 ("Fake H100 80GB HBM3 (scripted)" was
+        # cut to "Fake H100 80G…" at 200 columns). The usual names fit 14, so panels of different
+        # models still line up; only a longer name widens its own panel's label.
+        name_w = max(name_w, min(WIDE_NAME_MAX, len(short_gpu_name(name))))
     index_w = max(1, index_w, len(str(idx)))
     label_w = name_w + index_w + 4  # "[" index "] " name, and a space however long the name
-    fixed = 46 + label_w + (22 if compact else 0)
+    # "now" after UTIL where there is room: the latest poll's utilisation, not the Advisor's
+    # "busy" over its window (58 % here beside "busy 78 %" there read as a contradiction).
+    util_label = "UTIL now " if width >= 100 else "UTIL "
+    fixed = 42 + len(util_label) + label_w + (22 if compact else 0)
     # A memory forecast takes its room from the bars (down to BAR_MIN each) before it is cut short.
     cap = 10 if compact else 24
     note = next((n for n in forecast_texts(memory) if (width - fixed - len(n) - 1) // 2 >= BAR_MIN), "")
@@ -147,7 +160,7 @@ def gpu_panel_lines(
     # two-digit index, must not shift the columns after it (64 GPUs at 80 columns read as a table).
     label = f"[{idx:>{index_w}}] " + truncate(short_gpu_name(name), name_w)
     t.append(label.ljust(label_w), style="bold")
-    _metric(t, "UTIL ", "")
+    _metric(t, util_label, "")
     t.append(bar((s.util_gpu or 0) / 100 if s.util_gpu is not None else None, bar_w), style=util_style(s.util_gpu))
     t.append(f" {fmt_pct(s.util_gpu, 4)}", style=util_style(s.util_gpu))
     _metric(t, "  MEM ", "")

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 from ..analysis import BUCKET_LABELS, Breakdown, Bucket
 from ..advisor import MIN_MAIN_SAMPLES
 from ..advisor import GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL
-from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, straggler
+from ..analysis import GROUPS, JobView, RankView, doing_now, group_shares, hot_line, straggler
 from ..model import Category
 from ..units import fmt_rate, fmt_seconds, fmt_share, truncate
 
@@ -41,9 +41,11 @@ def rank_line(v: RankView, now_w: int, hot_w: int, straggler: bool = False) -> L
     for name, share in group_shares(v.shares) if v.samples else ((n, 0.0) for n, _ in GROUPS):
         text = fmt_share(share) if v.samples else "-"
         segs.append((f"{text:>{GROUP_W}}", f"grp.{name}" if share >= HIGH_SHARE else "dim" if not share else ""))
-    # Its hottest place outside waits; for a rank that only waits, where in its own code it waits
-    # (the user's frame under torch's), dimmed.
-    place, share, style = (v.hot, v.hot_share, "project") if v.hot else (v.top, v.top_share, "dim")
+    # Where its time goes: what only it runs, or its hottest place outside waits; for a rank that
+    # only waits, where in its own code it waits (the user's frame under torch's), dimmed. The
+    # same choice as the exporter's hot line and the straggler finding (analysis.hot_line).
+    place, share, own = hot_line(v)
+    style = "project" if own else "dim"
     hot = truncate(f"{place} {fmt_share(share)}", hot_w) if place and hot_w > 0 else ""
     segs.append(("  " + hot, style if hot else ""))
     return tuple(segs)

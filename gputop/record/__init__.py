@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from .files import looks_like_recording, refuse_overwriting_recording
 from .navigate import Navigator
-from .reader import Reader
+from .reader import LOST_FINDINGS, Reader
 from .recorder import Recorder
 from .replay import ReplaySource, parse_position
 from .span import backfill_note
 from .writer import OutputExists
 
 __all__ = [
-    "Navigator", "OutputExists", "Reader", "Recorder", "ReplaySource", "backfill_note",
+    "LOST_FINDINGS", "Navigator", "OutputExists", "Reader", "Recorder", "ReplaySource", "backfill_note",
     "looks_like_recording", "parse_position", "refuse_overwriting_recording",
 ]

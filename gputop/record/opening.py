@@ -31,7 +31,8 @@ class OpenFacts:
     tmp: tempfile.TemporaryDirectory | None = None  # the private copy a cut file is read from
     cut: str | None = None  # "truncated (N of M bytes)" for a cut copy
     damage: str | None = None
-    lost_tables: list[str] = field(default_factory=list)  # tables a cut copy lost whole
+    lost_tables: list[str] = field(default_factory=list)  # tables a cut copy lost, whole or in part
+    partly_tables: list[str] = field(default_factory=list)  # of those, the ones with rows before the cut
 
 
 def open_recording(path: Path) -> tuple[sqlite3.Connection, OpenFacts]:
@@ -117,13 +118,19 @@ def _open_truncated(found: OpenFacts, p: Path, head: bytes) -> tuple[sqlite3.Con
             partly.append(name)
     cut = f" ({actual:,} of {declared:,} bytes)" if declared > actual else ""
     found.cut = f"truncated{cut}"
+    found.damage = damage_text(p, cut, lost, partly)
+    found.lost_tables = lost + partly
+    found.partly_tables = partly
+    return conn, app_id, version
+
+
+def damage_text(p: Path, cut: str, lost: list[str], partly: list[str]) -> str:
+    """The one line that says what a cut took (``cut``: " (N of M bytes)" or ''): the tables lost
+    whole, those lost past the cut."""
     gone = f"; lost with the cut: {', '.join(lost)}" if lost else ""
     if partly:
         gone += f"; partly lost (rows past the cut): {', '.join(partly)}"
-    lost = lost + partly
-    found.damage = f"{p} is truncated or damaged{cut}{gone}"
-    found.lost_tables = lost
-    return conn, app_id, version
+    return f"{p} is truncated or damaged{cut}{gone}"
 
 
 def _salvage(copy: Path, page: int, declared: int, actual: int) -> list[str]:

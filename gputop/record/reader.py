@@ -73,7 +73,10 @@ class Reader:
         self.wal_state = found.wal_state
         self._tmp: tempfile.TemporaryDirectory | None = found.tmp
         self.damage: str | None = found.damage
-        self.lost_tables: list[str] = found.lost_tables  # tables a cut copy lost whole
+        # Tables a cut copy lost, whole or past the cut; of those, the ones with rows before it
+        # (settled once the file is open: ``_settle_lost``). ``lost`` says it per kind of data.
+        self.lost_tables: list[str] = found.lost_tables
+        self.partly_tables: list[str] = found.partly_tables
         self._cut: str | None = found.cut  # "truncated (N of M bytes)" for a cut copy
         self._threads: dict[int, tuple[int, int, str, bool, int | None]] = {}
         self._stacks: dict[int, tuple] = {}
@@ -111,6 +114,8 @@ class Reader:
             if isinstance(k, str) and k.startswith(OPEN_SESSION_PREFIX)
             for n in [codec.inum(_int_or_none(k[len(OPEN_SESSION_PREFIX):]))] if n is not None
         )
+        if self.partly_tables:
+            self._settle_lost(found.cut or "")
         self.start_ts, self.end_ts = self._span()
         if self.damage is not None and not self._holds_data():
             # A cut that left only the header (or the sessions' rows): reading it as an empty
@@ -118,6 +123,37 @@ class Reader:
             self.close()
             raise UserError(f"{self.path} is {self._cut or 'damaged'}: nothing readable survived "
                             "(no samples, events or findings)")
+
+    def _settle_lost(self, cut: str) -> None:
+        """A table the cut went through with no row readable before it is lost, not "partly
+        lost": the DAMAGED line said findings were partly lost while the report and info said
+        they were lost. Said once here, so every reader says the same."""
+        from .opening import damage_text
+
+        empty = [t for t in self.partly_tables if not self._rows(f'SELECT 1 FROM "{t}" LIMIT 1')]
+        if not empty:
+            return
+        whole = [t for t in self.lost_tables if t not in self.partly_tables] + empty
+        self.partly_tables = [t for t in self.partly_tables if t not in empty]
+        self.lost_tables = whole + self.partly_tables
+        detail = cut[len("truncated"):] if cut.startswith("truncated") else ""
+        self.damage = damage_text(self.path, detail, whole, self.partly_tables)
+
+    def lost(self, what: str) -> str | None:
+        """What a cut or damaged file kept of one kind of data: ``"lost"`` (nothing of it can be
+        read), ``"partly"`` (rows past the cut are gone), None (all of it). ``what``: a table's
+        name, or ``"stacks"``: stack samples with what they need to be read (their stacks, frames
+        and threads). info, report and replay all ask here, so they agree on what survived."""
+        whole = set(self.lost_tables) - set(self.partly_tables)
+        if what == "stacks":
+            # Without its row, its stack or its thread a sample cannot be read; without frames
+            # it still can (its category is in its row): what is lost is where it was.
+            if whole & {"stack_samples", "stacks", "threads"}:
+                return "lost"
+            return "partly" if set(self.lost_tables) & set(STACK_TABLES) else None
+        if what in whole:
+            return "lost"
+        return "partly" if what in self.partly_tables else None
 
     def _holds_data(self) -> bool:
         return self._any_series or bool(self._rows("SELECT 1 FROM findings LIMIT 1"))
@@ -331,8 +367,17 @@ class Reader:
             name = tables.get(t)
             if name is not None and (self.damage is not None or name in self._salvaged):
                 # What a read returns, not what the index says was written: blocks whose data
-                # the damage took are not counted.
-                out[t] = self._salvage(name).count()
+                # the damage took are not counted, nor rows past where the readable data ends
+                # (the span a report and a replay cover), nor stack samples whose stacks, frames
+                # or threads the cut took, nor process samples whose process rows it took (no
+                # reader can use them).
+                upto = (float("-inf"), self.end_ts)
+                if name == "stacks" and self.lost("stacks"):
+                    out[t] = len(self.stack_samples(*upto))
+                elif name == "procs" and self.lost("processes"):
+                    out[t] = len(self.proc_samples(*upto))
+                else:
+                    out[t] = len(self._block_rows(name, *upto))
                 continue
             rows = self._rows(f"SELECT sum(n) FROM {t}")
             out[t] = (rows[0][0] or 0) if rows else 0
@@ -708,6 +753,16 @@ class Reader:
         if self.wal_state == "live":
             return "recording"
         return "not closed cleanly" if self.unclosed_sessions else "closed"
+
+
+# What info and report say of findings a cut took whole. A replay judges the samples that survived
+# again (its Advisor is derived, never read back), so it may show a verdict: said, so that the
+# replay and the report do not read as contradicting each other.
+LOST_FINDINGS = ("the recorded ones were lost in the cut (the file ends before them); a replay judges the "
+                 "samples that survived again")
+
+# The tables a stack sample is read from: its row, its stack, that stack's frames, its thread.
+STACK_TABLES = ("stack_samples", "stacks", "frames", "threads")
 
 
 # Every flags byte: (active, owns_gil, category), decoded once.

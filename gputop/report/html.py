@@ -10,7 +10,7 @@ from .. import __version__
 from ..present import breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time
-from ..record import backfill_note
+from ..record import LOST_FINDINGS, backfill_note
 from . import svg
 
 # Idle bands by cause, the same causes the terminal's chart colours (present.idle_causes), in
@@ -211,8 +211,9 @@ def render_html(s: Summary) -> str:
     out += rank_html(s.ranks, e)
     out.append(f"<h2>Findings ({len(s.findings)})</h2>" if s.findings or not s.findings_lost else "<h2>Findings</h2>")
     if s.findings_lost:
+        # LOST_FINDINGS is fixed text: nothing to escape.
         out.append("<p class=\"warn\">" + ("More findings may have been lost in the cut." if s.findings else
-                                          "Lost in the cut: the file ends before them.") + "</p>")
+                                          f"Findings: {LOST_FINDINGS}.") + "</p>")
     elif not s.findings:
         out.append("<p>None recorded.</p>")
     for fs in s.findings:

@@ -7,7 +7,7 @@ import textwrap
 from ..present import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
-from ..record import backfill_note
+from ..record import LOST_FINDINGS, backfill_note
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, card_memory, memory_line
 from .ranks import rank_text_lines
 from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
@@ -198,7 +198,9 @@ def render_text(s: Summary, width: int = 100) -> str:
             if f.expected_gain:
                 out.extend(wrapped("  expected: ", f.expected_gain))
     elif s.findings_lost:
-        out.append("findings: lost in the cut (the file ends before them)")
+        # The recorded verdicts are gone; a replay's Advisor judges the samples that survived
+        # again, so it may show one: said here, so the two do not read as contradicting.
+        out.append(f"findings: {LOST_FINDINGS}")
     else:
         out.append("findings: none recorded")
     if s.events:

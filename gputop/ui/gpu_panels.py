@@ -35,7 +35,7 @@ MAX_CHART_ROWS = 12
 MIN_FULL_ROWS = 3
 
 
-def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool = True,
+def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool | int = True,
                   chrome: int = DEFAULT_CHROME) -> tuple[str, int]:
     """The largest panel size at which ``n_gpus`` panels leave the process table its rows, and
     how many chart rows each full or charts panel draws: full panels with at least three rows,
@@ -55,15 +55,21 @@ def choose_layout(height: int, n_gpus: int, attached: bool = False, procs: bool 
     return COMPACT, 0
 
 
-def panel_room(height: int, procs: bool = True, chrome: int = DEFAULT_CHROME) -> int:
+def panel_room(height: int, procs: bool | int = True, chrome: int = DEFAULT_CHROME) -> int:
     """Lines the GPU panels may take at ``height``: the rest of the screen takes ``chrome`` lines
-    (never counted as fewer than the default budget) and the process table keeps its rows."""
-    table = MIN_TABLE_ROWS if procs else EMPTY_TABLE_ROWS
+    (never counted as fewer than the default budget) and the process table keeps its rows.
+    ``procs``: whether the table has processes to list, or how many (then it keeps no more rows
+    than they take, its header and one for a process that comes: 2 GPUs' charts at 80x24 were
+    left out while the lines kept for a table of two processes stood empty)."""
+    if procs is True or procs is False:
+        table = MIN_TABLE_ROWS if procs else EMPTY_TABLE_ROWS
+    else:
+        table = max(EMPTY_TABLE_ROWS, min(MIN_TABLE_ROWS, procs + 2)) if procs else EMPTY_TABLE_ROWS
     avail = height - max(chrome, DEFAULT_CHROME) - table
     return max(1, min(avail, int((height - 1) * (MAX_SHARE if procs else MAX_SHARE_NO_PROCS))))
 
 
-def shown_gpus(indices: list[int], mode: str, height: int, procs: bool = True,
+def shown_gpus(indices: list[int], mode: str, height: int, procs: bool | int = True,
                chrome: int = DEFAULT_CHROME) -> tuple[list[int], list[int]]:
     """(the GPUs that get a panel, the ones that do not): when even one line each does not fit,
     the first ones fit and one line stands for the rest (``present.hidden_gpus_line``) instead of
@@ -118,8 +124,9 @@ class GpuPanels(VerticalScroll):
             return FULL
         gpu_procs = view.gpu_processes()
         attached = target is not None
-        mode, charts = choose_layout(height, len(every), attached, procs=bool(gpu_procs), chrome=chrome)
-        indices, hidden = shown_gpus(every, mode, height, procs=bool(gpu_procs), chrome=chrome)
+        listed = len({p.pid for p in gpu_procs})  # the table's rows (with GPUs it lists their processes)
+        mode, charts = choose_layout(height, len(every), attached, procs=listed, chrome=chrome)
+        indices, hidden = shown_gpus(every, mode, height, procs=listed, chrome=chrome)
         want: list[int | str] = [*indices, *(["more"] if hidden else [])]
         if list(self._panels) != want:
             self._sync(want)

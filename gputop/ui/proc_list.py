@@ -92,8 +92,8 @@ class ProcList(LinesView, can_focus=True):
         self.highlight: set[str] = set()  # row keys drawn in the highlight style (the attached job)
         self.cursor = 0
         self.top = 0
-        # Until the user moves the cursor it rests on the first row ``default_row`` allows, as
-        # rows come and re-sort; from then on it stays on the process the user chose.
+        # The cursor stays on its process as rows re-sort; where that process is gone it goes to
+        # the first row ``default_row`` allows, until the user has moved it.
         self.user_moved = False
         self._styles: dict[str, Style] = {}  # component styles; Textual recomputes them per refresh
 
@@ -108,16 +108,20 @@ class ProcList(LinesView, can_focus=True):
         self._redraw()
 
     def set_rows(self, keys: Sequence[str], cells: Sequence[tuple[str, ...]], highlight: set[str] | None = None) -> None:
-        """Replace the rows; the cursor stays on the same key where it still exists once the user
-        has moved it, and rests on the first row ``default_row`` allows until then."""
+        """Replace the rows; the cursor stays on the same key while it exists; where it is gone (or
+        before any row was shown) it goes to the first row ``default_row`` allows until the user
+        has moved it."""
         selected = self.keys[self.cursor] if 0 <= self.cursor < len(self.keys) else None
         count_changed = len(keys) != len(self.keys)
         self.keys, self.cells = list(keys), [tuple(c) for c in cells]
         self.highlight = set(highlight or ())
-        if not self.user_moved:
-            self.cursor = self.default_row()
-        elif selected in self.keys:
+        if selected in self.keys:
+            # The row under the cursor stays under it as the table re-sorts, moved or not: a
+            # cursor that followed whatever came on top had Enter attach to another user's
+            # process that had just jumped above the user's job.
             self.cursor = self.keys.index(selected)
+        elif not self.user_moved:
+            self.cursor = self.default_row()
         self.cursor = max(0, min(self.cursor, len(self.keys) - 1))
         if count_changed:
             self.refresh(layout=True)  # the list is as tall as its rows

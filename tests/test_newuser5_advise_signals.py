@@ -1,0 +1,81 @@
+"""`advise` stopped by SIGTERM or SIGHUP (`timeout`, a scheduler's limit, a closed SSH session)
+printed nothing: `timeout 8 gputop advise --json > f` left an empty file. It now stops as on
+Ctrl-C, prints what it judged (the JSON complete), closes its --record file, and exits with
+128 + the signal's number, the status a scheduler reads as "ended by that signal"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gputop.record.reader import Reader
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _advise(*extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "gputop", "advise", "--fake", "1", "--duration", "60", *extra]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _wait_for_progress(p: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Until advise prints its first progress line (it is watching)."""
+    deadline = time.monotonic() + timeout
+    line = p.stderr.readline()
+    while "gputop advise:" not in line:
+        assert time.monotonic() < deadline and line, "advise never started watching"
+        line = p.stderr.readline()
+
+
+def test_sigterm_prints_the_json_complete_and_exits_143(tmp_path):
+    rec = tmp_path / "a.gputop"
+    p = _advise("--json", "--record", str(rec))
+    try:
+        _wait_for_progress(p)
+        time.sleep(2.0)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    report = json.loads(out)  # complete, not cut
+    assert report["interrupted"] is True and report["terminated_by"] == "terminated"
+    assert report["duration_s"] < 30
+    with Reader(rec) as r:  # the --record file is closed and whole
+        assert r.state == "closed" and r.damage is None
+
+
+def test_sighup_prints_the_text_with_the_reason(tmp_path):
+    p = _advise()
+    try:
+        _wait_for_progress(p)
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGHUP, err
+    first = out.splitlines()[0]
+    assert first.startswith("gputop advise: ") and first.endswith("(hung up)")
+
+
+def test_ctrl_c_keeps_its_status(tmp_path):
+    p = _advise("--json")
+    try:
+        _wait_for_progress(p)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    report = json.loads(out)
+    assert report["interrupted"] is True and report["terminated_by"] is None
