@@ -27,9 +27,10 @@ def _identity():
     return {RANK: identity_of(env, "node-a", launcher_pid=5000)}
 
 
-def starved_rank(workers_cpu: float | None) -> Store:
+def starved_rank(workers_cpu: float | None, main_cpu: float = 3.0) -> Store:
     """A rank waiting on its DataLoader, sampled every 4 s (a starved py-spy): each sample lands
-    on the same wait for 40 s. Its two workers at ``workers_cpu`` % each (None: not read)."""
+    on the same wait for 40 s, the rank at ``main_cpu`` % of a core. Its two workers at ``workers_cpu`` % each
+    (None: not read)."""
     store = Store()
     out: list[object] = []
     for k in range(11):
@@ -37,7 +38,7 @@ def starved_rank(workers_cpu: float | None) -> Store:
         out.append(stack(t, Category.DATA_WAIT, pid=RANK, active=False, frames=WAIT))
     for k in range(41):
         t = T0 + k
-        out.append(ProcSample(t, RANK, ppid=5000, name="python", cpu_percent=3.0, role="target"))
+        out.append(ProcSample(t, RANK, ppid=5000, name="python", cpu_percent=main_cpu, role="target"))
         for w in (1, 2):
             out.append(ProcSample(t, RANK + w, ppid=RANK, name="pt_data_worker", cpu_percent=workers_cpu,
                                   role="worker", status="running"))
@@ -52,7 +53,9 @@ def test_a_starved_rank_whose_workers_run_is_not_stuck():
 
 
 def test_the_same_stacks_with_nothing_running_are_stuck():
-    store = starved_rank(workers_cpu=0.0)
+    # A hung wait burns next to nothing: a rank at 3 % of a core between samples that all sit in
+    # one wait is working where the samples cannot see (the stuck detector's sparse-sampling rule).
+    store = starved_rank(workers_cpu=0.0, main_cpu=0.2)
     (row,) = rank_rows(store, _identity(), store.now, 60.0, 30.0)
     assert row.stuck and row.stuck_s >= 30.0 and "train.py:40" in row.stuck_where
 
