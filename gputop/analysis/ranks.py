@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..model import Category, Event, GpuProcess, GpuSample, ProcSample, StackSample
 from .classify import category_shares, hot_place, is_library, own_frames, project_frame, rank_samples, short_path, stack_key
@@ -477,14 +477,17 @@ def _straggler_on_host(seen: Sequence[RankView], others_wait_min: float, gap: fl
 
 
 def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since: float, target: int | None,
-                 spin_pids: frozenset[int] = frozenset()) -> list[int]:
+                 spin_pids: frozenset[int] = frozenset(),
+                 works_between: Callable[[int, Sequence[StackSample]], bool] | None = None) -> list[int]:
     """The ranks (other than ``target``) that work since ``since`` and still do: gone from one
     function to another within their last MOVING_RECENT_S, or on a CPU outside collectives then.
     A rank that waits in the same all_reduce line at every sample is not hung while another rank
     works: each step it waits again, for a straggler. One that moved when the target stopped and
     has stood still since (a desync: each rank in its own collective) does not work. A rank whose
     GPU spins (``spin_pids``) is not working by being on a CPU: the CUDA driver yields in a loop
-    while it waits."""
+    while it waits. ``works_between(pid, samples)``: whether the OS shows a rank whose sparse
+    samples sit at one place working between them (a straggler asleep most of each step in its own
+    code: at ~1 stack/s its last few samples can all land in the sleep)."""
     by_pid: dict[int, list[StackSample]] = {}
     for s in stacks:
         if s.is_main and s.pid in ranks and s.pid != target and s.ts >= since:
@@ -498,7 +501,7 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
         keys = {tuple(f.name for f in s.frames) for s in recent}
         working = p not in spin_pids and any(
             s.active and s.category not in (Category.COLLECTIVE, Category.IDLE) for s in recent)
-        if len(keys) > 1 or working:
+        if len(keys) > 1 or working or (works_between is not None and works_between(p, ss)):
             out.append(ranks[p])
     return sorted(out)
 

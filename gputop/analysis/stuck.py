@@ -494,22 +494,43 @@ def latest_others(samples: Sequence[StackSample], pid: int) -> tuple[StackSample
     return tuple(out)
 
 
+def rank_works_between(tasks: Mapping[int, Sequence[TaskSample]] | None,
+                       procs: Mapping[int, Sequence[ProcSample]] | None, now: float):
+    """Whether a rank whose samples (time order) sit at one place works between them, by the
+    same evidence and bars as the target's own verdict (``between_samples``): its main thread's
+    wakes and CPU from /proc, else its process's CPU (psutil)."""
+    def works(pid: int, samples: Sequence[StackSample]) -> bool:
+        last = samples[-1]
+        recent_t0 = max(samples[0].ts, now - CPU_WINDOW_S)
+        mine = {pid: tasks[pid]} if tasks and tasks.get(pid) else {}
+        recent = progress(mine, recent_t0, now, main_tid=pid) if mine else None
+        cpu_t0 = max(samples[0].ts + CPU_READING_S, now - CPU_WINDOW_S)
+        cores = tree_cores({pid: procs[pid]}, pid, cpu_t0, now)[0] if procs and procs.get(pid) else None
+        return between_samples(samples, last.category, "unknown", recent, cores) is not None
+    return works
+
+
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
                  target: int, spin_pids: frozenset[int] = frozenset(),
-                 nccl: Sequence[CommVerdict] = ()) -> StuckVerdict:
+                 nccl: Sequence[CommVerdict] = (), tasks: Mapping[int, Sequence[TaskSample]] | None = None,
+                 procs: Mapping[int, Sequence[ProcSample]] | None = None,
+                 now: float | None = None) -> StuckVerdict:
     """A multi-rank job's verdict seen across its ranks: a rank waiting in a collective while
     another rank works is not stuck; each step it waits again, for a straggler (the rank-straggler
     rule's case). ``stacks``: every sampled process's stacks, reaching back to ``v.since``.
     ``nccl``: NCCL's RAS verdicts. A rank whose collective count has stood still while the others
     are ahead (HANG) is not working towards the next step however its stacks move: a loop in its
     own code that never returns (a livelock) looks busy to the sampler, and only the counts tell
-    it from a slow step."""
+    it from a slow step. ``tasks``/``procs`` (with ``now``): the OS's view of the ranks, so a
+    straggler asleep in its own code in every one of its sparse samples still counts as moving
+    when it works between them."""
     # The target's own wait decides, not only the diagnosis's kind: its main thread in a collective
     # waits for its peers, whichever kind the parties' states made of the hang.
     in_collective = v.category is Category.COLLECTIVE or (v.diagnosis is not None and v.diagnosis.kind == COLLECTIVE)
     if not (v.stuck and pid_rank and v.since and in_collective):
         return v
-    moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids)
+    between = rank_works_between(tasks, procs, now) if now is not None and (tasks or procs) else None
+    moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids, works_between=between)
     frozen = {r.rank for c in nccl if c.verdict == HANG for r in c.ranks}
     if not moving or all(r in frozen for r in moving):
         if moving:

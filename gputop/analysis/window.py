@@ -378,7 +378,8 @@ class JobWindow:
         )
         # A rank waiting while another works is a straggler, not a hang, unless NCCL's own counts
         # say the working one has stopped launching collectives.
-        return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids, nccl=self.nccl)
+        return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids, nccl=self.nccl,
+                            tasks=self.tasks, procs=self.procs, now=now)
 
     @functools.cached_property
     def nccl(self) -> tuple[CommVerdict, ...]:

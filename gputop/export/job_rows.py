@@ -108,7 +108,7 @@ def rank_rows(store, identities: Mapping[int, JobIdentity], now: float, window_s
         verdict = judge(main, now, stuck_after, procs=every_proc, tasks=family_tasks(tasks, v.pid))
         # Seen across its job's ranks, as the advisor's verdict is: a rank waiting in a collective
         # while another rank moves waits for a straggler; it is not stuck.
-        verdict = across_ranks(verdict, by_job[job], job_stacks[job], v.pid)
+        verdict = across_ranks(verdict, by_job[job], job_stacks[job], v.pid, tasks=tasks, procs=every_proc, now=now)
         # The place the Ranks pane and the straggler finding name (one choice, analysis.hot_line).
         hot, share, _ = hot_line(v)
         hot = hot or ""

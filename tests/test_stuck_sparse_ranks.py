@@ -1,0 +1,66 @@
+"""A straggler asleep in its own code, seen at ~1 stack/s, is still the rank the others wait for:
+its last few samples can all land in its sleep, and only the OS shows it working between them
+(the new user's gloo job: rank 1 sleeps 0.1 s in load_batch each step, rank 0 waits in all_reduce;
+the exporter called rank 0 stuck). A rank hung in its own code stays a hang."""
+
+from __future__ import annotations
+
+from test_stuck_sparse import COLL, PID, PROJ, T0, sparse_times, stack, task
+
+from gputop.analysis.stuck import across_ranks, judge
+from gputop.model import Category, Frame, ProcSample
+
+RANK1 = PID + 100
+LOAD_SLEEP = (Frame("load_batch", PROJ, 9, code="time.sleep(0.1)"), Frame("main", PROJ, 14, code="x = load_batch()"))
+LOCKED = (Frame("load_batch", PROJ, 9, code="with lock:"), Frame("main", PROJ, 14, code="x = load_batch()"))
+RANKS = {PID: 0, RANK1: 1}
+SECONDS = 45.0
+
+
+def _rank0_waiting():
+    main = [stack(t, COLL, Category.COLLECTIVE) for t in sparse_times(SECONDS)]
+    v = judge(main, main[-1].ts, 30.0)
+    assert v.stuck  # alone, rank 0's unchanged wait reads as a hang
+    return main, v
+
+
+def _rank1(frames, ms_per_s, runs_per_s):
+    stacks = [stack(t, frames, Category.OTHER, pid=RANK1) for t in sparse_times(SECONDS, T0 + 0.4)]
+    tasks = {RANK1: [task(T0 + i, ms_per_s, runs_per_s, pid=RANK1) for i in range(int(SECONDS) + 1)]}
+    return stacks, tasks
+
+
+def test_a_straggler_asleep_in_every_sample_but_working_between_them_vetoes_the_hang():
+    main, v = _rank0_waiting()
+    # 10 wakes/s running ~4 ms each (its step's own work around the sleep): 4 % of a core.
+    stacks, tasks = _rank1(LOAD_SLEEP, ms_per_s=40.0, runs_per_s=10.0)
+    out = across_ranks(v, RANKS, main + stacks, PID, tasks=tasks, now=main[-1].ts)
+    assert not out.stuck and "rank 1 moves" in out.reason
+    # Without the OS's view its samples alone cannot tell: the verdict is the stacks' (stuck).
+    assert across_ranks(v, RANKS, main + stacks, PID).stuck
+
+
+def test_a_rank_hung_on_a_lock_in_its_own_code_does_not_veto():
+    main, v = _rank0_waiting()
+    stacks, tasks = _rank1(LOCKED, ms_per_s=0.0, runs_per_s=0.0)
+    assert across_ranks(v, RANKS, main + stacks, PID, tasks=tasks, now=main[-1].ts).stuck
+
+
+def test_a_rank_polling_for_ever_does_not_veto():
+    main, v = _rank0_waiting()
+    # Wakes 10 times a second for 50 us each: a poll, not work.
+    stacks, tasks = _rank1(LOAD_SLEEP, ms_per_s=0.5, runs_per_s=10.0)
+    assert across_ranks(v, RANKS, main + stacks, PID, tasks=tasks, now=main[-1].ts).stuck
+
+
+def test_without_proc_the_rank_s_own_cpu_decides():
+    main, v = _rank0_waiting()
+    stacks, _ = _rank1(LOAD_SLEEP, 0.0, 0.0)
+    now = main[-1].ts
+
+    def procs(cpu):
+        return {RANK1: [ProcSample(T0 + i, RANK1, ppid=1, name="python", cpu_percent=cpu, role="target")
+                        for i in range(int(SECONDS) + 1)]}
+
+    assert not across_ranks(v, RANKS, main + stacks, PID, procs=procs(4.0), now=now).stuck
+    assert across_ranks(v, RANKS, main + stacks, PID, procs=procs(0.1), now=now).stuck
