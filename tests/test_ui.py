@@ -319,3 +319,25 @@ async def test_the_status_line_fades_and_holds_no_metric_the_model_lacks(clock):
         app.tick(force=True)
         await pilot.pause()
         assert "attached to process 42" not in plain(app, "#status") and "ready" in plain(app, "#status")
+
+
+async def test_nothing_is_drawn_once_an_exit_is_asked_for(clock):
+    """A SIGTERM in CI: a tick fired while the screens came down and mounted a GPU panel into a
+    detached widget (MountError in Textual's shutdown: a traceback and status 1)."""
+    from gputop.ui.gpu_panels import GpuPanels
+
+    s = make_session(clock, gpus=1)
+    feed(s, clock)
+    app = GputopApp(s, interval=1.0, refresh=60)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        panels = app.query_one("#gpus", GpuPanels)
+        before = dict(panels._panels)
+        app.exit(return_code=143)
+        feed(s, clock)
+        app.tick(force=True)  # a timer that fires after the exit was asked for draws nothing
+        assert panels._panels == before
+    # Detached (the app is gone), the panels mount nothing and raise nothing.
+    panels._sync([0, 1])
+    panels._replace({})
+    assert app.return_code == 143

@@ -19,6 +19,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.widget import MountError
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
@@ -281,11 +282,15 @@ class GputopApp(ReplayControls, App[int]):
     # ----------------------------------------------------------------- refresh
 
     def tick(self, force: bool = False) -> None:
-        if not self._mounted_ok or not self._check_terminal():
+        # Once an exit is asked for (q, a signal, a lost terminal) nothing is drawn again: a timer or
+        # a call after a refresh can still fire while the screens come down, and a panel mounted
+        # into a widget already detached raised MountError in Textual's shutdown (its generic
+        # exit status 1 and a traceback, once in CI after a SIGTERM).
+        if not self._mounted_ok or getattr(self, "_exit", False) or not self._check_terminal():
             return
         try:
             self._redraw(force)
-        except NoMatches:
+        except (NoMatches, MountError):
             pass  # a timer (or a call after a refresh) that fired while the app exits: its screen is going
 
     def _redraw(self, force: bool) -> None:

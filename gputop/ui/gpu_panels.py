@@ -181,6 +181,8 @@ class GpuPanels(VerticalScroll):
         """Panels for ``want``, in its order, keeping the ones already there: a resize that shows
         a GPU more or less mounts or removes that one (a widget's id is taken until its removal
         completes, so replacing them all at once would mount a second ``gpu-0``)."""
+        if not self.is_attached:
+            return  # the app is closing: nothing to mount into
         if "none" in self._panels:
             self._replace({})
         for key in [k for k in self._panels if k not in want]:
@@ -202,6 +204,8 @@ class GpuPanels(VerticalScroll):
         self._panels = panels
 
     def _replace(self, panels: dict[int | str, LinesView]) -> None:
+        if not self.is_attached:
+            return  # the app is closing: nothing to mount into
         for w in self._panels.values():
             w.remove()
         self._panels = panels
