@@ -64,3 +64,27 @@ def test_without_proc_the_rank_s_own_cpu_decides():
 
     assert not across_ranks(v, RANKS, main + stacks, PID, procs=procs(4.0), now=now).stuck
     assert across_ranks(v, RANKS, main + stacks, PID, procs=procs(0.1), now=now).stuck
+
+
+def test_at_attach_a_rank_outside_the_collective_not_read_yet_is_weighed_not_a_hang():
+    """The exporter polls the OS every 5 s: in its first seconds rank 0's wait in all_reduce was
+    called stuck (shown 6-20 s) before rank 1, asleep in its own code, had been read once."""
+    main = [stack(t, COLL, Category.COLLECTIVE) for t in sparse_times(8.0)]
+    now = main[-1].ts
+    # Rank 0 read by the OS at next to nothing: alone, its wait reads as a hang at attach.
+    own = {PID: [ProcSample(T0 + i, PID, ppid=1, name="python", cpu_percent=0.1, role="target") for i in range(9)]}
+    v = judge(main, now, 30.0, procs=own)
+    assert v.stuck and v.early
+    # Before any reading of it, its wait on the CPU (gloo: no GPU seen) is not judged at attach.
+    assert not judge(main, now, 30.0).stuck
+    stacks, _ = _rank1(LOAD_SLEEP, 0.0, 0.0)
+    stacks = [s for s in stacks if s.ts <= now]
+    out = across_ranks(v, RANKS, main + stacks, PID, procs=own, now=now)
+    assert not out.stuck and "rank 1 is outside it and not read by the OS yet" in out.reason
+    # Once read, its own CPU decides: idle -> the hang stands.
+    idle = {**own, RANK1: [ProcSample(T0 + i, RANK1, ppid=1, name="python", cpu_percent=0.1, role="target")
+                           for i in range(9)]}
+    assert across_ranks(v, RANKS, main + stacks, PID, procs=idle, now=now).stuck
+    # A rank waiting in the collective too is known to stand: no weighing.
+    coll = [stack(s.ts, COLL, Category.COLLECTIVE, pid=RANK1) for s in stacks]
+    assert across_ranks(v, RANKS, main + coll, PID, procs=own, now=now).stuck

@@ -154,17 +154,37 @@ WAITING_WORK_CORES = Threshold(
     "works between them: poll loops sleeping >= 10 ms used <= 0.67 %, a loop sleeping 50 ms a step 3.4 %.")
 
 
+# A thread seen waiting in a collective in every sample counts as working between them only while
+# it uses at most this share of a core. Judgement: a gloo rank that waits for a straggler wakes
+# each step for the step's own work (a few % of a core: the new user's job, 2-10 %); a wait that
+# spins in a driver or a busy-polling transport burns most of a core (NCCL ranks measured at
+# 100 % in sched_yield), where CPU says nothing of progress.
+COLLECTIVE_BLOCKED_MAX_CORES = Threshold(
+    0.5, "cores", JUDGEMENT,
+    "A thread waiting in a collective in every sample counts as working between them only under this CPU: a gloo "
+    "rank waiting for a straggler uses a few % of a core; a spinning wait burns most of one and proves nothing.")
+
+
 def between_samples(run: Sequence[StackSample], category: Category, gpu: str, recent: Progress | None,
                     target_cores: float | None) -> str | None:
     """Why a main thread whose samples (``run``: its unchanged ones, time order) show it waiting at
     one place is still working between them (a phrase), or None. ``recent``: /proc's view of the
     job over the recent part of the run; ``target_cores``: the target's own CPU (psutil), used
     where /proc's per-thread readings are not there."""
-    if not run or category in (Category.COLLECTIVE, Category.HOST_SYNC) or gpu in ("spin", "busy"):
-        # A thread waiting on the GPU or on peers may spin in the driver: its CPU says nothing.
+    if not run or category is Category.HOST_SYNC or gpu in ("spin", "busy") or (
+            category is Category.COLLECTIVE and gpu != "unknown"):
+        # A thread waiting on the GPU or on peers through it (NCCL) may spin in the driver: its CPU
+        # says nothing. With no GPU of the job's seen ("unknown": gloo on the CPU) a collective
+        # blocks in the kernel like any wait, and its wakes and CPU say whether steps go by.
         return None
     if sum(s.active for s in run) / len(run) >= MAIN_ACTIVE_SHARE:
         return None  # on a CPU at its line: its CPU is spent there (a slow call, or a spin), not elsewhere
+    if category is Category.COLLECTIVE:
+        # A collective's wait that burns much of a core spins (a driver, a busy-poll transport):
+        # only a thread that mostly blocks and wakes to work speaks for steps going by.
+        cores = recent.main_cores if recent is not None and recent.main_cores is not None else target_cores
+        if cores is None or cores > COLLECTIVE_BLOCKED_MAX_CORES:
+            return None
     unseen = f"{len(run)} samples at one place leave up to ~{min(100.0, 300.0 / len(run)):.0f} % of its time unseen"
     counted = recent is not None and recent.main_cores is not None and recent.span_s >= PROC_MIN_SPAN_S
     if counted and recent.main_runs is not None:
@@ -457,6 +477,11 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
         proc_reach = prog.span_s
     else:
         # No /proc readings (a replay, another platform): psutil's readings and py-spy's flags.
+        if last.category is Category.COLLECTIVE and gpu == "unknown" and (act.cores is None or not act.target_known):
+            # A collective's wait with no GPU of the job's seen (gloo) blocks on the CPU: its CPU says
+            # whether steps go by (between_samples), and it has not been read yet (an exporter
+            # polls every 5 s): a rank waiting for a straggler was called stuck at its first look.
+            return "no CPU readings of the job yet (a collective's wait on the CPU)"
         if not waits_gpu and (act.cores is None or not act.target_known):
             return "no CPU readings of the job yet"
         if not waits_gpu and act.cores >= TREE_BUSY_CORES:
@@ -499,15 +524,37 @@ def rank_works_between(tasks: Mapping[int, Sequence[TaskSample]] | None,
     """Whether a rank whose samples (time order) sit at one place works between them, by the
     same evidence and bars as the target's own verdict (``between_samples``): its main thread's
     wakes and CPU from /proc, else its process's CPU (psutil)."""
-    def works(pid: int, samples: Sequence[StackSample]) -> bool:
+    def works(pid: int, samples: Sequence[StackSample]) -> bool | None:
+        """True: works between its samples; False: it does not (or it waits on its peers or its
+        GPU, where its CPU says nothing); None: the OS has not been read over them yet."""
         last = samples[-1]
+        if last.category in (Category.COLLECTIVE, Category.HOST_SYNC):
+            return False
         recent_t0 = max(samples[0].ts, now - CPU_WINDOW_S)
         mine = {pid: tasks[pid]} if tasks and tasks.get(pid) else {}
         recent = progress(mine, recent_t0, now, main_tid=pid) if mine else None
         cpu_t0 = max(samples[0].ts + CPU_READING_S, now - CPU_WINDOW_S)
         cores = tree_cores({pid: procs[pid]}, pid, cpu_t0, now)[0] if procs and procs.get(pid) else None
+        if recent is None and cores is None:
+            return None
         return between_samples(samples, last.category, "unknown", recent, cores) is not None
     return works
+
+
+def _unread_ranks(pid_rank: Mapping[int, int], stacks: Sequence[StackSample], since: float, target: int,
+                  between) -> list[int]:
+    """The ranks (not ``target``) whose samples since ``since`` sit outside collectives and whose
+    OS readings over them have not come yet (``between`` answers None)."""
+    by_pid: dict[int, list[StackSample]] = {}
+    for s in stacks:
+        if s.is_main and s.pid in pid_rank and s.pid != target and s.ts >= since:
+            by_pid.setdefault(s.pid, []).append(s)
+    out = []
+    for p, ss in by_pid.items():
+        ss.sort(key=lambda s: s.ts)
+        if between(p, ss) is None:
+            out.append(pid_rank[p])
+    return sorted(out)
 
 
 def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[StackSample],
@@ -530,8 +577,18 @@ def across_ranks(v: StuckVerdict, pid_rank: Mapping[int, int], stacks: Sequence[
     if not (v.stuck and pid_rank and v.since and in_collective):
         return v
     between = rank_works_between(tasks, procs, now) if now is not None and (tasks or procs) else None
-    moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids, works_between=between)
+    moving = moving_ranks(pid_rank, stacks, v.since, target, spin_pids,
+                          works_between=(lambda p, ss: between(p, ss) is True) if between else None)
     frozen = {r.rank for c in nccl if c.verdict == HANG for r in c.ranks}
+    if v.early and between is not None and not moving:
+        # At attach, a rank outside any collective whose samples sit in its own code and whose OS
+        # readings have not come yet (an exporter polls every 5 s) is not known to stand still:
+        # the target waiting for it is weighed until it is read, not called stuck on its own wait.
+        unread = _unread_ranks(pid_rank, stacks, v.since, target, between)
+        if unread:
+            return replace(v, stuck=False, reason=f"main thread waits in a collective; rank {unread[0]} is outside it "
+                           "and not read by the OS yet: a straggler or a hang, weighed", early=False, confidence=0.0,
+                           evidence=(), diagnosis=None)
     if not moving or all(r in frozen for r in moving):
         if moving:
             # The communicator that names a moving rank as the one behind (there may be several).

@@ -201,13 +201,16 @@ class HostSource:
     def _proc_sample(self, ts: float, pid: int) -> ProcSample | None:
         proc = self._procs.get(pid)
         now_mono = time.monotonic()
+        first = proc is None
         try:
             if proc is None:
                 proc = psutil.Process(pid)
                 proc.cpu_percent(None)  # primes the counter; the first reading is 0 by design
                 self._procs[pid] = proc
             with proc.oneshot():
-                cpu = proc.cpu_percent(None)
+                # Read at once after priming, the rate covers no time: not read, not 0 % (a rank
+                # seen first at 0 % read as standing still to the stuck verdict across ranks).
+                cpu = None if first else proc.cpu_percent(None)
                 mem = proc.memory_info()
                 ppid = proc.ppid()
                 status = proc.status()
