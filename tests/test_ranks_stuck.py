@@ -144,7 +144,10 @@ def test_a_straggler_is_not_stuck_when_proc_catches_the_waiting_rank_runnable():
     for state in ("R", "S"):
         store = straggler_store(9.0, state)
         v = stuck_verdict(store, R0, threshold=30.0)
-        assert not v.stuck and "a straggler, not a hang" in v.reason, (state, v.reason, v.evidence)
+        # Not stuck: across the ranks (rank 1 moves), or already by its own readings (gloo, no GPU:
+        # a wait that wakes to work at a few % of a core is steps going by).
+        assert not v.stuck and ("a straggler, not a hang" in v.reason or "work between the samples" in v.reason), (
+            state, v.reason, v.evidence)
         assert StuckWatch(store, R0, threshold=30.0).poll() == []
 
 

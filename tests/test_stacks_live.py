@@ -320,6 +320,12 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
         assert "mode_deadlock" in plain(pane.last_lines)
         pane.query_one(VerticalScroll).focus()
         await pilot.press("n")
+        # The key is handled on the event loop, which stays free while the dump runs: the pane says
+        # so within a few frames (once in CI the first look came a frame early).
+        for _ in range(40):
+            if "running py-spy dump --native" in plain(pane.last_lines):
+                break
+            await pilot.pause(0.05)
         assert "running py-spy dump --native" in plain(pane.last_lines)
         for _ in range(300):
             await pilot.pause(0.05)
