@@ -21,6 +21,7 @@ from fake_pynvml import (
 )
 
 MIB = 1024 * 1024
+GPM_UNIT = 1000 * 1024  # GPM's NVLink 'MiB' is 1000 KiB: measured, bench/results/probe_nvlink.json
 TX_KIB, RX_KIB = 48_000_000, 47_000_000  # ~46 GiB/s each way: a busy NVLink all-reduce
 
 
@@ -58,8 +59,8 @@ def test_gpm_nvlink_rates_are_used_where_gpm_gives_them():
     src, nv, clock = make([FakeGpu(nvlinks=18, gpm=gpm, nvlink_kib_per_s=(1, 1))])
     b = polls(src, clock, 3)
     assert rates(b[0]) == (None, None)  # GPM needs two samples for a window
-    assert rates(b[1]) == (45_000.0 * MIB, 44_000.5 * MIB)  # MiB/s -> bytes/s
-    assert rates(b[2]) == (45_000.0 * MIB, 44_000.5 * MIB)
+    assert rates(b[1]) == (45_000.0 * GPM_UNIT, 44_000.5 * GPM_UNIT)  # GPM's unit -> bytes/s
+    assert rates(b[2]) == (45_000.0 * GPM_UNIT, 44_000.5 * GPM_UNIT)
     assert nv.calls["nvmlDeviceGetFieldValues"] == 0  # GPM answers: the counters are not read
     assert not notes(b)
 

@@ -54,6 +54,10 @@ _P2P_STATUS = {1: "not supported by the chipset", 2: "not supported by the GPU",
                4: "disabled by a registry key", 5: "not supported", 6: "unknown"}
 
 _MIB = 1024 * 1024
+# GPM's NVLink rates (metrics 60/61) count in units of 1000 KiB, not the MiB nvml.h names: on
+# 2 x H200 they read 1.024x the bytes a NCCL all_reduce must move, where the link counters read
+# 1.000x (bench/results/probe_nvlink.json).
+_GPM_NVLINK_UNIT = 1000 * 1024
 _KIB = 1024  # nvmlDeviceGetPcieThroughput reports KB/s; the NVLink throughput counters count KiB
 
 # The key under which the NVLink link counters' trouble is noted (once) and skipped.
@@ -475,7 +479,7 @@ class NvmlSource:
             # GPM's own window (the previous poll's sample to this one's); none yet on the first.
             tx, rx = gpm.get("nvlink_tx_mib"), gpm.get("nvlink_rx_mib")
             if tx is not None and rx is not None:
-                return tx * _MIB, rx * _MIB
+                return tx * _GPM_NVLINK_UNIT, rx * _GPM_NVLINK_UNIT
             return None, None
         return self._nvlink_counters(g, ts)
 
