@@ -5,12 +5,13 @@
 set -u
 out=${1:-screenshots}
 mkdir -p "$out"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')  # h100, h200: the card the shots show
 python3 scripts/gpu_load.py bf16 40 > "$out/load.log" 2>&1 &
 load=$!
 for _ in $(seq 60); do grep -q "ready" "$out/load.log" && break; sleep 1; done
 sleep 4  # a few steps in the utilisation buffer
-python3 scripts/screenshot.py --out "$out" --name live-h100 --size 160x48 --seconds 8
-python3 scripts/screenshot.py --out "$out" --name live-h100-80x24 --size 80x24 --seconds 6
+python3 scripts/screenshot.py --out "$out" --name "live-$gpu" --size 160x48 --seconds 8
+python3 scripts/screenshot.py --out "$out" --name "live-$gpu-80x24" --size 80x24 --seconds 6
 kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
 shot() {  # scenario name keys seconds
     python3 -m gputop.workloads "$1" --device cuda --duration 90 --exit-with-parent > "$out/$2.workload.log" 2>&1 &

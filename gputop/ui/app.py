@@ -8,6 +8,7 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -376,8 +377,9 @@ class GputopApp(ReplayControls, App[int]):
             pane.update_view(self.pane_context())
 
     def _update_status(self) -> None:
-        # Debug events are data for the analysis (NCCL's RAS reports), not lines for a person.
-        events = [e for e in self.store.events(STATUS_LOOKBACK_EVENTS) if e.level != "debug"]
+        # Debug events are data for the analysis (NCCL's RAS reports), not lines for a person; nor
+        # is a metric the GPU model lacks, in recordings made before NVML noted it as debug.
+        events = [e for e in self.store.events(STATUS_LOOKBACK_EVENTS) if e.level != "debug" and not _model_lacks(e)]
         status = self.query_one("#status", LinesView)
         # What attached sampling costs the job, as the sampler measures it: always in sight.
         state = self.session.target_state if self.session.mode != "replay" else None
@@ -597,6 +599,18 @@ def run_app(session: Session) -> int:
     # a scheduler or a shell expects, even where Textual's own shutdown then met an error and set
     # its generic 1 (its traceback, if any, is still printed).
     return app.watchdog.code or app.return_code or 0
+
+
+_NOT_SUPPORTED_PARTS = re.compile(r"[^;]*\(not supported\)")
+
+
+def _model_lacks(e: Event) -> bool:
+    """An NVML note that names only metrics this GPU model does not have (a fan on a datacenter
+    GPU): a fact of the model, said by `doctor`, not news for the status line."""
+    if e.source != "nvml" or ": not available: " not in e.message:
+        return False
+    parts = e.message.split(": not available: ", 1)[1].split("; ")
+    return all(_NOT_SUPPORTED_PARTS.fullmatch(p) for p in parts)
 
 
 def _event_key(e: Event) -> tuple[float, str, str]:
