@@ -244,3 +244,15 @@ def test_processes_tab_two_gpus_80x24_with_charts(snap_compare, clock):
     out while the rows kept for a two-process table stood empty)."""
     app = GputopApp(fake_session(clock, gpus=2), interval=1.0, refresh=60)
     assert snap_compare(app, terminal_size=(80, 24))
+
+
+def test_replay_attached_80x24(snap_compare):
+    """The smallest terminal, attached (the bundled H100 recording): the verdict line, the
+    charts and the table share 24 rows, and the status line stays in sight."""
+    session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
+    session.pipeline.poll_once()
+    app = GputopApp(session, refresh=60)
+    try:
+        assert snap_compare(app, terminal_size=(80, 24))
+    finally:
+        session.pipeline.stop()
