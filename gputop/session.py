@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from .advisor import DEFAULT_WINDOW_S
-from .analysis import DEFAULT_STUCK_AFTER_S
+from .analysis import DEFAULT_STUCK_AFTER_S, RAS_POLL_S
 from .errors import UserError
 from .model import Event, GpuSample, HostSample, SystemInfo, TargetState, TargetStatus
 from .pipeline import Pipeline, Source
@@ -534,7 +534,7 @@ def procfs_reader(pid: int, **options) -> Source:
 # How often NCCL's RAS service is asked for its report. Judgement: each query makes the job's RAS
 # threads gather every rank's counts (a few KB on the job's own network); every 5 s tells a
 # hang (counts frozen for HANG_MIN_FROZEN_S) within the stuck verdict's own reach.
-RAS_EVERY_S = 5.0
+RAS_EVERY_S = RAS_POLL_S  # analysis.nccl_ras reads a standing report by it
 
 
 def nccl_ras_source(pid: int, **options) -> Source | None:

@@ -505,3 +505,31 @@ def test_a_report_event_is_one_line_that_reads_back_whole():
     line = one_line(HUNG)
     assert "\n" not in line
     assert parse(report_text(line)) == parse(HUNG)
+
+
+def test_source_asks_at_every_wake_of_the_pipeline_despite_its_jitter(clock):
+    """The pipeline wakes the source every interval by its own clock; a wake a hair earlier than
+    the last one skipped a whole interval (reports 10 s apart at 5 s, on 2 x H200: the analysis then
+    read a straggler's counts as frozen and the job as hung)."""
+    q = Scripted(*(ok(HEALTHY.replace("(0.000s)", f"(0.00{k}s)") if k % 2 else STRAGGLING) for k in range(6)))
+    src = NcclRasSource("127.0.0.1:7", clock=clock, query_fn=q, interval=5.0)
+    sent = []
+    for dt in (0.0, 5.0002, 5.0003, 4.9997, 5.0, 4.9999):  # the recorded wakes' spacing
+        clock.advance(dt)
+        sent += src.poll()
+    assert len(q.calls) == 6  # asked at every wake: no interval skipped
+    assert len(sent) == 6  # each report differs from the one before it
+
+
+def test_a_report_standing_is_frozen_only_since_it_was_last_read_again():
+    """A report standing unchanged for ``stood`` seconds was read again at the last poll, up to one
+    poll back: its counts are known frozen for ``stood - poll``, and a hang needs that long."""
+    from gputop.analysis.nccl_ras import HANG_MIN_FROZEN_S, RAS_POLL_S, ras_verdicts
+
+    t0 = 1000.0
+    ev = [Event(t0, "nccl-ras", one_line(HUNG), "debug")]
+    early = t0 + HANG_MIN_FROZEN_S + RAS_POLL_S - 0.5  # the next poll may still bring new counts
+    (v,) = ras_verdicts(ev, early)
+    assert v.verdict != HANG
+    (v,) = ras_verdicts(ev, t0 + HANG_MIN_FROZEN_S + RAS_POLL_S + 0.5)
+    assert v.verdict == HANG and v.frozen_s >= HANG_MIN_FROZEN_S

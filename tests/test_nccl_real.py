@@ -108,8 +108,9 @@ def test_nccl_ras_counts_name_the_rank_in_the_stuck_evidence():
         t = replay.start_ts + 10
         replay.seek(t)
         session.pipeline.poll_once()
-        # The report as NCCL's RAS service gave it during this hang, standing unchanged for 8 s.
-        session.store.add([Event(t - 8, "nccl-ras", (HERE / "ras-hang.txt").read_text(), "debug")])
+        # The report as NCCL's RAS service gave it during this hang, standing unchanged for 13 s:
+        # read again unchanged for 8 s at least (the last poll may be 5 s back).
+        session.store.add([Event(t - 13, "nccl-ras", (HERE / "ras-hang.txt").read_text(), "debug")])
         ctx = build_context(session.store, target_pid=session.target_pid, now=t)
         assert [v.verdict for v in ctx.nccl] == ["hang"]
         from gputop.advisor.rules import RULES_BY_ID

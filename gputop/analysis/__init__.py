@@ -36,7 +36,7 @@ from .idle import (
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
 from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_sen
 from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
-from .nccl_ras import CommVerdict, DESYNC, HANG, STRAGGLER, ras_line, ras_verdicts
+from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
     GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, hot_line, rank_map,
@@ -79,7 +79,7 @@ __all__ = [
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
     "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
-    "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
+    "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
     "STACK_JOIN_S", "STRAGGLER", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",

@@ -673,7 +673,7 @@ def compare(older: RasReport, newer: RasReport, dt_s: float, *, min_gap_ops: int
 
 
 __all__ = [
-    "DESYNC", "HANG", "HANG_MIN_FROZEN_S", "OK", "STRAGGLER", "STRAGGLER_MIN_GAP_OPS", "UNKNOWN",
+    "DESYNC", "HANG", "HANG_MIN_FROZEN_S", "OK", "RAS_POLL_S", "STRAGGLER", "STRAGGLER_MIN_GAP_OPS", "UNKNOWN",
     "Block", "CommGroupRow", "CommVerdict", "CountGroup", "ErrorGroup", "OpCounts", "ProcessInfo",
     "RankCount", "RankInfo", "RasReport", "StatusGroup", "compare", "describe_rank", "parse",
 ]
@@ -684,10 +684,20 @@ __all__ = [
 RAS_SOURCE = "nccl-ras"
 
 
-def ras_verdicts(events: Sequence[Event], now: float) -> tuple[CommVerdict, ...]:
+# How often a session asks NCCL's RAS service (session.RAS_EVERY_S): a report standing unchanged
+# was last read again up to this long ago.
+RAS_POLL_S = Threshold(
+    5.0, "s", JUDGEMENT,
+    "How often a session asks NCCL's RAS service: the source sends a report only when it changes, so one standing "
+    "unchanged was last read again up to this long ago, and its counts are frozen for that much less.")
+
+
+def ras_verdicts(events: Sequence[Event], now: float, poll_s: float = RAS_POLL_S) -> tuple[CommVerdict, ...]:
     """What NCCL's RAS reports among ``events`` (time order) say at ``now``: the newest report
-    against the one before it, or against itself when it has stood unchanged (the source sends a
-    report only when it changes, so one standing for 10 s is counts frozen for 10 s)."""
+    against the one before it, or against itself when it has stood unchanged. The source sends a
+    report only when it changes and asks every ``poll_s``: a report standing ``stood`` seconds is
+    known unchanged only up to the last poll, up to ``poll_s`` back (the next one, due any moment,
+    may bring new counts), so counts are frozen for ``stood - poll_s``, not ``stood``."""
     reports = [e for e in events if e.source == RAS_SOURCE and e.message.startswith("NCCL version")]
     if not reports:
         return ()
@@ -697,7 +707,7 @@ def ras_verdicts(events: Sequence[Event], now: float) -> tuple[CommVerdict, ...]
     if len(reports) >= 2 and stood < HANG_MIN_FROZEN_S:
         older = reports[-2]
         return compare(parse(report_text(older.message)), new, max(1e-3, newest.ts - older.ts))
-    return compare(new, new, stood)
+    return compare(new, new, max(0.0, stood - poll_s))
 
 
 # The source joins a report's lines with this (sources.nccl_ras.LINE_SEP): an event is one line.
