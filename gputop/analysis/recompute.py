@@ -37,6 +37,7 @@ Megatron, or the user's own call of ``torch.utils.checkpoint.checkpoint`` (named
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -75,48 +76,68 @@ _ENTRY: tuple[tuple[str, re.Pattern], ...] = (
     (_MEGATRON_CKPT, re.compile(r"checkpoint|CheckpointFunction\.forward")),
 )
 
+_FILES = tuple({file for file, _ in _RECOMPUTE + _ENTRY})
+
 
 def _path(f: Frame) -> str:
     return f.filename.replace("\\", "/")
 
 
-def _matches(f: Frame, table: tuple[tuple[str, re.Pattern], ...]) -> bool:
-    path = _path(f)
-    return any(path.endswith(file) and pat.fullmatch(f.name) for file, pat in table)
+@functools.lru_cache(maxsize=8192)
+def _kind(name: str, filename: str) -> int:
+    """0: neither; 1: a recomputation frame; 2: a checkpointed first forward's entry frame. Kept
+    per (function, file): a window holds thousands of samples of a few hundred distinct frames,
+    judged every tick."""
+    path = filename.replace("\\", "/")
+    if not path.endswith(_FILES):
+        return 0
+    if any(path.endswith(file) and pat.fullmatch(name) for file, pat in _RECOMPUTE):
+        return 1
+    if any(path.endswith(file) and pat.fullmatch(name) for file, pat in _ENTRY):
+        return 2
+    return 0
+
+
+_library = functools.lru_cache(maxsize=8192)(is_library)
 
 
 def recomputing(frames: Sequence[Frame]) -> bool:
     """The thread runs a checkpointed block's forward again, inside backward."""
-    return any(_matches(f, _RECOMPUTE) for f in frames)
+    return any(_kind(f.name, f.filename) == 1 for f in frames)
 
 
 def checkpoint_entry(frames: Sequence[Frame]) -> tuple[str, str | None] | None:
     """Where a first forward enters checkpointing: (the API, the user's frame that calls it,
     "Block.forward (model.py:88)", or None), or None when the stack is not in a checkpointed
     block's forward (or is recomputing one: that is backward's)."""
-    if recomputing(frames):
-        return None
+    return _judge(frames)[1]
+
+
+def _judge(frames: Sequence[Frame]) -> tuple[bool, tuple[str, str | None] | None]:
+    """(recomputing, checkpoint_entry) of one stack, its frames looked at once."""
+    kinds = [_kind(f.name, f.filename) for f in frames]
+    if 1 in kinds:
+        return True, None
+    if 2 not in kinds:
+        return False, None
     # frames are newest first: the oldest entry frame is where checkpointing was entered
-    idx = [i for i, f in enumerate(frames) if _matches(f, _ENTRY)]
-    if not idx:
-        return None
-    first = idx[-1]
+    first = len(kinds) - 1 - kinds[::-1].index(2)
+    files = {_path(f) for f, k in zip(frames, kinds) if k == 2}
     older = frames[first + 1:]
-    paths = [_path(f) for f in frames]
-    if any(p.endswith(_DS_CKPT) for p in paths):
+    if any(p.endswith(_DS_CKPT) for p in files):
         api = CKPT_DEEPSPEED
-    elif any(p.endswith(_MEGATRON_CKPT) for p in paths):
+    elif any(p.endswith(_MEGATRON_CKPT) for p in files):
         api = CKPT_MEGATRON
-    elif any(p.endswith(_WRAPPER_FILE) for p in paths):
+    elif any(p.endswith(_WRAPPER_FILE) for p in files):
         api = CKPT_WRAPPER
-    elif any(p.endswith(_COMPOSABLE_FILE) for p in paths):
+    elif any(p.endswith(_COMPOSABLE_FILE) for p in files):
         api = CKPT_COMPOSABLE
     else:
         # The first frame past torch's own wrappers (dynamo's disable, _compile) says who called it.
         caller = next((f for f in older if not short_path(f.filename).startswith("torch/")), None)
         api = CKPT_HF if caller is not None and short_path(caller.filename).startswith("transformers/") else CKPT_PLAIN
-    user = next((f for f in older if not is_library(f.filename)), None)
-    return api, (f"{user.name} ({short_path(user.filename)}:{user.line})" if user is not None else None)
+    user = next((f for f in older if not _library(f.filename)), None)
+    return False, (api, f"{user.name} ({short_path(user.filename)}:{user.line})" if user is not None else None)
 
 
 @dataclass(frozen=True)
@@ -174,19 +195,25 @@ def recompute_of(stacks: Sequence[StackSample], pids: Sequence[int], t0: float,
     entered: Counter = Counter()
     apis: Counter = Counter()
     callers: Counter = Counter()
+    # Samples of one stack share its frames (the store keeps each stack once): judged once per
+    # call, by the frames' identity (alive for the whole call, so no id is reused).
+    judged: dict[int, tuple[bool, tuple[str, str | None] | None]] = {}
     for s in stacks:
         if s.pid not in want or s.ts < t0:
             continue
+        key = id(s.frames)
+        if key not in judged:
+            judged[key] = _judge(s.frames)
+        again, entry = judged[key]
+        if again:
+            busy[s.pid].add(s.ts)
         if s.is_main:
             main_ts[s.pid].add(s.ts)
-            entry = checkpoint_entry(s.frames)
             if entry is not None:
                 entered[s.pid] += 1
                 apis[entry[0]] += 1
                 if entry[1]:
                     callers[entry[1]] += 1
-        if recomputing(s.frames):
-            busy[s.pid].add(s.ts)
     procs = tuple(
         ProcRecompute(pid, pid_rank.get(pid), len(main_ts[pid]), len(busy[pid] & main_ts[pid]), entered[pid])
         for pid in sorted(want, key=lambda p: (pid_rank.get(p, 0), p)) if main_ts[pid]
