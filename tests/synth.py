@@ -97,6 +97,9 @@ class Job:
     target_role: str = "target"  # "gpu": the process is on the GPU but gputop is not attached to it
     worker_stack: Callable[[float], StackSample | None] | None = None
     main_frames: Callable[[float], tuple[Frame, ...]] | None = None  # real frames for the main thread
+    # Another thread of the target sampled in the same dumps as the main thread (autograd's engine
+    # thread on a GPU): its frames at each main-thread sample, None where it shows nothing.
+    thread_frames: Callable[[float], tuple[Frame, ...] | None] | None = None
     main_active: Callable[[float], bool] | None = None  # py-spy's active flag (default: by category)
     proc_mem: Callable[[float], float] | None = None  # the target's NVML memory, bytes (None: 8 GiB)
     host_mem_total: int = 0  # bytes; 0: the host's memory not read
@@ -131,6 +134,10 @@ class Job:
                 frames = self.main_frames(t) if self.main_frames is not None else None
                 active = self.main_active(t) if self.main_active is not None else None
                 events.append((T0 + t, stack(T0 + t, self.main(t), frames=frames, active=active)))
+                other = self.thread_frames(t) if self.thread_frames is not None else None
+                if other is not None:
+                    events.append((T0 + t, StackSample(ts=T0 + t, pid=TARGET, thread_id=TARGET + 100, frames=other,
+                                                       active=True, is_main=False, category=Category.OTHER)))
         for sec in range(1, int(self.seconds) + 1):
             t = float(sec)
             ts = T0 + t

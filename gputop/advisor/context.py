@@ -23,6 +23,7 @@ from ..analysis import (
     JobWindow,
     ProcStats,
     RankView,
+    Recompute,
     StepModel,
     StuckVerdict,
     Workers,
@@ -127,6 +128,9 @@ class AnalysisContext:
     # and, once the target has exited, what likely ended it. None: not worked out (a context
     # built from samples alone).
     memory: MemoryView | None = None
+    # Activation checkpointing: the job's processes' instants spent recomputing a checkpointed
+    # forward inside backward (analysis.recompute), and which API checkpoints.
+    recompute: Recompute = Recompute()
     # Verdicts several rules read, each worked out by the first rule that asks (``once``) and kept
     # for the rest of this evaluation; a context made from this one (``replace``) starts empty.
     _once: dict[Callable[["AnalysisContext"], object], object] = field(
@@ -204,6 +208,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         nccl=w.nccl,
         step=step_model(w.main),
         memory=w.memory,
+        recompute=w.recompute,
     )
 
 

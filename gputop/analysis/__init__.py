@@ -26,7 +26,7 @@ from .flight_recorder import (
     rebuild_pg_config,
 )
 from .frameworks import (
-    FP32, FrameworkSeen, HALF, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob, precision_knob,
+    ACCELERATE, FP32, FrameworkSeen, HALF, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob, precision_knob,
 )
 from .hang import COLLECTIVE, collective_fn
 from .idle import (
@@ -41,6 +41,10 @@ from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .ranks import (
     GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, hot_line, rank_map,
     rank_views, ranks_message, straggler,
+)
+from .recompute import (
+    CKPT_COMPOSABLE, CKPT_DEEPSPEED, CKPT_HF, CKPT_MEGATRON, CKPT_PLAIN, CKPT_WRAPPER, ProcRecompute, Recompute,
+    recompute_of,
 )
 from .spin import spin_share
 from .stacks_summary import Hot, StacksView, WorkerView
@@ -96,4 +100,6 @@ __all__ = [
     "COPY_ON_READ", "GROWING", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
     "WorkerMemory", "eta_text",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
+    "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
+    "Recompute", "recompute_of", "ACCELERATE",
 ]

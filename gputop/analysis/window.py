@@ -24,6 +24,7 @@ from .memory_window import MEMORY_WINDOW_S, MemoryView, memory_view
 from .nccl_ras import CommVerdict, ras_verdicts
 from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
+from .recompute import Recompute, recompute_of
 from .spin import spin_share
 from .stacks_summary import StacksView, stacks_view_of
 from .stuck import (
@@ -380,6 +381,13 @@ class JobWindow:
         # say the working one has stopped launching collectives.
         return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids, nccl=self.nccl,
                             tasks=self.tasks, procs=self.procs, now=now)
+
+    @functools.cached_property
+    def recompute(self) -> Recompute:
+        """Activation checkpointing in the window: each rank's (or the target's) instants spent
+        recomputing a checkpointed forward inside backward, read from all its threads."""
+        pids = list(self.pid_rank) or ([self.target_pid] if self.target_pid is not None else [])
+        return recompute_of(self.stacks, pids, self.t0, self.pid_rank)
 
     @functools.cached_property
     def nccl(self) -> tuple[CommVerdict, ...]:

@@ -7,7 +7,8 @@ row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
-``checkpoint``, ``optimizer`` (unfused optimizer steps), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
+``checkpoint`` (saves), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
+optimizer steps), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
 its source (a comment above it keeps whatever more there is to say); each check names the ones it
@@ -37,6 +38,7 @@ from .memory import check_memory_growth, check_memory_headroom, check_memory_nea
 from .nccl import check_nccl_env
 from .optimizer import check_unfused_optimizer
 from .precision import check_fp32_training, check_no_tensor_cores
+from .recompute import check_activation_checkpointing
 from .stuck import check_stuck
 from .system import (
     check_cuda_launch_blocking,
@@ -70,6 +72,7 @@ THROUGHPUT_IDS = (
     "unfused-optimizer",
     "no-tensor-cores",
     "mixed-precision",
+    "activation-checkpointing",
     "memory-headroom",
 )
 
@@ -116,6 +119,9 @@ RULES: tuple[Rule, ...] = (
     Rule("small-shm", "Small /dev/shm for DataLoader workers", W, check_small_shm, appear_after_s=0.0),
     Rule("slow-env", "Debug settings in the job's environment", I, check_slow_env, appear_after_s=0.0),
     Rule("persistence-off", "Persistence mode off", I, check_persistence_off, appear_after_s=0.0),
+    # Before memory-headroom: with both, the spare memory is first the room checkpointing saves.
+    Rule("activation-checkpointing", "Activation checkpointing where the memory fits: recomputation costs time", W,
+         check_activation_checkpointing),
     Rule("memory-headroom", "GPU memory to spare: a larger batch fits", I, check_memory_headroom),
     Rule("loader-respawn", "DataLoader workers restart every epoch", I, check_loader_respawn),
     Rule("idle-unattributed", "GPU idle, cause unknown: attach to the job", I, check_idle_unattributed),

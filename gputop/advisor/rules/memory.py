@@ -85,17 +85,24 @@ def check_memory_near_limit(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+def memory_to_spare(g: GpuView, ctx: AnalysisContext | None = None) -> bool:
+    """The job's peak on ``g`` is far from the card's limit: below MEM_HEADROOM of it, read over
+    enough busy polls to be the job at work, and not growing (today's spare memory is tomorrow's
+    OOM when it grows). What memory-headroom and activation-checkpointing both stand on."""
+    e = g.efficiency
+    frac = e.mem_peak_fraction
+    if frac is None or frac >= MEM_HEADROOM or e.busy_polls < MIN_BUSY_POLLS:
+        return False
+    return not growing(ctx, g)
+
+
 @uses(MEM_HEADROOM, HEADROOM_SM_ACTIVE_PCT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MEM_NEAR_LIMIT, MIN_BUSY_POLLS,
       MIN_COST_FRACTION, SPIN_EXPLAINS)
 def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     def fits(g: GpuView) -> bool:
+        if not memory_to_spare(g, ctx) or spinning(g):
+            return False
         e = g.efficiency
-        frac = e.mem_peak_fraction
-        if frac is None or frac >= MEM_HEADROOM or e.busy_polls < MIN_BUSY_POLLS or spinning(g):
-            return False
-        # Today's spare memory is tomorrow's OOM when it grows: never a larger batch then.
-        if growing(ctx, g):
-            return False
         # A bigger batch helps a GPU that is not full; one starved of data it does not help.
         if data_wait_s(g) > MIN_COST_FRACTION * g.breakdown.total_s:
             return False
@@ -110,13 +117,26 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
     if found is None:
         return None
     factor, bound = found
+    action = f"raise batch_size {factor}x (and scale the learning rate, e.g. linearly with warm-up)"
+    title = f"{g.name} has memory to spare: a larger batch fits"
+    evidence = (
+        f"{g.name} memory peaked at {fmt_bytes(e.mem_used_peak)} of {fmt_bytes(e.mem_total)} "
+        f"({pct(e.mem_peak_fraction)})",
+        f"SMs active {e.sm_active:.0f} % while busy: the GPU is not full",
+    )
+    if ctx.recompute.seen:
+        # The spare memory is first the room for the activations checkpointing recomputes: spent
+        # on a larger batch, it would keep the recomputation for good. activation-checkpointing
+        # says how; the batch factor is from today's peak, which grows once it is off.
+        title = f"{g.name} has memory to spare: activation checkpointing can go first, then a larger batch"
+        evidence += ("activation checkpointing is on: the stacks show checkpointed blocks",)
+        action = ("first turn activation checkpointing off (activation-checkpointing says how): the spare memory is "
+                  "room for the activations it recomputes; then measure the peak again and raise batch_size with "
+                  f"what is still spare (today's peak, with checkpointing, would allow {factor}x; scale the "
+                  "learning rate with it)")
     return Hit(
-        evidence=(
-            f"{g.name} memory peaked at {fmt_bytes(e.mem_used_peak)} of {fmt_bytes(e.mem_total)} "
-            f"({pct(e.mem_peak_fraction)})",
-            f"SMs active {e.sm_active:.0f} % while busy: the GPU is not full",
-        ),
-        action=f"raise batch_size {factor}x (and scale the learning rate, e.g. linearly with warm-up)",
+        evidence=evidence,
+        action=action,
         gain_bound=bound,
         expected_gain=f"more work per kernel launch and per step: at most {times(bound)} samples/s (an upper bound: "
         f"{factor}x the samples per step, with SMs active {e.sm_active:.0f} % while busy, can at best fill them, "
@@ -124,7 +144,7 @@ def check_memory_headroom(ctx: AnalysisContext) -> Hit | None:
         cost_s=0.0,
         confidence=0.6,
         gpu_index=g.index,
-        title=f"{g.name} has memory to spare: a larger batch fits",
+        title=title,
     )
 
 
