@@ -19,6 +19,7 @@ from .classify import category_shares, hot_place, is_library, own_frames, projec
 from .efficiency import BUSY_UTIL_PCT
 from .hang import collective_fn
 from .spin import WaitPoll, mean_wait, paired_gap, wait_series
+from .step_order import when_in_step
 from .throttle import decode_throttle
 from .stats import wilson_interval
 from .threshold import IntThreshold, JUDGEMENT, Threshold
@@ -104,6 +105,9 @@ class RankView:
     # (DDP's reducer, FSDP's hooks, a library).
     collective_caller: str | None = None
     collective_caller_share: float = 0.0
+    # Where in its step its hot place runs (analysis.step_order): BEFORE_FORWARD (it prepares the
+    # batch) or AFTER_UPDATE (work of its own after the backward: an EMA, a metric); None unknown.
+    hot_when: str | None = None
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -262,6 +266,8 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
                              gpu_throttled=_throttled(ps),
                              only_here=only.get(p, (None, 0.0))[0], only_here_share=only.get(p, (None, 0.0))[1]))
         v = views[-1]
+        if v.hot:
+            views[-1] = v = replace(v, hot_when=when_in_step(sorted(by_pid[p], key=lambda s: s.ts), v.hot))
         if not v.works and _moves_data((procs or {}).get(p, ()), v.latest.ts if v.latest else t0):
             # One stack, off the CPU, yet writing or reading at a rate: a checkpoint's file writes
             # (torch.save blocked in write() for seconds), not a hang. A rank hung in Python moves

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ...analysis import Bucket
 from ...model import Category, Severity
 from ...analysis import STRAGGLER, ras_line
-from ...analysis import Straggler, straggler
+from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
@@ -244,9 +244,24 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
              else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
     if found.on_gpu and slow.gpu_util is not None:
         doing += f", its GPU {slow.gpu_util:.0f} % busy"
+    if slow.hot_when == AFTER_UPDATE and hot:
+        # Work of its own after the backward (an EMA of the weights, a metric): no DataLoader
+        # takes it; the change is to where and how often it runs.
+        name = hot.split(" (")[0]
+        return (doing + f", {AFTER_UPDATE} each step",
+                f"take `{name}` off rank {slow.rank}'s step: it runs {AFTER_UPDATE} on this rank while the others "
+                "wait in their next collective. Keep its tensors on the GPU and update them there (torch._foreach_* "
+                "ops: one fused kernel, no copy to the host and no sync), run it every N steps, or in a background "
+                "thread on a copy; if every rank should run it, give each its share")
+    if slow.hot_when == BEFORE_FORWARD or not hot:
+        return (doing,
+                f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into "
+                f"DataLoader workers (num_workers>0{_pin(slow)}) or precompute it, and give every rank the same "
+                "amount of work")
     return (doing,
-            f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into DataLoader "
-            f"workers (num_workers>0{_pin(slow)}) or precompute it, and give every rank the same amount of work")
+            f"make {where} on rank {slow.rank} as fast as on the others: if it prepares the batch, in DataLoader "
+            f"workers (num_workers>0{_pin(slow)}) or precomputed; if it is work of its own on the step's tensors, "
+            "on the GPU without host copies, or every N steps; and give every rank the same amount of work")
 
 
 def _pin(v) -> str:
