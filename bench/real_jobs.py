@@ -70,7 +70,7 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "cpu-in-loop": ("cpu-work-in-loop",),
     "workers-respawn": ("loader-respawn",),  # its action: DataLoader(..., persistent_workers=True)
     "empty-cache": ("host-sync",),  # its action names the empty_cache() line when that is the sync
-    "eval-every-step": (),  # no finding names it: a miss until one does
+    "eval-every-step": ("eval-every-step",),  # its action: evaluate every N steps
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)

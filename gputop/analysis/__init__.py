@@ -50,7 +50,7 @@ from .recompute import (
 from .spin import spin_share
 from .stacks_summary import Hot, StacksView, WorkerView
 from .stats import exact_upper, wilson_interval
-from .step import StepModel, compiling, step_dict, step_line, step_model
+from .step import EVAL, Evaluation, StepModel, compiling, step_dict, step_line, step_model
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
@@ -84,7 +84,7 @@ __all__ = [
     "Autopsy", "analyzer_view", "autopsy", "autopsy_dict", "autopsy_hint", "autopsy_text", "dump_prefix",
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
-    "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
+    "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "EVAL", "Evaluation", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",

@@ -3,20 +3,31 @@
 The stacks' categories say what kind of code a sample was in; the step says where in the loop
 it was: the training loop's own frame (the one place of the user's code under nearly every
 sample), and each sample's phase of the step: waiting for data, a host-to-device copy, forward,
-backward, the optimizer, a sync, a collective, a checkpoint, compiling, importing, or the user's
-own code outside the model, named by its function and line. A rule that tells launch-bound
-(the model's ops dispatched) from CPU work in the loop (the user's own function) reads the
-phases, not the categories alone.
+backward, the optimizer, evaluation, a sync, a collective, a checkpoint, compiling, importing, or
+the user's own code outside the model, named by its function and line. A rule that tells
+launch-bound (the model's ops dispatched) from CPU work in the loop (the user's own function)
+reads the phases, not the categories alone.
+
+Evaluation is a phase of its own because its samples look like training's: a validation
+forward is a forward, its ``.item()`` reads are syncs. Two kinds of evidence tell it apart
+(``evaluation``): a frame of evaluation code in the stack (a function of the user's named as
+one, ``validate``, ``evaluate``, ``val_step``, ``test``, Lightning's ``validation_step``; or the
+frameworks' own evaluation loops, transformers' ``Trainer.evaluate`` / ``evaluation_loop`` /
+``prediction_step``, Lightning's ``_EvaluationLoop``), or, inline in the loop's own function, a
+forward at a line after the training step's last backward and optimizer lines, with the syncs
+and other work at the lines that follow it.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 from ..model import Category, Frame, StackSample
 from .classify import importing_at, is_library, own_frames, project_frame, short_path
+from .frameworks import HF_TRAINER, LIGHTNING
 from .threshold import JUDGEMENT, Threshold
 
 # The phases, in the order they are shown.
@@ -25,6 +36,7 @@ H2D = "H2D copy"
 FORWARD = "forward"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer"
+EVAL = "eval"
 SYNC = "sync"
 COLLECTIVE = "collective"
 CHECKPOINT = "checkpoint"
@@ -34,7 +46,7 @@ GC = "gc"
 OUTSIDE = "user code outside the model"
 IDLE = "idle"
 OTHER = "other"
-PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC, COLLECTIVE, CHECKPOINT, COMPILE, IMPORT, GC, OUTSIDE,
+PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, EVAL, SYNC, COLLECTIVE, CHECKPOINT, COMPILE, IMPORT, GC, OUTSIDE,
           IDLE, OTHER)
 
 _BY_CATEGORY = {
@@ -92,6 +104,8 @@ class StepModel:
     loop: str | None  # the training loop's frame: "train (train.py:40)"
     phases: tuple[tuple[str, float], ...]  # (phase, share of the samples), largest first
     outside: tuple[tuple[str, float], ...]  # the user's own code outside the model: (where, share)
+    evaluation: "Evaluation | None" = None  # evaluation work among the samples, and how it recurs
+    placed: tuple[str, ...] = ()  # each sample's phase, in the order of the samples given
 
     def share(self, phase: str) -> float:
         return dict(self.phases).get(phase, 0.0)
@@ -102,9 +116,18 @@ def _place(f: Frame) -> tuple[str, str]:
 
 
 def training_loop(main: Sequence[StackSample]) -> str | None:
-    """The newest frame of the user's code that is under at least LOOP_SHARE of the samples and
-    calls different things from one sample to the next, with its commonest line: the loop that
-    calls everything else. One pass over the samples (a tick's advisor calls this on every one).
+    """The training loop's frame with its commonest line, "train (train.py:40)", or None: see
+    ``loop_place``."""
+    place = loop_place(main)
+    return None if place is None else f"{place[0]} ({place[1]}:{place[2]})"
+
+
+def loop_place(main: Sequence[StackSample], phases: Sequence[str] | None = None) -> tuple[str, str, int] | None:
+    """(function, short path, commonest line) of the training loop: the newest frame of the
+    user's code that is under at least LOOP_SHARE of the samples and calls different things from
+    one sample to the next, with its commonest line: the loop that calls everything else. One
+    pass over the samples (a tick's advisor calls this on every one); ``phases``, each sample's
+    ``phase_of`` where the caller has them.
 
     The loop encloses the step. A frame the DataLoader calls (a Dataset's __getitem__, a collate
     function) is never it. Two more kinds are not while a frame that encloses them is a
@@ -125,9 +148,9 @@ def training_loop(main: Sequence[StackSample]) -> str | None:
     data_side: Counter = Counter()  # samples where the DataLoader's code called the frame (a dataset's)
     in_work: Counter = Counter()  # model-work samples (forward, backward, optimizer) the frame is under
     work = 0
-    for s in main:
+    for k, s in enumerate(main):
         own = own_frames(s.frames)
-        is_work = phase_of(s) in _MODEL_WORK
+        is_work = (phase_of(s) if phases is None else phases[k]) in _MODEL_WORK
         work += is_work
         seen = set()
         below: object = None  # the callee of the frame being looked at (None: it is the newest)
@@ -165,7 +188,218 @@ def training_loop(main: Sequence[StackSample]) -> str | None:
     # The newest of them (found at the smallest depth from the top: nearest the work) that varies.
     ordered = sorted(enclosing, key=lambda k: depth[k])
     name, path = next((k for k in ordered if varied(k)), ordered[0])
-    return f"{name} ({path}:{lines[(name, path)].most_common(1)[0][0]})"
+    return name, path, lines[(name, path)].most_common(1)[0][0]
+
+
+# --------------------------------------------------------------------------- evaluation
+
+# A function of the user's named as evaluation code, by its bare name (the part after any class or
+# `<locals>`), matched whole: evaluate, validate, val_step, eval_epoch, run_validation, test,
+# test_step, validation_step (Lightning's hook), predict, prediction_step; not `interval` or
+# `get_values`.
+_EVAL_NAME = re.compile(
+    r"_*(?:(?:run|do)_)?(?:eval|evaluate|evaluation|validate|validation|valid|val|test|predict|prediction)"
+    r"(?:_(?:step|steps|loop|epoch|one_epoch|model|batch|batches|pass|fn|once|all))?")
+# The frameworks' own evaluation code: (file, the functions of it that evaluate, or None for every
+# function in it; the framework). transformers 5.2x: Trainer._evaluate -> evaluate ->
+# evaluation_loop -> prediction_step (and predict, Seq2SeqTrainer's); not _maybe_log_save_evaluate,
+# which also logs and saves. Lightning 2.x (and pytorch_lightning 1.x): the whole of its evaluation
+# loops (`_EvaluationLoop.run`, `_evaluation_step`, their hooks), under fit's validation as under
+# trainer.validate().
+_EVAL_LIBRARY: tuple[tuple[str, frozenset[str] | None, str], ...] = (
+    ("/transformers/trainer.py",
+     frozenset({"evaluate", "_evaluate", "evaluation_loop", "prediction_step", "prediction_loop", "predict"}), HF_TRAINER),
+    ("/transformers/trainer_seq2seq.py", frozenset({"evaluate", "predict", "prediction_step"}), HF_TRAINER),
+    ("/lightning/pytorch/loops/evaluation_loop.py", None, LIGHTNING),
+    ("/pytorch_lightning/loops/evaluation_loop.py", None, LIGHTNING),
+    ("/lightning/pytorch/loops/epoch/evaluation_epoch_loop.py", None, LIGHTNING),
+    ("/pytorch_lightning/loops/epoch/evaluation_epoch_loop.py", None, LIGHTNING),
+    ("/lightning/pytorch/loops/dataloader/evaluation_loop.py", None, LIGHTNING),
+    ("/pytorch_lightning/loops/dataloader/evaluation_loop.py", None, LIGHTNING),
+)
+# Phases a frame of evaluation code does not claim: the training step's own (no evaluation
+# backpropagates or steps an optimizer) and warm-up's.
+_NOT_EVAL = frozenset({BACKWARD, OPTIMIZER, COMPILE, IMPORT})
+# The work at an inline evaluation's lines of the loop: its forward, its syncs (`.item()`), its
+# metrics on the CPU, its batches' copies and loading.
+_INLINE_EVAL = frozenset({FORWARD, SYNC, OUTSIDE, H2D, DATA})
+# How the evaluation was told: a frame of evaluation code, or a forward after the training
+# step's last backward and optimizer lines in the loop's own function.
+NAMED, INLINE = "named", "inline"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Evaluation work among the main thread's samples, and how it recurs between training."""
+
+    samples: int  # main-thread samples in evaluation work (its forward, its syncs, its data)
+    how: str  # NAMED or INLINE
+    where: tuple[str, ...]  # its places, commonest first: "validate (u/train.py:80)", "main (u/train.py:55)"
+    lines: tuple[str, ...]  # the loop's lines it runs at (its 3 commonest, in source order), with their code:
+    #                         "`out = model(vx)` (u/train.py:55)"
+    framework: str | None  # HF_TRAINER or LIGHTNING where it is that framework's own evaluation loop
+    at: str | None  # the loop's lines it runs at, short: "u/train.py:55-56"; None: no loop frame under it
+    bursts: int  # separate evaluations after training: changes from training to evaluation, in time order
+    between: int  # training runs with an evaluation before and after ...
+    multi_step: int  # ... of which this many show a second step: a forward after a backward or optimizer sample
+    period_s: float | None  # mean time from one evaluation's start to the next; None below two
+    burst_s: float  # mean time of one evaluation, from its samples' share of the span
+
+    @property
+    def named(self) -> bool:
+        """Told by a frame of evaluation code (a function, a framework's loop), not inline."""
+        return self.how == NAMED
+
+
+def _bare(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _eval_frames(frames: Sequence[Frame]) -> list[tuple[int, Frame, str | None]]:
+    """The frames of evaluation code in a stack, newest first: (index, frame, the framework, or
+    None for the user's own code). Cheap: a name or a file is looked at closer only where a
+    substring says it could be one."""
+    out = []
+    for i, f in enumerate(frames):
+        fn = f.filename.replace("\\", "/")
+        if "/loops/" in fn or "/transformers/trainer" in fn:
+            bare = _bare(f.name)
+            hit = next((fw for suffix, names, fw in _EVAL_LIBRARY
+                        if fn.endswith(suffix) and (names is None or bare in names)), None)
+            if hit is not None:
+                out.append((i, f, hit))
+                continue
+        bare = _bare(f.name).lower()
+        if ("val" in bare or "test" in bare or "pred" in bare) and _EVAL_NAME.fullmatch(bare) and not is_library(fn):
+            out.append((i, f, None))
+    return out
+
+
+def _code_line(f: Frame) -> str:
+    where = f"{short_path(f.filename)}:{f.line}"
+    return f"`{f.code.strip()}` ({where})" if f.code else where
+
+
+def evaluation(main: Sequence[StackSample], phases: Sequence[str],
+               loop: tuple[str, str, int] | None) -> tuple[list[str], Evaluation | None]:
+    """Each sample's phase with its evaluation work placed (EVAL), and the evaluation seen (None:
+    none). ``phases``: each sample's ``phase_of``; ``loop``: ``loop_place``'s.
+
+    A frame of evaluation code claims the sample (all but backward, optimizer and warm-up phases)
+    unless the frame is the training's own: under a backward or optimizer sample, or, for a
+    function of the user's, called at a loop line whose next line of model work (in the source)
+    is a backward that has no forward of its own: that function's forward is the loss the
+    backward propagates (`loss = predict(model, x)`; `loss.backward()`).
+
+    Inline evaluation in the loop's own function is a forward at a loop line after the training
+    step's last backward and optimizer lines; it and the syncs, copies, loading and CPU work at
+    that line and the lines after it are the evaluation's. Only with a backward seen: before it,
+    no line is known to follow the training step."""
+    n = len(main)
+    out = list(phases)
+    at: list[Frame | None] = [None] * n
+    if loop is not None:
+        name, path, _ = loop
+        for k, s in enumerate(main):
+            at[k] = next((f for f in s.frames if f.name == name and short_path(f.filename) == path), None)
+    line = [None if f is None else f.line for f in at]
+    found = [_eval_frames(s.frames) for s in main]
+    back = {line[k] for k in range(n) if phases[k] == BACKWARD and line[k] is not None}
+    opt = {line[k] for k in range(n) if phases[k] == OPTIMIZER and line[k] is not None}
+    fwd = {line[k] for k in range(n) if phases[k] == FORWARD and not found[k] and line[k] is not None}
+
+    def key(f: Frame) -> tuple[str, str]:
+        return f.name, short_path(f.filename)
+
+    training = {key(f) for k in range(n) if phases[k] in (BACKWARD, OPTIMIZER) for _, f, _ in found[k]}
+    called: dict[tuple[str, str], Counter] = {}
+    for k in range(n):
+        for _, f, fw in found[k]:
+            if fw is None and phases[k] not in _NOT_EVAL and line[k] is not None:
+                called.setdefault(key(f), Counter())[line[k]] += 1
+    for fkey, at_lines in called.items():
+        call = at_lines.most_common(1)[0][0]
+        later = [x for x in back | opt | fwd if x > call]
+        if call not in back and later and min(later) in back and min(later) not in fwd:
+            training.add(fkey)
+
+    places: Counter = Counter()
+    frameworks: Counter = Counter()
+    named = 0
+    for k in range(n):
+        if phases[k] in _NOT_EVAL:
+            continue
+        good = [(i, f, fw) for i, f, fw in found[k] if key(f) not in training]
+        if not good:
+            continue
+        _, f, fw = good[-1]  # the outermost: the evaluation's entry, nearest the loop
+        out[k] = EVAL
+        named += 1
+        places[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
+        if fw is not None:
+            frameworks[fw] += 1
+    inline = 0
+    if loop is not None and back:
+        last = max(back | opt)
+        starts = [line[k] for k in range(n) if out[k] == FORWARD and line[k] is not None and line[k] > last]
+        if starts:
+            first = min(starts)
+            for k in range(n):
+                if out[k] in _INLINE_EVAL and line[k] is not None and line[k] >= first:
+                    out[k] = EVAL
+                    inline += 1
+                    places[f"{loop[0]} ({loop[1]}:{line[k]})"] += 1
+    evals = named + inline
+    if not evals:
+        return out, None
+    code: dict[int, str] = {}
+    at_line: Counter = Counter()
+    for k in range(n):
+        f = at[k]
+        if out[k] == EVAL and f is not None:
+            at_line[f.line] += 1
+            if f.line not in code or (f.code and "`" not in code[f.line]):
+                code[f.line] = _code_line(f)
+    top = sorted(x for x, _ in at_line.most_common(3))
+    at_text = None
+    if loop is not None and top:
+        at_text = f"{loop[1]}:{top[0]}" + (f"-{top[-1]}" if top[-1] != top[0] else "")
+    return out, _recurrence(main, out, evals, NAMED if named >= inline else INLINE,
+                            tuple(w for w, _ in places.most_common(3)), tuple(code[x] for x in top),
+                            frameworks.most_common(1)[0][0] if frameworks else None, at_text)
+
+
+def _recurrence(main: Sequence[StackSample], phases: Sequence[str], evals: int, how: str, where: tuple[str, ...],
+                lines: tuple[str, ...], framework: str | None, at: str | None) -> Evaluation:
+    """How the evaluation recurs between training, in time order: each change from training
+    (forward, backward, optimizer) to evaluation is one evaluation; a training run between two
+    of them that shows a forward after a backward or an optimizer sample held a second step."""
+    bursts = between = multi = 0
+    starts: list[float] = []
+    prev: str | None = None
+    seen_eval = stepped = second = False
+    for s, p in zip(main, phases):
+        if p == EVAL:
+            if prev == "train":
+                bursts += 1
+                starts.append(s.ts)
+                if seen_eval:
+                    between += 1
+                    multi += second
+            seen_eval, stepped, second, prev = True, False, False, "eval"
+        elif p in _MODEL_WORK:
+            if prev != "train":
+                stepped = second = False
+            if p == FORWARD and stepped:
+                second = True
+            if p in (BACKWARD, OPTIMIZER):
+                stepped = True
+            prev = "train"
+    n = len(main)
+    interval = (main[-1].ts - main[0].ts) / (n - 1) if n > 1 else 0.0
+    period = (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else None
+    return Evaluation(evals, how, where, lines, framework, at, bursts, between, multi, period,
+                      evals * interval / max(1, bursts))
 
 
 def step_model(main: Sequence[StackSample]) -> StepModel:
@@ -173,22 +407,34 @@ def step_model(main: Sequence[StackSample]) -> StepModel:
     n = len(main)
     if not n:
         return StepModel(0, None, (), ())
-    counts = Counter(phase_of(s) for s in main)
+    base = [phase_of(s) for s in main]
+    loop = loop_place(main, base)
+    placed, ev = evaluation(main, base, loop)
+    counts = Counter(placed)
     order = {p: i for i, p in enumerate(PHASES)}
     phases = tuple((p, k / n) for p, k in sorted(counts.items(), key=lambda pk: (-pk[1], order[pk[0]])))
     where: Counter = Counter()
-    for s in main:
-        if phase_of(s) == OUTSIDE:
+    for s, p in zip(main, placed):
+        if p == OUTSIDE:
             f = project_frame(s.frames)
             if f is not None:
                 where[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
     outside = tuple((w, k / n) for w, k in where.most_common(3))
-    return StepModel(n, training_loop(main), phases, outside)
+    return StepModel(n, None if loop is None else f"{loop[0]} ({loop[1]}:{loop[2]})", phases, outside, ev,
+                     tuple(placed))
 
 
 def step_dict(m: StepModel) -> dict:
-    return {"samples": m.samples, "loop": m.loop, "phases": {p: round(sh, 3) for p, sh in m.phases},
-            "outside_model": [{"where": w, "share": round(sh, 3)} for w, sh in m.outside]}
+    d = {"samples": m.samples, "loop": m.loop, "phases": {p: round(sh, 3) for p, sh in m.phases},
+         "outside_model": [{"where": w, "share": round(sh, 3)} for w, sh in m.outside]}
+    e = m.evaluation
+    if e is not None:
+        d["evaluation"] = {
+            "samples": e.samples, "how": e.how, "where": list(e.where), "lines": list(e.lines),
+            "framework": e.framework, "at": e.at, "evaluations": e.bursts, "training_runs_between": e.between,
+            "runs_with_a_second_step": e.multi_step,
+            "period_s": None if e.period_s is None else round(e.period_s, 2), "each_s": round(e.burst_s, 2)}
+    return d
 
 
 def step_line(m: StepModel) -> str:
@@ -200,4 +446,5 @@ def step_line(m: StepModel) -> str:
     return f"step{f' of {m.loop}' if m.loop else ''}: {parts}{outside} ({m.samples} samples)"
 
 
-__all__ = ["PHASES", "StepModel", "compiling", "phase_of", "step_dict", "step_line", "step_model", "training_loop"]
+__all__ = ["EVAL", "INLINE", "NAMED", "PHASES", "Evaluation", "StepModel", "compiling", "evaluation", "loop_place",
+           "phase_of", "step_dict", "step_line", "step_model", "training_loop"]

@@ -8,7 +8,7 @@ row of ``RULES`` below.
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
 ``checkpoint`` (saves), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
-optimizer steps), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
+optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
 its source (a comment above it keeps whatever more there is to say); each check names the ones it
@@ -33,6 +33,7 @@ from .data import (
     workers_for,
 )
 from .distributed import check_collective_bound, check_collective_wait, check_manual_gradient_sync, check_rank_straggler
+from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
 from .nccl import check_nccl_env
@@ -67,6 +68,7 @@ THROUGHPUT_IDS = (
     "collective-bound",
     "manual-grad-sync",
     "cpu-work-in-loop",
+    "eval-every-step",
     "blocking-in-loop",
     "launch-bound",
     "unfused-optimizer",
@@ -106,6 +108,9 @@ RULES: tuple[Rule, ...] = (
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
     Rule("cpu-work-in-loop", "CPU work in the training loop while the GPU waits", W, check_cpu_work_in_loop,
          supersedes=("launch-bound",)),
+    # Its samples (a forward, .item() reads) are left out of host-sync's, launch-bound's and
+    # cpu-work-in-loop's evidence (base.in_evaluation): each names only what training does.
+    Rule("eval-every-step", "Evaluation inside the training loop, every step or nearly", W, check_eval_every_step),
     Rule("blocking-in-loop", "The training loop blocks in a call of its own", W, check_blocking_in_loop),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),

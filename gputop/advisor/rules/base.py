@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
-from ...analysis import BUCKET_LABELS, CPU_DEVICE, Bucket
+from ...analysis import BUCKET_LABELS, CPU_DEVICE, EVAL, Bucket
 from ...analysis import exact_upper
 from ...model import Category, Finding, Severity
 from ..context import AnalysisContext, GpuView
@@ -465,6 +465,28 @@ def data_wait_s(g: GpuView) -> float:
 def main_share(ctx: AnalysisContext, *cats: Category) -> float:
     shares = ctx.main_shares()
     return sum(shares.get(c, 0.0) for c in cats)
+
+
+def in_evaluation(ctx: AnalysisContext) -> tuple[bool, ...]:
+    """Per main-thread sample (``ctx.main_stacks``' order): whether the step model placed it in
+    evaluation work (a validation forward, the ``.item()`` reads of its results). Those samples
+    are the evaluation's finding's (eval-every-step): a rule naming what training does (a sync
+    every step, launch overhead, CPU work) leaves them out. All False where the step model was
+    not worked out for these samples (a context built by hand)."""
+    placed = ctx.step.placed
+    if len(placed) != len(ctx.main_stacks):
+        return (False,) * len(ctx.main_stacks)
+    return tuple(p == EVAL for p in placed)
+
+
+def training_share(ctx: AnalysisContext, *cats: Category) -> float:
+    """``main_share`` less the samples in evaluation work (``in_evaluation``): the share of all
+    the main thread's samples that are training's, in ``cats``."""
+    xs = ctx.main_stacks
+    if not xs:
+        return 0.0
+    wanted = set(cats)
+    return sum(1 for s, e in zip(xs, in_evaluation(ctx)) if not e and s.category in wanted) / len(xs)
 
 
 # The numbers behind how every finding is stated, not whether it fires: its confidence (the

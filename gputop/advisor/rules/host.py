@@ -7,10 +7,11 @@ sync, in a copy, dispatching) and GPM's SM activity tell them apart.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ...analysis import Bucket
-from ...analysis import hot_place, short_path
+from ...analysis import hot_place, short_path, stack_label
 from ...units import fmt_rate
 from ...model import Category
 from ..context import AnalysisContext, GpuView
@@ -29,14 +30,15 @@ from .base import (
     enough_stacks,
     gain,
     idle_line,
+    in_evaluation,
     labels_line,
-    main_share,
     pct,
     sampled_upper,
     significant,
     spinning,
     starved_sm_s,
     times,
+    training_share,
     uses,
     worst,
 )
@@ -124,8 +126,9 @@ class SyncPattern:
 
 
 def sync_pattern(ctx: AnalysisContext) -> SyncPattern:
+    """The training's syncs: an evaluation's `.item()` reads are its own (eval-every-step)."""
     xs = ctx.main_stacks
-    syncs = [s.ts for s in xs if s.category is Category.HOST_SYNC]
+    syncs = [s.ts for s, ev in zip(xs, in_evaluation(ctx)) if s.category is Category.HOST_SYNC and not ev]
     n = len(syncs)
     share = n / len(xs) if xs else 0.0
     k = max(MIN_STRETCHES, min(MAX_STRETCHES, n // SYNC_SAMPLES_PER_STRETCH))
@@ -155,7 +158,7 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
     g, cost = found
     bd = g.breakdown
     frac = cost / bd.total_s
-    places = ctx.main_labels([Category.HOST_SYNC], 3)
+    places = training_labels(ctx, Category.HOST_SYNC, 3)
     ev = [
         idle_line(g, [Bucket.SYNC, Bucket.CPU]),
         f"main thread waiting on the GPU in {pct(pat.share)} of its samples: "
@@ -193,6 +196,16 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
         gpu_index=g.index,
         title=title,
     )
+
+
+def training_labels(ctx: AnalysisContext, category: Category, n: int) -> list[tuple[str, float]]:
+    """``ctx.main_labels`` for the training's samples only (not an evaluation's): the commonest
+    places the main thread was in ``category``, with their share of all its samples."""
+    xs = ctx.main_stacks
+    if not xs:
+        return []
+    c = Counter(stack_label(s) for s, ev in zip(xs, in_evaluation(ctx)) if s.category is category and not ev)
+    return [(lab, k / len(xs)) for lab, k in c.most_common(n)]
 
 
 # The sync's own call, where it is one that is not a read of a value: the action that fits it.
@@ -296,7 +309,7 @@ def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
     """(the user's function doing the main thread's CPU work outside the model, its share of the
     main thread's samples, the share of all 'other' work it holds) or None."""
     main = ctx.main_stacks
-    other = [s for s in main if s.category is Category.OTHER and cpu_working(s)]
+    other = [s for s, ev in zip(main, in_evaluation(ctx)) if s.category is Category.OTHER and cpu_working(s) and not ev]
     if not main or len(other) / len(main) < CPU_WORK_MIN_SHARE:
         return None
     found = hot_place(other)
@@ -333,7 +346,7 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     if not significant(g, cost, buckets=(Bucket.CPU,)):
         return None
     frac = cost / bd.total_s
-    model = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+    model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
     ev = [f"main thread in `{where}` in {pct(share)} of its samples ({pct(of_other)} of its work outside the "
           f"model), forward/backward/optimizer {pct(model)}",
           idle_line(g, [Bucket.CPU]),
@@ -379,7 +392,7 @@ def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
     main thread in the user's own code is CPU work in the loop, data handling or logging, and the
     change that fixes it is not torch.compile or a larger batch (measured: a loop augmenting each
     batch on the CPU was told launch-bound; moving the augmentation to the GPU made it 17x faster)."""
-    model = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+    model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
     if model >= dispatch / 2:
         return True
     fills = [g.efficiency.sm_fill for g in ctx.gpus if g.efficiency.sm_fill is not None]
@@ -393,7 +406,8 @@ def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
-    dispatch = main_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
+    # The training's dispatching: an evaluation's forward is its own finding's (eval-every-step).
+    dispatch = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.OTHER)
     if dispatch < DISPATCH_MIN_SHARE:
         return None
     if not dispatching_positively(ctx, dispatch):
@@ -427,8 +441,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     frac = c / bd.total_s
     # The evidence says what the share holds: "other" Python is in it (a plain loop calling
     # torch ops outside any nn.Module shows as other), and a reader weighs that part herself.
-    shares = ctx.main_shares()
-    model = sum(shares.get(c, 0.0) for c in (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER))
+    model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
     ev = [f"main thread running Python in {pct(dispatch)} of its samples: forward/backward/optimizer "
           f"{pct(model)}, other code {pct(dispatch - model)}"]
     if e.sm_active is not None and e.util_busy_mean is not None:
