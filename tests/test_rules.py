@@ -797,3 +797,15 @@ def test_another_jobs_dataloader_workers_are_not_this_jobs():
     }
     w = worker_stats(windows, 500, now=100.5)
     assert sorted(c.pid for c in w.current) == [501, 511]
+
+
+def test_launch_bound_says_its_kernels_fill_the_sms_where_they_do():
+    """SMs 63 % active while busy fill the GPU: the evidence must not call them "too small" (a
+    2 x H200 rank evaluating its dev set alone was told so); the idle time between them is the cost."""
+    gpm = {**LAUNCH_GPM, "sm_active": 63.0, "util_gpu": 79.0}
+    job = Job(util=periodic(1.0, 0.6), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD, gpu=gpm)
+    found, _ = run_rules(job)
+    f = found.get("launch-bound")
+    assert f is not None
+    assert not any("too small" in e for e in f.evidence)
+    assert any("SMs active 63 %" in e and "fill it" in e for e in f.evidence)

@@ -445,9 +445,13 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     ev = [f"main thread running Python in {pct(dispatch)} of its samples: forward/backward/optimizer "
           f"{pct(model)}, other code {pct(dispatch - model)}"]
     if e.sm_active is not None and e.util_busy_mean is not None:
+        # Said only where it holds: SMs this active while busy are filled by the kernels, and the
+        # cost is then the idle time between them (a line calling 63 % "too small" was shown).
         ev.append(
             f"{g.name} 'busy' {e.util_busy_mean:.0f} % but SMs active only {e.sm_active:.0f} %: "
-            "kernels too small to fill the GPU"
+            "kernels too small to fill the GPU" if e.sm_active < LAUNCH_BOUND_SM_ACTIVE_PCT else
+            f"{g.name} SMs active {e.sm_active:.0f} % while 'busy' {e.util_busy_mean:.0f} %: its kernels fill it; "
+            "the cost is the idle time between them"
         )
     if bd.get(Bucket.CPU) > 0 and not synced:
         ev.append(idle_line(g, [Bucket.CPU]))
