@@ -142,3 +142,18 @@ def test_the_rank_straggler_is_judged_once_per_evaluation(monkeypatch):
     # The next evaluation judges its own window again.
     advisor.run_rules(_ctx(views))
     assert len(calls) == 2
+
+
+def test_ranks_apart_in_ncclss_own_counts_are_not_communication_bound():
+    """Both GPUs in NCCL alike, yet NCCL's RAS counts have rank 1 a straggler's gap behind (FSDP2,
+    a rank looping in its own code 33 AllGathers behind while its hang formed, 2 x H200): one rank
+    is waited for, not the wire."""
+    from dataclasses import replace
+
+    from gputop.analysis.nccl_ras import STRAGGLER_MIN_GAP_OPS, UNKNOWN, CommVerdict
+
+    ctx = _ctx(_gpu_views(18.0, 18.0))
+    apart = CommVerdict("033a", "#0-0", UNKNOWN, "AllGather", gap_ops=int(STRAGGLER_MIN_GAP_OPS) + 1)
+    in_step = replace(apart, gap_ops=7)  # work in flight
+    assert check_collective_bound(replace(ctx, nccl=(in_step,))) is not None
+    assert check_collective_bound(replace(ctx, nccl=(apart,))) is None

@@ -36,7 +36,7 @@ from .idle import (
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
 from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_sen
 from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
-from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, ras_line, ras_verdicts
+from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .step_order import AFTER_UPDATE, BEFORE_FORWARD, when_in_step
 from .ranks import (
@@ -88,7 +88,7 @@ __all__ = [
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
-    "STACK_JOIN_S", "STRAGGLER", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
+    "STACK_JOIN_S", "STRAGGLER", "STRAGGLER_MIN_GAP_OPS", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",

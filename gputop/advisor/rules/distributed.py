@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ...analysis import Bucket
 from ...model import Category, Severity
-from ...analysis import STRAGGLER, ras_line
+from ...analysis import STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line
 from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
@@ -303,6 +303,11 @@ def check_collective_bound(ctx: AnalysisContext) -> Hit | None:
         return None  # one rank holds the others back: the straggler rule's
     if any(not v.works for v in views):
         return None  # a rank blocked in one place: a hang forming, the stuck verdict's
+    if any(r.gap_ops is not None and r.gap_ops >= STRAGGLER_MIN_GAP_OPS for r in ctx.nccl):
+        # NCCL's own counts have a rank behind by a straggler's gap: the ranks are not in step,
+        # one is waited for (FSDP2, a rank looping in its own code 33 AllGathers behind, was
+        # called communication-bound while its hang formed).
+        return None
     where = "NCCL kernels on their GPUs (few SMs active, no tensor-core work)"
     spread = pct(low) if pct(low) == pct(high) else f"{pct(low)}-{pct(high)}"
     ev = [f"every rank spends {spread} of the window in {where}, alike: no rank is waited for"]
