@@ -17,6 +17,7 @@ from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
     DEFAULT_WINDOW_S,  # the findings' window, the panes' too: defined once, beside the window
     CommVerdict,
+    Forming,
     FrameworkSeen,
     GpuView,
     HostLoad,
@@ -108,6 +109,7 @@ class AnalysisContext:
     worker_stacks: tuple[StackSample, ...] = ()  # the workers' main threads
     pin_memory_thread: bool | None = None  # None: no stacks of the other threads to tell
     stuck: StuckVerdict | None = None
+    forming: Forming | None = None  # a hang forming: the main thread still, not yet stuck
     warmup: str | None = None  # what the job is warming up on (see warming_up); None: steady
     system: SystemInfo | None = None
     events: tuple[Event, ...] = ()
@@ -197,6 +199,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         worker_stacks=tuple(s for s in w.worker_history if s.ts >= w.t0),
         pin_memory_thread=pin,
         stuck=w.stuck,
+        forming=w.forming,
         warmup=warming_up(w.now, target_window, w.main, w.worker_history),
         system=w.system,
         events=w.events,

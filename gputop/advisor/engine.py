@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import Event, Evidence, Finding, Severity, Verdict
-from ..analysis import DEFAULT_STUCK_AFTER_S, JobWindow, read_window
+from ..units import fmt_seconds
+from ..analysis import DEFAULT_STUCK_AFTER_S, Forming, JobWindow, read_window
 from .context import DEFAULT_WINDOW_S, AnalysisContext, context_of
 from .rules import RULES, THROUGHPUT_IDS, Rule
 
@@ -28,6 +29,16 @@ WARMUP_ID = "warming-up"
 # itself what can make a start-up crawl: on the H100 the oversubscribed workload (16 workers x
 # 16 threads on 16 cores) was still starting its workers 66 s in and got only "warming up".
 HELD_WHILE_WARMING = tuple(i for i in THROUGHPUT_IDS if i != "cpu-oversubscribed")
+# While a hang may be forming (analysis.hang_forming: the main thread still longer than its steps'
+# waits, not yet stuck), the advisor says what it weighs under this id, and holds the findings
+# read from the step's own samples, which a hang's single wait would feed (a GPU hang read as
+# "host-device syncs every step" for 4 s). The ranks' findings stay: a rank waiting for a peer is
+# what they read, and the straggler is one answer to what is weighed.
+WEIGHING_ID = "weighing-hang"
+_RANKS_IDS = ("collective-wait", "rank-straggler", "collective-bound", "manual-grad-sync")
+HELD_WHILE_FORMING = tuple(i for i in HELD_WHILE_WARMING if i not in _RANKS_IDS)
+# States of the job, not findings: shown, recorded and replayed, never counted as a finding.
+STATE_IDS = frozenset({WARMUP_ID, WEIGHING_ID})
 
 # A finding must hold across two evaluations a second apart (the cadence of every mode): one
 # outlier evaluation (a burst of loading at start, one long save) does not make a finding. It
@@ -80,6 +91,7 @@ class Advisor:
     errors: dict[str, str] = field(default_factory=dict)  # rule id -> last exception text
     last_context: AnalysisContext | None = None
     _last_update: float | None = None
+    _held: tuple[str, ...] = ()  # the rules the last run held back (warming up, a hang forming)
 
     # ----------------------------------------------------------------- driving
 
@@ -96,8 +108,11 @@ class Advisor:
     def run_rules(self, ctx: AnalysisContext) -> list[Finding]:
         out: list[Finding] = []
         warmup = ctx.warmup
+        forming = ctx.forming if not warmup else None
+        held = HELD_WHILE_WARMING if warmup else HELD_WHILE_FORMING if forming else ()
+        self._held = held
         for r in self.rules:
-            if warmup and r.id in HELD_WHILE_WARMING:
+            if r.id in held:
                 continue
             try:
                 f = r.evaluate(ctx)
@@ -108,6 +123,8 @@ class Advisor:
                 out.append(f)
         if warmup and not any(f.id == "stuck" for f in out):
             out.append(warmup_finding(warmup, ctx.now))
+        if forming and not any(f.id == "stuck" for f in out):
+            out.append(weighing_finding(forming, ctx.now, ctx.target_pid))
         return out
 
     # ----------------------------------------------------------------- hysteresis
@@ -135,7 +152,10 @@ class Advisor:
             tr = self._tracks[fid]
             if fid in fresh:
                 continue
-            if tr.shown_since is None or now - tr.last_seen >= self.clear_after_s or fid == WARMUP_ID:
+            # A finding whose rule was held back is withdrawn at once: the state shown says why
+            # (a launch-bound warning lingered 5 s into a hang's weighing).
+            if (tr.shown_since is None or now - tr.last_seen >= self.clear_after_s or fid in STATE_IDS
+                    or fid in self._held):
                 del self._tracks[fid]
         shown = [tr.finding for tr in self._tracks.values() if tr.shown_since is not None]
         shown = self._drop_superseded(shown)
@@ -156,7 +176,7 @@ class Advisor:
         return next((r for r in self.rules if r.id == fid), None)
 
     def _appear_after(self, fid: str) -> float:
-        if fid == WARMUP_ID:
+        if fid in STATE_IDS:
             return 0.0  # a state, not a rate: shown at once
         rule = self._rule(fid)
         if rule is not None and rule.appear_after_s is not None:
@@ -235,6 +255,25 @@ def warmup_finding(what: str, now: float) -> Finding:
         evidence=(f"warming up: {what}",
                   "throughput findings (data, syncs, launches, IO, copies) wait until the job runs steadily"),
         action="nothing yet: the advice on the job's speed comes once its warm-up is over",
+        ts=now,
+    )
+
+
+def weighing_finding(f: Forming, now: float, pid: int | None = None) -> Finding:
+    """What the advisor weighs while the main thread stands still: a hang, or one long step."""
+    before = (f"its longest earlier stretch in this window {fmt_seconds(f.longest_before_s)}"
+              if f.longest_before_s > 0 else "no earlier stretch in this window to compare")
+    return Finding(
+        id=WEIGHING_ID,
+        title=f"Weighing: no progress for {fmt_seconds(f.held_s)} at {f.where} (a hang forming, or one long step)",
+        severity=Severity.INFO,
+        confidence=1.0,
+        evidence=(f"main thread unchanged for {fmt_seconds(f.held_s)} at {f.where}; {before}",
+                  "the step's findings (data, syncs, launches, copies) wait until it moves: a hang's one wait "
+                  "reads like a step's",
+                  f"stuck is said at {fmt_seconds(f.stuck_at_s)} unchanged (--stuck-after)"),
+        action="nothing yet: if it does not move, the stuck verdict names the hang and its line; every thread's "
+               f"stack now: gputop stacks --pid {pid if pid is not None else 'PID'}",
         ts=now,
     )
 

@@ -38,6 +38,7 @@ from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_s
 from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
 from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
+from .hang_forming import Forming, hang_forming
 from .step_order import AFTER_UPDATE, BEFORE_FORWARD, when_in_step
 from .ranks import (
     GROUPS, JobView, RANKS_SOURCE, RankView, Straggler, as_ranks, doing_now, group_shares, hot_line, rank_map,
@@ -76,6 +77,7 @@ ANALYSIS_THRESHOLDS: tuple[AnyThreshold, ...] = tuple(
 )
 
 __all__ = [
+    "Forming", "hang_forming",
     "AFTER_UPDATE", "BEFORE_FORWARD", "when_in_step",
     "classify_stack",
     "ANALYSIS_THRESHOLDS",

@@ -247,6 +247,9 @@ class StuckVerdict:
     # span (/proc's counters, else psutil's bytes through storage); None: no reading. A save
     # still running that moves bytes progresses; one that moves none may be a hang.
     io_bps: float | None = None
+    # Why the job works while its main stack stands still ("its workers compute", "the GPU is
+    # busy"), at any length of the run; None: nothing says it does (or no run judged).
+    works: str | None = None
 
     @property
     def io_moves(self) -> bool:
@@ -376,17 +379,21 @@ def judge(
                             diagnosis=d, **fields)
 
     gpu_note = GPU_NOTES.get(gpu, "GPU activity unknown")
+    # Why the job works while the stack stands still (None: nothing says it does): judged at every
+    # length of the run, so a hang forming (analysis.hang_forming) is told from a long wait that
+    # works before the threshold too.
+    why = working(last.category, gpu, act if prog is None else _with_cores(act, prog.cores))
+    if why is None and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
+        why = f"its processes move {prog.io_bps / 1e6:.1f} MB/s through read/write"
+    if why is None and psutil_io is not None and psutil_io >= IO_PROGRESS_BPS:
+        why = f"its processes read and write {psutil_io / 1e6:.1f} MB/s"
+    if why is None:
+        why = between
+    if why == "the GPU is busy" and last.category is Category.HOST_SYNC:
+        why = None  # waiting on the GPU for the whole run while it is busy: a kernel that never ends
+        gpu_note = "GPU busy"
+    base.update(works=why)
     if held >= threshold:
-        why = working(last.category, gpu, act if prog is None else _with_cores(act, prog.cores))
-        if why is None and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
-            why = f"its processes move {prog.io_bps / 1e6:.1f} MB/s through read/write"
-        if why is None and psutil_io is not None and psutil_io >= IO_PROGRESS_BPS:
-            why = f"its processes read and write {psutil_io / 1e6:.1f} MB/s"
-        if why is None:
-            why = between
-        if why == "the GPU is busy" and last.category is Category.HOST_SYNC:
-            why = None  # waiting on the GPU for the whole threshold while it is busy: a kernel that never ends
-            gpu_note = "GPU busy"
         if why is not None:
             return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but {why}", **base)
         cpu_note = "" if cores is None else f", processes at {cores * 100:.0f} % CPU"

@@ -25,8 +25,9 @@ from .nccl_ras import CommVerdict, ras_verdicts
 from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .recompute import Recompute, recompute_of
-from .spin import spin_share
+from .spin import is_spin, spin_share
 from .stacks_summary import StacksView, stacks_view_of
+from .hang_forming import Forming, hang_forming
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
@@ -381,6 +382,21 @@ class JobWindow:
         # say the working one has stopped launching collectives.
         return across_ranks(v, self.pid_rank, self.stacks, target, self.spin_pids, nccl=self.nccl,
                             tasks=self.tasks, procs=self.procs, now=now)
+
+    @functools.cached_property
+    def forming(self) -> Forming | None:
+        """A hang forming: the main thread still longer than its steps' waits, not yet stuck."""
+        v = self.stuck
+        computing = False
+        if v is not None and v.since is not None and self.gpu_state == "busy":
+            # Busy with work, or spinning (a kernel that waits): each of the target's GPUs' newest
+            # poll since the stillness began says which (a poll's counters cover the interval
+            # before it, so the first may still hold the last step's work); none to tell is work.
+            mine = {p.gpu_index for p in self.gpu_processes if p.pid == self.target_pid}
+            newest = [max((s for s in self.gpu_samples.get(i, ()) if s.ts > v.since and s.error is None),
+                          key=lambda s: s.ts, default=None) for i in mine]
+            computing = not newest or any(s is None or not is_spin(s) for s in newest)
+        return hang_forming(v, self.main_history, self.stuck_after_s, gpu_computing=computing)
 
     @functools.cached_property
     def recompute(self) -> Recompute:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..advisor import DEFAULT_WINDOW_S, WARMUP_ID
+from ..advisor import DEFAULT_WINDOW_S, STATE_IDS, WARMUP_ID
 from ..errors import UserError
 from ..units import fmt_seconds
 from .options import add_live_options, add_stuck_after, parse_duration
@@ -250,7 +250,7 @@ class _Progress:
         findings = self.session.store.findings()
         # Warming up is a state of the job, not a finding: said as such, not counted.
         warming = any(f.id == WARMUP_ID for f in findings)
-        findings = [f for f in findings if f.id != WARMUP_ID]
+        findings = [f for f in findings if f.id not in STATE_IDS]
         top = f", top: {findings[0].id}" if findings else ""
         n = len(findings)
         msg = (f"gputop advise: {elapsed:4.0f}/{fmt_seconds(self.duration)}, {n} finding{'' if n == 1 else 's'}{top}"

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import __version__
-from ..advisor import WARMUP_ID
+from ..advisor import STATE_IDS, WARMUP_ID
 from ..analysis import Bucket
 from ..model import GpuInfo, GpuSample
 from ..analysis import MEMORY_WINDOW_S, REASONS, memory_view
@@ -313,8 +313,8 @@ class GputopCollector:
         # each, not one per attached process.
         pid, job = self.judged()
         for f in self.store.findings():
-            if f.id == WARMUP_ID:
-                warming = True
+            if f.id in STATE_IDS:  # a state of the job, not a finding
+                warming = warming or f.id == WARMUP_ID
                 continue
             key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index), pid, job)
             rows.setdefault(key, (float(f.cost_s), float(f.confidence)))  # one series per label set

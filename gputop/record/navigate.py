@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..advisor import WARMUP_ID
+from ..advisor import STATE_IDS
 from ..analysis import NOMINAL_PERIOD_S, idle_intervals, poll_slices, util_slices
 from ..model import GpuSample, UtilPoint
 from . import codec
@@ -115,7 +115,7 @@ class Navigator:
         for r in self.reader.finding_mark_rows():
             ts = codec.fnum(r[0])
             # "Warming up" is the job's phase, not a finding: no mark to jump to, none counted.
-            if ts is None or codec.clean_text(r[2], 128) == WARMUP_ID:
+            if ts is None or codec.clean_text(r[2], 128) in STATE_IDS:
                 continue
             out.append(
                 FindingMark(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..advisor import WARMUP_ID, holds_no_gpu
+from ..advisor import STATE_IDS, WARMUP_ID, holds_no_gpu
 from ..analysis import stack_slices
 from ..analysis import is_worker, parents_of
 from ..analysis import poll_slices, util_slices
@@ -100,7 +100,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     # The advisor's "warming up" is the job's phase, recorded as a finding row so a replay's
     # advisor pane shows it: the report says it as the phase and counts it as no finding.
     phases = [fs for fs in findings if fs.finding.id == WARMUP_ID]
-    findings = [fs for fs in findings if fs.finding.id != WARMUP_ID]
+    findings = [fs for fs in findings if fs.finding.id not in STATE_IDS]
     return acc.summary(
         path=str(reader.path),
         host=(sysinfo.hostname if sysinfo else None) or last.get("host") or "?",
