@@ -7,8 +7,8 @@ int's refcount copies the page it sits on into the worker: the worker's private 
 grows with every page it touches while its RSS counts the same pages before and after (shared
 then, private now). ``numpy``: the same numbers in one int64 array: reading a slice writes
 nothing, so the workers' USS stays flat. The samples are paced (a sleep per sample) so the
-first epoch's copying takes ~30 s: a growth a monitor can watch, not a jump. Prints "ready"
-once the first batch is trained on.
+first epoch's copying takes ~30 s: a growth a monitor can watch, not a jump (~4 MiB/s a worker).
+Prints "ready" once the first batch is trained on.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-# 4M ints: ~110 MB of int objects (28 B each) and a 32 MB pointer array in the parent; each
-# worker copies the int pages of the half of the samples it reads, ~55 MB, over one epoch.
-N = 4_000_000
-CHUNK = 2_000  # ints read per sample: 2,000 samples an epoch
-# 2 workers x batches of 8 samples x 30 ms a sample: ~65 samples/s, ~30 s an epoch.
-SAMPLE_S = 0.03
+# 8M ints: ~220 MB of int objects (28 B each) and a 64 MB pointer array in the parent; each
+# worker copies the int pages of the half of the samples it reads, ~110 MB, over one epoch.
+N = 8_000_000
+CHUNK = 2_000  # ints read per sample: 4,000 samples an epoch
+# 2 workers x batches of 8 samples x 15 ms a sample: ~130 samples/s, ~30 s an epoch.
+SAMPLE_S = 0.015
 BATCH = 8
 
 

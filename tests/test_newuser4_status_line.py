@@ -69,7 +69,11 @@ async def test_a_replay_attached_to_a_job_keeps_its_status_line_on_screen(reques
             # A notification comes up: it sits above the status line, not on it.
             app.clear_notifications()
             app.notify("charts show the last 1 min", timeout=30)
-            await pilot.pause(0.5)
+            for _ in range(100):  # up to 5 s: the toast is mounted within a frame or two
+                await pilot.pause(0.05)
+                if app.screen.query("Toast"):
+                    break
+            await pilot.pause()  # and laid out
             toasts = [t.region for t in app.screen.query("Toast")]
             assert toasts and all(t.bottom <= status.y for t in toasts)
             assert not _covered(app, status)

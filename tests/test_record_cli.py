@@ -72,36 +72,15 @@ def _killed_by(sig: int, folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """Recorders stopped by SIGKILL, SIGTERM and SIGINT, run side by side (each mostly waits on
-    its fake GPU's polls): signal -> a future of ``_killed_by``."""
+    its fake GPU's polls): signal -> a future of ``_killed_by``. Started by the first test that
+    has no timing of its own to keep (``test_bad_paths_are_one_line_errors``), so they run while
+    the tests after it do; read by the last tests of the module."""
     sigs = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
     pool = ThreadPoolExecutor(max_workers=len(sigs))
     try:
         yield {sig: pool.submit(_killed_by, sig, tmp_path_factory.mktemp(f"sig{int(sig)}")) for sig in sigs}
     finally:
         pool.shutdown(wait=True)
-
-
-def test_sigkill_loses_at_most_about_a_second(stopped):
-    got = stopped[signal.SIGKILL].result()
-    assert got["returncode"] == -signal.SIGKILL
-    r = Reader(got["out"])  # still opens
-    samples = r.gpu_samples(0, 2e10)
-    assert samples, "samples survived"
-    # Commits every 0.5 s, polls every 0.2 s: the newest sample is at most ~1 s old.
-    assert got["killed_at"] - samples[-1].ts <= 1.3
-    assert r.damage is None
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_and_sigint_stop_cleanly(stopped, sig):
-    got = stopped[sig].result()
-    out, err = got["out"], got["stderr"]
-    assert got["returncode"] == 0, err
-    assert "Traceback" not in err
-    assert "recorded" in err.splitlines()[-1]
-    assert not Path(f"{out}-wal").exists()  # closed, checkpointed
-    with Reader(out) as r:
-        assert r.gpu_samples(0, 2e10) and r.damage is None
 
 
 def test_duration_stops_and_the_file_is_complete(tmp_path, capsys):
@@ -147,7 +126,8 @@ def test_append_adds_a_second_session(tmp_path, capsys):
         assert len(r.sessions) == 2
 
 
-def test_bad_paths_are_one_line_errors(tmp_path, capsys):
+def test_bad_paths_are_one_line_errors(tmp_path, capsys, stopped):
+    # stopped: the recorders the signal tests at the end read start here (see there).
     for args in (["record", "-o", str(tmp_path / "no" / "dir.gputop"), "--fake", "1"],
                  ["record", "-o", str(tmp_path), "--fake", "1"],
                  ["record", "--fake", "1"]):
@@ -565,3 +545,26 @@ def test_a_directory_that_takes_no_files_is_said_as_such(capsys):
     assert main(["record", "--fake", "1", "--duration", "1s", "-o", "/proc/x.gputop"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "gputop: error: cannot create /proc/x.gputop: /proc does not take new files"
+
+
+def test_sigkill_loses_at_most_about_a_second(stopped):
+    got = stopped[signal.SIGKILL].result()
+    assert got["returncode"] == -signal.SIGKILL
+    r = Reader(got["out"])  # still opens
+    samples = r.gpu_samples(0, 2e10)
+    assert samples, "samples survived"
+    # Commits every 0.5 s, polls every 0.2 s: the newest sample is at most ~1 s old.
+    assert got["killed_at"] - samples[-1].ts <= 1.3
+    assert r.damage is None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_stop_cleanly(stopped, sig):
+    got = stopped[sig].result()
+    out, err = got["out"], got["stderr"]
+    assert got["returncode"] == 0, err
+    assert "Traceback" not in err
+    assert "recorded" in err.splitlines()[-1]
+    assert not Path(f"{out}-wal").exists()  # closed, checkpointed
+    with Reader(out) as r:
+        assert r.gpu_samples(0, 2e10) and r.damage is None

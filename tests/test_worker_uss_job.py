@@ -1,5 +1,5 @@
 """The host source on real CPU jobs (tests/cow_job.py): two forked DataLoader workers reading a
-Dataset of 4M Python ints copy it page by page, and their USS grows while their RSS stays flat;
+Dataset of 8M Python ints copy it page by page, and their USS grows while their RSS stays flat;
 the same numbers in a numpy array leave their USS flat. The main process is never read."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gputop.sources.host import HostSource, PrivateMemory
 
 MiB = 2**20
 JOB = Path(__file__).parent / "cow_job.py"
-WATCH_S = 20.0
+WATCH_S = 10.0
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +40,10 @@ def test_list_dataset_workers_uss_grows_numpy_stays_flat():
     try:
         for p in jobs.values():
             _ready(p)
-        # A shorter period than live (12 s) so 20 s hold enough reads; the lock share still
-        # bounds it by each read's cost.
-        readers = {k: PrivateMemory(period_s=2.0, lock_share=0.01) for k in jobs}
+        # A shorter period than live (12 s) so 10 s hold enough reads; the lock share still
+        # bounds it by each read's cost (a read of ~12 ms: once a second at most; one slowed to
+        # 50 ms by a loaded machine: every 2.5 s, as 0.01 and 2 s periods over 20 s gave).
+        readers = {k: PrivateMemory(period_s=1.0, lock_share=0.02) for k in jobs}
         sources = {k: HostSource(pids=lambda p=p: [p.pid], target_pid=p.pid, private=readers[k])
                    for k, p in jobs.items()}
         seen: dict[str, list[ProcSample]] = {k: [] for k in jobs}
