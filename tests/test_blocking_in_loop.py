@@ -78,3 +78,21 @@ def test_a_helper_the_loop_calls_is_moved_and_its_line_named():
     f = _found(_job(periodic(1.0, 0.2)))["blocking-in-loop"]
     assert f.action.startswith("take `log_metrics` (it blocks at `time.sleep(0.03)` (u/train.py:10)) off")
     assert "at `time.sleep(0.03)` (u/train.py:10)" in f.title
+
+
+def test_one_wait_the_loop_has_not_left_is_a_hang_forming_not_a_per_step_cost():
+    """A job waiting for ever on a queue nobody fills was told "remove that call from the loop"
+    before it was called stuck (new user, CPU): the loop must come back to the wait to make it a
+    cost of every step."""
+    get = (Frame("wait", "/usr/lib/python3.12/threading.py", 320),
+           Frame("train", "/home/u/train.py", 40, code="x, y = batches.get()"),
+           Frame("<module>", "/home/u/train.py", 60))
+    # 4 s of steps, then the same wait from 4 s on: one episode of blocking in `train`
+    hung = Job(seconds=20, util=periodic(1.0, 0.2), main=lambda t: C.IDLE if t >= 4 else C.FORWARD,
+               main_frames=lambda t: get if t >= 4 else STEP, main_active=lambda t: t < 4, gpu=GPM)
+    assert "blocking-in-loop" not in _found(hung)
+    # the same wait, left and come back to every second: a cost of every step
+    steps = Job(seconds=20, util=periodic(1.0, 0.2), main=lambda t: C.IDLE if (t * 5) % 5 < 4 else C.FORWARD,
+                main_frames=lambda t: get if (t * 5) % 5 < 4 else STEP, main_active=lambda t: not ((t * 5) % 5 < 4),
+                gpu=GPM)
+    assert "blocking-in-loop" in _found(steps)

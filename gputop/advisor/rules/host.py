@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Sequence
 
 from ...analysis import Bucket
-from ...analysis import hot_place, short_path, stack_label
+from ...analysis import hot_place, project_frame, short_path, stack_label
 from ...units import fmt_rate
-from ...model import Category
+from ...model import Category, StackSample
 from ..context import AnalysisContext, GpuView
 from .base import (
     GPM_BUSY_UTIL_PCT,
@@ -496,6 +497,27 @@ BLOCKED_ONE_PLACE = Threshold(
     0.5, "share", JUDGEMENT,
     "Most of those samples (this share) in one function: one call to move off the loop, not waits spread "
     "over the code.")
+# The loop leaves that place and comes back to it at least this many times in the window: a call
+# it waits in once and has not left is a hang forming (the stuck verdict's), not a cost of every
+# step. A job waiting for ever on a queue nobody fills was told "remove that call from the loop"
+# for 2 s before it was called stuck (new user, CPU). Judgement: two waits are a pattern.
+BLOCKED_EPISODES = IntThreshold(
+    2, "waits", JUDGEMENT,
+    "The loop comes back to the blocking place at least this many times in the window: one wait not yet left "
+    "is a hang forming, the stuck verdict's, not a per-step cost.")
+
+
+def _episodes(main: Sequence[StackSample], name: str, path: str) -> int:
+    """How many separate stretches of ``main`` (time order) sit blocked in the function ``name``
+    of ``path``: the loop coming back to the same wait."""
+    n, inside = 0, False
+    for s in main:
+        f = project_frame(s.frames) if s.category is Category.IDLE and not s.active else None
+        here = f is not None and f.name == name and short_path(f.filename) == path
+        if here and not inside:
+            n += 1
+        inside = here
+    return n
 
 
 @dataclass(frozen=True)
@@ -539,6 +561,8 @@ def blocked_place(ctx: AnalysisContext) -> BlockedPlace | None:
         return None
     name = where.split(" (")[0]
     line = where.rsplit(":", 1)[-1].rstrip(")")
+    if _episodes(main, name, where.rsplit(":", 1)[0].split(" (", 1)[-1]) < BLOCKED_EPISODES:
+        return None
     # The source of the place's own line (the frame py-spy read it from), so the text names the
     # call that blocks, not only the function holding it.
     code = next((f.code for s in reversed(blocked) for f in s.frames
@@ -556,7 +580,7 @@ def blocked_place(ctx: AnalysisContext) -> BlockedPlace | None:
     return BlockedPlace(where, k / len(main), len(main), code, in_loop)
 
 
-@uses(BLOCKED_MIN_SHARE, BLOCKED_ONE_PLACE, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
+@uses(BLOCKED_MIN_SHARE, BLOCKED_ONE_PLACE, BLOCKED_EPISODES, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
 def check_blocking_in_loop(ctx: AnalysisContext) -> Hit | None:
     """The training loop blocks in a call of the user's own (a sleep, a metrics POST, a file
     write): off the CPU, in the user's code, not a wait any other rule names; the GPU (or, for a
