@@ -136,12 +136,15 @@ class Session:
             tick(elapsed)
             time.sleep(every if seconds is None else min(every, max(0.01, seconds - elapsed)))
 
-    def require_stacks(self) -> None:
+    def require_stacks(self, command: str = "advise") -> None:
         """For headless commands whose one question is the target's stacks: raise UserError
-        with the reason when they cannot be had (the live UI goes on without them)."""
+        with the reason when they cannot be had (the live UI and `record` go on without them),
+        saying what still watches the process's GPUs and host."""
         if self.attach_error is not None:
             self.pipeline.stop()
-            raise UserError(f"{self.attach_error}; without --pid gputop watches the GPUs and the host only")
+            pid = self.target_pid
+            raise UserError(f"{self.attach_error}; {command} needs the job's stacks: `gputop --pid {pid}` and "
+                            f"`gputop record --pid {pid}` still watch its GPUs and the host")
 
     @property
     def target_state(self) -> TargetState | None:

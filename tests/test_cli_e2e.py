@@ -422,6 +422,27 @@ def test_advise_on_non_python_process(sleeper):
         assert f"PID {sleeper.pid} is not a Python process" in " ".join(proc.stdout.split())
 
 
+def test_advise_on_non_python_process_says_what_still_watches_it(sleeper):
+    """The refusal says what advise needs and which commands still watch the process (it said
+    "GPU and CPU monitoring still work" and stopped, which read as a contradiction)."""
+    proc = run_cli(*pid_argv("advise", sleeper.pid), "--fake", "1", "--duration", "3")
+    assert proc.returncode != 0
+    line = assert_one_line_error(proc, str(sleeper.pid), "not a Python process")
+    assert "advise needs the job's stacks" in line and f"gputop record --pid {sleeper.pid}" in line
+
+
+def test_record_of_a_non_python_process_records_its_gpus_and_host(sleeper, tmp_path):
+    """A process whose stacks cannot be read (a C++ trainer, say) still has GPUs and a host to
+    record: said once on stderr, recorded without stacks, exit 0."""
+    out = tmp_path / "native.gputop"
+    proc = run_cli("record", "--pid", str(sleeper.pid), "--fake", "1", "--duration", "2", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "not a Python process" in proc.stderr and "without stacks" in proc.stderr
+    info = run_cli("info", str(out))
+    assert info.returncode == 0 and "GPU" in info.stdout, info.stdout + info.stderr
+
+
 SUBCOMMAND_BAD_ARGUMENTS = [
     ("advise", ["--duration", "0"], ["--duration", "'0'"]),
     ("advise", ["--duration", "abc"], ["--duration", "'abc'"]),

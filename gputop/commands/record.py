@@ -127,7 +127,11 @@ def _open(args: argparse.Namespace):
     _check_output(path, args.force, args.append)
     session = open_live(Config(interval=args.interval, fake=args.fake, pid=args.pid, stuck_after=args.stuck_after,
                                advisor=not args.no_advisor, sample_rate=args.sample_rate))
-    session.require_stacks()
+    if session.attach_error is not None:
+        # A process whose stacks cannot be read (not Python, ptrace refused) still has a GPU and a
+        # host to record: said once, then recorded without stacks (the UI does the same).
+        print(f"gputop record: {session.attach_error}; recording its GPUs and the host without stacks",
+              file=sys.stderr, flush=True)
     try:
         recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
     except UserError:
