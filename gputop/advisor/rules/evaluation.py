@@ -147,19 +147,25 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     times_less = less_often(share)
     after = share / times_less / (1.0 - share + share / times_less)
     span = f"the last {secs(g.breakdown.total_s)}"
-    cadence = (f"one every ~{secs(e.period_s)}" if e.period_s is not None else "") + f" for ~{secs(e.burst_s)} each"
+    # Sampled stacks see an evaluation only where a sample falls in it: the count is a floor and
+    # the period a ceiling (a job evaluating about once a second was said to every ~3.1 s at 2
+    # stacks a second), so both are stated as such, with the rate they were read at.
+    rate = n / g.breakdown.total_s if g.breakdown.total_s > 0 else 0.0
+    cadence = ((f"one every ~{secs(e.period_s)} or more often" if e.period_s is not None else "")
+               + f" for ~{secs(e.burst_s)} each (read from {rate:.1f} stacks a second: shorter or more frequent "
+               "evaluations fall between samples)")
     ev = [f"main thread in evaluation in {pct(share)} of its samples ({e.samples} of {n}): "
           + (f"in `{e.where[0]}`" + (f", run from the loop at {', '.join(e.lines[:2])}" if e.lines else "")
              if e.named else
              f"a forward at a line after the training step's backward and optimizer, then what reads its results: "
              + ", ".join(e.lines))]
     if per_step:
-        ev.append(f"{e.bursts} separate evaluations in {span}, {cadence}; "
+        ev.append(f"at least {e.bursts} separate evaluations in {span}, {cadence}; "
                   + ("none" if not e.multi_step else f"{e.multi_step}")
                   + f" of the {e.between} training runs between them shows a second step: an evaluation after "
                   "every training step")
     else:
-        ev.append(f"{e.bursts} separate evaluations in {span}, {cadence}; {e.multi_step} of the {e.between} "
+        ev.append(f"at least {e.bursts} separate evaluations in {span}, {cadence}; {e.multi_step} of the {e.between} "
                   "training runs between them show more than one step: every few steps, not every step")
     if g.index != CPU_DEVICE and g.breakdown.total_s > 0:
         ev.append(f"{g.name} busy {pct(g.breakdown.busy_s / g.breakdown.total_s)}: the evaluation's kernels run on "
@@ -168,7 +174,8 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     upper = sampled_upper(share, n)
     where = _where(e)
     title = (f"Evaluation after every training step: {pct(share)} of the loop's time, {where}" if per_step else
-             f"Evaluation every ~{secs(e.period_s or e.burst_s)} takes {pct(share)} of the loop's time, {where}")
+             f"Evaluation every ~{secs(e.period_s or e.burst_s)} or more often takes {pct(share)} of the loop's time, "
+             f"{where}")
     return Hit(
         evidence=tuple(ev),
         action=_action(e, per_step, times_less, pct(after), ctx.framework.name),
