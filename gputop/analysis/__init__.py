@@ -35,7 +35,10 @@ from .idle import (
 )
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
 from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_sen
-from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
+from .memory_window import (
+    COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, WorkersPrivate, jobs_private,
+    median_rate, memory_view,
+)
 from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .step_order import AFTER_UPDATE, BEFORE_FORWARD, when_in_step
@@ -100,7 +103,7 @@ __all__ = [
     "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "exact_upper", "wilson_interval", "worker_stats",
     "COPY_ON_READ", "GROWING", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
-    "WorkerMemory", "eta_text",
+    "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
     "Recompute", "recompute_of", "ACCELERATE",
