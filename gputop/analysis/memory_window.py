@@ -237,6 +237,8 @@ def jobs_private(jobs: Collection[int], latest: Mapping[int, ProcSample],
     that are still seen (PRIVATE_GONE_S). ``latest``: each process's newest sample. A job none of
     whose workers was read has no entry."""
     jobs = set(jobs)
+    if not jobs:
+        return {}
     parents = {p.pid: p.ppid for p in latest.values() if p.ppid is not None}
     under: dict[int, dict[int, Sequence[ProcSample]]] = {}
     for pid, p in latest.items():
