@@ -152,3 +152,35 @@ def test_the_host_memory_line_says_the_workers_total_and_its_growth():
     flat = host_panel(_host(), 160, 2, _view([0.0]).private).plain
     assert "1 worker's USS 300.0M  SWP" in flat and "/min" not in flat
     assert "USS" not in host_panel(_host(), 160, 2).plain  # unattached: the line as before
+
+
+# --------------------------------------------------------------------------- a replay
+
+
+def test_a_replay_shows_the_recorded_uss_in_the_table(tmp_path):
+    """The same pipeline from a recording: the workers' USS read back (schema version 2) reaches
+    the memory view the replay's job stage publishes, and the table's worker rows."""
+    from gputop.record.writer import RecordWriter, SessionMeta
+    from gputop.session import open_replay
+    from gputop.ui.gpu_panels import job_memory
+    from synth_recording import TARGET_PID, SyntheticSession
+
+    p = tmp_path / "cow.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta(mode="fake", target_pid=TARGET_PID, target_cmdline="python train.py"))
+    for b in SyntheticSession(worker_uss=lambda t, i: 200 * MiB + 40 * MiB / 60 * t).seconds(240):
+        w.flush(b)
+    w.finish()
+    session = open_replay(p, start="90%", paused=True, views=True, advisor=False)
+    try:
+        for _ in range(2):  # the position's history, then the job stage's views of it
+            session.pipeline.poll_once()
+        memory = job_memory(session.store, TARGET_PID)
+        assert memory is not None and memory.private is not None and memory.private.read == 3
+        view = session.store
+        rows = build_rows(view.gpu_processes(), view.procs_latest(), view.now, target=TARGET_PID, memory=memory)
+        workers = [r for r in rows if r.job == "worker"]
+        assert len(workers) == 3 and all(r.uss is not None and r.uss > 300 * MiB for r in workers)
+        assert "uss" in [k for k, _, _ in table_columns(rows, 120)]
+    finally:
+        session.pipeline.stop()
