@@ -35,6 +35,16 @@ def fmt_rate(bps: float | None) -> str:
     return NA if bps is None else f"{fmt_bytes(bps)}/s"
 
 
+def fmt_growth(bytes_per_s: float) -> str:
+    """Memory growth where room is short (a table cell, a panel's line), per minute with its sign:
+    '+40M/min', '+4.5M/min', '+1.2G/min' (one decimal below ten of the unit, as ``fmt_bytes``)."""
+    per_min = abs(bytes_per_s) * 60.0
+    s = fmt_bytes(per_min)
+    if not s.endswith("B") and float(s[:-1]) >= 10:
+        s = fmt_bytes(per_min, 0)
+    return ("-" if bytes_per_s < 0 else "+") + s + "/min"
+
+
 def fmt_size(n: float | None) -> str:
     """Sizes in sentences and listings (files, recordings): '512 B', '1.5 KB', '2.0 GB' (binary
     multiples, a space before the unit; '?' when unknown)."""

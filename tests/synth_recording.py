@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from gputop.model import (
     Category,
@@ -165,7 +165,15 @@ class SyntheticSession:
         seed: int = 1,
         checkpoint_every_s: float = CHECKPOINT_EVERY_S,
         checkpoint_len_s: float = CHECKPOINT_LEN_S,
+        worker_uss: Callable[[float, int], float] | None = None,
+        target_rss: Callable[[float], float] | None = None,
     ) -> None:
+        """``worker_uss``: each worker's private memory, bytes, at (seconds since t0, worker
+        index), read as the host source reads it (every 12 s, the workers' reads spread over
+        them); None: not read (a recording from before schema version 2). ``target_rss``: the main
+        process's RSS (None: about 9.2 GiB, noisy)."""
+        self.worker_uss = worker_uss
+        self.target_rss = target_rss
         self.t0 = t0
         self.checkpoint_every_s = checkpoint_every_s
         self.checkpoint_len_s = checkpoint_len_s
@@ -265,7 +273,9 @@ class SyntheticSession:
         out.append(
             ProcSample(ts=t, pid=TARGET_PID, ppid=1, name="python", user="researcher",
                        cmdline="python train.py --config configs/vit_b16.yaml --batch-size 256 --workers 3",
-                       cpu_percent=round(100 + rng.gauss(0, 8), 1), rss=int(9.2 * GiB) + rng.randrange(0, 2**24),
+                       cpu_percent=round(100 + rng.gauss(0, 8), 1),
+                       rss=(int(9.2 * GiB) + rng.randrange(0, 2**24)) if self.target_rss is None
+                       else int(self.target_rss(k + 1)),
                        num_threads=41, status=rng.choice(("running", "running", "sleeping")),
                        create_time=self.t0 - 120.0, io_read_bps=0.0, io_write_bps=0.0 if not ckpt else 1.8e9,
                        role="target", env=self.env)
@@ -278,7 +288,9 @@ class SyntheticSession:
                            rss=int(2.1 * GiB) + rng.randrange(0, 2**22), num_threads=3,
                            status=rng.choice(("running", "running", "disk-sleep", "sleeping")),
                            create_time=self.t0 - 110.0, io_read_bps=float(rng.randrange(10_000_000, 90_000_000)),
-                           io_write_bps=0.0, role="worker")
+                           io_write_bps=0.0, role="worker",
+                           uss=int(self.worker_uss(k + 1, w)) if self.worker_uss is not None and (k - 4 * w) % 12 == 0
+                           else None)
             )
         out.extend(self._stacks(t, ckpt))
         if k % 10 == 9:

@@ -23,7 +23,7 @@ from gputop.analysis.breakdown import Breakdown, Bucket
 from gputop.analysis.views import ViewsStage
 from gputop.session import open_replay
 from gputop.session import Session
-from gputop.model import CoreTimes, Finding, GpuProcess, GpuSample, HostSample, Severity, Verdict
+from gputop.model import CoreTimes, Finding, GpuProcess, GpuSample, HostSample, ProcSample, Severity, Verdict
 from gputop.pipeline import Pipeline
 from gputop.sources.fake import FAKE_PID_BASE, FakeGpuSource
 from gputop.analysis.classify import classify, is_library
@@ -256,3 +256,38 @@ def test_replay_attached_80x24(snap_compare):
         assert snap_compare(app, terminal_size=(80, 24))
     finally:
         session.pipeline.stop()
+
+
+def copy_on_read_session(clock) -> Session:
+    """Attached to a job on one scripted GPU whose four DataLoader workers' private memory grows
+    (copy-on-read: three at 40 MB/min, one flat), read every 12 s each as the host source reads
+    it, over two and a half minutes; the memory view published as the job stage does."""
+    store = Store()
+    src = FakeGpuSource(gpus=1, clock=clock, hostname=HOSTNAME)
+    session = Session(store=store, pipeline=Pipeline(store, [src], clock=clock), gpu=src, mode="fake")
+    t0 = clock.t
+    rates = (40, 40, 0, 40)
+    for k in range(150):
+        clock.advance(1.0)
+        session.pipeline.poll_once()
+        store.add([host_sample(clock.t)])
+        store.add([ProcSample(ts=clock.t, pid=FAKE_PID_BASE + 10 + w, ppid=FAKE_PID_BASE, name="pt_data_worker",
+                              user="fake", cmdline="python train.py --config vit_b16.yaml  [fake]",
+                              cpu_percent=60.0 + w, rss=int(1.9 * GiB), num_threads=3, status="running",
+                              create_time=t0 - 600, role="worker",
+                              uss=int(300 * 2**20 + rate * 2**20 / 60 * (clock.t - t0)) if k % 12 == 3 * w % 12 else None)
+                   for w, rate in enumerate(rates)])
+    session.target_pid = FAKE_PID_BASE
+    stage = JobStage(store, FAKE_PID_BASE, views=ViewsStage(store, FAKE_PID_BASE, session.stuck_after),
+                     memory_watch=MemoryWatch())
+    session.pipeline.publish(stage.poll())
+    return session
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_workers_private_memory(snap_compare, clock, size):
+    """The workers' private memory where it shows: each worker's USS in the process table, with its
+    rate while it grows; the workers' total on the host's memory line. At 80 columns the table
+    gives TIME and USER up so the command keeps its room."""
+    app = GputopApp(copy_on_read_session(clock), interval=1.0, refresh=60)
+    assert snap_compare(app, terminal_size=size)

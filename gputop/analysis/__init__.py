@@ -18,8 +18,8 @@ from .classify import (
     hot_place, importing_at, is_library, own_frames, project_frame, short_path, where,
 )
 from .efficiency import (
-    GpuEfficiency, HostLoad, ProcStats, Workers, gpu_efficiency, host_load, is_worker, parents_of, proc_stats,
-    worker_stats,
+    GpuEfficiency, HostLoad, ProcStats, Workers, descends_from, gpu_efficiency, host_load, is_worker, parents_of,
+    proc_stats, worker_stats,
 )
 from .flight_recorder import (
     Autopsy, analyzer_view, autopsy, autopsy_dict, autopsy_hint, autopsy_text, dump_prefix, dump_problem,
@@ -34,8 +34,11 @@ from .idle import (
     poll_slices, util_slices,
 )
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
-from .memory_growth import GROWING, Growth, eta_text, growth, rate_text, theil_sen
-from .memory_window import COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, GpuMemory, MemoryView, WorkerMemory, memory_view
+from .memory_growth import FLAT, GROWING, PLATEAU, SAWTOOTH, Growth, eta_text, growth, rate_text, theil_sen
+from .memory_window import (
+    COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, PRIVATE_GONE_S, GpuMemory, MemoryView, WorkerMemory, WorkersPrivate, jobs_private,
+    median_rate, memory_view,
+)
 from .nccl_ras import CommVerdict, DESYNC, HANG, RAS_POLL_S, STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line, ras_verdicts
 from .progress import CPU_WINDOW_S, TREE_BUSY_CORES
 from .hang_forming import Forming, hang_forming
@@ -95,14 +98,14 @@ __all__ = [
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",
     "hot_line", "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
-    "is_performance_limiting", "is_worker", "parents_of", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
+    "is_performance_limiting", "is_worker", "descends_from", "parents_of", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
     "pane_views", "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
     "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
     "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "exact_upper", "wilson_interval", "worker_stats",
-    "COPY_ON_READ", "GROWING", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
-    "WorkerMemory", "eta_text",
+    "COPY_ON_READ", "FLAT", "GROWING", "PLATEAU", "SAWTOOTH", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
+    "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
     "Recompute", "recompute_of", "ACCELERATE",

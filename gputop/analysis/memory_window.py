@@ -12,9 +12,10 @@ the main process shows as its RSS growing while the workers' USS is flat."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from ..model import GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample
+from .efficiency import WORKER_MAX_HOPS
 from .memory_cause import LeakLine
 from .memory_growth import Growth, growth
 from .threshold import JUDGEMENT, Threshold
@@ -44,6 +45,15 @@ RSS_ALIKE_SHARE = Threshold(
 
 COPY_ON_READ, MAIN_LEAK = "copy-on-read", "main-process"
 
+# A worker whose newest reading (any: its stacks' details each second, its USS every 12 s) is older
+# than this has exited: its private memory no longer counts in the job's. Judgement: more than two
+# of the host source's USS periods (12 s), so a worker read only for its USS is not dropped
+# between two reads.
+PRIVATE_GONE_S = Threshold(
+    30.0, "s", JUDGEMENT,
+    "A worker not seen for this long has exited and its private memory no longer counts in the job's total: more "
+    "than two USS periods (12 s), so a worker read only for its USS is not dropped between two reads.")
+
 
 @dataclass(frozen=True)
 class GpuMemory:
@@ -67,6 +77,34 @@ class WorkerMemory:
         """Its RSS grows with its USS (new memory in the worker), not flat under it."""
         u = self.uss
         return u is not None and u.growing and self.growth.growing and self.growth.rate >= RSS_ALIKE_SHARE * u.rate
+
+
+@dataclass(frozen=True)
+class WorkersPrivate:
+    """The DataLoader workers' private memory (USS) taken together, as people see it: the host
+    line and the process table live, the report, the exporter. Every figure is the memory view's
+    (no fit of its own), so what is shown agrees with what the advisor says."""
+
+    read: int  # workers whose USS was read
+    total: float  # bytes: each one's latest USS, summed
+    judged: int  # of them, with history enough for a verdict
+    growing: int  # of those, growing steadily
+    median_rate: float = 0.0  # bytes/s: the growing workers' median (the advisor's "each (median)"); 0: none grows
+    total_rate: float = 0.0  # bytes/s: the growing workers' rates summed (how fast the total grows)
+    cause: str | None = None  # MemoryView.host_cause: COPY_ON_READ, MAIN_LEAK or None
+
+    @property
+    def grows(self) -> bool:
+        """The workers' private memory grows as copy-on-read is judged: at least
+        COPY_WORKER_SHARE of the workers judged grow (one growing worker of many is its own affair)."""
+        return self.growing > 0 and self.growing >= COPY_WORKER_SHARE * self.judged
+
+
+def median_rate(growths: Sequence[Growth]) -> float:
+    """The growing series' median rate, bytes/s, the advisor's way (the upper median of an even
+    count); 0.0 for none."""
+    rates = sorted(g.rate for g in growths if g.growing)
+    return rates[len(rates) // 2] if rates else 0.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +140,20 @@ class MemoryView:
         if read and not grow and main_grows:
             return MAIN_LEAK
         return None
+
+    @property
+    def private(self) -> WorkersPrivate | None:
+        """The workers' private memory together; None where no worker's USS was read."""
+        read = [w for w in self.workers if w.uss is not None]
+        if not read:
+            return None
+        grow = [w.uss for w in self.uss_growing if w.uss is not None]
+        return WorkersPrivate(read=len(read), total=sum(w.uss.used for w in read if w.uss is not None),
+                              judged=len(self.uss_read), growing=len(grow), median_rate=median_rate(grow),
+                              total_rate=sum(g.rate for g in grow), cause=self.host_cause)
+
+    def worker(self, pid: int) -> WorkerMemory | None:
+        return next((w for w in self.workers if w.pid == pid), None)
 
     def gpu(self, index: int) -> GpuMemory | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -164,5 +216,50 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
     return MemoryView(tuple(out), host_growth, tuple(ws), main=main)
 
 
+def owner_of(pid: int, parents: Mapping[int, int], jobs: Collection[int]) -> int | None:
+    """The nearest of ``jobs`` ``pid`` runs under (``parents``: pid -> ppid), within
+    WORKER_MAX_HOPS; None: under none of them."""
+    cur = parents.get(pid)
+    for _ in range(WORKER_MAX_HOPS):
+        if cur is None or cur <= 1:
+            return None
+        if cur in jobs:
+            return cur
+        cur = parents.get(cur)
+    return None
+
+
+def jobs_private(jobs: Collection[int], latest: Mapping[int, ProcSample],
+                 window: Callable[[int], Sequence[ProcSample]], now: float) -> dict[int, WorkersPrivate]:
+    """Each job's workers' private memory, for the jobs (processes) given: its workers are the
+    processes under it (the nearest job up their parents) whose USS was read over ``window`` (a
+    pid's samples over MEMORY_WINDOW_S; the host source reads only the DataLoader workers') and
+    that are still seen (PRIVATE_GONE_S). ``latest``: each process's newest sample. A job none of
+    whose workers was read has no entry."""
+    jobs = set(jobs)
+    if not jobs:
+        return {}
+    parents = {p.pid: p.ppid for p in latest.values() if p.ppid is not None}
+    under: dict[int, dict[int, Sequence[ProcSample]]] = {}
+    for pid, p in latest.items():
+        if pid in jobs or p.ts < now - PRIVATE_GONE_S:
+            continue
+        job = owner_of(pid, parents, jobs)
+        if job is None:
+            continue
+        samples = window(pid)
+        if any(s.uss is not None for s in samples):
+            under.setdefault(job, {})[pid] = samples
+    out: dict[int, WorkersPrivate] = {}
+    for job, procs in under.items():
+        workers = set(procs)
+        view = memory_view((), {}, [], [], {**procs, job: window(job)}, {job} | workers, workers)
+        private = view.private
+        if private is not None:
+            out[job] = private
+    return out
+
+
 __all__ = ["COPY_ON_READ", "COPY_WORKER_SHARE", "DEVICE", "GpuMemory", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
-           "PROCESS", "RSS_ALIKE_SHARE", "WorkerMemory", "job_gpu_series", "memory_view"]
+           "PRIVATE_GONE_S", "PROCESS", "RSS_ALIKE_SHARE", "WorkerMemory", "WorkersPrivate", "job_gpu_series",
+           "jobs_private", "median_rate", "memory_view"]

@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from .. import __version__
 from ..advisor import STATE_IDS, WARMUP_ID
 from ..analysis import Bucket
-from ..model import GpuInfo, GpuSample
-from ..analysis import MEMORY_WINDOW_S, REASONS, memory_view
+from ..model import GpuInfo, GpuSample, ProcSample
+from ..analysis import MEMORY_WINDOW_S, REASONS, jobs_private, memory_view
 from .account import TimeAccount
 from .jobs import Placement, read_placement, script_of
 
@@ -187,6 +187,7 @@ class GputopCollector:
 
         yield from self._processes_and_time(labels, latest)
         yield from self._memory(labels, latest, now)
+        yield from self._workers_private(now)
         yield from self._findings(labels)
 
     def _processes_and_time(self, labels: dict[int, list[str]], latest: dict[int, GpuSample]) -> Iterator[Metric]:
@@ -198,18 +199,7 @@ class GputopCollector:
         self.account.advance(store, attached, create_times)
         gpu_totals, jobs = self.account.snapshot()
 
-        job_labels: dict[int, list[str]] = {}
-        for pid in {p.pid for p in gpu_procs} | attached:
-            ps = procs.get(pid)
-            place = self._placement_of(pid, ps.create_time if ps else None)
-            job_labels[pid] = [
-                str(pid),
-                ps.name if ps else "",
-                script_of(ps.cmdline) if ps else "",
-                (ps.user or "") if ps else "",
-                place.container_id,
-                place.pod_uid,
-            ]
+        job_labels = {pid: self._job_labels(pid, procs.get(pid)) for pid in {p.pid for p in gpu_procs} | attached}
 
         mem = GaugeMetricFamily("gputop_process_gpu_memory_used_bytes", "Device memory a process holds",
                                 labels=[*GPU_LABELS, *JOB_LABELS])
@@ -290,6 +280,45 @@ class GputopCollector:
                 heta.add_metric([], hg.eta_s)
         yield hrate
         yield heta
+
+    def _workers_private(self, now: float) -> Iterator[Metric]:
+        """Each attached job's DataLoader workers' private memory (USS), as the memory view
+        judges it (analysis.memory_window): one series per job, with the job's labels, never one
+        per worker (workers come and go: a series each would grow without bound)."""
+        store = self.store
+        t0 = now - MEMORY_WINDOW_S
+        procs = store.procs_latest()
+        per_job = jobs_private(self.attached(), procs, lambda pid: store.proc_window(pid, t0, now), now)
+        total = GaugeMetricFamily(
+            "gputop_workers_private_memory_bytes",
+            "The attached job's DataLoader workers' private memory (USS, each worker's latest reading) summed; "
+            "copy-on-read grows it, never their RSS. Only where the workers' USS is read",
+            labels=list(JOB_LABELS))
+        rate = GaugeMetricFamily(
+            "gputop_workers_private_memory_growth_bytes_per_second",
+            "The median growth of a DataLoader worker's private memory (USS) while the workers' is judged growing "
+            "(at least half of them, steadily, over the last minutes); 0 otherwise; absent until there are minutes "
+            "of history",
+            labels=list(JOB_LABELS))
+        for pid, p in sorted(per_job.items()):
+            lab = self._job_labels(pid, procs.get(pid))
+            total.add_metric(lab, p.total)
+            if p.judged:
+                rate.add_metric(lab, p.median_rate if p.grows else 0.0)
+        yield total
+        yield rate
+
+    def _job_labels(self, pid: int, ps: ProcSample | None) -> list[str]:
+        """A job's label values (JOB_LABELS), the same for every per-job series."""
+        place = self._placement_of(pid, ps.create_time if ps else None)
+        return [
+            str(pid),
+            ps.name if ps else "",
+            script_of(ps.cmdline) if ps else "",
+            (ps.user or "") if ps else "",
+            place.container_id,
+            place.pod_uid,
+        ]
 
     def _findings(self, labels: dict[int, list[str]]) -> Iterator[Metric]:
         window = GaugeMetricFamily("gputop_advisor_window_seconds", "The span the advisor's findings speak of")

@@ -34,7 +34,9 @@ from .panels import (
     CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, held_back_text,
     hidden_gpus_line, host_panel_lines, index_width, sampling_text,
 )
-from .process_table import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
+from .process_table import (
+    COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows, row_cells, table_columns,
+)
 from .ranks import ranks_pane_lines, ranks_waiting_lines
 from .rules import rules_dict, rules_text
 from .stacks import Line, dump_dict, dump_text, stacks_pane_lines, stacks_waiting_lines
@@ -45,7 +47,7 @@ __all__ = [
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
     "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text",
     "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
-    "ranks_waiting_lines", "report_dict", "rules_dict", "rules_text", "sampling_text", "session_start_in", "split_width", "stacks_pane_lines",
-    "stacks_waiting_lines",
+    "ranks_waiting_lines", "report_dict", "row_cells", "rules_dict", "rules_text", "sampling_text", "session_start_in", "split_width", "stacks_pane_lines",
+    "stacks_waiting_lines", "table_columns",
     "verdict_line", "verdict_lines",
 ]

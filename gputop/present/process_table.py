@@ -1,10 +1,14 @@
-"""The process table's rows: GPU processes joined with what the OS says about them. Pure."""
+"""The process table's rows: GPU processes joined with what the OS says about them, and the
+columns that fit the table's width. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
+from ..analysis import MemoryView
 from ..model import GpuProcess, ProcSample
+from ..units import fmt_bytes, fmt_duration, fmt_growth, fmt_pct, truncate
 
 # (key, column title, width); width 0 = takes the rest.
 COLUMNS = (
@@ -19,6 +23,14 @@ COLUMNS = (
     ("command", "COMMAND", 0),
 )
 SORT_KEYS = tuple(c[0] for c in COLUMNS)
+# The attached job's DataLoader workers' private memory (USS), after RSS: only while a row has a
+# reading (the host source reads the workers' alone), and with each growing worker's rate beside
+# it ("   1.2G +40M/min"). Copy-on-read shows there, never in a forked worker's RSS.
+USS_COLUMN = ("uss", "USS", 6)
+# The command keeps at least this many cells (17 at 80 columns with the fixed columns): where it
+# would get fewer (a narrow terminal, or the USS column shown), these columns give way, in order.
+MIN_COMMAND = 16
+DROP_ORDER = ("time", "user")
 # A process not reported for this long has gone: its row goes too.
 STALE_S = 5.0
 # Numeric columns sort largest first, like htop; text columns A→Z.
@@ -40,6 +52,10 @@ class ProcRow:
     # The attached job's rows: "job" (the target), "rank N", "worker" (a process it started);
     # drawn first, each of its processes under it.
     job: str = ""
+    # A DataLoader worker's private memory (USS, bytes) as the memory view last read it, and its
+    # growth (bytes/s) while the view judges it growing; None: not read (not a worker, no reading yet).
+    uss: float | None = None
+    uss_rate: float | None = None
 
     @property
     def key(self) -> str:
@@ -55,7 +71,9 @@ def build_rows(
     query: str = "",
     target: int | None = None,
     ranks: dict[int, int] | None = None,
+    memory: MemoryView | None = None,
 ) -> list[ProcRow]:
+    """``memory``: the attached job's memory view (its workers' USS and growth), None: none."""
     rows = []
     for gp in gpu_procs:
         ps = procs.get(gp.pid)
@@ -98,7 +116,21 @@ def build_rows(
     if query:
         q = query.lower()
         rows = [r for r in rows if q in _haystack(r)]
-    return group_job(sort_rows(rows, sort, reverse), procs, target, ranks or {})
+    return with_private(group_job(sort_rows(rows, sort, reverse), procs, target, ranks or {}), memory)
+
+
+def with_private(rows: list[ProcRow], memory: MemoryView | None) -> list[ProcRow]:
+    """The rows with each DataLoader worker's private memory from the memory view: its latest
+    USS, and its rate while the view judges it growing (the same verdict the advisor reads)."""
+    if memory is None or not memory.workers:
+        return rows
+    out = []
+    for r in rows:
+        w = memory.worker(r.pid)
+        if w is not None and w.uss is not None:
+            r = replace(r, uss=w.uss.used, uss_rate=w.uss.rate if w.uss.growing else None)
+        out.append(r)
+    return out
 
 
 def shown_command(cmdline: str) -> str:
@@ -151,6 +183,76 @@ def group_job(rows: list[ProcRow], procs: dict[int, ProcSample], target: int | N
 
     walk(target, 0)
     return job + [r for r in rows if r.key not in keys]
+
+
+def uss_cell(r: ProcRow, growth_w: int = 0) -> str:
+    """A worker's USS as the table shows it: the figure right-aligned as RSS's, then its growth
+    in ``growth_w`` cells where the column has room for one ("  1.2G +40M/min"); "" without a reading."""
+    if r.uss is None:
+        return ""
+    cell = fmt_bytes(r.uss).rjust(USS_COLUMN[2])
+    if growth_w:
+        cell += " " + (fmt_growth(r.uss_rate) if r.uss_rate is not None else "").ljust(growth_w)
+    return cell
+
+
+Column = tuple[str, str, int]
+
+
+def table_columns(rows: Sequence[ProcRow], width: int) -> tuple[Column, ...]:
+    """The columns drawn at ``width``: the fixed ones, the USS column after RSS while a row has a
+    reading (as wide as its growth figures need), then ``fit_columns``."""
+    cols: list[Column] = list(COLUMNS)
+    if any(r.uss is not None for r in rows):
+        growth_w = max((len(fmt_growth(r.uss_rate)) for r in rows if r.uss is not None and r.uss_rate is not None),
+                       default=0)
+        key, _title, w = USS_COLUMN
+        # Titled over the figure, as RSS is (the growth beside it reads as one: "+40M/min").
+        cols.insert(SORT_KEYS.index("rss") + 1, (key, "USS".rjust(w), w + (growth_w + 1 if growth_w else 0)))
+    return fit_columns(cols, width)
+
+
+def command_room(cols: Sequence[Column], width: int) -> int:
+    """The cells the command (the column of width 0) gets at ``width``, a space between columns."""
+    return width - sum(w for _, _, w in cols if w) - (len(cols) - 1)
+
+
+def fit_columns(cols: Sequence[Column], width: int) -> tuple[Column, ...]:
+    """Drop the columns of DROP_ORDER, in order, while the command would get fewer than
+    MIN_COMMAND cells (at 80 columns the fixed ones leave it 17: nothing is dropped)."""
+    out = list(cols)
+    for key in DROP_ORDER:
+        if command_room(out, width) >= MIN_COMMAND:
+            break
+        out = [c for c in out if c[0] != key]
+    return tuple(out)
+
+
+def row_cells(r: ProcRow, columns: Sequence[Column], target: int | None = None) -> tuple[str, ...]:
+    """The row's text in each of ``columns``: the attached job's processes marked (● the target,
+    └ each process under it, with its rank or "worker")."""
+    command = r.command
+    if r.job:
+        label = "" if r.job == "job" else f"{r.job}  "
+        command = ("● " if r.pid == target else "└ ") + label + command
+    cells = {
+        "pid": str(r.pid),
+        "user": truncate(r.user or "?", 10),
+        "gpu": "-" if r.gpu is None else str(r.gpu),
+        "gpu_mem": fmt_bytes(r.gpu_mem),
+        "sm": fmt_pct(r.sm),
+        "cpu": "n/a" if r.cpu is None else f"{r.cpu:.0f}",
+        "rss": fmt_bytes(r.rss),
+        "time": fmt_duration(r.elapsed),
+        "command": command,
+    }
+    out = []
+    for key, _title, w in columns:
+        if key == "uss":
+            out.append(uss_cell(r, w - USS_COLUMN[2] - 1 if w > USS_COLUMN[2] else 0))
+        else:
+            out.append(cells[key])
+    return tuple(out)
 
 
 def attachable(r: ProcRow, user: str | None, root: bool, own_pid: int) -> bool:

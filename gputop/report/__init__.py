@@ -13,6 +13,7 @@ def summary_dict(s: Summary) -> dict:
     """The headline numbers as JSON-ready data (for scripts and dashboards)."""
     from ..analysis import BUCKET_LABELS
     from ..present import finding_dict
+    from .memory import workers_dict
 
     return {
         "path": s.path,
@@ -43,6 +44,8 @@ def summary_dict(s: Summary) -> dict:
         # The job used no GPU: its main thread's time line, as advise --json's "breakdown" shows it.
         "cpu_device": _cpu_device(s),
         "host": {"cpu_mean": s.host_cpu_mean, "cpu_max": s.host_cpu_max, "iowait_mean": s.host_iowait_mean},
+        # The attached job's DataLoader workers' private memory (USS), null where none was recorded.
+        "workers_memory": workers_dict(s.workers_memory),
         # Whether the file keeps each finding's gain_predicted (advise --json's bound); when it
         # does not, every finding's gain_predicted below reads null: not recorded, not "no claim".
         "gain_predicted_recorded": s.gain_predicted_recorded,

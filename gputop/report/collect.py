@@ -6,7 +6,7 @@ from collections import Counter
 
 from ..advisor import STATE_IDS, WARMUP_ID, holds_no_gpu
 from ..analysis import stack_slices
-from ..analysis import is_worker, parents_of
+from ..analysis import descends_from, is_worker, parents_of
 from ..analysis import poll_slices, util_slices
 from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
@@ -80,6 +80,11 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         acc.add_chunk(slices, polls, () if theirs else stacks, host, procs)
         if family:
             acc.add_job_memory(gprocs, family)
+        if job_pid:
+            # The workers' private memory: the host source reads it for the target's DataLoader
+            # workers alone; a reading counts for the job it runs under.
+            read = {p.pid for p in procs if p.uss is not None and descends_from(p, job_pid, parents)}
+            acc.add_worker_memory(procs, read, job_pid)
         if main:
             first_main = first_main or main[0]
             cpu_sl = stack_slices(([main_carry] if main_carry else []) + main, t, e)

@@ -26,7 +26,7 @@ CAUSE_COLOURS: dict[Bucket, str] = {
     Bucket.UNKNOWN: "#9e9e9e",
 }
 _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
-from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line
+from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line, worker_trend, workers_line
 from .ranks import rank_html
 from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
 
@@ -44,6 +44,10 @@ BUCKET_COLORS = {
 
 # The job's own memory beside the card's: a colour the page uses for nothing else.
 JOB_MEMORY_COLOUR = "#c2185b"
+# The workers' private memory (USS) summed, beside the main process's RSS.
+WORKERS_USS_COLOUR = "#00838f"
+# Workers listed one by one in the page at most (report --json has them all).
+MAX_WORKER_ROWS = 16
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto;
@@ -104,6 +108,30 @@ def _told_html(fs, lead: str, e, evidence_only: bool = False) -> list[str]:
     return [f"<p class=\"warn\"><b>{e(lead)}</b> ({e(fmt_time(fs.first_seen))}): {e(head)}"
             + ("<br><span class=\"small\">" + "; ".join(e(x) for x in rest) + "</span>" if rest else "")
             + "</p>"]
+
+
+def _workers_html(s: Summary, e) -> list[str]:
+    """The DataLoader workers' private memory over the run: their USS summed (on its own scale: the
+    main process's RSS, often ten times more, would flatten it; the judgement says whether that
+    grew), the judgement, and each worker's figures."""
+    w = s.workers_memory
+    if w is None:
+        return []
+    out = ["<h3>DataLoader workers' private memory</h3>"]
+    series = [("workers' USS (sum)", w.chart, WORKERS_USS_COLOUR)]
+    out.append(svg.line_chart(s.start, s.end, series, unit="B", title="workers' private memory",
+                              max_gap=s.chart_max_gap))
+    out.append(f"<p>Private memory (USS, read every 12 s a worker): {e(workers_line(w))}.</p>")
+    out.append("<table><tr><th>worker</th><th class=\"num\">first</th><th class=\"num\">last</th>"
+               "<th class=\"num\">peak</th><th>trend</th></tr>")
+    for x in w.workers[:MAX_WORKER_ROWS]:
+        out.append(f"<tr><td>PID {x.pid}</td><td class=\"num\">{e(fmt_bytes(x.first))}</td>"
+                   f"<td class=\"num\">{e(fmt_bytes(x.last))}</td><td class=\"num\">{e(fmt_bytes(x.peak))}</td>"
+                   f"<td>{e(worker_trend(x))}</td></tr>")
+    out.append("</table>")
+    if len(w.workers) > MAX_WORKER_ROWS:
+        out.append(f"<p class=\"small\">… and {len(w.workers) - MAX_WORKER_ROWS} more (report --json lists them all).</p>")
+    return out
 
 
 def render_html(s: Summary) -> str:
@@ -204,6 +232,7 @@ def render_html(s: Summary) -> str:
         [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
         hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
+    out += _workers_html(s, e)
     out += _told_html(forecast_of(s, None), "Forecast shown live", e)
     ended = exit_of(s)
     if ended is not None and exit_gpu(ended) is None:

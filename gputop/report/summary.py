@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
+from ..analysis import PRIVATE_GONE_S, Growth, MemoryView, WorkerMemory, WorkersPrivate, growth
 from ..analysis import IDLE_UTIL_PCT, Slice, idle_intervals
 from ..units import fmt_length
 from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo
@@ -115,6 +116,47 @@ class GpuSummary:
         return self.breakdown.busy_s / t if t > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class WorkerUss:
+    """One DataLoader worker's private memory (USS) over its readings in the recording."""
+
+    pid: int
+    first: float  # bytes at its first reading
+    last: float  # at its last
+    peak: float
+    growth: Growth  # as the memory view judges a series (its recent half: how it was at the end)
+    start: float = 0.0  # its first reading's time
+    end: float = 0.0  # its last
+
+
+@dataclass(frozen=True)
+class WorkersMemory:
+    """The attached job's DataLoader workers' private memory (USS) over the recording: each
+    worker's, their sum per chart bucket, and the judgement the live memory view makes (how many
+    grow, their median rate, copy-on-read or a leak in the main process)."""
+
+    workers: tuple[WorkerUss, ...]
+    chart: list[tuple[float, float | None]]  # the workers' USS summed (each one's latest reading), per bucket
+    private: WorkersPrivate
+
+    def _total(self) -> list[float]:
+        return [v for _, v in self.chart if v is not None]
+
+    @property
+    def total_first(self) -> float | None:
+        vals = self._total()
+        return vals[0] if vals else None
+
+    @property
+    def total_last(self) -> float | None:
+        vals = self._total()
+        return vals[-1] if vals else None
+
+    @property
+    def total_peak(self) -> float | None:
+        return max(self._total(), default=None)
+
+
 # CpuSummary.why when the job ran beside GPUs NVML listed only others on (analysis.window.holds_no_gpu).
 HELD_NO_GPU = "the job held none of the GPUs"
 
@@ -209,6 +251,9 @@ class Summary:
     lost_tables: tuple[str, ...] = ()
     # The job's phases the advisor named (warming up): when they were, never counted as findings.
     phases: list[FindingSummary] = field(default_factory=list)
+    # The attached job's DataLoader workers' private memory (None: no worker's USS recorded, as in
+    # a recording from before schema version 2 or of a job without workers).
+    workers_memory: WorkersMemory | None = None
 
     @property
     def findings_lost(self) -> bool:
@@ -312,6 +357,11 @@ class RunAccumulator:
         self.cpu_first: float | None = None
         self.cpu_last_ts: float | None = None
         self.cpu_gaps: list[float] = []  # spacings between main-thread samples left out
+        # The workers' USS readings (ts, USS, RSS) per worker, and the main process's RSS, the
+        # last reading per chart bucket (all the judgement needs of a series read every second).
+        self.worker_uss: dict[int, list[tuple[float, float, float | None]]] = {}
+        self.worker_seen: dict[int, list[float]] = {}  # pid -> [first, last] sample of any kind
+        self.main_rss: list[float | None] = [None] * self.n_buckets
 
     def add_cpu_chunk(
         self,
@@ -348,6 +398,51 @@ class RunAccumulator:
         for (gpu, ts), used in per_poll.items():
             cb = self._chart(gpu)[self._bucket(ts)]
             cb.job_mem_max = used if cb.job_mem_max is None else max(cb.job_mem_max, used)
+
+    def add_worker_memory(self, procs: Sequence[ProcSample], workers: Iterable[int], main: int | None) -> None:
+        """The workers' private memory (USS) readings of this chunk (``workers``: the pids whose
+        readings count: the job's), when each was seen, and the main process's RSS."""
+        workers = set(workers) | set(self.worker_uss)
+        for p in procs:
+            if p.pid in workers:
+                seen = self.worker_seen.setdefault(p.pid, [p.ts, p.ts])
+                seen[0], seen[1] = min(seen[0], p.ts), max(seen[1], p.ts)
+                if p.uss is not None:
+                    rss = None if p.rss is None else float(p.rss)
+                    self.worker_uss.setdefault(p.pid, []).append((p.ts, float(p.uss), rss))
+            elif p.pid == main and p.rss is not None:
+                self.main_rss[self._bucket(p.ts)] = float(p.rss)
+
+    def _workers_memory(self) -> WorkersMemory | None:
+        if not self.worker_uss:
+            return None
+        ends = [self.start + (i + 1) * self.step for i in range(self.n_buckets)]
+        mids = [self.start + (i + 0.5) * self.step for i in range(self.n_buckets)]
+        total: list[float | None] = [None] * self.n_buckets
+        per: list[WorkerUss] = []
+        memories: list[WorkerMemory] = []
+        for pid, reads in sorted(self.worker_uss.items()):
+            reads.sort()
+            ts = [r[0] for r in reads]
+            uss = [(t, u) for t, u, _ in reads]
+            g = growth(uss)
+            per.append(WorkerUss(pid, uss[0][1], uss[-1][1], max(u for _, u in uss), g, ts[0], ts[-1]))
+            rss = [(t, r) for t, _, r in reads if r is not None]
+            memories.append(WorkerMemory(pid, growth(rss), g))
+            # In the sum while the worker is seen, at its latest reading (before its first, at
+            # that: its USS is read every 12 s, the workers' reads spread over them); one still
+            # seen at the recording's end, to the end (its last samples may be its reads alone).
+            first, last = self.worker_seen.get(pid, (ts[0], ts[-1]))
+            if last >= self.end - PRIVATE_GONE_S:
+                last = self.end
+            for i in range(self._bucket(first), self._bucket(last) + 1):
+                k = max(0, bisect.bisect_right(ts, ends[i]) - 1)
+                total[i] = (total[i] or 0.0) + reads[k][1]
+        main_pts = [(t, v) for t, v in zip(mids, self.main_rss) if v is not None]
+        view = MemoryView(workers=tuple(memories), main=growth(main_pts) if main_pts else None)
+        private = view.private
+        assert private is not None  # every worker here has USS readings
+        return WorkersMemory(tuple(per), list(zip(mids, total)), private)
 
     def _bucket(self, t: float) -> int:
         return min(self.n_buckets - 1, max(0, int((t - self.start) / self.step)))
@@ -501,6 +596,7 @@ class RunAccumulator:
             chart_step=self.step,
             start=self.start,
             end=self.end,
+            workers_memory=self._workers_memory(),
             **meta,
         )
 

@@ -8,7 +8,9 @@ from ..present import BUCKET_CHAR, bar_text, breakdown_rows, device_name
 from ..analysis import BUCKET_LABELS, Bucket
 from ..units import fmt_bytes, fmt_length, fmt_pct, fmt_time, sparkline
 from ..record import LOST_FINDINGS, backfill_note
-from .memory import exit_gpu, exit_of, forecast_of, job_memory, card_memory, memory_line
+from .memory import (
+    card_memory, exit_gpu, exit_of, forecast_of, job_memory, memory_line, worker_line, workers_line,
+)
 from .ranks import rank_text_lines
 from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
 
@@ -96,6 +98,26 @@ def _memory_lines(s: Summary, g, spark_w: int, width: int) -> list[str]:
     return out
 
 
+# Workers listed one by one in the text report at most (the JSON and the HTML have them all).
+MAX_WORKER_LINES = 8
+
+
+def _workers_lines(s: Summary, spark_w: int, width: int) -> list[str]:
+    """The DataLoader workers' private memory (USS) over the run: their sum as a sparkline (from
+    zero to its peak), the sentence with the judgement, and each worker's figures."""
+    w = s.workers_memory
+    if w is None:
+        return []
+    out = [f"  {'USS':<11}{sparkline(_resample([v for _, v in w.chart], spark_w), hi=w.total_peak or 1.0)}"]
+    out += textwrap.wrap(f"workers' private memory (USS): {workers_line(w)}", width=width, initial_indent="  ",
+                         subsequent_indent="    ", break_on_hyphens=False)
+    for x in w.workers[:MAX_WORKER_LINES]:
+        out.append(f"    {worker_line(x)}")
+    if len(w.workers) > MAX_WORKER_LINES:
+        out.append(f"    … {len(w.workers) - MAX_WORKER_LINES} more (report --json lists them all)")
+    return out
+
+
 def render_text(s: Summary, width: int = 100) -> str:
     width = max(60, width)
     out: list[str] = []
@@ -168,6 +190,7 @@ def render_text(s: Summary, width: int = 100) -> str:
                f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {fmt_pct(s.host_iowait_mean, digits=1)}"
                + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
     out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
+    out += _workers_lines(s, spark_w, width)
     out += _told(forecast_of(s, None), "forecast shown live", width)
     ended = exit_of(s)
     if ended is not None and exit_gpu(ended) is None:

@@ -32,7 +32,7 @@ from ..store import Store, StoreSnapshot
 from ..units import fmt_clock
 from .advisor_pane import STYLES as ADVICE_STYLES
 from .advisor_pane import AdvisorPane, verdict_for
-from .gpu_panels import HOST_LINES, GpuPanels
+from .gpu_panels import HOST_LINES, GpuPanels, job_memory
 from .lines_view import LinesView
 from .pane import Pane, PaneContext
 from .styled_lines import lines_to_texts
@@ -355,7 +355,10 @@ class GputopApp(ReplayControls, App[int]):
     def _update_host(self) -> None:
         width = max(20, (self.size.width or 80) - 2)
         lines = HOST_LINES if (self.size.height or 24) >= 30 else 2
-        self.query_one("#host", LinesView).set_lines(host_panel_lines(self.view.latest_host(), width, lines))
+        # The attached job's workers' private memory, from the memory view the job stage published.
+        memory = job_memory(self.view, self.session.target_pid)
+        self.query_one("#host", LinesView).set_lines(
+            host_panel_lines(self.view.latest_host(), width, lines, memory.private if memory is not None else None))
 
     def _update_tabs(self) -> None:
         """The Ranks tab appears once the session watches a multi-rank job."""

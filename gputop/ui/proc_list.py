@@ -103,6 +103,16 @@ class ProcList(LinesView, can_focus=True):
     def row_count(self) -> int:
         return len(self.keys)
 
+    def set_columns(self, columns: Sequence[tuple[str, str, int]]) -> None:
+        """Draw these columns from now on (the rows' cells must follow them), keeping the titles
+        already set for the keys that stay."""
+        columns = tuple(columns)
+        if columns == self.columns:
+            return
+        self.columns = columns
+        self.titles = {key: self.titles.get(key, title) for key, title, _ in columns}
+        self._redraw()
+
     def set_titles(self, titles: dict[str, str]) -> None:
         self.titles = {key: titles.get(key, title) for key, title, _ in self.columns}
         self._redraw()

@@ -7,8 +7,10 @@ import os
 
 from ..analysis import rank_map
 from ..store import Store, StoreSnapshot
-from ..present import COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows
-from ..units import fmt_bytes, fmt_duration, fmt_pct, truncate
+from ..present import (
+    COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows, row_cells, table_columns,
+)
+from .gpu_panels import job_memory
 from .proc_list import ProcList
 
 
@@ -22,7 +24,7 @@ class ProcessTable(ProcList):
         self.sort_reverse = False
         self.filter_text = ""
         self._rows: list[ProcRow] = []
-        self._shown: tuple | None = None  # (rows, target) last drawn; None: draw again
+        self._shown: tuple | None = None  # (rows, target, columns) last drawn; None: draw again
         self._view = None
         self._target: int | None = None
         self._me = _me()  # (this user's name, whether root): which rows can be attached to
@@ -30,15 +32,29 @@ class ProcessTable(ProcList):
     def on_mount(self) -> None:
         self._update_titles()
 
+    def on_resize(self) -> None:
+        # Which columns fit depends on the width: lay the rows out again for the new one.
+        # (ProcList's handler redraws as well: Textual calls each class's in the MRO.)
+        self._shown = None
+        if self._view is not None:
+            self.show(self._view, self._target)
+
     def show(self, view, target: int | None) -> None:
         self._view, self._target = view, target
+        # The workers' private memory from the memory view the job stage published (paused: the
+        # paused moment's).
         rows = build_rows(view.gpu_processes(), view.procs_latest(), view.now, self.sort_key, self.sort_reverse,
-                          self.filter_text, target, self._ranks(view) if target is not None else None)
-        if self._shown == (rows, target):
+                          self.filter_text, target, self._ranks(view) if target is not None else None,
+                          memory=job_memory(view, target))
+        columns = table_columns(rows, self.size.width or (self.app.size.width if self.is_attached else 0) or 80)
+        if self._shown == (rows, target, columns):
             return
-        self._rows, self._shown = rows, (rows, target)
+        self._rows, self._shown = rows, (rows, target, columns)
+        if columns != self.columns:
+            self.set_columns(columns)
+            self._update_titles()  # a column back in sight keeps its sort arrow
         # The attached job stands out: its rows first, highlighted, its workers under it.
-        self.set_rows([r.key for r in rows], [_cells(r, target) for r in rows],
+        self.set_rows([r.key for r in rows], [row_cells(r, columns, target) for r in rows],
                       highlight={r.key for r in rows if r.job})
 
     @staticmethod
@@ -92,7 +108,7 @@ class ProcessTable(ProcList):
 
     def _update_titles(self) -> None:
         titles = {}
-        for key, title, _ in COLUMNS:
+        for key, title, _ in (c for c in COLUMNS if c[0] in self.titles):
             descending = (key in DESCENDING_BY_DEFAULT) != self.sort_reverse
             titles[key] = title + ((" ▼" if descending else " ▲") if key == self.sort_key else "")
         self.set_titles(titles)
@@ -108,20 +124,3 @@ def _me() -> tuple[str | None, bool]:
     except (ImportError, KeyError, AttributeError, OSError):
         return None, False
 
-
-def _cells(r: ProcRow, target: int | None = None) -> tuple[str, ...]:
-    command = r.command
-    if r.job:
-        label = "" if r.job == "job" else f"{r.job}  "
-        command = ("● " if r.pid == target else "└ ") + label + command
-    return (
-        str(r.pid),
-        truncate(r.user or "?", 10),
-        "-" if r.gpu is None else str(r.gpu),
-        fmt_bytes(r.gpu_mem),
-        fmt_pct(r.sm),
-        "n/a" if r.cpu is None else f"{r.cpu:.0f}",
-        fmt_bytes(r.rss),
-        fmt_duration(r.elapsed),
-        command,
-    )
