@@ -362,6 +362,13 @@ class AdvisorSource:
             self._enough = False
         if self.advisor.fresh:
             self._look_back(window_at)
+        elif self._last_eval is not None and self.store.now - self._last_eval > self.advisor.appear_after_s + ADVISOR_EVERY_S:
+            # The data moved on further than the evaluations' cadence since the last one (a replay
+            # at 60x: a minute of data a tick): the window as it stood appear_after_s earlier is
+            # evaluated too, as a second-by-second run would have, so a cause that held over that
+            # span shows now, whatever the playback speed (at 60x a file's last finding stayed
+            # "confirming" at its end, where 1x and `advise` showed it).
+            self._look_back(window_at)
         window = window_at()
         now = window.now
         self._last_eval = now
