@@ -95,3 +95,17 @@ def test_a_slow_helper_under_most_samples_is_the_work_not_the_loop():
     aug = [Frame("interpolate", f"{SITE}/torch/nn/functional.py", 4860), Frame("augment", TRAIN, 48), loop]
     fwd = [Frame("Module._call_impl", f"{SITE}/torch/nn/modules/module.py", 1790), loop]
     assert training_loop([sample(aug, C.OTHER)] * 9 + [sample(fwd, C.FORWARD)] * 2) == "main (u/train.py:94)"
+
+
+def test_the_start_up_is_not_the_step():
+    """Attached half a second after launch, the loop was named "<module> (healthy.py:1)": the
+    import line is under every sample while modules load. Importing and compiling are left out
+    when the loop is looked for; a window of start-up alone has no loop yet."""
+    lib = "/usr/lib/python3.11/site-packages"
+    importing = [Frame("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+                 Frame("<module>", f"{lib}/torch/__init__.py", 10), Frame("<module>", TRAIN, 1)]
+    start = [sample(importing, C.OTHER)] * 8
+    steps = [sample(FWD, C.FORWARD), sample(AUG, C.OTHER)] * 3
+    assert all(phase_of(s) == IMPORT for s in start)
+    assert training_loop(start + steps) == "train (u/train.py:40)"
+    assert training_loop(start) is None

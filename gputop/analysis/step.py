@@ -66,6 +66,8 @@ LOOP_SHARE = Threshold(
     0.80, "share", JUDGEMENT,
     "The training loop is the user's frame under at least this share of the samples: a fifth aside leaves room for"
     " logging, eval and checkpoint code called from elsewhere.")
+# Start-up, not the step: the loop is looked for among the other samples.
+_START_UP = frozenset({IMPORT, COMPILE})
 # The step's model work: the loop is the frame over these samples (the function that calls
 # forward, backward and the optimizer), not a helper beside them.
 _MODEL_WORK = frozenset({FORWARD, BACKWARD, OPTIMIZER})
@@ -135,6 +137,14 @@ def loop_place(main: Sequence[StackSample], phases: Sequence[str] | None = None)
     Module.__call__, a framework's hook), and one outside the step's model work (a logging helper
     under most samples, under none of the forward, backward or optimizer ones)."""
     if not main:
+        return None
+    # Importing and compiling are the start-up, not the step: attached half a second after launch,
+    # the loop was named "<module> (healthy.py:1)", the import line under every sample.
+    ph = [phase_of(s) for s in main] if phases is None else list(phases)
+    steady = [k for k, p in enumerate(ph) if p not in _START_UP]
+    if steady and len(steady) < len(main):
+        main, phases = [main[k] for k in steady], [ph[k] for k in steady]
+    elif not steady:
         return None
     under: Counter = Counter()
     lines: dict[tuple[str, str], Counter] = {}
