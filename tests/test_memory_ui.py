@@ -135,14 +135,6 @@ def test_memory_watch_is_quiet_for_far_or_flat_growth_and_tells_a_new_target_aga
 T0 = 1_767_225_600.0
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    """The report writes local times: make local UTC."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.fixture(scope="module")

@@ -49,13 +49,6 @@ def leaking(tmp_path_factory):
                    target_rss=lambda t: 9 * GiB + 100 * MiB / 60 * t)
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_the_summary_has_each_worker_and_their_sum_over_the_run(copying):
