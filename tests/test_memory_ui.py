@@ -3,7 +3,6 @@ event, and the report (the forecast shown live, how the job ended)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
