@@ -142,7 +142,7 @@ def _host() -> HostSample:
 def test_the_host_memory_line_says_the_workers_total_and_its_growth():
     p = _view([40 * MiB / 60] * 4).private
     line = host_panel_lines(_host(), 160, 2, p)[1]
-    assert f"16.0G/64.0G  4 workers' USS " in line.plain and "+160M/min" in line.plain
+    assert "16.0G/64.0G  4 workers' USS " in line.plain and "+160M/min" in line.plain
     span = next(s for s in line.spans if line.plain[s.start:s.end] == " +160M/min")
     assert span.style == "yellow"  # the workers' memory grows: copy-on-read's look
     one = _view([40 * MiB / 60, 0.0, 0.0, 0.0]).private

@@ -157,7 +157,7 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     ev = [f"main thread in evaluation in {pct(share)} of its samples ({e.samples} of {n}): "
           + (f"in `{e.where[0]}`" + (f", run from the loop at {', '.join(e.lines[:2])}" if e.lines else "")
              if e.named else
-             f"a forward at a line after the training step's backward and optimizer, then what reads its results: "
+             "a forward at a line after the training step's backward and optimizer, then what reads its results: "
              + ", ".join(e.lines))]
     if per_step:
         ev.append(f"at least {e.bursts} separate evaluations in {span}, {cadence}; "
