@@ -63,6 +63,14 @@ def _rate_text(d: dict) -> str:
     return ""
 
 
+def _session_text(x: dict) -> str:
+    """'<start> → <end>  (0:00:22)  PID 26624  python healthy.py' (or 'no target (no --pid)')."""
+    who = (f"PID {x['target_pid'] or '?'}  {x['target_cmdline'] or ''}".rstrip()
+           if x["target_pid"] or x["target_cmdline"] else "no target (no --pid)")
+    closed = "" if x.get("closed", True) else "  [not closed cleanly]"
+    return f"{fmt_time(x['start'])} → {fmt_time(x['end'])}  ({fmt_length(x['duration_s'])})  {who}{closed}"
+
+
 # How much of the stack samples a cut left readable (Reader.lost), beside their count.
 _STACKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them or their frames lost in the cut)"}
 
@@ -92,10 +100,17 @@ def format_info(d: dict) -> str:
         f"span        {fmt_time(d['start'])} → {fmt_time(d['end'])}  ({fmt_length(d['duration_s'] or 0.0)}{'; ' + note if note else ''})",
         f"size        {fmt_size(d['size_bytes'])}" + _rate_text(d),
     ]
-    if d.get("target_pid") or d.get("target_cmdline"):
+    sessions = d.get("session_list") or []
+    targets = {(x["target_pid"], x["target_cmdline"]) for x in sessions}
+    if (d.get("target_pid") or d.get("target_cmdline")) and len(targets) <= 1:
         lines.append(f"target      PID {d.get('target_pid') or '?'}  {d.get('target_cmdline') or ''}".rstrip())
     if d.get("sessions", 1) > 1:
-        lines.append(f"sessions    {d['sessions']} (appended)")
+        # Appended sessions may follow other processes: each one's span and target, so that none
+        # is read as the last one's.
+        more = f", {len(targets)} targets" if len(targets) > 1 else ""
+        lines.append(f"sessions    {d['sessions']} (appended){more}")
+        for x in sessions:
+            lines.append(f"{'session ' + str(x['session']):<12}{_session_text(x)}")
     c = d.get("counts") or {}
     if c:
         lines.append(

@@ -137,6 +137,10 @@ def _open(args: argparse.Namespace):
     except UserError:
         session.stop()
         raise
+    change = recorder.writer.target_change()
+    if change is not None:
+        # Accepted (a restarted job is appended so), but never silently: the file then holds two runs.
+        print(f"gputop record: warning: {change}", file=sys.stderr, flush=True)
     return session, recorder, path
 
 

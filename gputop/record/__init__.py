@@ -10,10 +10,12 @@ from .navigate import Navigator
 from .reader import LOST_FINDINGS, Reader
 from .recorder import Recorder
 from .replay import ReplaySource, parse_position
+from .sessions import session_spans, target_change, target_text
 from .span import backfill_note
 from .writer import OutputExists
 
 __all__ = [
     "LOST_FINDINGS", "Navigator", "OutputExists", "Reader", "Recorder", "ReplaySource", "backfill_note",
-    "looks_like_recording", "parse_position", "refuse_overwriting_recording",
+    "looks_like_recording", "parse_position", "refuse_overwriting_recording", "session_spans", "target_change",
+    "target_text",
 ]

@@ -26,6 +26,7 @@ from . import codec
 from .opening import fold_wal, open_recording
 from .overview import OverviewBuilder, OverviewRow
 from .salvage import SalvagedSeries, readable_keys
+from .sessions import session_spans
 from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
@@ -710,6 +711,15 @@ class Reader:
 
     # ----------------------------------------------------------------- summary for `info`
 
+    def session_list(self) -> list[dict[str, Any]]:
+        """Every recording session (``record --append`` adds one) with its span and its target:
+        what `info` and `report` say of each (``sessions.session_spans``)."""
+        spans = session_spans(self.sessions, self.start_ts, self.end_ts)
+        return [{"session": k + 1, "start": st, "end": e, "duration_s": max(0.0, e - st),
+                 "target_pid": s["target_pid"], "target_cmdline": s["target_cmdline"], "mode": s["mode"],
+                 "closed": s["id"] not in self.unclosed_sessions}
+                for k, (s, (st, e)) in enumerate(zip(self.sessions, spans))]
+
     def describe(self, counts: bool = True) -> dict[str, Any]:
         sysinfo = self.system_info()
         gpus = self.gpu_infos()
@@ -737,6 +747,8 @@ class Reader:
             "duration_s": self.duration,
             "backfill_s": round(self.span.backfill_s, 1),
             "sessions": len(self.sessions),
+            # Each session's span and target (the two keys below are the last session's).
+            "session_list": self.session_list(),
             "target_pid": last.get("target_pid"),
             "target_cmdline": last.get("target_cmdline"),
             "argv": last.get("argv"),

@@ -41,6 +41,7 @@ from . import codec
 from .blocks import CODEC_JSON, pack_rows, pack_rows_json, unpack_rows
 from .files import looks_like_recording, sidecars
 from .overview import OverviewBuilder, OverviewRow
+from .sessions import Target, target_change
 from .span import Span, recording_span
 from .schema import (
     APPENDABLE_VERSIONS,
@@ -229,6 +230,10 @@ class RecordWriter:
         self.conn = conn
         self.path = path
         self.session_id: int | None = None
+        # What this session follows, and what the file's last session before it followed (None:
+        # a new file): an append of another process is said (``target_change``).
+        self.target: Target = (None, None)
+        self.previous_target: Target | None = None
         self._frames: dict[Frame, int] = {}
         self._stacks_by_frames: dict[tuple[Frame, ...], int] = {}
         self._stacks_by_ids: dict[bytes, int] = {}
@@ -424,6 +429,11 @@ class RecordWriter:
     def start_session(self, meta: SessionMeta) -> int:
         argv = " ".join(redact_argv(list(meta.argv))) if meta.argv else None
         cmd = redact_cmdline(meta.target_cmdline.split(" ")) if meta.target_cmdline else None
+        last = self.conn.execute("SELECT target_pid, target_cmdline FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
+        if last is not None:
+            before = codec.opt_text(last[1])
+            self.previous_target = (codec.inum(last[0]), redact_cmdline(before.split(" ")) if before else None)
+        self.target = (meta.target_pid, cmd)
         cur = self.conn.execute(
             "INSERT INTO sessions(started, ended, host, gputop_version, mode, argv, target_pid, target_cmdline,"
             " interval) VALUES (?, NULL, ?, ?, ?, ?, ?, ?, ?)",
@@ -434,6 +444,11 @@ class RecordWriter:
         self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                           (open_session_key(self.session_id), repr(time.time())))
         return self.session_id  # type: ignore[return-value]
+
+    def target_change(self) -> str | None:
+        """One line when this session, appended, follows another process than the file's last
+        session did (``sessions.target_change``); None otherwise."""
+        return target_change(self.previous_target, self.target, str(self.path))
 
     # ----------------------------------------------------------------- writing
 

@@ -12,7 +12,7 @@ __all__ = ["Summary", "collect", "render_html", "render_text", "summary_dict"]
 def summary_dict(s: Summary) -> dict:
     """The headline numbers as JSON-ready data (for scripts and dashboards)."""
     from ..analysis import BUCKET_LABELS
-    from ..present import finding_dict
+    from ..present import breakdown_dict, finding_dict
     from .memory import workers_dict
 
     return {
@@ -21,8 +21,15 @@ def summary_dict(s: Summary) -> dict:
         "start": s.start,
         "end": s.end,
         "duration_s": s.duration,
+        # The last session's target; "sessions" has every session's (record --append adds one).
         "target_pid": s.target_pid,
         "target_cmdline": s.target_cmdline,
+        "sessions": [
+            {"session": x.index, "start": x.start, "end": x.end, "duration_s": round(x.duration, 1),
+             "target_pid": x.target_pid, "target_cmdline": x.target_cmdline, "stack_samples": x.stack_samples,
+             "cpu_device": None if x.cpu is None or s.cpu is None else breakdown_dict(x.cpu)}
+            for x in s.sessions
+        ],
         "damage": s.damage,
         "gpus": [
             {
@@ -109,6 +116,7 @@ def _cpu_device(s: Summary) -> dict | None:
     d["covered_s"] = round(c.covered_s, 1)
     d["whole_recording"] = not c.partial
     d["left_out"] = {"before_first_sample_s": round(c.before_s, 1), "after_last_sample_s": round(c.after_s, 1),
+                     "between_sessions_s": round(c.between_s, 1), "sessions_without_samples_s": round(c.unsampled_s, 1),
                      "gaps": c.gaps, "gaps_s": round(c.gap_s, 1),
                      "gap_min_s": round(c.gap_min_s, 2), "gap_max_s": round(c.gap_max_s, 2)}
     d["note"] = coverage_note(s) or None

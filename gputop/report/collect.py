@@ -10,9 +10,9 @@ from ..analysis import descends_from, is_worker, parents_of
 from ..analysis import poll_slices, util_slices
 from ..analysis import rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
-from ..record import Reader
+from ..record import Reader, session_spans
 from .ranks import collect_ranks
-from .summary import HELD_NO_GPU, RunAccumulator, Summary, finding_ends, summarise_findings
+from .summary import HELD_NO_GPU, RunAccumulator, SessionSummary, Summary, finding_ends, summarise_findings
 
 # Work in chunks so a day-long recording never sits in memory at once.
 CHUNK_S = 3600.0
@@ -24,79 +24,92 @@ MAX_EVENTS = 50
 def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     start, end = reader.start_ts, reader.end_ts
     last = reader.sessions[-1] if reader.sessions else {}
-    target = last.get("target_pid")
     acc = RunAccumulator(start, max(end, start + 1.0))
     # The first util point's period reaches back before the chunk: read a little earlier.
     t = start - 1e-6
     carry: dict[int, UtilPoint] = {}
-    # The CPU device (advise's "CPU (no GPU)"): the job's main thread as its own time line.
-    job_pid = target
-    main_carry: StackSample | None = None
-    first_main: StackSample | None = None
     latest_proc: dict[int, ProcSample] = {}
     latest_gpu_proc: dict[int, GpuProcess] = {}
-    family: set[int] = set()
     ranks = rank_map(reader.events(float("-inf"), float("inf")))
-    while t < end:
-        e = min(end, t + chunk_s)
-        pts: dict[int, list[UtilPoint]] = {}
-        for p in reader.util_points(t, e):
-            pts.setdefault(p.index, []).append(p)
-        polls: dict[int, list[GpuSample]] = {}
-        for s in reader.gpu_samples(t, e):
-            polls.setdefault(s.index, []).append(s)
-        slices = {}
-        for g in set(pts) | set(polls):
-            if g in pts:
-                seq = ([carry[g]] if g in carry else []) + pts[g]
-                slices[g] = util_slices(seq, t, e)
-                carry[g] = pts[g][-1]
-            else:
-                slices[g] = poll_slices(polls[g], t, e)
-        stacks = reader.stack_samples(t, e, main_only=True, pid=target)
-        if not stacks and target is not None:
-            stacks = reader.stack_samples(t, e, main_only=True)
-        host, procs = reader.host_samples(t, e), reader.proc_samples(t, e)
+    # Each recording session is read for its own target (an appended session may follow another
+    # process): its main thread's stacks, its family, its CPU time line. What the last session
+    # with main-thread samples judged says whether the job held a GPU (``cpu_why`` below).
+    sessions = _sessions(reader, acc.end)
+    held: tuple[int | None, set[int], StackSample] | None = None
+    for k, sess in enumerate(sessions):
+        acc.begin_session(sess)
+        # The session's chunks run to where the next session starts (the last: to the end); the
+        # reader's ranges hold their end, so the next session's first sample (at its start) is its own.
+        until = sessions[k + 1].start - 1e-6 if k + 1 < len(sessions) else end
+        target = sess.target_pid
+        # The CPU device (advise's "CPU (no GPU)"): the job's main thread as its own time line.
+        job_pid = target
+        main_carry: StackSample | None = None
+        first_main: StackSample | None = None
+        family: set[int] = set()
+        while t < until:
+            e = min(until, t + chunk_s)
+            pts: dict[int, list[UtilPoint]] = {}
+            for p in reader.util_points(t, e):
+                pts.setdefault(p.index, []).append(p)
+            polls: dict[int, list[GpuSample]] = {}
+            for s in reader.gpu_samples(t, e):
+                polls.setdefault(s.index, []).append(s)
+            slices = {}
+            for g in set(pts) | set(polls):
+                if g in pts:
+                    seq = ([carry[g]] if g in carry else []) + pts[g]
+                    slices[g] = util_slices(seq, t, e)
+                    carry[g] = pts[g][-1]
+                else:
+                    slices[g] = poll_slices(polls[g], t, e)
+            stacks = reader.stack_samples(t, e, main_only=True, pid=target)
+            if not stacks and target is not None:
+                stacks = reader.stack_samples(t, e, main_only=True)
+            host, procs = reader.host_samples(t, e), reader.proc_samples(t, e)
 
-        if job_pid is None and stacks:
-            # No target named: the process sampled most is the one watched (as in advise).
-            job_pid = Counter(x.pid for x in stacks).most_common(1)[0][0]
-        main = [x for x in stacks if x.pid == job_pid]
-        for p in procs:
-            latest_proc[p.pid] = p
-        gprocs = reader.gpu_processes(t, e)
-        for gp in gprocs:
-            latest_gpu_proc[gp.pid] = gp
-        parents = parents_of(latest_proc.values())
-        family = ({job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid, parents=parents)}
-                  if job_pid else set())
-        # A job that demonstrably holds none of the GPUs does not explain their idle time (the live
-        # window's rule, analysis.window.holds_no_gpu): another job's idle GPU read as this one's
-        # CPU work in a report whose own CPU line said the job held no GPU.
-        first = first_main or (main[0] if main else None)
-        theirs = first is not None and holds_no_gpu(
-            job_pid, family, ranks, list(latest_gpu_proc.values()),
-            {pid: [p] for pid, p in latest_proc.items()}, [first])
-        acc.add_chunk(slices, polls, () if theirs else stacks, host, procs)
-        if family:
-            acc.add_job_memory(gprocs, family)
-        if job_pid:
-            # The workers' private memory: the host source reads it for the target's DataLoader
-            # workers alone; a reading counts for the job it runs under.
-            read = {p.pid for p in procs if p.uss is not None and descends_from(p, job_pid, parents)}
-            acc.add_worker_memory(procs, read, job_pid)
-        if main:
-            first_main = first_main or main[0]
-            cpu_sl = stack_slices(([main_carry] if main_carry else []) + main, t, e)
-            acc.add_cpu_chunk(cpu_sl, main, host, [p for p in procs if p.pid in family])
-            main_carry = main[-1]
-        t = e
+            if job_pid is None and stacks:
+                # No target named: the process sampled most is the one watched (as in advise).
+                job_pid = Counter(x.pid for x in stacks).most_common(1)[0][0]
+            main = [x for x in stacks if x.pid == job_pid]
+            acc.add_main_samples(main)
+            for p in procs:
+                latest_proc[p.pid] = p
+            gprocs = reader.gpu_processes(t, e)
+            for gp in gprocs:
+                latest_gpu_proc[gp.pid] = gp
+            parents = parents_of(latest_proc.values())
+            family = ({job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid, parents=parents)}
+                      if job_pid else set())
+            # A job that demonstrably holds none of the GPUs does not explain their idle time (the live
+            # window's rule, analysis.window.holds_no_gpu): another job's idle GPU read as this one's
+            # CPU work in a report whose own CPU line said the job held no GPU.
+            first = first_main or (main[0] if main else None)
+            theirs = first is not None and holds_no_gpu(
+                job_pid, family, ranks, list(latest_gpu_proc.values()),
+                {pid: [p] for pid, p in latest_proc.items()}, [first])
+            acc.add_chunk(slices, polls, () if theirs else stacks, host, procs)
+            if family:
+                acc.add_job_memory(gprocs, family)
+            if job_pid:
+                # The workers' private memory: the host source reads it for the target's DataLoader
+                # workers alone; a reading counts for the job it runs under.
+                read = {p.pid for p in procs if p.uss is not None and descends_from(p, job_pid, parents)}
+                acc.add_worker_memory(procs, read, job_pid)
+            if main:
+                first_main = first_main or main[0]
+                cpu_sl = stack_slices(([main_carry] if main_carry else []) + main, t, e)
+                acc.add_cpu_chunk(cpu_sl, main, host, [p for p in procs if p.pid in family])
+                main_carry = main[-1]
+            t = e
+        if first_main is not None:
+            held = (job_pid, family, first_main)
     all_events = reader.events(float("-inf"), float("inf"))
     events = [ev for ev in all_events if ev.level in EVENT_LEVELS][-MAX_EVENTS:]
     cpu_why = None
-    if first_main is not None and holds_no_gpu(
-        job_pid, family, rank_map(all_events), list(latest_gpu_proc.values()),
-        {pid: [p] for pid, p in latest_proc.items()}, [first_main],
+    if held is not None and holds_no_gpu(
+        held[0], held[1], rank_map(all_events), list(latest_gpu_proc.values()),
+        {pid: [p] for pid, p in latest_proc.items()}, [held[2]],
     ):
         cpu_why = HELD_NO_GPU
     sysinfo = reader.system_info()
@@ -110,7 +123,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         path=str(reader.path),
         host=(sysinfo.hostname if sysinfo else None) or last.get("host") or "?",
         system=sysinfo,
-        target_pid=target,
+        target_pid=last.get("target_pid"),
         target_cmdline=last.get("target_cmdline"),
         source=(sysinfo.source if sysinfo else None) or last.get("mode") or "live",
         findings=findings,
@@ -128,20 +141,15 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     )
 
 
-def session_spans(sessions: list[dict], start: float, end: float) -> list[tuple[float, float]]:
-    """(start, end) of each recording session; the last ends where the recording does, one never
-    closed (killed) where the next began."""
-    out: list[tuple[float, float]] = []
-    for k, x in enumerate(sessions):
-        # The first session holds everything from the recording's start (backfill, seeded state).
-        st = start if k == 0 else (x.get("started") or start)
-        if k == len(sessions) - 1:
-            e = end
-        else:
-            nxt = sessions[k + 1].get("started") or end
-            e = min(x.get("ended") or nxt, nxt)
-        out.append((st, max(st, e)))
-    return out or [(start, end)]
+def _sessions(reader: Reader, end: float) -> list[SessionSummary]:
+    """The recording's sessions, each with its span and target; the last ends at ``end`` (the
+    report's); a file without session rows is one session without a target."""
+    listed = reader.session_list()
+    if not listed:
+        return [SessionSummary(1, reader.start_ts, end, None, None)]
+    out = [SessionSummary(x["session"], x["start"], x["end"], x["target_pid"], x["target_cmdline"]) for x in listed]
+    out[-1].end = max(out[-1].end, end)
+    return out
 
 
 def _has_column(reader: Reader, table: str, column: str) -> bool:

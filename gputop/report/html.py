@@ -28,7 +28,10 @@ CAUSE_COLOURS: dict[Bucket, str] = {
 _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line, worker_trend, workers_line
 from .ranks import rank_html
-from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
+from .summary import (
+    HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
+    in_session, phase_text, session_cpu_line, session_line, several_targets,
+)
 
 BUCKET_COLORS = {
     Bucket.BUSY: "#2e7d32",
@@ -88,13 +91,18 @@ def _cpu_device_html(s: Summary) -> list[str]:
     e = svg.esc
     c = s.cpu
     bd = c.breakdown
+    whose = "each session's target's main thread stands" if several_targets(s) else "the job's main thread stands"
     out = [f"<h2>{e(device_name(bd))}: where the time went</h2>",
-           f"<p class=\"small\">{e(c.why)}: the job's main thread stands in for the device "
+           f"<p class=\"small\">{e(c.why)}: {whose} in for the device "
            f"({c.samples} stack samples over {e(fmt_length(bd.total_s))}).</p>"]
     note = coverage_note(s)
     if note:
         out.append(f"<p class=\"small\"><b>Not the whole recording:</b> {e(note)}.</p>")
-    return out + _breakdown_table(bd, e)
+    out += _breakdown_table(bd, e)
+    if several_targets(s):
+        out.append("<p class=\"small\">By session (each followed its own process):</p><ul>"
+                   + "".join(f"<li>{e(session_cpu_line(x))}</li>" for x in s.sessions) + "</ul>")
+    return out
 
 
 def _told_html(fs, lead: str, e, evidence_only: bool = False) -> list[str]:
@@ -148,10 +156,14 @@ def render_html(s: Summary) -> str:
         + (" · <b>synthetic / fake data</b>" if s.source == "fake" else "")
         + "</div>",
     ]
-    if s.target_pid or s.target_cmdline:
+    if (s.target_pid or s.target_cmdline) and not several_targets(s):
         out.append(f"<div class=\"meta\">target PID {e(s.target_pid or '?')}: <code>{e(s.target_cmdline or '')}</code></div>")
+    if len(s.sessions) > 1:
+        more = f", {len(s.targets)} targets" if several_targets(s) else ""
+        out.append(f"<div class=\"meta\">sessions: {len(s.sessions)} (appended){e(more)}<ul>"
+                   + "".join(f"<li>{e(session_line(x, fmt_time))}</li>" for x in s.sessions) + "</ul></div>")
     for ph in s.phases:
-        out.append(f"<div class=\"meta\">phase: {e(phase_text(ph, fmt_time, s.end))}</div>")
+        out.append(f"<div class=\"meta\">phase: {e(phase_text(ph, fmt_time, s.end) + in_session(s, ph.first_seen))}</div>")
     if s.damage:
         out.append(f"<p class=\"warn\">{e(s.damage)}</p>")
     marks = [(fs.first_seen, fs.finding.severity.value, fs.finding.title) for fs in s.findings]
@@ -251,7 +263,7 @@ def render_html(s: Summary) -> str:
         dev = finding_device(f)
         gpu = f" · {dev}" if dev else ""
         out.append(f"<div class=\"finding\"><span class=\"sev {e(sev)}\">{e(sev)}</span> <b>{e(f.title)}</b>"
-                   f"<div class=\"small\">{e(finding_when(fs, fmt_time, s.end))}{e(gpu)}"
+                   f"<div class=\"small\">{e(finding_when(fs, fmt_time, s.end) + in_session(s, fs.first_seen))}{e(gpu)}"
                    f" · confidence {100 * f.confidence:.0f}%"
                    + (f" · {e(cost_text(fs, s))}" if fs.max_cost_s else "") + "</div>")
         if f.evidence:

@@ -174,8 +174,10 @@ class CpuSummary:
     # out: before the first main-thread sample, after the last, and between samples further apart
     # than the stack time line joins (``stack_slices``: taken for lost data, as advise takes it).
     span_s: float = 0.0
-    before_s: float = 0.0
-    after_s: float = 0.0
+    before_s: float = 0.0  # per session: from its start to its first sample, summed
+    after_s: float = 0.0  # per session: from its last sample to its end, summed
+    between_s: float = 0.0  # between appended sessions: nothing was recorded then
+    unsampled_s: float = 0.0  # sessions with no main-thread sample of their target at all
     gaps: int = 0
     gap_s: float = 0.0
     gap_min_s: float = 0.0
@@ -193,6 +195,38 @@ class CpuSummary:
     def partial(self) -> bool:
         """The breakdown leaves out a visible part of the recording (more than a second, or 2 %)."""
         return self.left_out_s > max(1.0, CPU_COVER_SLACK * self.span_s)
+
+
+@dataclass
+class SessionSummary:
+    """One recording session (``record --append`` adds one, each with its own target): its span,
+    what it followed, the main-thread stack samples of that target, and, when the job used no GPU,
+    where that target's time went (the CPU device's breakdown over this session alone)."""
+
+    index: int  # 1, 2, ...
+    start: float
+    end: float
+    target_pid: int | None
+    target_cmdline: str | None
+    stack_samples: int = 0
+    cpu: Breakdown | None = None
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end - self.start)
+
+    @property
+    def target(self) -> tuple[int | None, str | None]:
+        return self.target_pid, self.target_cmdline
+
+
+@dataclass
+class _SessionCpu:
+    """The CPU time line's extent within one session, while it is read."""
+
+    summary: SessionSummary
+    first: float | None = None  # the first main-thread slice's start
+    last: float | None = None  # the last main-thread sample
 
 
 @dataclass
@@ -254,6 +288,13 @@ class Summary:
     # The attached job's DataLoader workers' private memory (None: no worker's USS recorded, as in
     # a recording from before schema version 2 or of a job without workers).
     workers_memory: WorkersMemory | None = None
+    # Every recording session with its span and target (one, unless the file was appended to).
+    sessions: list[SessionSummary] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[tuple[int | None, str | None]]:
+        """The processes the sessions followed, each once, in order."""
+        return list(dict.fromkeys(x.target for x in self.sessions))
 
     @property
     def findings_lost(self) -> bool:
@@ -357,11 +398,29 @@ class RunAccumulator:
         self.cpu_first: float | None = None
         self.cpu_last_ts: float | None = None
         self.cpu_gaps: list[float] = []  # spacings between main-thread samples left out
+        # The recording sessions read so far (``begin_session``), the current one last.
+        self.sessions: list[_SessionCpu] = []
         # The workers' USS readings (ts, USS, RSS) per worker, and the main process's RSS, the
         # last reading per chart bucket (all the judgement needs of a series read every second).
         self.worker_uss: dict[int, list[tuple[float, float, float | None]]] = {}
         self.worker_seen: dict[int, list[float]] = {}  # pid -> [first, last] sample of any kind
         self.main_rss: list[float | None] = [None] * self.n_buckets
+
+    def begin_session(self, session: SessionSummary) -> None:
+        """The chunks fed from now on are ``session``'s (read for its own target): the time line
+        does not join its first sample to the previous session's last (the time between them was
+        not recorded, not lost)."""
+        self.sessions.append(_SessionCpu(session))
+        self.cpu_last_ts = None
+
+    def _session(self) -> _SessionCpu:
+        if not self.sessions:  # fed without sessions: the whole run is one
+            self.sessions.append(_SessionCpu(SessionSummary(1, self.start, self.end, None, None)))
+        return self.sessions[-1]
+
+    def add_main_samples(self, main_stacks: Sequence[StackSample]) -> None:
+        """The current session's target's main-thread samples in this chunk (for its count)."""
+        self._session().summary.stack_samples += len(main_stacks)
 
     def add_cpu_chunk(
         self,
@@ -372,6 +431,7 @@ class RunAccumulator:
     ) -> None:
         """The target's main-thread time line (``stack_slices``) for this chunk, attributed as
         advise attributes the CPU device: the same ``attribute`` call, on the job's processes."""
+        sess = self._session()
         # Each sample stands for the time since the one before it; one without a slice of its
         # own was too far from it, and that spacing is left out of the time line.
         ends = {round(sl.end, 6) for sl in slices}
@@ -379,12 +439,15 @@ class RunAccumulator:
             if self.cpu_last_ts is not None and x.ts > self.cpu_last_ts and round(x.ts, 6) not in ends:
                 self.cpu_gaps.append(x.ts - self.cpu_last_ts)
             self.cpu_last_ts = x.ts
+            sess.last = x.ts
         if not slices:
             return
         self.cpu_samples += len(main_stacks)
         self.cpu_first = slices[0].start if self.cpu_first is None else self.cpu_first
+        sess.first = slices[0].start if sess.first is None else sess.first
         bd = attribute(CPU_DEVICE, slices, main_stacks, host=host, procs=job_procs, cores=self.cores)
         self.cpu_breakdown = _merge(self.cpu_breakdown, bd)
+        sess.summary.cpu = _merge(sess.summary.cpu, bd)
 
     def add_job_memory(self, procs: Sequence[GpuProcess], family: Iterable[int]) -> None:
         """The job's own memory per GPU: its processes' NVML figures summed per poll, the
@@ -544,13 +607,24 @@ class RunAccumulator:
         if cpu_why is None and not self.gpus:
             cpu_why = "no GPU in the recording"
         cpu = None
+        sessions = [x.summary for x in self.sessions]
         if cpu_why and self.cpu_breakdown is not None and self.cpu_breakdown.total_s > 0:
             gaps = self.cpu_gaps
+            # What of each session the time line leaves out: before its first sample, after its
+            # last, all of a session without one; and the time between sessions, not recorded.
+            before = after = unsampled = 0.0
+            for x in self.sessions:
+                st, e = x.summary.start, x.summary.end
+                if x.first is None:
+                    unsampled += max(0.0, e - st)
+                    continue
+                before += max(0.0, x.first - st)
+                after += max(0.0, e - (x.last if x.last is not None else e))
+            between = sum(max(0.0, b.start - a.end) for a, b in zip(sessions, sessions[1:]))
             cpu = CpuSummary(
                 self.cpu_breakdown, self.cpu_samples, cpu_why,
                 span_s=self.end - self.start,
-                before_s=max(0.0, (self.cpu_first or self.start) - self.start),
-                after_s=max(0.0, self.end - (self.cpu_last_ts if self.cpu_last_ts is not None else self.end)),
+                before_s=before, after_s=after, between_s=between, unsampled_s=unsampled,
                 gaps=len(gaps), gap_s=sum(gaps),
                 gap_min_s=min(gaps, default=0.0), gap_max_s=max(gaps, default=0.0),
             )
@@ -597,6 +671,7 @@ class RunAccumulator:
             start=self.start,
             end=self.end,
             workers_memory=self._workers_memory(),
+            sessions=sessions,
             **meta,
         )
 
@@ -614,12 +689,58 @@ def coverage_note(s: Summary) -> str:
         parts.append(f"{fmt_length(c.gap_s)} where main-thread stack samples were {apart} apart "
                      f"({c.gaps} spacing{'s' if c.gaps != 1 else ''} longer than the stack time line joins: "
                      "taken for lost data, as advise takes them)")
+    whose = "each session's" if len(s.sessions) > 1 else "the"
+    if c.between_s >= 1.0:
+        parts.append(f"{fmt_length(c.between_s)} between the sessions (nothing was recorded)")
+    if c.unsampled_s >= 1.0:
+        parts.append(f"{fmt_length(c.unsampled_s)} of sessions without main-thread stack samples")
     if c.before_s >= 1.0:
-        parts.append(f"{fmt_length(c.before_s)} before the first sample")
+        parts.append(f"{fmt_length(c.before_s)} before {whose} first sample")
     if c.after_s >= 1.0:
-        parts.append(f"{fmt_length(c.after_s)} after the last")
+        parts.append(f"{fmt_length(c.after_s)} after {whose} last")
     why = "; ".join(parts) if parts else "time without main-thread stack samples"
     return f"covers {fmt_length(c.covered_s)} of the {fmt_length(c.span_s)} recorded; left out: {why}"
+
+
+def target_words(x: SessionSummary) -> str:
+    """'PID 26624  python healthy.py', or 'no target (no --pid)'."""
+    if x.target_pid is None and not x.target_cmdline:
+        return "no target (no --pid)"
+    return f"PID {x.target_pid or '?'}  {x.target_cmdline or ''}".rstrip()
+
+
+def session_line(x: SessionSummary, clock) -> str:
+    """'session 1  <start> → <end> (0:00:22)  PID 26624  python healthy.py  (59 stack samples)'."""
+    samples = f"  ({x.stack_samples} stack samples)" if x.stack_samples else ""
+    return (f"session {x.index}  {clock(x.start)} → {clock(x.end)} ({fmt_length(x.duration)})  "
+            f"{target_words(x)}{samples}")
+
+
+def in_session(s: Summary, ts: float) -> str:
+    """' (session 2)' for a time in an appended recording's second session; '' with one session."""
+    if len(s.sessions) < 2:
+        return ""
+    k = next((x.index for x in reversed(s.sessions) if x.start <= ts + 1e-6), s.sessions[0].index)
+    return f" (session {k})"
+
+
+def several_targets(s: Summary) -> bool:
+    """The sessions followed more than one process: no one target speaks for the recording."""
+    return len(s.targets) > 1
+
+
+def session_cpu_line(x: SessionSummary) -> str:
+    """One session's share of the CPU device's breakdown: 'session 2 (PID 1787): busy 80 %, data
+    wait 20 % over 0:00:05, 11 stack samples'."""
+    from ..present import breakdown_rows
+
+    who = f"PID {x.target_pid}" if x.target_pid is not None else "no target"
+    bd = x.cpu
+    if bd is None or bd.total_s <= 0:
+        return f"session {x.index} ({who}): no main-thread stack samples"
+    rows = sorted(breakdown_rows(bd), key=lambda r: -r[1])
+    shares = ", ".join(f"{BUCKET_LABELS[b]} {p} %" for b, _sec, p in rows[:3])
+    return f"session {x.index} ({who}): {shares} over {fmt_length(bd.total_s)}, {x.stack_samples} stack samples"
 
 
 def gpus_text(s: Summary) -> str:

@@ -12,7 +12,10 @@ from .memory import (
     card_memory, exit_gpu, exit_of, forecast_of, job_memory, memory_line, worker_line, workers_line,
 )
 from .ranks import rank_text_lines
-from .summary import HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text, phase_text
+from .summary import (
+    HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
+    in_session, phase_text, session_cpu_line, session_line, several_targets,
+)
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
@@ -53,8 +56,9 @@ def cpu_device_lines(s: Summary, width: int = 100) -> list[str]:
     if c is None:
         return []
     bd = c.breakdown
+    whose = "each session's target's main thread" if several_targets(s) else "the job's main thread"
     out = ["", f"{device_name(bd)}: where the time went over {fmt_length(bd.total_s)} "
-               f"({c.why}: the job's main thread, {c.samples} stack samples)"]
+               f"({c.why}: {whose}, {c.samples} stack samples)"]
     note = coverage_note(s)
     if note:
         out += textwrap.wrap(note, width=max(60, width), initial_indent="  ", subsequent_indent="  ")
@@ -64,6 +68,10 @@ def cpu_device_lines(s: Summary, width: int = 100) -> list[str]:
         for label, frac in bd.top_labels(b, 2):
             if frac >= 0.01:
                 out.append(f"      {label}  ({100 * frac:.0f}% of samples while not computing)")
+    if several_targets(s):
+        # Two processes in one breakdown: each session's own, so that neither is read as the other's.
+        out.append("  by session (each followed its own process):")
+        out += [f"    {session_cpu_line(x)}" for x in s.sessions]
     return out
 
 
@@ -129,10 +137,18 @@ def render_text(s: Summary, width: int = 100) -> str:
     out.append(f"{fmt_time(s.start)} → {fmt_time(s.end)}  ({fmt_length(s.duration)})  file {fmt_bytes(s.size_bytes)}")
     if note:
         out.append(f"({note})")
-    if s.target_pid or s.target_cmdline:
+    if (s.target_pid or s.target_cmdline) and not several_targets(s):
         out.append(f"target PID {s.target_pid or '?'}  {s.target_cmdline or ''}".rstrip())
+    if len(s.sessions) > 1:
+        # Appended sessions: each one's span and target (the line above would name the last one's only).
+        more = f", {len(s.targets)} targets" if several_targets(s) else ""
+        out.append(f"sessions: {len(s.sessions)} (appended){more}")
+        for x in s.sessions:
+            out.extend(textwrap.wrap(session_line(x, fmt_time), width=width, initial_indent="  ",
+                                     subsequent_indent="    ", break_on_hyphens=False))
     for ph in s.phases:
-        out.extend(textwrap.wrap(f"phase: {phase_text(ph, fmt_time, s.end)}", width=width, subsequent_indent="       ",
+        out.extend(textwrap.wrap(f"phase: {phase_text(ph, fmt_time, s.end)}{in_session(s, ph.first_seen)}",
+                                 width=width, subsequent_indent="       ",
                                  break_on_hyphens=False))
     if s.damage:
         out.append(f"WARNING: {s.damage}")
@@ -211,7 +227,7 @@ def render_text(s: Summary, width: int = 100) -> str:
             dev = finding_device(f)
             gpu = f" {dev}" if dev else ""
             out.append(f"  [{SEVERITY_TAG.get(f.severity.value, f.severity.value)}]{gpu} {f.title}")
-            out.append(f"      {finding_when(fs, fmt_time, s.end)}"
+            out.append(f"      {finding_when(fs, fmt_time, s.end)}{in_session(s, fs.first_seen)}"
                        + (f", {cost_text(fs, s)}" if fs.max_cost_s else "")
                        + f", confidence {100 * f.confidence:.0f}%")
             for e in f.evidence:
