@@ -28,7 +28,7 @@ from .flight_recorder import (
 from .frameworks import (
     ACCELERATE, FP32, FrameworkSeen, HALF, HF_TRAINER, LIGHTNING, MIXED, framework_of, loader_knob, precision_knob,
 )
-from .hang import COLLECTIVE, collective_fn
+from .hang import COLLECTIVE, UNKNOWN as UNKNOWN_HANG, collective_fn
 from .idle import (
     IDLE_UTIL_PCT, MAX_POLL_SLICE_S, MAX_SLICE_S, NOMINAL_PERIOD_S, Slice, idle_intervals, periodicity,
     poll_slices, util_slices,
@@ -90,7 +90,7 @@ __all__ = [
     "dump_problem", "rebuild_pg_config",
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
     "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "EVAL", "Evaluation", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
-    "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
+    "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "UNKNOWN_HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
     "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
     "STACK_JOIN_S", "STRAGGLER", "STRAGGLER_MIN_GAP_OPS", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",

@@ -70,6 +70,10 @@ _THREADING_WAITS = {
     "Thread._wait_for_tstate_lock": "a thread",
 }
 _QUEUE_FILES = ("queues.py", "queue.py", "connection.py", "selectors.py")
+# The calls of the standard library's queue.Queue that wait in threading's Condition.wait, and what
+# each waits for.
+_QUEUE_CALLS = {"get": "that nothing puts into", "put": "that nothing takes from",
+                "join": "for task_done() calls that never come"}
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,13 @@ def waits_on(s: StackSample, st: ThreadState | None = None) -> tuple[str, str]:
     if fd.startswith("/") and sysc in ("read", "readv", "pread64", "write", "writev", "pwrite64"):
         return "file", f"blocked in {sysc} on {fd}"
     if fname == "threading.py" and leaf is not None:
+        # A queue's get or put waits in threading's Condition.wait: the user's call is the queue's.
+        caller = next((f for f in py if not f.filename.endswith("threading.py")), None)
+        if caller is not None and caller.filename.replace("\\", "/").rsplit("/", 1)[-1] == "queue.py":
+            fn = caller.name.rsplit(".", 1)[-1]
+            if fn in _QUEUE_CALLS:
+                call = caller.name if "." in caller.name else f"Queue.{fn}"
+                return "event", f"waits on a queue's {fn} (queue.{call}) {_QUEUE_CALLS[fn]}"
         # The outermost threading frame says what the caller waits on (Event.wait calls Condition.wait).
         for n in reversed([f.name for f in py[:3] if f.filename.endswith("threading.py")]):
             fn = next((k for k in _THREADING_WAITS if n.endswith(k)), None)
@@ -509,9 +520,9 @@ def _lock(sc: Scene) -> Diagnosis | None:
 
 def _unknown(sc: Scene) -> Diagnosis:
     m = sc.main
-    ev = tuple(f"{_at(p)}: {p.what}" for p in sc.waiting("event")[:3])
+    # No evidence of its own: every party's line (the main thread's first) already says its wait.
     return Diagnosis(
-        UNKNOWN, f"{_at(m)} {m.what}", sc.parties, ev,
+        UNKNOWN, f"{_at(m)} {m.what}", sc.parties, (),
         f"see every thread: py-spy dump --pid {sc.target} --locals; native frames: {sc.native}; {_DUMP}", native=True)
 
 

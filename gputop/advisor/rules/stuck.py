@@ -9,7 +9,7 @@ party's line in the evidence, the kind's own next step as the action.
 from __future__ import annotations
 
 from ...analysis import COLLECTIVE, autopsy_hint
-from ...analysis import DESYNC, HANG, ras_line
+from ...analysis import DESYNC, HANG, UNKNOWN_HANG, ras_line
 
 from ...analysis import CPU_DEVICE
 from ...model import Category
@@ -37,8 +37,11 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
     d = v.diagnosis
     ev = [f"main thread of PID {ctx.target_pid} unchanged for {held} at {v.where} ({cat})"]
     if d is not None:
-        # Why, then where every party waits: the main thread, the other threads, each worker.
-        ev.append(f"why ({d.kind}): {d.summary}")
+        # Why, then where every party waits: the main thread, the other threads, each worker. The
+        # title says the diagnosis; "why" is said here only where the title says something else (a
+        # desync NCCL's counts name), and no kind of hang named is no reason ("unknown") to give.
+        if d.kind != UNKNOWN_HANG and not _titled(ctx, d):
+            ev.append(f"why ({d.kind}): {d.summary}")
         ev.extend(d.evidence)
         lines = [p.line() for p in d.parties]
         for text in dict.fromkeys(lines):  # identical parties (pool threads) once, counted
@@ -99,6 +102,12 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         gpu_index=gpus[0].index if gpus else None,
         title=title,
     )
+
+
+def _titled(ctx: AnalysisContext, d) -> bool:
+    """Whether the title carries the diagnosis's summary (it does unless NCCL's counts name a
+    desync, which then takes the title)."""
+    return not any(r.verdict == DESYNC for r in ctx.nccl) or d.kind != COLLECTIVE
 
 
 def _recent_util(g: GpuView, seconds: float = RECENT_UTIL_S) -> float:
