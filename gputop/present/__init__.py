@@ -31,7 +31,7 @@ from .idle_causes import column_causes
 # ``plain`` alone would be ambiguous: stacks has a plain of its own (trailing spaces stripped).
 from .job import header_lines, job_lines, jobs_lines, plain as job_plain, rank_lines, verdict_lines
 from .panels import (
-    CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, held_back_text,
+    CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, gpu_panel_lines, header_text, held_back_text, no_gpu_text,
     hidden_gpus_line, host_panel_lines, index_width, sampling_text,
 )
 from .process_table import (
@@ -45,7 +45,7 @@ __all__ = [
     "BUCKET_CHAR", "CHARTS", "COLUMNS", "COMPACT", "DESCENDING_BY_DEFAULT", "FULL", "History", "Line", "MEDIUM",
     "PANEL_LINES", "ProcRow", "SORT_KEYS", "advice_pane_lines", "attachable", "bar_text", "breakdown_dict",
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
-    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text",
+    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text", "no_gpu_text",
     "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
     "ranks_waiting_lines", "report_dict", "row_cells", "rules_dict", "rules_text", "sampling_text", "session_start_in", "split_width", "stacks_pane_lines",
     "stacks_waiting_lines", "table_columns",

@@ -88,7 +88,10 @@ def header_text(
         t.append("  starting…", style="dim")
     else:
         t.append(f"  {system.hostname}", style="bold")
-        if system.nvml_error:
+        if system.nvml_error and "replay" in state.lower():
+            # The recording's machine had no NVML then: nothing is missing on this one now.
+            t.append(f"  recorded without NVML ({system.nvml_error})", style="yellow")
+        elif system.nvml_error:
             t.append(f"  NVML unavailable: {system.nvml_error}", style="bold yellow")
         else:
             t.append(f"  driver {system.driver_version or NA}")
@@ -97,6 +100,23 @@ def header_text(
     t.append(f"  every {interval:g}s", style="dim")
     t.truncate(width, overflow="ellipsis")
     return t
+
+
+def no_gpu_text(system: SystemInfo | None, recorded: bool = False) -> Text:
+    """What the GPU area says with no GPU to show: why (the header has NVML's reason) and what
+    still works; ``recorded``: a replay, whose recording had no GPU (nothing continues)."""
+    msg = Text()
+    if system is not None and system.nvml_error:
+        if recorded:
+            msg.append("No GPU data: ", style="bold yellow")
+            msg.append("recorded without a GPU; the host and its processes were recorded, the table lists the "
+                       "busiest.", style="dim")
+        else:
+            msg.append("No GPU data. ", style="bold yellow")
+            msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
+    else:
+        msg.append("Waiting for GPU data…", style="dim")
+    return msg
 
 
 def _metric(t: Text, label: str, value: str, style: str = "") -> None:

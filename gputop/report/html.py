@@ -148,7 +148,8 @@ def render_html(s: Summary) -> str:
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>gputop report: {e(s.host)} {e(fmt_time(s.start))}</title><style>{CSS}</style></head><body>",
-        f"<h1>GPU run report: {e(s.host)}</h1>",
+        # A run without a GPU is no GPU run: the heading says what the report is of.
+        f"<h1>{'GPU' if s.gpus else 'CPU'} run report: {e(s.host)}</h1>",
         f"<div class=\"meta\">{e(gpus_text(s))}"
         + (f" · driver {e(s.system.driver_version)}" if s.system and s.system.driver_version else "")
         + f" · {e(fmt_time(s.start))} → {e(fmt_time(s.end))} ({e(fmt_length(s.duration))})"

@@ -825,10 +825,27 @@ def finding_ends(
             fs.until_end, fs.session_end = True, end
 
 
+# The advisor's live wording of a job's age (advisor.context.warming_up): "ago" and "old" of the
+# moment it was said, which a report (a document read later) says as the time the job started.
+_STARTED_AGO = re.compile(r"the job started (\d+(?:\.\d+)?) s ago(?: \(first steps\))?")
+_JOB_OLD = re.compile(r", job (\d+(?:\.\d+)?) s old")
+
+
+def recorded_title(f: Finding, clock) -> str:
+    """A recorded title with the job's age said as the time it started: 'Warming up: first steps
+    (the job started 2026-11-27 15:08:52)' for 'Warming up: the job started 10 s ago (first steps)'."""
+    def started(m: re.Match) -> str:
+        return clock(f.ts - float(m.group(1)))
+
+    title = _STARTED_AGO.sub(lambda m: f"first steps (the job started {started(m)})" if "first steps" in m.group(0)
+                             else f"the job started {started(m)}", f.title)
+    return _JOB_OLD.sub(lambda m: f" (the job started {started(m)})", title)
+
+
 def phase_text(fs: FindingSummary, clock, last_session_end: float | None = None) -> str:
     """'warming up: torch.compile is compiling, from 04:20:17 to 04:20:31': a phase of the job
     the advisor named, with when it was (a span, where a finding has a first and a clear)."""
-    title = fs.finding.title
+    title = recorded_title(fs.finding, clock)
     when = f"from {clock(fs.first_seen)}"
     if fs.cleared is not None:
         when += f" to {clock(fs.cleared)}"

@@ -170,7 +170,9 @@ class GputopApp(ReplayControls, App[int]):
             yield ReplayTimeline(self.session.replay, id="timeline")
         # The attached job's verdict on every screen: the Advisor tab's top finding, one line.
         yield LinesView(id="verdict")
-        yield GpuPanels(id="gpus")
+        panels = GpuPanels(id="gpus")
+        panels.recorded = self.session.mode == "replay"
+        yield panels
         yield LinesView(id="host")
         # The panes are siblings shown one at a time: no container repaints around the process list.
         yield TabBar(TABS, "processes", id="tabs")

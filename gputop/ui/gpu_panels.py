@@ -4,12 +4,11 @@ no GPU process to list."""
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.containers import VerticalScroll
 
 from ..present import (
     CHARTS, COMPACT, FULL, MEDIUM, PANEL_LINES, History, column_causes, gpu_panel_lines, hidden_gpus_line,
-    index_width, split_width,
+    index_width, no_gpu_text, split_width,
 )
 from .lines_view import LinesView
 
@@ -112,6 +111,7 @@ class GpuPanels(VerticalScroll):
         super().__init__(id=id)
         self._panels: dict[int | str, LinesView] = {}
         self._share = "60%"  # #gpus' max-height in gputop.tcss
+        self.recorded = False  # a replay: what the panels show was recorded, not happening now
 
     def show(self, view, chart_window: float, height: int, target: int | None = None, job=None,
              chrome: int = DEFAULT_CHROME) -> str:
@@ -168,14 +168,8 @@ class GpuPanels(VerticalScroll):
     def _no_gpus(self, system) -> None:
         if "none" not in self._panels:
             self._replace({"none": LinesView(classes="gpu-panel")})
-        msg = Text()
-        if system is not None and system.nvml_error:
-            # The reason is in the header; this line says what still works.
-            msg.append("No GPU data. ", style="bold yellow")
-            msg.append("Host and process monitoring continue; the table lists the busiest processes.", style="dim")
-        else:
-            msg.append("Waiting for GPU data…", style="dim")
-        self._panels["none"].set_text(msg)
+        # The reason is in the header; this line says what still works (a replay: what was recorded).
+        self._panels["none"].set_text(no_gpu_text(system, recorded=self.recorded))
 
     def _sync(self, want: list[int | str]) -> None:
         """Panels for ``want``, in its order, keeping the ones already there: a resize that shows
