@@ -15,7 +15,7 @@ from gputop.cli import main  # noqa: E402
 
 def test_a_missing_path_is_said_plainly(tmp_path, capsys):
     missing = tmp_path / "nonexistent"
-    assert main(["autopsy", str(missing)]) == 1
+    assert main(["autopsy", str(missing)]) == 2  # bad input, as for every command (newuser6)
     out, err = capsys.readouterr()
     assert out == ""
     assert err.strip() == (f"gputop: error: {missing}: no such file or directory, and no flight-recorder dump "
@@ -24,8 +24,8 @@ def test_a_missing_path_is_said_plainly(tmp_path, capsys):
 
 
 def test_json_errors_are_json_with_the_same_status(tmp_path, capsys):
-    assert main(["autopsy", "--json", str(tmp_path)]) == 1  # a directory with no dumps
+    assert main(["autopsy", "--json", str(tmp_path)]) == 2  # a directory with no dumps: bad input
     out, err = capsys.readouterr()
     d = json.loads(out)
-    assert d["exit_status"] == 1 and "no flight-recorder dumps in" in d["error"]
+    assert d["exit_status"] == 2 and "no flight-recorder dumps in" in d["error"]
     assert err.strip() == f"gputop: error: {d['error']}"

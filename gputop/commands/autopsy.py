@@ -10,8 +10,10 @@ importable. Prints the culprit rank, the collective (type, sequence number, proc
 sizes), the ranks that waited, the culprit's last recorded collective with its Python stack, and
 what PyTorch's analyzer said; ``--json`` the same for scripts.
 
-Exit status: 0 with a verdict; 1 when the dumps cannot be found or read; 2 without torch. With
-``--json`` an error is also printed as JSON, ``{"error": ..., "exit_status": N}``.
+Exit status: 0 with a verdict; 2 on bad input (a path that is not there, no dumps where it points,
+a file not named as a dump) and without torch, as every command's bad input; 1 when a dump found
+cannot be read (cut short, empty, foreign). With ``--json`` an error is also printed as JSON,
+``{"error": ..., "exit_status": N}``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ def _run(args: argparse.Namespace) -> int:
     prefix, named_by = dump_prefix(os.environ)
     try:
         found = find_dumps(args.target, prefix)
+    except DumpError as exc:
+        # What the argument (or the environment's prefix) names holds no dumps: bad input.
+        raise UserError(_plain(args.target, str(exc))) from None
+    try:
         dumps = {}
         for rank, path in sorted(found.files.items()):
             obj = load_dump(path)

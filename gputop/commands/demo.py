@@ -179,7 +179,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
     if importlib.util.find_spec("torch") is None:
-        raise UserError("the demo workloads need PyTorch: pip install 'gputop[torch]'")
+        # README's install, from the checkout: a package index's "gputop" may be another project.
+        raise UserError("the demo workloads need PyTorch: pip install '.[torch]' in the gputop checkout (without an "
+                        "NVIDIA GPU, first the CPU build: pip install torch --index-url "
+                        "https://download.pytorch.org/whl/cpu)")
     require_terminal()  # before the workload starts: no training job for a UI that cannot be shown
 
     print(f"gputop demo: starting {scenario.name} ({scenario.bottleneck}) ...", file=sys.stderr)

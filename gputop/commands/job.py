@@ -1,8 +1,9 @@
 """`gputop job --prometheus URL [JOB]`: one distributed job across its hosts, from the series each
 host's `gputop export --attach all` publishes, read back through Prometheus's query API.
 
-Without JOB it lists the jobs in sight and exits. A bad URL, an unreachable server or an unknown
-job is one line and a non-zero exit, before any UI starts.
+Without JOB it lists the jobs in sight and exits. A bad URL or an unknown job is one line and exit
+status 2 (bad input, as for every command); a server that cannot be reached or fails, one line and
+exit status 1; both before any UI starts.
 
 The verdict is never one instant's: the view reads the job's series evaluated every refresh
 interval over the last minute (one subquery) and applies the hold rule (``fleet.hold``) to them,
@@ -50,7 +51,8 @@ def fetch_steps(url: str, job: str, window_s: float, step_s: float):
         names = [s.job for s in fetch_jobs(url)]
         seen = f"; jobs in sight: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}" if names else \
             "; it holds no gputop_rank_info series (exporters need --attach all)"
-        raise UserError(f"no job {job!r} at {_shown(url)}{seen}", exit_code=1)
+        # A name that is not there is bad input, as `replay` of a file that is not there.
+        raise UserError(f"no job {job!r} at {_shown(url)}{seen}")
     return steps
 
 
@@ -91,10 +93,12 @@ def fetch_jobs(url: str):
 
 def _answer(url: str, promql: str) -> object:
     from ..errors import UserError
-    from ..sources import PrometheusError, prometheus_query
+    from ..sources import BadPrometheusUrl, PrometheusError, prometheus_query
 
     try:
         return prometheus_query(url, promql)
+    except BadPrometheusUrl as exc:
+        raise UserError(str(exc)) from None  # the URL given: bad input (exit 2)
     except PrometheusError as exc:
         raise UserError(str(exc), exit_code=1) from None
 

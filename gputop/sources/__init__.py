@@ -18,7 +18,8 @@ from .nvml import NvmlSource, describe_environment
 from .nvml_binding import NvmlUnavailable
 from .procfs import ProcfsSource
 # Prometheus's names are prefixed: ``query`` alone would be NCCL's RAS query as much as its.
-from .prometheus_api import PrometheusError, query as prometheus_query, shown as prometheus_shown
+from .prometheus_api import BadPrometheusUrl, PrometheusError
+from .prometheus_api import query as prometheus_query, shown as prometheus_shown
 from .ranks import Job, Rank, find_ranks
 from .pyspy_binary import PYSPY_ENV, is_native
 from .stacks import (
@@ -33,5 +34,6 @@ __all__ = [
     "NvmlSource", "NvmlUnavailable", "ProcfsSource", "PrometheusError", "PySpySource", "Rank", "StackParser",
     "PYSPY_ENV", "attach_policy", "check_attachable", "is_native", "describe_environment", "environ_of", "find_pyspy", "find_ranks", "host_name",
     "identity_of", "job_cost_pct", "job_env", "native_dump", "prometheus_query", "prometheus_shown",
+    "BadPrometheusUrl",
     "ptrace_facts", "read_identity",
 ]

@@ -21,13 +21,17 @@ class PrometheusError(Exception):
     pass
 
 
+class BadPrometheusUrl(PrometheusError):
+    """The URL itself cannot be used (not http(s), a query in it): bad input, not a failing server."""
+
+
 def base_url(url: str) -> str:
     """``url`` checked and without a trailing slash: http(s), a host, no query string."""
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise PrometheusError(f"--prometheus wants an http(s) URL such as http://prometheus:9090, not {url!r}")
+        raise BadPrometheusUrl(f"--prometheus wants an http(s) URL such as http://prometheus:9090, not {url!r}")
     if parts.query or parts.fragment:
-        raise PrometheusError(f"--prometheus wants the server's base URL without a query, not {url!r}")
+        raise BadPrometheusUrl(f"--prometheus wants the server's base URL without a query, not {url!r}")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
