@@ -8,12 +8,14 @@ from __future__ import annotations
 import importlib.util
 import re
 import socket
+import threading
+from http.server import HTTPServer
 from pathlib import Path
 
 import pytest
 
 from gputop.cli import main
-from test_job_view import _Prom, prom  # noqa: F401 - the fake Prometheus server fixture
+from test_job_view import _Prom, load
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -32,6 +34,17 @@ def test_the_demos_hint_is_readmes_install(monkeypatch, capsys):
     assert "https://download.pytorch.org/whl/cpu" in err
 
 
+@pytest.fixture
+def prom():
+    """test_job_view's fake Prometheus server."""
+    _Prom.payloads = {"job": load("job_straggler.json"), "list": load("jobs_list.json")}
+    srv = HTTPServer(("127.0.0.1", 0), _Prom)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+    srv.server_close()
+
+
 def _free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -40,7 +53,7 @@ def _free_port() -> int:
     return port
 
 
-def test_job_bad_input_exits_2_and_a_server_that_fails_1(prom, capsys):  # noqa: F811
+def test_job_bad_input_exits_2_and_a_server_that_fails_1(prom, capsys):
     assert main(["job", "--prometheus", "ftp://x", "j"]) == 2  # not a URL gputop can read
     assert "http(s) URL" in capsys.readouterr().err
     assert main(["job", "--prometheus", "http://h:9090/?q=1", "j", "--once"]) == 2

@@ -71,7 +71,7 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
         )
     elif v.category is Category.COLLECTIVE:
         action = (
-            f"see which rank is missing: gputop stacks --pid PID on every rank; "
+            "see which rank is missing: gputop stacks --pid PID on every rank; "
             "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and "
             "dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) so a hang raises"
         )
