@@ -28,10 +28,13 @@ def _sleeper(blocked_every: int, seconds: float, rate: float) -> Job:
     def k(t):
         return int(round(t * rate))
 
+    # The step's sample in the middle of each stretch: the loop is seen leaving the sleep and
+    # coming back to it (blocking-in-loop needs two waits; one wait not left is a hang forming).
+    mid = blocked_every // 2
     return Job(seconds=seconds, util=None, stack_rate=rate,
-               main=lambda t: Category.FORWARD if k(t) % blocked_every == 0 else Category.IDLE,
-               main_frames=lambda t: STEP if k(t) % blocked_every == 0 else SLEEP,
-               main_active=lambda t: k(t) % blocked_every == 0)
+               main=lambda t: Category.FORWARD if k(t) % blocked_every == mid else Category.IDLE,
+               main_frames=lambda t: STEP if k(t) % blocked_every == mid else SLEEP,
+               main_active=lambda t: k(t) % blocked_every == mid)
 
 
 def test_a_share_near_one_from_few_samples_states_no_number():
