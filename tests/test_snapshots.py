@@ -162,15 +162,20 @@ def test_help_screen(snap_compare, clock):
     assert snap_compare(app, press=["question_mark"], terminal_size=(100, 36))
 
 
-def test_replay_of_a_recording_paused_at_60_percent(snap_compare):
-    """The bundled H100 recording replayed, paused: the timeline above the same panels."""
+def replay_paused_at_60_percent(snap_compare, size: tuple[int, int]) -> bool:
+    """The bundled H100 recording (attached to its job), replayed and paused at 60 %, drawn at ``size``."""
     session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
     session.pipeline.poll_once()
     app = GputopApp(session, refresh=60)
     try:
-        assert snap_compare(app, terminal_size=(120, 40))
+        return snap_compare(app, terminal_size=size)
     finally:
         session.pipeline.stop()
+
+
+def test_replay_of_a_recording_paused_at_60_percent(snap_compare):
+    """The bundled H100 recording replayed, paused: the timeline above the same panels."""
+    assert replay_paused_at_60_percent(snap_compare, (120, 40))
 
 
 # The main screen at the sizes people run it, with the GPUs a node has: the charts fill what the
@@ -185,13 +190,7 @@ def test_main_screen_sizes(snap_compare, clock, gpus, size):
 def test_replay_attached_idle_coloured_by_cause_200x50(snap_compare):
     """The bundled H100 recording, attached to its job: the utilisation chart's idle columns
     in the colour of their cause (the checkpoint saves), with the legend."""
-    session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
-    session.pipeline.poll_once()
-    app = GputopApp(session, refresh=60)
-    try:
-        assert snap_compare(app, terminal_size=(200, 50))
-    finally:
-        session.pipeline.stop()
+    assert replay_paused_at_60_percent(snap_compare, (200, 50))
 
 
 class LeakingGpu0:
@@ -249,13 +248,7 @@ def test_processes_tab_two_gpus_80x24_with_charts(snap_compare, clock):
 def test_replay_attached_80x24(snap_compare):
     """The smallest terminal, attached (the bundled H100 recording): the verdict line, the
     charts and the table share 24 rows, and the status line stays in sight."""
-    session = open_replay(RECORDING, speed=1.0, start="60%", paused=True)
-    session.pipeline.poll_once()
-    app = GputopApp(session, refresh=60)
-    try:
-        assert snap_compare(app, terminal_size=(80, 24))
-    finally:
-        session.pipeline.stop()
+    assert replay_paused_at_60_percent(snap_compare, (80, 24))
 
 
 def copy_on_read_session(clock) -> Session:
