@@ -85,6 +85,28 @@ def test_too_little_history_says_nothing():
     assert growth([], LIMIT).kind == SHORT
 
 
+def test_a_leak_that_kills_soon_is_judged_early_in_the_training_loop():
+    # 25 s of steady growth at 200 MiB/s with 10 GiB left: dead in ~50 s, so it cannot wait a minute
+    pts = line(200 * MiB, start=LIMIT - 15 * GiB, seconds=25)
+    g = growth(pts, LIMIT, early=True)
+    assert g.kind == GROWING and g.early
+    assert g.eta_s == pytest.approx((LIMIT - pts[-1][1]) / (200 * MiB), rel=0.05)
+    # the same series outside the training loop (loading, compiling) waits for the minute
+    assert growth(pts, LIMIT).kind == SHORT
+    # under EARLY_SPAN_S nothing is judged, however fast
+    assert growth(line(200 * MiB, start=LIMIT - 15 * GiB, seconds=15), LIMIT, early=True).kind == SHORT
+
+
+def test_early_history_judges_only_urgent_steady_growth():
+    # a slow leak (hours away) waits for the minute: 25 s of it says too little
+    assert growth(line(5 * MiB, seconds=25), LIMIT, early=True).kind == SHORT
+    # a fast warm-up that levels off inside the 25 s is not growth
+    warm = [(T0 + t, 10 * GiB + min(t, 15) * 500 * MiB) for t in range(26)]
+    assert not growth(warm, LIMIT, early=True).growing
+    # with no limit known there is no urgency to judge by
+    assert growth(line(200 * MiB, seconds=25), None, early=True).kind == SHORT
+
+
 def test_theil_sen_shrugs_off_an_outlier():
     pts = [(float(t), 2.0 * t) for t in range(30)]
     pts[10] = (10.0, 1e6)
@@ -243,3 +265,26 @@ def test_oom_exit_after_the_fact():
     assert "99 %" in f.evidence[0]
     assert "oom-exit" not in _exited(leaking_job(), "with code 0", 79.2 * GiB)
     assert "oom-exit" not in _exited(leaking_job(), "(exit code unknown: not our child)", 20 * GiB)
+
+
+def _loop_frames(t):
+    """A training loop's main thread: the loop's frame calling forward, backward or the step in turn."""
+    callee = (Frame("forward", "/home/u/model.py", 30), Frame("backward", "/usr/lib/python3/site-packages/torch/_tensor.py", 500),
+              Frame("step", "/usr/lib/python3/site-packages/torch/optim/adamw.py", 200))[int(t * 7) % 3]
+    return (callee, Frame("train", "/home/u/train.py", 40 + int(t * 7) % 3, code="x"), Frame("<module>", "/home/u/train.py", 90))
+
+
+def test_a_fast_leak_is_named_within_half_a_minute_only_in_the_training_loop():
+    # 400 MiB/s from 40 GiB: ~100 s to the card's limit; 30 s of history
+    job = lambda frames: Job(seconds=30, gpu={**GPM, "mem_used": lambda t: 40 * GiB + 400 * MiB * t},  # noqa: E731
+                             proc_mem=lambda t: 40 * GiB + 400 * MiB * t, main_frames=frames)
+    found, ctx = rule_findings(job(_loop_frames))
+    assert ctx.step.stepping
+    f = found["memory-growth"]
+    assert f.severity is Severity.WARNING and "out of memory in" in f.title
+    # the same growth while the main thread sits in one line (weights loading): not judged yet
+    loading = lambda t: (Frame("load_state_dict", "/usr/lib/python3/site-packages/torch/nn/modules/module.py", 2000),  # noqa: E731
+                         Frame("<module>", "/home/u/train.py", 12, code="model.load_state_dict(sd)"))
+    found, ctx = rule_findings(job(loading))
+    assert not ctx.step.stepping
+    assert "memory-growth" not in found

@@ -37,7 +37,6 @@ from ..analysis import (
     ras_verdicts,
     read_window,
     stack_label,
-    step_model,
 )
 from ..model import (
     Category,
@@ -209,7 +208,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         framework=framework_of(w.main),
         job_tasks=w.job_tasks,
         nccl=w.nccl,
-        step=step_model(w.main),
+        step=w.step,
         memory=w.memory,
         recompute=w.recompute,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from .threshold import DERIVED, IntThreshold, JUDGEMENT, Threshold
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 # Less history than this says nothing of a trend: an allocator warms up over the first steps,
@@ -18,6 +18,19 @@ MIN_SPAN_S = Threshold(
     60.0, "s", JUDGEMENT,
     "Less history than this says nothing of a trend: an allocator warms up over the first steps, and a minute "
     "holds hundreds of steps.")
+# A leak that kills within a few minutes must be named before the minute is up: with the job's
+# training loop in the stacks (no loading, no compiling: the caller says so) this much steady
+# growth is judged, but only when its slow end reaches the limit within EARLY_HORIZON spans. A
+# forecast stretched further than that rests on too little. Judgement: a 1 Hz poll gives 20
+# points, and an allocator's warm-up is over within the first steps of the loop.
+EARLY_SPAN_S = Threshold(
+    20.0, "s", JUDGEMENT,
+    "With the training loop in the stacks, this much steady growth is judged when it reaches the limit within "
+    "EARLY_HORIZON spans: a leak that kills in minutes must be named before the minute is up.")
+EARLY_HORIZON = Threshold(
+    10.0, "spans", JUDGEMENT,
+    "Growth judged on less than MIN_SPAN_S of history is a finding only when its slow end (the interval's) reaches "
+    "the limit within this many times the history: a forecast stretched further rests on too little.")
 MIN_POINTS = IntThreshold(
     10, "points", JUDGEMENT,
     "Fewer readings than this say nothing of a trend.")
@@ -83,6 +96,7 @@ class Growth:
     eta_low_s: float | None = None  # at the interval's fast end
     eta_high_s: float | None = None  # at its slow end
     sawtooth: bool = False  # the memory also rises and falls (a saw-tooth under the trend)
+    early: bool = False  # judged on less than MIN_SPAN_S of history, for its urgency (EARLY_SPAN_S)
 
     @property
     def growing(self) -> bool:
@@ -131,14 +145,27 @@ def _since(points: Sequence[tuple[float, float]], t: float) -> list[tuple[float,
 
 
 def growth(points: Sequence[tuple[float, float]], limit: float | None = None,
-           used_now: float | None = None) -> Growth:
+           used_now: float | None = None, early: bool = False) -> Growth:
     """The verdict on one series (time order). ``limit``: what it may reach; ``used_now``: what
     counts against the limit now when more than the series itself does (a card shared with
-    other processes: its whole used memory). Only steady growth gets a rate and a forecast."""
+    other processes: its whole used memory). Only steady growth gets a rate and a forecast.
+    ``early``: the job is in its training loop, so EARLY_SPAN_S of history may judge growth that
+    reaches the limit soon (see EARLY_HORIZON); anything else that short stays SHORT."""
     pts = sorted((float(t), float(v)) for t, v in points)
-    if len(pts) < MIN_POINTS or pts[-1][0] - pts[0][0] < MIN_SPAN_S:
-        return Growth(SHORT, used=pts[-1][1] if pts else 0.0, limit=limit,
-                      span_s=pts[-1][0] - pts[0][0] if pts else 0.0)
+    span = pts[-1][0] - pts[0][0] if pts else 0.0
+    short = Growth(SHORT, used=pts[-1][1] if pts else 0.0, limit=limit, span_s=span)
+    if len(pts) < MIN_POINTS or span < (EARLY_SPAN_S if early and limit is not None else MIN_SPAN_S):
+        return short
+    g = _judge(pts, limit, used_now)
+    if span >= MIN_SPAN_S:
+        return g
+    # Early: only urgent, steady growth; the rest waits for the minute.
+    if g.growing and g.eta_high_s is not None and g.eta_high_s <= EARLY_HORIZON * span:
+        return replace(g, early=True)
+    return short
+
+
+def _judge(pts: list[tuple[float, float]], limit: float | None, used_now: float | None) -> Growth:
     span = pts[-1][0] - pts[0][0]
     values = [v for _, v in pts]
     drop = max(DROP_MIN_BYTES, DROP_RANGE_SHARE * (max(values) - min(values)))

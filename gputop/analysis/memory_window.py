@@ -176,10 +176,13 @@ def job_gpu_series(index: int, processes: Sequence[GpuProcess], family: Collecti
 def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSample]],
                 gpu_processes: Sequence[GpuProcess], host: Sequence[HostSample],
                 procs: Mapping[int, Sequence[ProcSample]], family: Collection[int],
-                workers: Collection[int] = (), gpu_info: Mapping[int, GpuInfo] | None = None) -> MemoryView:
+                workers: Collection[int] = (), gpu_info: Mapping[int, GpuInfo] | None = None,
+                in_loop: bool = False) -> MemoryView:
     """``gpus``: the job's GPUs; ``gpu_processes``: NVML's process lists over the window (every
     poll's); ``procs``: per pid, the family's process samples (the workers', and the target's for
-    its RSS); ``family``: the target and its workers; ``workers``: the DataLoader workers."""
+    its RSS); ``family``: the target and its workers; ``workers``: the DataLoader workers;
+    ``in_loop``: the job's main thread is in its training loop (not loading, not compiling), so
+    urgent growth is judged on less history (memory_growth.EARLY_SPAN_S)."""
     out: list[GpuMemory] = []
     for i in sorted(gpus):
         samples = gpu_samples.get(i, ())
@@ -195,11 +198,11 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
             continue
         # The card fills with everyone's memory: the headroom is what the whole card has left.
         used_now = float(last.mem_used) if last is not None and last.mem_used is not None else None
-        out.append(GpuMemory(i, growth(series, limit, used_now), source))
+        out.append(GpuMemory(i, growth(series, limit, used_now, early=in_loop), source))
     host_growth = None
     hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
     if hs:
-        host_growth = growth(hs, float(host[-1].mem_total))
+        host_growth = growth(hs, float(host[-1].mem_total), early=in_loop)
     ws = []
     for pid in sorted(workers):
         samples = procs.get(pid, ())

@@ -108,9 +108,18 @@ class StepModel:
     outside: tuple[tuple[str, float], ...]  # the user's own code outside the model: (where, share)
     evaluation: "Evaluation | None" = None  # evaluation work among the samples, and how it recurs
     placed: tuple[str, ...] = ()  # each sample's phase, in the order of the samples given
+    loop_lines: int = 0  # distinct lines the loop's frame was seen at
 
     def share(self, phase: str) -> float:
         return dict(self.phases).get(phase, 0.0)
+
+    @property
+    def stepping(self) -> bool:
+        """The job is going round its loop: the loop's frame moves from line to line, or the
+        samples show more than one of forward, backward and the optimizer. Not so while it loads
+        weights or data under one line, whose frame ``loop`` still names."""
+        return self.loop is not None and (
+            self.loop_lines >= 2 or sum(1 for p, _ in self.phases if p in _MODEL_WORK) >= 2)
 
 
 def _place(f: Frame) -> tuple[str, str]:
@@ -430,8 +439,14 @@ def step_model(main: Sequence[StackSample]) -> StepModel:
             if f is not None:
                 where[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
     outside = tuple((w, k / n) for w, k in where.most_common(3))
+    lines = set()
+    if loop is not None:
+        for s in main:
+            f = next((f for f in s.frames if f.name == loop[0] and short_path(f.filename) == loop[1]), None)
+            if f is not None:
+                lines.add(f.line)
     return StepModel(n, None if loop is None else f"{loop[0]} ({loop[1]}:{loop[2]})", phases, outside, ev,
-                     tuple(placed))
+                     tuple(placed), len(lines))
 
 
 def step_dict(m: StepModel) -> dict:

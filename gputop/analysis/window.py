@@ -26,6 +26,7 @@ from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .recompute import Recompute, recompute_of
 from .spin import is_spin, spin_share
+from .step import StepModel, compiling, step_model
 from .stacks_summary import StacksView, stacks_view_of
 from .hang_forming import Forming, hang_forming
 from .stuck import (
@@ -138,8 +139,12 @@ class JobWindow:
         r = self.memory_reads
         if r is None or self.target_pid is None:
             return None
+        # Growth is judged early only while the job trains: its loop in the stacks, nothing
+        # compiling (weights loading or kernels compiling grow memory too, then stop).
+        main = self.main
+        in_loop = self.step.stepping and not any(compiling(s.frames) for s in main[-len(main) // 4:])
         view = memory_view(r.gpus, r.gpu_polls, r.listed, r.host, r.worker_procs, r.family, r.workers,
-                           dict(self.gpu_info))
+                           dict(self.gpu_info), in_loop=in_loop)
         cause = None
         if r.exited_at is not None:
             said = [e.message for e in self.all_events
@@ -219,6 +224,13 @@ class JobWindow:
     def main(self) -> list[StackSample]:
         """The target's main thread in the window."""
         return [s for s in self.main_history if s.ts >= self.t0]
+
+    @functools.cached_property
+    def step(self) -> StepModel:
+        """The training step as the main thread's samples in the window show it: worked out once a
+        tick, for the advisor's rules and for the memory read (growth is judged early only in the
+        loop)."""
+        return step_model(self.main)
 
     @functools.cached_property
     def worker_history(self) -> list[StackSample]:
