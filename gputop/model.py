@@ -217,6 +217,10 @@ class Frame:
     # The source line's text where it could be read: C calls such as ``.item()`` have no Python
     # frame of their own, so the caller's line is the only trace of them.
     code: str | None = None
+    # For a frame of the user's code: what the innermost loop around its line adds to from one
+    # turn to the next ((line, statement) pairs, read from the source by sources.loop_source):
+    # the line a leak comes from runs too briefly to be sampled, the loop around it is.
+    keeps: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,7 +213,7 @@ def test_memory_growth_names_the_line_and_the_forecast():
 def test_memory_growth_without_a_line_says_what_is_known():
     f = rule_findings(leaking_job())[0]["memory-growth"]
     assert "_record_memory_history" in f.action
-    assert any("show no line" in e for e in f.evidence)
+    assert any("hold no line" in e for e in f.evidence)
 
 
 def test_slow_growth_is_info_and_flat_memory_is_silent():

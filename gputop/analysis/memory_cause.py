@@ -28,6 +28,9 @@ class LeakLine:
     where: str  # "train.py:57"
     code: str
     fix: str
+    graph: bool = True  # keeps a step's tensor with its autograd graph; False: grows a container
+    read: bool = False  # read from the source of the loop the stacks show, not caught in a sample
+    kept: str = ""  # the name kept: "loss", "cache"
 
 
 def leak_line(code: str) -> tuple[str, str] | None:
@@ -44,14 +47,42 @@ def leak_line(code: str) -> tuple[str, str] | None:
     return None
 
 
-def leak_lines(stacks: Sequence[StackSample]) -> tuple[LeakLine, ...]:
-    """Every line of the job's own code in ``stacks`` that keeps a step's tensor with its graph,
-    most often seen first. Such a line runs for microseconds, so it is in the stacks only when
-    a sample happened to catch it: its absence proves nothing."""
+# A loop's keeper that grows a container (sources.loop_source found the loop adds to it every
+# turn and never takes from it): `xs.append(v)`, `cache[step] = v`. A sum (`total += v`) keeps
+# its size unless it keeps a graph (leak_line's case).
+_GROWN = re.compile(r"^\s*([\w.]+)(?:\.(?:append|extend|insert|add|update|appendleft|setdefault)\(|\[.*?\]\s*=[^=])")
+
+
+def grown_line(code: str) -> tuple[str, str] | None:
+    """(the container, the fix) for a loop's keeper that grows something every step without a
+    graph to blame: a cache keyed by the step, a list of (detached) tensors. Read only from a
+    loop's keepers: alone, `d[k] = v` says nothing of growth."""
+    if re.search(r"\.item\(\)|\.tolist\(\)|\bfloat\(|\bint\(", code):
+        return None  # a number a step: bytes, not the megabytes a step that exhaust memory
+    m = _GROWN.match(code)
+    if not m:
+        return None
+    name = m.group(1)
+    return name, (f"{code.strip()}  →  bound `{name}` (drop what is no longer needed, e.g. the oldest entry each "
+                  "step), or keep a number (.item()) or a CPU copy (.detach().cpu()) instead of the GPU tensor")
+
+
+def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = None) -> tuple[LeakLine, ...]:
+    """Every line of the job's own code that keeps a step's tensor: first those a sample caught
+    (most often seen first), then the keepers of the training loop (``loop``: its function and
+    short path, as the step model found it) read from its source, those that keep a graph before
+    those that grow a container. A keeper line runs for microseconds, so a sample rarely catches
+    it: its absence from the samples proves nothing, and the loop's source is where it is."""
     seen: dict[tuple[str, int], list] = {}
+    keepers: dict[tuple[str, int], str] = {}
     for s in stacks:
         for f in s.frames:
-            if not f.code or is_library(f.filename):
+            if is_library(f.filename):
+                continue
+            if loop is not None and f.keeps and (f.name, short_path(f.filename)) == loop:
+                for ln, code in f.keeps:
+                    keepers.setdefault((f.filename, ln), code)
+            if not f.code:
                 continue
             key = (f.filename, f.line)
             if key in seen:
@@ -59,9 +90,22 @@ def leak_lines(stacks: Sequence[StackSample]) -> tuple[LeakLine, ...]:
                 continue
             hit = leak_line(f.code)
             if hit is not None:
-                seen[key] = [1, f.code.strip(), hit[1]]
+                seen[key] = [1, f.code.strip(), hit]
     ranked = sorted(seen.items(), key=lambda kv: -kv[1][0])
-    return tuple(LeakLine(f"{short_path(fn)}:{ln}", code, fix) for (fn, ln), (_, code, fix) in ranked)
+    out = [LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], kept=hit[0]) for (fn, ln), (_, code, hit) in ranked]
+    named = {(fn, ln) for (fn, ln), _ in ranked}
+    grows = []
+    for (fn, ln), code in sorted(keepers.items()):
+        if (fn, ln) in named:
+            continue
+        hit = leak_line(code)
+        if hit is not None:
+            out.append(LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], read=True, kept=hit[0]))
+            continue
+        grew = grown_line(code)
+        if grew is not None:
+            grows.append(LeakLine(f"{short_path(fn)}:{ln}", code, grew[1], graph=False, read=True, kept=grew[0]))
+    return tuple(out + grows)
 
 
 # A GPU's memory within this share of its total when the job ended: the allocator had no room

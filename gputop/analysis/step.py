@@ -109,6 +109,7 @@ class StepModel:
     evaluation: "Evaluation | None" = None  # evaluation work among the samples, and how it recurs
     placed: tuple[str, ...] = ()  # each sample's phase, in the order of the samples given
     loop_lines: int = 0  # distinct lines the loop's frame was seen at
+    loop_at: tuple[str, str] | None = None  # the loop's (function, short path)
 
     def share(self, phase: str) -> float:
         return dict(self.phases).get(phase, 0.0)
@@ -446,7 +447,7 @@ def step_model(main: Sequence[StackSample]) -> StepModel:
             if f is not None:
                 lines.add(f.line)
     return StepModel(n, None if loop is None else f"{loop[0]} ({loop[1]}:{loop[2]})", phases, outside, ev,
-                     tuple(placed), len(lines))
+                     tuple(placed), len(lines), None if loop is None else (loop[0], loop[1]))
 
 
 def step_dict(m: StepModel) -> dict:

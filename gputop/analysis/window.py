@@ -150,7 +150,7 @@ class JobWindow:
             said = [e.message for e in self.all_events
                     if e.source == "stacks" and f"PID {self.target_pid} exited" in e.message]
             cause = exit_cause(r.exited_at, exit_status_of(said[-1]) if said else None, r.gpu_polls, r.host, r.gpus)
-        return replace(view, leaks=leak_lines(self.main), exit_cause=cause)
+        return replace(view, leaks=leak_lines(self.main, self.step.loop_at), exit_cause=cause)
 
     # ----------------------------------------------------------------- the job
 

@@ -293,7 +293,37 @@ def frame_from_row(row: tuple) -> Frame:
         # Redacted again as it is read: a recording made before source lines were redacted
         # shows *** too (as for command lines, see proc_identity_from_row).
         code=(redact_code(clean_text(row[5])) if row[5] else opt_text(row[5])) if len(row) > 5 else None,
+        keeps=keeps_from_text(row[6]) if len(row) > 6 else (),
     )
+
+
+# A frame's loop keepers as stored: at most this many, each statement capped (a foreign file's
+# column read as it is would be unbounded).
+_KEEPS_MAX, _KEEP_CODE_MAX = 12, 200
+
+
+def keeps_text(keeps: tuple[tuple[int, str], ...]) -> str | None:
+    """Frame.keeps for the frames table (None: none), each statement redacted once more."""
+    if not keeps:
+        return None
+    return json.dumps([[int(ln), redact_code(code)] for ln, code in keeps[:_KEEPS_MAX]], separators=(",", ":"))
+
+
+def keeps_from_text(text: object) -> tuple[tuple[int, str], ...]:
+    """The column read back; anything malformed reads as none."""
+    if not isinstance(text, str) or not text:
+        return ()
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for it in items[:_KEEPS_MAX]:
+        if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
+            out.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- events, findings

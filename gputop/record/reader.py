@@ -32,6 +32,7 @@ from .blocks import unpack_rows
 from .schema import (
     STATE_EVENT_SOURCES,
     FINDINGS_OPTIONAL,
+    FRAMES_KEEPS,
     FLAG_ACTIVE,
     FLAG_GIL,
     GPU_FIELDS,
@@ -68,6 +69,7 @@ class Reader:
         self._any_series = False  # a sample or an event could be read
         self.bad_rows = 0
         self._finding_cols_sql: str | None = None
+        self._keeps_sql: str | None = None
         self.conn, found = open_recording(self.path)
         self.schema_version = found.schema_version
         self._layouts = series_layouts(self.schema_version)  # a version 1 file's GPU rows are narrower
@@ -543,7 +545,8 @@ class Reader:
         for i in range(0, len(fl), 500):
             part = fl[i : i + 500]
             for row in self._rows(
-                f"SELECT id, name, filename, line, module, code FROM frames WHERE id IN ({','.join('?' * len(part))})",
+                f"SELECT id, name, filename, line, module, code, {self._keeps_col()} FROM frames"
+                f" WHERE id IN ({','.join('?' * len(part))})",
                 tuple(part),
             ):
                 try:
@@ -567,6 +570,13 @@ class Reader:
 
     _FINDING_BASE_COLS = ("ts, last_seen, finding_id, gpu, severity, confidence, title, evidence, action,"
                           " expected_gain, cost_s, first_seen")
+
+    def _keeps_col(self) -> str:
+        # A file from before frames.keeps (schema.FRAMES_KEEPS): NULL, every frame's keeps empty.
+        if self._keeps_sql is None:
+            have = {r[1] for r in self._rows("PRAGMA table_info(frames)")}
+            self._keeps_sql = FRAMES_KEEPS if FRAMES_KEEPS in have else f"NULL AS {FRAMES_KEEPS}"
+        return self._keeps_sql
 
     def _finding_cols(self) -> str:
         # A file from before findings.gain_predicted (schema.FINDINGS_OPTIONAL) lacks the

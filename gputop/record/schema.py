@@ -236,7 +236,7 @@ DDL = "\n".join(
     cmdline TEXT, create_time REAL, role TEXT, env TEXT
 );""",
         """CREATE TABLE frames (
-    id INTEGER PRIMARY KEY, name TEXT, filename TEXT, line INTEGER, module TEXT, code TEXT
+    id INTEGER PRIMARY KEY, name TEXT, filename TEXT, line INTEGER, module TEXT, code TEXT, keeps TEXT
 );""",
         "CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames BLOB NOT NULL);",
         """CREATE TABLE threads (
@@ -275,6 +275,10 @@ TIME_TABLES = SERIES_TABLES + ("events", "findings")
 # `findings` columns that a file from an older gputop (same schema version) may lack: the
 # reader selects NULL in their place and the writer leaves them out (see RecordWriter).
 FINDINGS_OPTIONAL = ("gain_predicted",)
+# `frames.keeps` (Frame.keeps, JSON [[line, statement], ...]) came later too: a file without it
+# reads every frame's keeps empty, and an --append adds the column (NULL for the frames before:
+# nothing was read of their loops, which is what empty says).
+FRAMES_KEEPS = "keeps"
 
 
 # --------------------------------------------------------------------------- small encodings

@@ -45,6 +45,7 @@ from .sessions import Target, target_change
 from .span import Span, recording_span
 from .schema import (
     APPENDABLE_VERSIONS,
+    FRAMES_KEEPS,
     APPLICATION_ID,
     open_session_key,
     DDL,
@@ -411,10 +412,14 @@ class RecordWriter:
         # and an ALTER TABLE would make the earlier sessions' findings read as "recorded, no
         # claim" (NULL) where nothing was recorded. Start a new file to keep the bound.
         self._gain_col = any(r[1] == "gain_predicted" for r in c.execute("PRAGMA table_info(findings)"))
-        for fid, name, filename, line, module, code in c.execute(
-            "SELECT id, name, filename, line, module, code FROM frames"
+        # A file from before frames.keeps (schema.FRAMES_KEEPS) gets the column: its earlier
+        # frames read none, which is what was known of their loops.
+        if not any(r[1] == FRAMES_KEEPS for r in c.execute("PRAGMA table_info(frames)")):
+            c.execute(f"ALTER TABLE frames ADD COLUMN {FRAMES_KEEPS} TEXT")
+        for fid, name, filename, line, module, code, keeps in c.execute(
+            "SELECT id, name, filename, line, module, code, keeps FROM frames"
         ):
-            self._frames[Frame(name, filename, line, module, code)] = fid
+            self._frames[Frame(name, filename, line, module, code, codec.keeps_from_text(keeps))] = fid
         for sid, blob in c.execute("SELECT id, frames FROM stacks"):
             self._stacks_by_ids[bytes(blob)] = sid
         for tid, pid, thread_id, name, is_main, os_tid in c.execute(
@@ -656,10 +661,11 @@ class RecordWriter:
         fid = self._frames.get(f)
         if fid is None:
             cur = self.conn.execute(
-                "INSERT INTO frames(name, filename, line, module, code) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO frames(name, filename, line, module, code, keeps) VALUES (?, ?, ?, ?, ?, ?)",
                 # A second pass over what the stack source redacted (once per distinct frame):
                 # a recording outlives the screen, and not every source is the stack sampler.
-                (f.name, f.filename, f.line, f.module, redact_code(f.code) if f.code else f.code),
+                (f.name, f.filename, f.line, f.module, redact_code(f.code) if f.code else f.code,
+                 codec.keeps_text(f.keeps)),
             )
             fid = self._frames[f] = cur.lastrowid  # type: ignore[assignment]
         return fid  # type: ignore[return-value]

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
+from .loop_source import Keeps, keeps_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -22,6 +23,7 @@ class SourceLines:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._files: dict[str, list[str] | None] = {}
+        self._loops: dict[str, list | None] = {}
 
     def line(self, filename: str, lineno: int) -> str | None:
         if not filename or filename.startswith("<") or lineno <= 0:
@@ -34,6 +36,17 @@ class SourceLines:
         if lines is None or lineno > len(lines):
             return None
         return lines[lineno - 1].strip() or None
+
+    def keeps(self, filename: str, lineno: int) -> Keeps:
+        """What the loop around ``lineno`` keeps from turn to turn (loop_source), parsed once per file."""
+        if self.line(filename, lineno) is None:
+            return ()
+        loops = self._loops.get(filename, ...)
+        if loops is ...:
+            if len(self._loops) > 2000:
+                self._loops.clear()
+            loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
+        return keeps_at(loops, lineno)
 
     def _read(self, filename: str) -> list[str] | None:
         if os.path.isabs(filename):
@@ -67,8 +80,10 @@ class StackParser:
     same few stacks), the leaf and project frames given their source line, then classified."""
 
     def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
-                 is_library: IsLibrary = lambda filename: False) -> None:
+                 is_library: IsLibrary = lambda filename: False,
+                 keeps: Callable[[str, int], Keeps] | None = None) -> None:
         self._lines = lines
+        self._keeps = keeps
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -82,14 +97,18 @@ class StackParser:
         f = self._frames.get(key)
         if f is None:
             code = None
-            if self._lines is not None and (leaf or not self._is_library(filename)):
+            keeps: Keeps = ()
+            own = not self._is_library(filename)
+            if self._lines is not None and (leaf or own):
                 code = self._lines(filename, line)
                 if code:
                     # Redacted here, once per distinct line (redact_code caches): every frame on
                     # screen, in `stacks --json`, in the advisor's evidence and in a recording
                     # comes from this one.
                     code = redact_code(code)
-            f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code)
+            if self._keeps is not None and own:
+                keeps = tuple((ln, redact_code(text)) for ln, text in self._keeps(filename, line))
+            f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

@@ -168,7 +168,8 @@ class PySpySource:
         self._pyspy = pyspy or find_pyspy()
         # Forked workers see the target's files and run the same code: one parser (and its
         # caches of source lines, frames and categories) serves them all.
-        self._parser = StackParser(SourceLines(pid).line, classify, is_library)
+        source = SourceLines(pid)
+        self._parser = StackParser(source.line, classify, is_library, source.keeps)
         self._proc: psutil.Process | None
         try:
             self._proc = psutil.Process(pid)

@@ -3,7 +3,7 @@ towards the limit (with a forecast), or what ended a job that ran out."""
 
 from __future__ import annotations
 
-from ...analysis import COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, Growth, MemoryView, eta_text, rate_text
+from ...analysis import COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, Growth, LeakLine, MemoryView, eta_text, rate_text
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from ...model import Severity
@@ -228,6 +228,13 @@ def _host_evidence(mem: MemoryView) -> list[str]:
     return out
 
 
+def _leak_evidence(top: LeakLine) -> str:
+    where = ", in the training loop the stacks show (read from its source)," if top.read else ""
+    if top.graph:
+        return f"{top.where}: `{top.code}`{where} keeps each step's tensor with its autograd graph"
+    return f"{top.where}: `{top.code}`{where} adds to `{top.kept}` every step, and nothing in the loop takes from it"
+
+
 @uses(HORIZON_S, WARN_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
 def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     mem = ctx.memory
@@ -255,11 +262,11 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         leaks = mem.leaks
         if leaks:
             top = leaks[0]
-            evidence.append(f"{top.where}: `{top.code}` keeps each step's tensor with its autograd graph")
+            evidence.append(_leak_evidence(top))
             action = f"{top.where}: {top.fix}"
         else:
-            evidence.append("the job's stacks show no line that keeps a step's tensor (such a line runs for "
-                            "microseconds: the samples may miss it)")
+            evidence.append("the job's stacks, and the loop they show, hold no line that keeps a step's tensor "
+                            "(such a line runs for microseconds: the samples may miss it)")
             action = _FIND_IT
         title = f"{name} memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
         gpu = what.index
@@ -272,12 +279,17 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         # the Dataset's remedy; read and flat, not that. Not read (no history yet, no
         # smaps_rollup), a job with workers keeps the likelier copy-on-read.
         action = _COPY_ON_READ if mem.uss_growing or (mem.workers and not mem.uss_read) else _FIND_IT_HOST
+        if mem.leaks and not mem.uss_growing and (mem.main is None or mem.main.growing or not mem.workers):
+            # The main process grows (or a job on the CPU device, whose tensors are host memory):
+            # the training loop's keeper is the likely line, as on a GPU.
+            evidence.append(_leak_evidence(mem.leaks[0]))
+            action = f"{mem.leaks[0].where}: {mem.leaks[0].fix}"
         title = f"host memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
     return Hit(
         evidence=tuple(evidence),
         action=action,
         expected_gain="the job finishes instead of dying out of memory",
-        confidence=NAMED_CONFIDENCE if kind == "gpu" and mem.leaks else FORECAST_CONFIDENCE,
+        confidence=NAMED_CONFIDENCE if kind == "gpu" and mem.leaks and mem.leaks[0].graph else FORECAST_CONFIDENCE,
         gpu_index=gpu,
         severity=Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO,
         title=title,

@@ -1,0 +1,170 @@
+"""What the loop around a sampled line keeps from one turn to the next, read from the source.
+
+A line that keeps a step's tensor (``total_loss += loss``, ``outputs.append(out)``,
+``cache[step] = x``) runs for microseconds: a sampler at a few dumps a second almost never
+catches it, so the stacks alone cannot name the line a leak comes from. The loop that encloses the
+line the sampler did catch (a forward, a sleep, a data wait) is in the same file, though: its
+statements that add to something living across its turns are read here once per file, and each
+sampled frame of the user's code carries those of its innermost loop (``Frame.keeps``). Whether
+one of them is the leak is the analysis' judgement (``analysis.memory_cause``); this only reads.
+
+Pure: the file's lines in, ``(line number, statement's first line)`` pairs out.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+# A loop's keepers are capped: a loop of hundreds of statements keeps its first ones, enough to
+# name a leak (one of them), bounded per frame in memory and in a recording.
+MAX_KEEPS = 12
+MAX_CODE = 200
+# Methods that add to a container in place, and those that take from it.
+_GROWS = frozenset({"append", "extend", "insert", "add", "update", "appendleft", "setdefault"})
+_SHRINKS = frozenset({"pop", "popleft", "popitem", "clear", "remove", "discard"})
+
+Keeps = tuple[tuple[int, str], ...]
+
+
+class _Loop:
+    __slots__ = ("first", "last", "keeps")
+
+    def __init__(self, first: int, last: int, keeps: Keeps) -> None:
+        self.first, self.last, self.keeps = first, last, keeps
+
+
+def _body_nodes(loop: ast.AST):
+    """The loop's statements and expressions, not those of functions or classes defined in it."""
+    stack = list(ast.iter_child_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name a target hangs from: ``self.cache[k]`` -> ``self.cache``, ``xs`` -> ``xs``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+_CONTAINERS = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque"})
+
+
+def _inits(tree: ast.AST) -> dict[str, str]:
+    """How the file makes its names: "grows" for an empty-able container (``{}``, ``[]``,
+    ``dict()``, ``defaultdict(list)``), "bounded" for a deque with a ``maxlen``, "other" else."""
+    out: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            targets, value = n.targets, n.value
+        elif isinstance(n, ast.AnnAssign) and n.value is not None:
+            targets, value = [n.target], n.value
+        else:
+            continue
+        kind = "other"
+        if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+            kind = "grows"
+        elif isinstance(value, ast.Call):
+            fn = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+            if fn in _CONTAINERS:
+                kind = "bounded" if any(k.arg == "maxlen" for k in value.keywords) or (
+                    fn == "deque" and len(value.args) > 1) else "grows"
+        for t in targets:
+            root = _root(t) if isinstance(t, (ast.Name, ast.Attribute)) else None
+            if root is not None and out.get(root) != "grows":
+                out[root] = kind
+    return out
+
+
+def _keepers(loop: ast.For | ast.AsyncFor | ast.While, inits: dict[str, str]) -> list[ast.stmt]:
+    """The lines of ``loop`` that add to something that outlives a turn: a sum (``x += v``,
+    ``x = x + v``), a container grown in place (``xs.append(v)``), an item stored under a key that
+    changes every turn (``cache[step] = v``). A name bound afresh in the loop (``outs = []``) is
+    the turn's own, and one the loop also takes from (``pop``, ``del``, ``clear``) is bounded."""
+    nodes = list(_body_nodes(loop))
+    fresh: set[str] = set()
+    for n in nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SHRINKS:
+            fresh.add(_root(n.func.value) or "")
+        elif isinstance(n, ast.Delete):
+            fresh.update(_root(t) or "" for t in n.targets)
+    turning: set[str] = _names(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, (ast.Name, ast.Attribute)) and not (
+                        isinstance(n.value, ast.BinOp) and _root(n.value.left) == _root(t)):
+                    fresh.add(_root(t) or "")
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            turning.add(n.target.id)  # a counter: step += 1
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            turning |= _names(n.target)
+    out = []
+    for n in nodes:
+        root = None
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Add, ast.BitOr)):
+            root = _root(n.target)
+            if isinstance(n.target, ast.Name) and isinstance(n.value, ast.Constant):
+                root = None  # a counter, not a sum of values
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1:
+            t = n.targets[0]
+            if isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add) and _root(n.value.left) == _root(t) \
+                    and not isinstance(n.value.right, ast.Constant):
+                root = _root(t)
+            elif isinstance(t, ast.Subscript) and _names(t.slice) & turning and inits.get(_root(t.value) or "") == "grows":
+                # a dict or list made empty and filled under a new key each turn (a tensor
+                # written in place, x[i] = v, keeps its size)
+                root = _root(t.value)
+        elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute) \
+                and n.value.func.attr in _GROWS:
+            root = _root(n.value.func.value)
+            if inits.get(root or "") == "bounded":
+                root = None  # deque(maxlen=N): it drops as it takes
+        if root is not None and root not in fresh:
+            out.append(n)
+    return sorted(out, key=lambda n: n.lineno)
+
+
+def loops_of(text: str) -> list[_Loop] | None:
+    """Every loop of a file with its keepers' line numbers; None: not Python we can parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    out = []
+    inits = _inits(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            keeps = tuple((n.lineno, _statement(text, n)) for n in _keepers(node, inits)[:MAX_KEEPS])
+            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps))
+    return out
+
+
+def _statement(text: str, node: ast.stmt) -> str:
+    """The statement as written, without its comment, on one line (capped)."""
+    seg = ast.get_source_segment(text, node) or ""
+    return " ".join(seg.split())[:MAX_CODE]
+
+
+def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
+    """The keepers of the innermost loop around ``lineno`` (empty: none, or no loop there)."""
+    inner = None
+    for lp in loops or ():
+        if lp.first <= lineno <= lp.last and (inner is None or lp.first >= inner.first):
+            inner = lp
+    return inner.keeps if inner is not None else ()

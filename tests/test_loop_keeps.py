@@ -1,0 +1,135 @@
+"""The line a leak comes from, read from the loop the stacks show: a `total_loss += loss` runs for
+microseconds and is almost never sampled, the loop around the sampled line is (sources.loop_source
+reads what it keeps; analysis.memory_cause judges it; memory-growth names it; a recording keeps it)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gputop.analysis import leak_lines
+from gputop.model import Frame, Severity, StackSample
+from gputop.sources.loop_source import keeps_at, loops_of
+from gputop.sources.pyspy_parser import SourceLines, StackParser
+
+from synth import T0, GiB, Job, rule_findings
+from test_memory_growth import GPM, MiB, _loop_frames
+
+TRAIN = '''\
+import collections, torch
+history = []
+recent = collections.deque(maxlen=10)
+cache = {}
+buf = torch.zeros(1000)
+total_loss = 0.0
+for step, (x, y) in enumerate(loader):
+    outs = []
+    for block in blocks:
+        outs.append(block(x))  # the turn's own list
+    loss = model(x).sum()
+    total_loss += loss
+    history.append(loss.item())
+    recent.append(loss)
+    buf[step] = loss.detach()
+    cache[step] = x.detach()  # never trimmed
+    seen = {}
+    seen[step] = x
+    step += 1
+'''
+
+
+def test_a_loop_keeps_what_it_adds_to_every_turn_and_never_takes_from():
+    loops = loops_of(TRAIN)
+    kept = dict(keeps_at(loops, 11))  # the sampled line: the forward
+    assert kept == {12: "total_loss += loss", 13: "history.append(loss.item())", 16: "cache[step] = x.detach()"}
+    # the inner loop keeps its turn's list (made afresh each outer turn, but kept across the inner one)
+    assert dict(keeps_at(loops, 10)) == {10: "outs.append(block(x))"}
+    assert keeps_at(loops, 2) == ()  # no loop there
+
+
+def test_what_the_loop_takes_from_or_bounds_is_not_kept():
+    src = "q = []\nd = {}\nfor i in range(9):\n    q.append(i)\n    q.pop(0)\n    d[i] = i\n    del d[i - 1]\n"
+    assert keeps_at(loops_of(src), 4) == ()
+
+
+def test_unparsable_source_reads_no_loops():
+    assert loops_of("for x in :\n  pass\n") is None
+    assert keeps_at(None, 3) == ()
+
+
+def test_the_parser_gives_the_users_frames_their_loops_keepers(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN.replace("cache[step] = x.detach()", "cache[step] = x.detach(); token = 'hf_abcdefghijklmnopqrstuvwxyz12'"))
+    src = SourceLines(1)
+    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, keeps=src.keeps)
+    raw = [{"thread_id": 1, "frames": [{"name": "forward", "filename": "/x/site-packages/torch/nn/m.py", "line": 3},
+                                       {"name": "<module>", "filename": str(path), "line": 11}]}]
+    own = parser.samples(raw, 0.0)[0].frames[1]
+    assert (12, "total_loss += loss") in own.keeps
+    assert all("hf_abc" not in code for _, code in own.keeps)  # redacted like every source line
+    assert parser.samples(raw, 0.0)[0].frames[0].keeps == ()  # a library's frame: not read
+
+
+def _main(frames, n=40):
+    return [StackSample(ts=float(k), pid=1, thread_id=1, frames=frames, is_main=True) for k in range(n)]
+
+
+def test_leak_lines_read_the_training_loops_keepers_after_what_a_sample_caught():
+    keeps = ((12, "total_loss += loss"), (16, "cache[step] = x.detach()"))
+    loop = Frame("<module>", "/home/u/train.py", 11, code="loss = model(x).sum()", keeps=keeps)
+    got = leak_lines(_main((loop,)), ("<module>", "u/train.py"))
+    assert [(g.where, g.graph, g.read) for g in got] == [("u/train.py:12", True, True), ("u/train.py:16", False, True)]
+    assert "loss.item()" in got[0].fix and "bound `cache`" in got[1].fix
+    # without the step's loop known, a frame's keepers are not the step's
+    assert leak_lines(_main((loop,)), None) == ()
+    # keepers of another frame's loop (a model's layers) are not the step's either
+    assert leak_lines(_main((loop,)), ("forward", "u/model.py")) == ()
+
+
+def test_memory_growth_names_the_keeper_of_the_loop_the_stacks_show():
+    def frames(t):
+        fs = list(_loop_frames(t))
+        fs[1] = Frame("train", "/home/u/train.py", fs[1].line, code="x", keeps=((57, "losses.append(loss)"),))
+        return tuple(fs)
+    job = Job(seconds=150, gpu={**GPM, "mem_used": lambda t: 4 * GiB + 50 * MiB * t},
+              proc_mem=lambda t: 4 * GiB + 50 * MiB * t, main_frames=frames)
+    found, _ = rule_findings(job)
+    f = found["memory-growth"]
+    assert f.severity is Severity.WARNING and f.confidence >= 0.85
+    assert any("u/train.py:57: `losses.append(loss)`, in the training loop the stacks show (read from its source), "
+               "keeps each step's tensor with its autograd graph" in e for e in f.evidence)
+    assert f.action.startswith("u/train.py:57: losses.append(loss)  →  append loss.detach()")
+
+
+def test_a_recording_keeps_the_keepers_and_appends_to_a_file_without_them(tmp_path):
+    from gputop.record.reader import Reader
+    from gputop.record.writer import RecordWriter, SessionMeta
+
+    keeps = ((12, "total_loss += loss"), (16, "cache[step] = x.detach()"))
+    frame = Frame("<module>", "/home/u/train.py", 11, code="loss = model(x).sum()", keeps=keeps)
+    path = tmp_path / "a.gputop"
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(host="h"))
+    w.flush([StackSample(ts=T0 + 1, pid=7, thread_id=1, frames=(frame,), is_main=True)])
+    w.finish()
+    assert Reader(path).stack_samples(0, 2e9)[0].frames[0].keeps == keeps
+    # a file from before the column: read with none, appended to with the column added
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE f2 (id INTEGER PRIMARY KEY, name TEXT, filename TEXT, line INTEGER, module TEXT, code TEXT)")
+    con.execute("INSERT INTO f2 SELECT id, name, filename, line, module, code FROM frames")
+    con.execute("DROP TABLE frames")
+    con.execute("ALTER TABLE f2 RENAME TO frames")
+    con.commit()
+    con.close()
+    assert Reader(path).stack_samples(0, 2e9)[0].frames[0].keeps == ()
+    w = RecordWriter.create(path, append=True)
+    w.start_session(SessionMeta(host="h"))
+    w.flush([StackSample(ts=T0 + 5, pid=7, thread_id=1, frames=(frame,), is_main=True)])
+    w.finish()
+    got = [s.frames[0].keeps for s in Reader(path).stack_samples(0, 2e9)]
+    assert got == [(), keeps]
+    # a foreign column's garbage reads as none
+    con = sqlite3.connect(path)
+    con.execute("UPDATE frames SET keeps = '[[1, 2], \"x\", {}]'")
+    con.commit()
+    con.close()
+    assert all(s.frames[0].keeps == () for s in Reader(path).stack_samples(0, 2e9))
