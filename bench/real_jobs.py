@@ -71,6 +71,9 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "workers-respawn": ("loader-respawn",),  # its action: DataLoader(..., persistent_workers=True)
     "empty-cache": ("host-sync",),  # its action names the empty_cache() line when that is the sync
     "eval-every-step": ("eval-every-step",),  # its action: evaluate every N steps
+    # The fifth fresh set's (2026-11-27): no finding's action is a fused attention kernel, so that
+    # truth is a miss until one is built for the class.
+    "attention": (),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -287,6 +290,23 @@ JOBS: tuple[Job, ...] = (
     Job("fresh-resnet50-jpeg-decode-no-workers", "torchvision", True, "fresh_decode_getitem.py",
         ("--batch", "128", "--workers", "0"),
         (Change("data", "DataLoader(num_workers=8)", ("--workers", "8")),), fresh=True, note=FRESH),
+    # The fifth fresh set: written by a helper that read none of the advisor, its truths and gains
+    # reasoned before any measurement (bench/jobs/fresh5_spec.py); labels mapped to findings here.
+    Job("fresh5-torch-manual-attention", "torch", True, "fresh5_manual_attention.py", ("--batch", "8", "--context", "2048"),
+        (Change("attention", "F.scaled_dot_product_attention(q, k, v, is_causal=True) instead of the hand-written "
+                "attention (q @ k^T, masked_fill, softmax, @ v)", ("--sdpa",)),), fresh=True, note=FRESH),
+    Job("fresh5-transformers-loop-loss", "transformers", True, "fresh5_loop_loss.py", ("--batch", "256", "--max-length", "64"),
+        (Change("host-sync", "one masked cross-entropy for the batch instead of a Python loop over its sentences that "
+                "reads each length with int(mask[i].sum())", ("--vectorized-loss",)),), fresh=True, note=FRESH),
+    Job("fresh5-accelerate-save-state", "accelerate", True, "fresh5_save_state.py",
+        ("--batch", "8", "--context", "1024", "--save-every", "50"),
+        (Change("checkpoint", "accelerator.save_state() every 2,000 steps instead of every 50", ("--save-every", "2000")),),
+        fresh=True, note=FRESH),
+    Job("fresh5-lightning-healthy-llama", "lightning", True, "fresh5_healthy_lightning.py",
+        ("--batch", "8", "--context", "1024", "--workers", "4"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "batch 16 instead of 8 (samples/s; the knob a false alarm would name)", ("--batch", "16"))),
+        fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
         ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
         (Change("eval-every-step", "validate every 200 steps instead of after every training step",
