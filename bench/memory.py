@@ -5,8 +5,11 @@ Six plain user scripts (bench/jobs/memory/): a graph kept by `total_loss += loss
 in a list, a slow leak (a few MB a step), a healthy job whose allocator warms up then plateaus, a
 saw-tooth (a periodic eval at a larger batch), and DataLoader workers whose Dataset of Python
 objects is copied page by page (copy-on-read). Each runs under a memory cap so the leaks really
-die: a ballast process holds all of the card (or the host) but ``--room`` GiB, so the limit the
-job meets is the one NVML (or the host) reports, the one the forecast is made against. (A cap
+die: a ballast process holds all of the card (or the host) but a few GiB (each job's
+``room_gib``, or ``--room``), so the limit the job meets is the one NVML (or the host) reports,
+the one the forecast is made against. The card's ballast starts before the job; the host's once
+the job runs (its baseline is then known) and before gputop attaches, so its own filling is not
+read as the job's growth; the job's OOM score is raised, so the kernel takes it, not the ballast. (A cap
 inside the job, ``torch.cuda.set_per_process_memory_fraction``, is invisible to NVML: the
 forecast would be late by design.)
 
@@ -21,6 +24,7 @@ within 25 % of the actual time once named, no false alarm on the healthy and saw
 
 Usage, on the GPU machine:
     python bench/memory.py --out bench/results            # writes memory.json and memory.md
+    python bench/memory.py --only workers_cow.py --out DIR --shot DIR   # one job; a screenshot
 Smoke test on a CPU (host-memory job, small; prints the rows, writes nothing):
     python bench/memory.py --device cpu --tiny
 """
@@ -33,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,15 +54,18 @@ class Job:
     truth: str  # "gpu-leak", "host-leak", "healthy"
     line: str | None = None  # the leaking line's text, where the stacks can hold it
     cpu: bool = False  # meaningful on a CPU (host memory)
+    host: bool = False  # its memory is the host's: the ballast holds the host's, started once it runs
+    room_gib: float = 8.0  # what the ballast leaves free (GPU: before the job starts; host: beside it)
+    limit_s: float = 150.0  # the longest it is watched
 
 
 SUITE = (
     Job("total_loss.py", "gpu-leak", "total_loss += loss"),
     Job("outputs_list.py", "gpu-leak", "all_outputs.append(outputs)"),
-    Job("slow_leak.py", "gpu-leak"),
-    Job("healthy.py", "healthy", cpu=True),
-    Job("sawtooth.py", "healthy"),
-    Job("workers_cow.py", "host-leak", cpu=True),
+    Job("slow_leak.py", "gpu-leak", "cache[step] = x.detach().clone()"),
+    Job("healthy.py", "healthy", cpu=True, limit_s=60.0),
+    Job("sawtooth.py", "healthy", limit_s=60.0),
+    Job("workers_cow.py", "host-leak", cpu=True, host=True, room_gib=2.0, limit_s=240.0),
 )
 
 
@@ -74,16 +81,29 @@ class Row:
     eta_error: float | None = None  # (predicted - actual) / actual
     false_alarm: bool = False
     exit_cause: str | None = None
+    exit_code: int | None = None
+    job_said: str = ""  # the job's last line on stderr (its error, when it died)
+    early: bool = False  # named on less than a minute of history (memory_growth.EARLY_SPAN_S)
+    # The host's: from the naming to its available memory under 1 % (what the forecast is made
+    # for; the OOM killer comes later, once the kernel has no page cache left to evict).
+    full_actual_s: float | None = None
+    title: str = ""
     note: str = ""
 
 
 def ballast(device: str, room_gib: float) -> subprocess.Popen | None:
-    """A process that holds all of the card's (or the host's) memory but ``room_gib``."""
+    """A process that holds all of the card's (or the host's) memory but ``room_gib``. On the host
+    its pages are populated at once (MAP_POPULATE), and it asks the OOM killer to spare it (it
+    may not be allowed to: the job's own score is raised too, see run_job)."""
     if device == "cpu":
-        code = ("import psutil, time, mmap\n"
-                f"n = max(0, psutil.virtual_memory().available - int({room_gib} * 2**30))\n"
-                "m = mmap.mmap(-1, n)\n"
-                "for i in range(0, n, 4096): m[i] = 1\n"
+        code = ("import mmap, os, time\n"
+                "try:\n    open('/proc/self/oom_score_adj', 'w').write('-1000')\nexcept OSError:\n    pass\n"
+                "avail = int(next(l for l in open('/proc/meminfo') if l.startswith('MemAvailable')).split()[1]) * 1024\n"
+                f"n = max(4096, avail - int({room_gib} * 2**30))\n"
+                "flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, 'MAP_POPULATE', 0)\n"
+                "m = mmap.mmap(-1, n, flags=flags)\n"
+                "if not getattr(mmap, 'MAP_POPULATE', 0):\n"
+                "    for i in range(0, n, 4096): m[i] = 1\n"
                 "print('ready', flush=True)\n"
                 "time.sleep(1e9)\n")
     else:
@@ -98,22 +118,52 @@ def ballast(device: str, room_gib: float) -> subprocess.Popen | None:
     return p
 
 
-def run_job(job: Job, device: str, tiny: bool, limit_s: float) -> Row:
+def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True,
+            shot: Path | None = None) -> Row:
+    """One job watched by gputop's own session until it dies or ``limit_s``. ``room``: hold the
+    memory but the job's room with a ballast; ``shot``: also take a screenshot of the live UI
+    attached to it (a folder), 40 s after its growth starts."""
     args = [sys.executable, str(JOBS / job.script), "--device", device] + (["--tiny"] if tiny else [])
     if job.truth == "healthy":
         args += ["--seconds", str(limit_s)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hold = ballast(device, job.room_gib) if room and not job.host else None
+    # A session of its own, so the workers die with it; its OOM score raised so that the kernel
+    # takes it, not the ballast, when the host is full.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        with open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     row = Row(job.script, job.truth)
     growth_start = None
-    session = open_live(Config(pid=proc.pid, interval=1.0))
-    session.start()
     named_at = None
+    session = None
+    camera = None
     try:
+        if job.host and room:
+            # The host's ballast once the job runs (its baseline is then known), before gputop
+            # attaches: the ballast's own filling must not read as the job's growth.
+            t_wait = time.time() + 180
+            while growth_start is None and time.time() < t_wait and proc.poll() is None:
+                time.sleep(0.5)
+                growth_start = _growth_start(proc)
+            hold = ballast(device, job.room_gib)
+        session = open_live(Config(pid=proc.pid, interval=1.0))
+        session.start()
+        attached = time.time()
         t_end = time.time() + limit_s
         while time.time() < t_end and proc.poll() is None:
             time.sleep(1.0)
+            if job.host and named_at is not None and row.full_actual_s is None and _host_full():
+                row.full_actual_s = round(time.time() - named_at, 1)
             if growth_start is None:
                 growth_start = _growth_start(proc)
+            if shot is not None and camera is None and growth_start is not None and time.time() > growth_start + 1:
+                camera = subprocess.Popen(
+                    [sys.executable, str(ROOT / "scripts" / "screenshot.py"), "--out", str(shot), "--name",
+                     "live-memory-leak", "--size", "160x48", "--seconds", "38", "--pid", str(proc.pid)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if named_at is not None:
                 continue
             f = next((f for f in session.store.findings() if f.id == "memory-growth"), None)
@@ -124,29 +174,58 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float) -> Row:
             mem = ctx.memory if ctx is not None else None
             row.named = (f.gpu_index is not None) == (job.truth == "gpu-leak") and job.truth != "healthy"
             row.false_alarm = job.truth == "healthy"
+            row.title = f.title
             if job.line is not None:
                 row.line_named = job.line in f.action
-            row.t_named_s = None if growth_start is None else round(named_at - growth_start, 1)
+            # Growth is visible to gputop from when it grows and gputop watches, whichever is later.
+            visible = max(attached, growth_start) if growth_start is not None else attached
+            row.t_named_s = round(named_at - visible, 1)
             if mem is not None:
                 gr = mem.gpu(f.gpu_index).growth if f.gpu_index is not None and mem.gpu(f.gpu_index) else mem.host
                 row.eta_predicted_s = None if gr is None or gr.eta_s is None else round(gr.eta_s, 1)
+                row.early = bool(gr is not None and gr.early)
         died = proc.poll() is not None
+        died_at = time.time()
         time.sleep(3.0)  # the exit's last polls
         ctx = session.advisor.advisor.last_context
         if ctx is not None and ctx.memory is not None:
             row.exit_cause = ctx.memory.exit_cause
+        if died:
+            row.exit_code = proc.returncode
+            err = (proc.stderr.read() or "").strip().splitlines()
+            row.job_said = err[-1][:200] if err else ""
         if died and named_at is not None:
-            row.eta_actual_s = round(time.time() - 3.0 - named_at, 1)
+            row.eta_actual_s = round(died_at - named_at, 1)
             if row.eta_predicted_s:
                 row.eta_error = round((row.eta_predicted_s - row.eta_actual_s) / row.eta_actual_s, 3)
         if not died:
             row.note = f"alive after {limit_s:.0f} s"
     finally:
-        session.stop()
+        if session is not None:
+            session.stop()
+        if camera is not None:
+            try:
+                camera.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                camera.kill()
         if proc.poll() is None:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                proc.kill()
         proc.wait()
+        if hold is not None:
+            hold.kill()
+            hold.wait()
     return row
+
+
+def _host_full() -> bool:
+    try:
+        info = {ln.split(":")[0]: int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.split()[1:]}
+    except (OSError, ValueError):
+        return False
+    return info.get("MemAvailable", 1) < 0.01 * info.get("MemTotal", 1)
 
 
 def _growth_start(proc: subprocess.Popen) -> float | None:
@@ -156,42 +235,90 @@ def _growth_start(proc: subprocess.Popen) -> float | None:
     return float(text.split()[-1]) if text.startswith("growth starts") else None
 
 
-def markdown(rows: list[Row]) -> str:
-    head = "| job | truth | named | line | t_named_s | eta_predicted_s | eta_actual_s | error | false alarm | exit |\n"
-    head += "|---|---|---|---|---|---|---|---|---|---|\n"
-    return head + "".join(
-        f"| {r.job} | {r.truth} | {r.named} | {r.line_named} | {r.t_named_s} | {r.eta_predicted_s} | "
-        f"{r.eta_actual_s} | {r.eta_error} | {r.false_alarm} | {r.exit_cause or ''} |\n" for r in rows)
+def summary(rows: list[Row]) -> dict:
+    """The issue's targets, met or not, over what ran."""
+    leaks = [r for r in rows if r.truth != "healthy"]
+    healthy = [r for r in rows if r.truth == "healthy"]
+    timed = [r for r in leaks if r.eta_error is not None]
+    lines = [r for r in leaks if r.line_named is not None]
+    return {
+        "leaks": len(leaks),
+        "named": sum(r.named for r in leaks),
+        "named_within_30s": sum(bool(r.named and r.t_named_s is not None and r.t_named_s <= 30) for r in leaks),
+        "forecasts_timed": len(timed),
+        "forecasts_within_25pct": sum(abs(r.eta_error) <= 0.25 for r in timed),
+        "lines_expected": len(lines),
+        "lines_named": sum(bool(r.line_named) for r in lines),
+        "healthy": len(healthy),
+        "false_alarms": sum(r.false_alarm for r in rows),
+        "host_fills_within_25pct": sum(abs(r.eta_predicted_s - r.full_actual_s) <= 0.25 * r.full_actual_s
+                                       for r in leaks if r.full_actual_s and r.eta_predicted_s),
+    }
+
+
+def markdown(rows: list[Row], machine: str = "") -> str:
+    s = summary(rows)
+    out = [f"# Memory: leaks named before they kill{f' ({machine})' if machine else ''}", "",
+           "bench/memory.py: each job under a ballast that leaves it a few GiB (the card's, or the host's), "
+           "watched by gputop's own live session (the advisor `advise` runs). `t_named_s` counts from when "
+           "the growth is visible (the job's \"growth starts\" line, or gputop's attach if later); "
+           "`eta_actual_s` from the naming to the job's death.", "",
+           f"- leaks named: {s['named']} of {s['leaks']}, within 30 s: {s['named_within_30s']} (target: all)",
+           f"- forecasts within 25 % of the actual time to death: {s['forecasts_within_25pct']} of "
+           f"{s['forecasts_timed']} timed (target: all)",
+           f"- the leaking line named: {s['lines_named']} of {s['lines_expected']}",
+           f"- false alarms on the {s['healthy']} healthy jobs: {s['false_alarms']} (target: 0)", "",
+           "| job | truth | named | early | line | t_named_s | eta_predicted_s | eta_actual_s | error | false alarm "
+           "| exit | the job said |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r.job} | {r.truth} | {r.named} | {r.early} | {r.line_named} | {r.t_named_s} | {r.eta_predicted_s} | "
+            f"{r.eta_actual_s}{'' if r.full_actual_s is None else f' (host full at {r.full_actual_s})'} | {r.eta_error} | {r.false_alarm} | {r.exit_cause or r.exit_code or r.note} | "
+            f"{r.job_said.replace('|', '/')} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def machine(device: str) -> str:
+    if device != "cuda":
+        return "CPU"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
+                              os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        return f"1 x {out}" if out else "GPU"
+    except (OSError, subprocess.SubprocessError):
+        return "GPU"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--tiny", action="store_true", help="small jobs, a short watch: a smoke test")
-    p.add_argument("--room", type=float, default=None, help="GiB left free by the ballast (default: 6 on a GPU, "
-                   "no ballast with --tiny)")
-    p.add_argument("--limit", type=float, default=None, help="seconds to watch each job (default 900; 90 with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="small jobs, a short watch, no ballast: a smoke test")
+    p.add_argument("--room", type=float, default=None, help="GiB every ballast leaves free (default: each job's own)")
+    p.add_argument("--limit", type=float, default=None, help="seconds to watch each job (default: each job's own; "
+                   "90 with --tiny)")
     p.add_argument("--only", nargs="*", help="job scripts to run")
+    p.add_argument("--shot", type=Path, default=None, help="also screenshot the live UI on the first leak, into DIR")
     p.add_argument("--out", type=Path, default=None, help="folder for memory.json and memory.md (none: print only)")
     args = p.parse_args()
-    limit = args.limit or (90.0 if args.tiny else 900.0)
     jobs = [j for j in SUITE if (not args.only or j.script in args.only) and (args.device == "cuda" or j.cpu)]
-    room = args.room if args.room is not None else (None if args.tiny else 6.0)
+    name = machine(args.device)
     rows = []
+    shot = args.shot
     for job in jobs:
-        hold = ballast(args.device, room) if room is not None else None
-        try:
-            rows.append(run_job(job, args.device, args.tiny, limit))
-        finally:
-            if hold is not None:
-                hold.kill()
-                hold.wait()
+        if args.room is not None:
+            job = replace(job, room_gib=args.room)
+        limit = args.limit or (90.0 if args.tiny else job.limit_s)
+        rows.append(run_job(job, args.device, args.tiny, limit, room=not args.tiny,
+                            shot=shot if job.truth == "gpu-leak" else None))
+        if job.truth == "gpu-leak":
+            shot = None
         print(json.dumps(asdict(rows[-1])), flush=True)
-    print(markdown(rows))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "memory.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-        (args.out / "memory.md").write_text(markdown(rows))
+        if args.out is not None:  # after every job: a watch cut short keeps what ran
+            args.out.mkdir(parents=True, exist_ok=True)
+            doc = {"machine": name, "summary": summary(rows), "jobs": [asdict(r) for r in rows]}
+            (args.out / "memory.json").write_text(json.dumps(doc, indent=2) + "\n")
+            (args.out / "memory.md").write_text(markdown(rows, name))
+    print(markdown(rows, name))
     return 0
 
 

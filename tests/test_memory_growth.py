@@ -288,3 +288,29 @@ def test_a_fast_leak_is_named_within_half_a_minute_only_in_the_training_loop():
     found, ctx = rule_findings(job(loading))
     assert not ctx.step.stepping
     assert "memory-growth" not in found
+
+
+def test_memory_grown_while_loading_weights_is_not_judged_early_once_training_starts():
+    # 20 s of loading shards in a loop of the user's own (memory +300 MiB/s), then training, flat
+    def mem(t):
+        return 40 * GiB + 300 * MiB * min(t, 20.0)
+
+    def frames(t):
+        if t < 20:
+            line = 12 if int(t * 5) % 2 else 13  # shards.append(load(f)); time.sleep(...)
+            return (Frame("load", "/home/u/train.py", 5), Frame("<module>", "/home/u/train.py", line))
+        return _loop_frames(t)
+
+    def category(t):
+        return C.OTHER if t < 20 else (C.FORWARD, C.BACKWARD, C.OPTIMIZER)[int(t * 7) % 3]
+
+    for seconds in (28, 35, 45):
+        found, ctx = rule_findings(Job(seconds=seconds, main=category, gpu={**GPM, "mem_used": mem}, proc_mem=mem,
+                                       main_frames=frames))
+        assert ctx.step.stepping, seconds
+        assert "memory-growth" not in found, seconds
+    # the same job leaking once it trains is named within half a minute of training
+    leak = lambda t: mem(t) + 400 * MiB * max(0.0, t - 20.0)  # noqa: E731
+    found, _ = rule_findings(Job(seconds=45, main=category, gpu={**GPM, "mem_used": leak}, proc_mem=leak,
+                                 main_frames=frames))
+    assert "memory-growth" in found

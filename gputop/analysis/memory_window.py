@@ -177,12 +177,12 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
                 gpu_processes: Sequence[GpuProcess], host: Sequence[HostSample],
                 procs: Mapping[int, Sequence[ProcSample]], family: Collection[int],
                 workers: Collection[int] = (), gpu_info: Mapping[int, GpuInfo] | None = None,
-                in_loop: bool = False) -> MemoryView:
+                early_since: float | None = None) -> MemoryView:
     """``gpus``: the job's GPUs; ``gpu_processes``: NVML's process lists over the window (every
     poll's); ``procs``: per pid, the family's process samples (the workers', and the target's for
     its RSS); ``family``: the target and its workers; ``workers``: the DataLoader workers;
-    ``in_loop``: the job's main thread is in its training loop (not loading, not compiling), so
-    urgent growth is judged on less history (memory_growth.EARLY_SPAN_S)."""
+    ``early_since``: since when the job has been in its training loop (not loading, not
+    compiling): growth since then is judged on less history when urgent (memory_growth.EARLY_SPAN_S)."""
     out: list[GpuMemory] = []
     for i in sorted(gpus):
         samples = gpu_samples.get(i, ())
@@ -198,11 +198,11 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
             continue
         # The card fills with everyone's memory: the headroom is what the whole card has left.
         used_now = float(last.mem_used) if last is not None and last.mem_used is not None else None
-        out.append(GpuMemory(i, growth(series, limit, used_now, early=in_loop), source))
+        out.append(GpuMemory(i, _judged(series, limit, used_now, early_since), source))
     host_growth = None
     hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
     if hs:
-        host_growth = growth(hs, float(host[-1].mem_total), early=in_loop)
+        host_growth = _judged(hs, float(host[-1].mem_total), None, early_since)
     ws = []
     for pid in sorted(workers):
         samples = procs.get(pid, ())
@@ -217,6 +217,15 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         if series:
             main = growth(series)
     return MemoryView(tuple(out), host_growth, tuple(ws), main=main)
+
+
+def _judged(series: Sequence[tuple[float, float]], limit: float | None, used_now: float | None,
+            early_since: float | None) -> Growth:
+    """A minute of history judged as ever; less, only its part since the loop began, and early."""
+    g = growth(series, limit, used_now)
+    if g.judged or early_since is None:
+        return g
+    return growth([p for p in series if p[0] >= early_since], limit, used_now, early=True)
 
 
 def owner_of(pid: int, parents: Mapping[int, int], jobs: Collection[int]) -> int | None:

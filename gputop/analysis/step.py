@@ -116,11 +116,12 @@ class StepModel:
 
     @property
     def stepping(self) -> bool:
-        """The job is going round its loop: the loop's frame moves from line to line, or the
-        samples show more than one of forward, backward and the optimizer. Not so while it loads
-        weights or data under one line, whose frame ``loop`` still names."""
-        return self.loop is not None and (
-            self.loop_lines >= 2 or sum(1 for p, _ in self.phases if p in _MODEL_WORK) >= 2)
+        """The job is going round its training loop: the samples show more than one of forward,
+        backward and the optimizer, or one of them with the loop's frame moving from line to line
+        (an evaluation loop). Not so while it loads weights or data, in a loop of its own or under
+        one line, whose frame ``loop`` still names."""
+        work = sum(1 for p, _ in self.phases if p in _MODEL_WORK)
+        return self.loop is not None and (work >= 2 or (work >= 1 and self.loop_lines >= 2))
 
 
 def _place(f: Frame) -> tuple[str, str]:
@@ -420,6 +421,11 @@ def _recurrence(main: Sequence[StackSample], phases: Sequence[str], evals: int, 
     period = (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else None
     return Evaluation(evals, how, where, lines, framework, at, bursts, between, multi, period,
                       evals * interval / max(1, bursts))
+
+
+def model_work(phase: str) -> bool:
+    """Forward, backward or the optimizer: the step's own work."""
+    return phase in _MODEL_WORK
 
 
 def step_model(main: Sequence[StackSample]) -> StepModel:

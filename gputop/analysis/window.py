@@ -26,7 +26,7 @@ from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .recompute import Recompute, recompute_of
 from .spin import is_spin, spin_share
-from .step import StepModel, compiling, step_model
+from .step import StepModel, compiling, model_work, step_model
 from .stacks_summary import StacksView, stacks_view_of
 from .hang_forming import Forming, hang_forming
 from .stuck import (
@@ -139,12 +139,15 @@ class JobWindow:
         r = self.memory_reads
         if r is None or self.target_pid is None:
             return None
-        # Growth is judged early only while the job trains: its loop in the stacks, nothing
-        # compiling (weights loading or kernels compiling grow memory too, then stop).
-        main = self.main
-        in_loop = self.step.stepping and not any(compiling(s.frames) for s in main[-len(main) // 4:])
+        # Growth is judged early only over the time the job has trained: from its first sample of
+        # the step's own work, with the step going round and nothing compiling since (weights
+        # loading or kernels compiling grow memory too, then stop).
+        main, step = self.main, self.step
+        since = None
+        if step.stepping and not any(compiling(s.frames) for s in main[-len(main) // 4:]):
+            since = next((s.ts for s, p in zip(main, step.placed) if model_work(p)), None)
         view = memory_view(r.gpus, r.gpu_polls, r.listed, r.host, r.worker_procs, r.family, r.workers,
-                           dict(self.gpu_info), in_loop=in_loop)
+                           dict(self.gpu_info), early_since=since)
         cause = None
         if r.exited_at is not None:
             said = [e.message for e in self.all_events

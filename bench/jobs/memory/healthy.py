@@ -1,4 +1,6 @@
-"""A healthy job: the caching allocator warms up over the first steps, then memory is flat."""
+"""A healthy job: its weights loaded shard by shard first (the GPU's memory rises for ~16 s, as a
+large checkpoint read from disk makes it), then training whose caching allocator warms up over
+the first steps, then flat memory."""
 import argparse
 import time
 
@@ -15,6 +17,10 @@ width = 256 if args.tiny else 4096
 model = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 10)).to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 batch = 32 if args.tiny else 1024
+shards = []
+for i in range(2 if args.tiny else 16):  # 16 x 256 MiB, a shard a second
+    shards.append(torch.empty(2**26, device=dev).normal_())
+    time.sleep(1.0)
 running = 0.0
 end = time.time() + args.seconds
 while time.time() < end:

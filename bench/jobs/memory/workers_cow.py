@@ -4,6 +4,7 @@ import argparse
 import time
 
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 p = argparse.ArgumentParser()
@@ -24,11 +25,23 @@ class Records(Dataset):
         return torch.tensor([len(item["text"]), item["label"]], dtype=torch.float32)
 
 
-data = Records(200_000 if args.tiny else 20_000_000)
+data = Records(200_000 if args.tiny else 3_000_000)
 loader = DataLoader(data, batch_size=256, shuffle=True, num_workers=2 if args.tiny else 8, persistent_workers=True)
 dev = torch.device(args.device)
+width = 256 if args.tiny else (4096 if dev.type == "cuda" else 1024)
+model = nn.Sequential(*[nn.Linear(width, width) for _ in range(8)]).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+rows = 64 if args.tiny else (2048 if dev.type == "cuda" else 256)  # a step of ~35 ms on an H100
 print(f"growth starts {time.time():.3f}", flush=True)
+step = 0
 while True:
     for x in loader:
-        x = x.to(dev)
-        time.sleep(0.005 if args.tiny else 0.001)
+        x = x.to(dev, non_blocking=True)
+        inp = torch.randn(rows, width, device=dev) + x.mean()
+        loss = model(inp).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 20 == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
