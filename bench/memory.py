@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +87,7 @@ class Row:
     # The host's: from the naming to its available memory under 1 % (what the forecast is made
     # for; the OOM killer comes later, once the kernel has no page cache left to evict).
     full_actual_s: float | None = None
+    host_avail_mib: list = field(default_factory=list)  # the host's available memory: after the ballast, every 10 s
     title: str = ""
     note: str = ""
 
@@ -123,13 +124,15 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
     """One job watched by gputop's own session until it dies or ``limit_s``. ``room``: hold the
     memory but the job's room with a ballast; ``shot``: also take a screenshot of the live UI
     attached to it (a folder), 40 s after its growth starts."""
-    args = [sys.executable, str(JOBS / job.script), "--device", device] + (["--tiny"] if tiny else [])
+    # Relative to the project (run from it): the command line the screen shows names the project's file.
+    args = [sys.executable, str((JOBS / job.script).relative_to(ROOT)), "--device", device] + (["--tiny"] if tiny else [])
     if job.truth == "healthy":
         args += ["--seconds", str(limit_s)]
     hold = ballast(device, job.room_gib) if room and not job.host else None
     # A session of its own, so the workers die with it; its OOM score raised so that the kernel
     # takes it, not the ballast, when the host is full.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT)
     try:
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
             f.write("1000")
@@ -149,12 +152,15 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
                 time.sleep(0.5)
                 growth_start = _growth_start(proc)
             hold = ballast(device, job.room_gib)
+            row.host_avail_mib.append(_host_available_mib())
         session = open_live(Config(pid=proc.pid, interval=1.0))
         session.start()
         attached = time.time()
         t_end = time.time() + limit_s
         while time.time() < t_end and proc.poll() is None:
             time.sleep(1.0)
+            if job.host and int(time.time() - attached) % 10 == 0:
+                row.host_avail_mib.append(_host_available_mib())
             if job.host and named_at is not None and row.full_actual_s is None and _host_full():
                 row.full_actual_s = round(time.time() - named_at, 1)
             if growth_start is None:
@@ -218,6 +224,13 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
             hold.kill()
             hold.wait()
     return row
+
+
+def _host_available_mib() -> int:
+    try:
+        return int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemAvailable")).split()[1]) // 1024
+    except (OSError, StopIteration, ValueError):
+        return -1
 
 
 def _host_full() -> bool:

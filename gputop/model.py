@@ -221,6 +221,9 @@ class Frame:
     # turn to the next ((line, statement) pairs, read from the source by sources.loop_source):
     # the line a leak comes from runs too briefly to be sampled, the loop around it is.
     keeps: tuple[tuple[int, str], ...] = ()
+    # The first line of that loop (0: none, or not read): which of a function's loops the sample
+    # is in (loading shards, training, validating).
+    loop: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ def test_the_parser_gives_the_users_frames_their_loops_keepers(tmp_path):
     path = tmp_path / "train.py"
     path.write_text(TRAIN.replace("cache[step] = x.detach()", "cache[step] = x.detach(); token = 'hf_abcdefghijklmnopqrstuvwxyz12'"))
     src = SourceLines(1)
-    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, keeps=src.keeps)
+    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, loop=src.loop)
     raw = [{"thread_id": 1, "frames": [{"name": "forward", "filename": "/x/site-packages/torch/nn/m.py", "line": 3},
                                        {"name": "<module>", "filename": str(path), "line": 11}]}]
     own = parser.samples(raw, 0.0)[0].frames[1]
@@ -129,7 +129,48 @@ def test_a_recording_keeps_the_keepers_and_appends_to_a_file_without_them(tmp_pa
     assert got == [(), keeps]
     # a foreign column's garbage reads as none
     con = sqlite3.connect(path)
-    con.execute("UPDATE frames SET keeps = '[[1, 2], \"x\", {}]'")
+    con.execute("UPDATE frames SET keeps = '{\"loop\": -3, \"keeps\": [[1, 2], \"x\", {}]}'")
     con.commit()
     con.close()
     assert all(s.frames[0].keeps == () for s in Reader(path).stack_samples(0, 2e9))
+
+
+def _module(line, loop, code="x"):
+    return (Frame("<module>", "/home/u/val.py", line, code=code, loop=loop),)
+
+
+def test_a_loop_that_sleeps_most_of_the_time_is_known_from_one_sample_of_its_work():
+    from gputop.model import Category as C
+
+    # a validation loop (line 27) that keeps its losses' graphs and waits on its data 99 % of the
+    # time: one forward sample in 30 s tells the loop, and growth since the loop began is judged
+    def frames(t):
+        return _module(29, 27) if int(t * 5) == 60 else _module(31, 27)
+
+    def category(t):
+        return C.FORWARD if int(t * 5) == 60 else C.DATA_WAIT
+
+    mem = lambda t: 20 * GiB + 400 * MiB * t  # noqa: E731
+    found, ctx = rule_findings(Job(seconds=26, main=category, main_frames=frames, gpu={**GPM, "mem_used": mem},
+                                   proc_mem=mem))
+    assert ctx.step.loop_at == ("<module>", "u/val.py")
+    assert "memory-growth" in found
+
+
+def test_growth_in_a_loading_loop_of_the_same_function_is_not_the_training_loops():
+    from gputop.model import Category as C
+
+    # one module-level script: a loop loading shards (line 21, 16 s, memory rising), then the
+    # training loop (line 30, flat): the training loop began at 16 s, so at 28 s there are 12 s of it
+    def frames(t):
+        return _module(22, 21) if t < 16 else _module(32, 30)
+
+    def category(t):
+        return C.OTHER if t < 16 else (C.FORWARD, C.BACKWARD, C.OPTIMIZER)[int(t * 5) % 3]
+
+    mem = lambda t: 20 * GiB + 1000 * MiB * min(t, 16.0)  # noqa: E731
+    for seconds in (24, 30, 40):
+        found, ctx = rule_findings(Job(seconds=seconds, main=category, main_frames=frames,
+                                       gpu={**GPM, "mem_used": mem}, proc_mem=mem))
+        assert ctx.step.stepping
+        assert "memory-growth" not in found, seconds

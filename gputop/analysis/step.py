@@ -456,6 +456,32 @@ def step_model(main: Sequence[StackSample]) -> StepModel:
                      tuple(placed), len(lines), None if loop is None else (loop[0], loop[1]))
 
 
+def training_since(main: Sequence[StackSample], m: StepModel) -> float | None:
+    """Since when the main thread has stayed in the loop it does the step's work in: the loop
+    the samples of forward, backward or the optimizer are in (the training loop's frame, and in
+    it which of its loops, ``Frame.loop``), from the first sample after the last one outside it.
+    One sample of the work is enough to know the loop; a loop that sleeps or waits on its data
+    most of the time is still that loop. Without the loops read (a recording from before them,
+    a file that does not parse): from the first sample of the work. None: no work seen."""
+    if m.loop_at is None or len(m.placed) != len(main):
+        return None
+
+    def loop_of(s: StackSample) -> int | None:
+        f = next((f for f in s.frames if f.name == m.loop_at[0] and short_path(f.filename) == m.loop_at[1]), None)
+        return None if f is None else f.loop
+
+    work = [k for k, p in enumerate(m.placed) if p in _MODEL_WORK]
+    if not work:
+        return None
+    loops = {loop_of(main[k]) for k in work} - {None, 0}
+    if not loops:
+        return main[work[0]].ts
+    start = len(main)
+    while start > 0 and loop_of(main[start - 1]) in loops and m.placed[start - 1] not in _START_UP:
+        start -= 1
+    return main[start].ts if start < len(main) else None
+
+
 def step_dict(m: StepModel) -> dict:
     d = {"samples": m.samples, "loop": m.loop, "phases": {p: round(sh, 3) for p, sh in m.phases},
          "outside_model": [{"where": w, "share": round(sh, 3)} for w, sh in m.outside]}

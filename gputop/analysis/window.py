@@ -26,7 +26,7 @@ from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .recompute import Recompute, recompute_of
 from .spin import is_spin, spin_share
-from .step import StepModel, compiling, model_work, step_model
+from .step import StepModel, compiling, step_model, training_since
 from .stacks_summary import StacksView, stacks_view_of
 from .hang_forming import Forming, hang_forming
 from .stuck import (
@@ -145,7 +145,7 @@ class JobWindow:
         main, step = self.main, self.step
         since = None
         if step.stepping and not any(compiling(s.frames) for s in main[-len(main) // 4:]):
-            since = next((s.ts for s, p in zip(main, step.placed) if model_work(p)), None)
+            since = training_since(main, step)
         view = memory_view(r.gpus, r.gpu_polls, r.listed, r.host, r.worker_procs, r.family, r.workers,
                            dict(self.gpu_info), early_since=since)
         cause = None

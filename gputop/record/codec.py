@@ -293,7 +293,8 @@ def frame_from_row(row: tuple) -> Frame:
         # Redacted again as it is read: a recording made before source lines were redacted
         # shows *** too (as for command lines, see proc_identity_from_row).
         code=(redact_code(clean_text(row[5])) if row[5] else opt_text(row[5])) if len(row) > 5 else None,
-        keeps=keeps_from_text(row[6]) if len(row) > 6 else (),
+        keeps=keeps_from_text(row[6])[1] if len(row) > 6 else (),
+        loop=keeps_from_text(row[6])[0] if len(row) > 6 else 0,
     )
 
 
@@ -302,28 +303,33 @@ def frame_from_row(row: tuple) -> Frame:
 _KEEPS_MAX, _KEEP_CODE_MAX = 12, 200
 
 
-def keeps_text(keeps: tuple[tuple[int, str], ...]) -> str | None:
-    """Frame.keeps for the frames table (None: none), each statement redacted once more."""
-    if not keeps:
+def keeps_text(f: Frame) -> str | None:
+    """A frame's loop (Frame.loop, Frame.keeps) for the frames table (None: no loop read), each
+    statement redacted once more."""
+    if not f.keeps and not f.loop:
         return None
-    return json.dumps([[int(ln), redact_code(code)] for ln, code in keeps[:_KEEPS_MAX]], separators=(",", ":"))
+    return json.dumps({"loop": int(f.loop), "keeps": [[int(ln), redact_code(code)] for ln, code in f.keeps[:_KEEPS_MAX]]},
+                      separators=(",", ":"))
 
 
-def keeps_from_text(text: object) -> tuple[tuple[int, str], ...]:
-    """The column read back; anything malformed reads as none."""
+def keeps_from_text(text: object) -> tuple[int, tuple[tuple[int, str], ...]]:
+    """The column read back: (loop, keeps); anything malformed reads as none."""
     if not isinstance(text, str) or not text:
-        return ()
+        return 0, ()
     try:
-        items = json.loads(text)
+        doc = json.loads(text)
     except ValueError:
-        return ()
-    if not isinstance(items, list):
-        return ()
+        return 0, ()
+    if not isinstance(doc, dict):
+        return 0, ()
+    loop = doc.get("loop")
+    loop = loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0
+    items = doc.get("keeps")
     out = []
-    for it in items[:_KEEPS_MAX]:
+    for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]:
         if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
             out.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
-    return tuple(out)
+    return loop, tuple(out)
 
 
 # --------------------------------------------------------------------------- events, findings

@@ -275,7 +275,8 @@ TIME_TABLES = SERIES_TABLES + ("events", "findings")
 # `findings` columns that a file from an older gputop (same schema version) may lack: the
 # reader selects NULL in their place and the writer leaves them out (see RecordWriter).
 FINDINGS_OPTIONAL = ("gain_predicted",)
-# `frames.keeps` (Frame.keeps, JSON [[line, statement], ...]) came later too: a file without it
+# `frames.keeps` (Frame.loop and Frame.keeps, JSON {"loop": N, "keeps": [[line, statement], ...]})
+# came later too: a file without it
 # reads every frame's keeps empty, and an --append adds the column (NULL for the frames before:
 # nothing was read of their loops, which is what empty says).
 FRAMES_KEEPS = "keeps"

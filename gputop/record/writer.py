@@ -419,7 +419,8 @@ class RecordWriter:
         for fid, name, filename, line, module, code, keeps in c.execute(
             "SELECT id, name, filename, line, module, code, keeps FROM frames"
         ):
-            self._frames[Frame(name, filename, line, module, code, codec.keeps_from_text(keeps))] = fid
+            loop, kept = codec.keeps_from_text(keeps)
+            self._frames[Frame(name, filename, line, module, code, kept, loop)] = fid
         for sid, blob in c.execute("SELECT id, frames FROM stacks"):
             self._stacks_by_ids[bytes(blob)] = sid
         for tid, pid, thread_id, name, is_main, os_tid in c.execute(
@@ -665,7 +666,7 @@ class RecordWriter:
                 # A second pass over what the stack source redacted (once per distinct frame):
                 # a recording outlives the screen, and not every source is the stack sampler.
                 (f.name, f.filename, f.line, f.module, redact_code(f.code) if f.code else f.code,
-                 codec.keeps_text(f.keeps)),
+                 codec.keeps_text(f)),
             )
             fid = self._frames[f] = cur.lastrowid  # type: ignore[assignment]
         return fid  # type: ignore[return-value]

@@ -5,7 +5,8 @@ A line that keeps a step's tensor (``total_loss += loss``, ``outputs.append(out)
 catches it, so the stacks alone cannot name the line a leak comes from. The loop that encloses the
 line the sampler did catch (a forward, a sleep, a data wait) is in the same file, though: its
 statements that add to something living across its turns are read here once per file, and each
-sampled frame of the user's code carries those of its innermost loop (``Frame.keeps``). Whether
+sampled frame of the user's code carries those of its innermost loop (``Frame.keeps``), and
+the loop's first line (``Frame.loop``: which of a function's loops the sample is in). Whether
 one of them is the leak is the analysis' judgement (``analysis.memory_cause``); this only reads.
 
 Pure: the file's lines in, ``(line number, statement's first line)`` pairs out.
@@ -161,10 +162,22 @@ def _statement(text: str, node: ast.stmt) -> str:
     return " ".join(seg.split())[:MAX_CODE]
 
 
-def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
-    """The keepers of the innermost loop around ``lineno`` (empty: none, or no loop there)."""
+def _inner(loops: Sequence[_Loop] | None, lineno: int) -> _Loop | None:
     inner = None
     for lp in loops or ():
         if lp.first <= lineno <= lp.last and (inner is None or lp.first >= inner.first):
             inner = lp
+    return inner
+
+
+def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
+    """The keepers of the innermost loop around ``lineno`` (empty: none, or no loop there)."""
+    inner = _inner(loops, lineno)
     return inner.keeps if inner is not None else ()
+
+
+def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:
+    """The first line of the innermost loop around ``lineno`` (0: no loop there): which of a
+    function's loops a sample is in (loading shards, training, validating)."""
+    inner = _inner(loops, lineno)
+    return inner.first if inner is not None else 0

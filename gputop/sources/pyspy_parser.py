@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import Keeps, keeps_at, loops_of
+from .loop_source import Keeps, keeps_at, loop_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -37,16 +37,17 @@ class SourceLines:
             return None
         return lines[lineno - 1].strip() or None
 
-    def keeps(self, filename: str, lineno: int) -> Keeps:
-        """What the loop around ``lineno`` keeps from turn to turn (loop_source), parsed once per file."""
+    def loop(self, filename: str, lineno: int) -> tuple[int, Keeps]:
+        """The innermost loop around ``lineno``: its first line (0: none) and what it keeps from
+        turn to turn (loop_source), the file parsed once."""
         if self.line(filename, lineno) is None:
-            return ()
+            return 0, ()
         loops = self._loops.get(filename, ...)
         if loops is ...:
             if len(self._loops) > 2000:
                 self._loops.clear()
             loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
-        return keeps_at(loops, lineno)
+        return loop_at(loops, lineno), keeps_at(loops, lineno)
 
     def _read(self, filename: str) -> list[str] | None:
         if os.path.isabs(filename):
@@ -81,9 +82,9 @@ class StackParser:
 
     def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
                  is_library: IsLibrary = lambda filename: False,
-                 keeps: Callable[[str, int], Keeps] | None = None) -> None:
+                 loop: Callable[[str, int], tuple[int, Keeps]] | None = None) -> None:
         self._lines = lines
-        self._keeps = keeps
+        self._loop = loop
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -98,6 +99,7 @@ class StackParser:
         if f is None:
             code = None
             keeps: Keeps = ()
+            loop = 0
             own = not self._is_library(filename)
             if self._lines is not None and (leaf or own):
                 code = self._lines(filename, line)
@@ -106,9 +108,11 @@ class StackParser:
                     # screen, in `stacks --json`, in the advisor's evidence and in a recording
                     # comes from this one.
                     code = redact_code(code)
-            if self._keeps is not None and own:
-                keeps = tuple((ln, redact_code(text)) for ln, text in self._keeps(filename, line))
-            f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps)
+            if self._loop is not None and own:
+                loop, kept = self._loop(filename, line)
+                keeps = tuple((ln, redact_code(text)) for ln, text in kept)
+            f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
+                      loop=loop)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

@@ -166,6 +166,13 @@ WARN_WITHIN_S = Threshold(
     2 * 3600.0, "s", JUDGEMENT,
     "Growth that reaches the limit within two hours is a warning: a job told that far ahead can be checkpointed "
     "and fixed.")
+# Sooner than this the job dies before any other change could be measured: critical, ranked
+# above every throughput finding (a job told "the loop sleeps" 40 s before its OOM was told the
+# wrong thing first).
+CRITICAL_WITHIN_S = Threshold(
+    600.0, "s", JUDGEMENT,
+    "Growth that reaches the limit within ten minutes is critical and ranked first: the job dies before any other "
+    "change could be measured.")
 # A named pattern in the job's stacks gets this confidence, a forecast alone this.
 NAMED_CONFIDENCE = Threshold(
     0.85, "confidence", JUDGEMENT, "The confidence of growth whose cause the job's stacks name (a kept tensor).")
@@ -235,7 +242,7 @@ def _leak_evidence(top: LeakLine) -> str:
     return f"{top.where}: `{top.code}`{where} adds to `{top.kept}` every step, and nothing in the loop takes from it"
 
 
-@uses(HORIZON_S, WARN_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
+@uses(HORIZON_S, WARN_WITHIN_S, CRITICAL_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
 def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     mem = ctx.memory
     if mem is None:
@@ -291,7 +298,8 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         expected_gain="the job finishes instead of dying out of memory",
         confidence=NAMED_CONFIDENCE if kind == "gpu" and mem.leaks and mem.leaks[0].graph else FORECAST_CONFIDENCE,
         gpu_index=gpu,
-        severity=Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO,
+        severity=(Severity.CRITICAL if eta <= CRITICAL_WITHIN_S else
+                  Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO),
         title=title,
     )
 
