@@ -94,7 +94,7 @@ class Row:
 
 def ballast(device: str, room_gib: float) -> subprocess.Popen | None:
     """A process that holds all of the card's (or the host's) memory but ``room_gib``. On the host
-    its pages are populated at once (MAP_POPULATE), and it asks the OOM killer to spare it (it
+    its pages are populated (MAP_POPULATE) and written, and it asks the OOM killer to spare it (it
     may not be allowed to: the job's own score is raised too, see run_job)."""
     if device == "cpu":
         code = ("import mmap, os, time\n"
@@ -103,8 +103,11 @@ def ballast(device: str, room_gib: float) -> subprocess.Popen | None:
                 f"n = max(4096, avail - int({room_gib} * 2**30))\n"
                 "flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, 'MAP_POPULATE', 0)\n"
                 "m = mmap.mmap(-1, n, flags=flags)\n"
-                "if not getattr(mmap, 'MAP_POPULATE', 0):\n"
-                "    for i in range(0, n, 4096): m[i] = 1\n"
+                # Written through as well: a kernel may take MAP_POPULATE as a hint (one VM's
+                # did: the host's memory stayed free), and a written page is held for good.
+                "chunk = b'\\1' * (64 << 20)\n"
+                "for i in range(0, n, len(chunk)):\n"
+                "    m[i:i + min(len(chunk), n - i)] = chunk[:min(len(chunk), n - i)]\n"
                 "print('ready', flush=True)\n"
                 "time.sleep(1e9)\n")
     else:
