@@ -22,6 +22,7 @@ from ..analysis import (
     GpuView,
     HostLoad,
     JobWindow,
+    LinkTraffic,
     ProcStats,
     RankView,
     Recompute,
@@ -132,6 +133,9 @@ class AnalysisContext:
     # Activation checkpointing: the job's processes' instants spent recomputing a checkpointed
     # forward inside backward (analysis.recompute), and which API checkpoints.
     recompute: Recompute = Recompute()
+    # Each GPU's link traffic over the window (NVLink, PCIe each way), by index: every GPU's, for
+    # the ranks' GPUs that are not the target's.
+    links: Mapping[int, LinkTraffic] = field(default_factory=dict)
     # Verdicts several rules read, each worked out by the first rule that asks (``once``) and kept
     # for the rest of this evaluation; a context made from this one (``replace``) starts empty.
     _once: dict[Callable[["AnalysisContext"], object], object] = field(
@@ -209,6 +213,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         job_tasks=w.job_tasks,
         nccl=w.nccl,
         step=w.step,
+        links=w.links,
         memory=w.memory,
         recompute=w.recompute,
     )

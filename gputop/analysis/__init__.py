@@ -68,7 +68,7 @@ from .throttle import (
 from .views import ViewsStage, pane_views, views_of
 from .watch import StuckWatch
 from .window import (
-    DEFAULT_WINDOW_S, GpuView, JobWindow, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict,
+    DEFAULT_WINDOW_S, GpuView, JobWindow, LinkTraffic, holds_no_gpu, job_view, read_window, stacks_view, stuck_verdict,
 )
 
 # Every decision bar of the analysis, module by module, each in the order its module defines them:
@@ -91,7 +91,7 @@ __all__ = [
     "BUCKET_LABELS", "Breakdown", "Bucket", "COLLECTIVE", "CPU_DEVICE", "CPU_WINDOW_S", "CommVerdict",
     "DEFAULT_STUCK_AFTER_S", "DEFAULT_WINDOW_S", "DESYNC", "EVAL", "Evaluation", "FP32", "FrameworkSeen", "GPU_IDLE_PCT", "GPU_IDLE_WINDOW_S",
     "GROUPS", "GpuEfficiency", "GpuView", "HALF", "HANG", "UNKNOWN_HANG", "RAS_POLL_S", "HF_TRAINER", "HostLoad", "Hot", "IDLE_UTIL_PCT",
-    "JobView", "JobWindow", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
+    "JobView", "JobWindow", "LinkTraffic", "LIGHTNING", "LOOKBACK_EXTRA_S", "MAX_POLL_SLICE_S", "MAX_SLICE_S", "MIXED",
     "NOMINAL_PERIOD_S", "POLL_JOIN_S", "POWER_MASK", "ProcStats", "RANKS_SOURCE", "REASONS", "RankView",
     "STACK_JOIN_S", "STRAGGLER", "STRAGGLER_MIN_GAP_OPS", "Slice", "Straggler", "StacksView", "StepModel", "StuckVerdict", "StuckWatch",
     "THERMAL_MASK", "TREE_BUSY_CORES", "ViewsStage", "WorkerView", "Workers", "across_ranks",

@@ -69,6 +69,32 @@ class GpuView:
         return "CPU" if self.index == CPU_DEVICE else f"GPU {self.index}"
 
 
+@dataclass(frozen=True)
+class LinkTraffic:
+    """A GPU's link traffic over the window: medians of the polls that read it (robust to a
+    checkpoint's burst). None: not read."""
+
+    nvlink_bps: float | None  # sent and received together; read only on a GPU with NVLinks up
+    pcie_tx_bps: float | None
+    pcie_rx_bps: float | None
+    polls: int  # polls that read NVLink
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def link_traffic(samples: Sequence[GpuSample]) -> LinkTraffic:
+    nvl = [s.nvlink_tx_bps + s.nvlink_rx_bps for s in samples
+           if s.nvlink_tx_bps is not None and s.nvlink_rx_bps is not None]
+    return LinkTraffic(_median(nvl), _median([s.pcie_tx_bps for s in samples if s.pcie_tx_bps is not None]),
+                       _median([s.pcie_rx_bps for s in samples if s.pcie_rx_bps is not None]), len(nvl))
+
+
 def holds_no_gpu(target_pid: int | None, family: set[int], pid_rank: Mapping[int, object],
                  gpu_processes: Sequence[GpuProcess], procs: Mapping[int, Sequence[ProcSample]],
                  main: Sequence[StackSample]) -> bool:
@@ -304,6 +330,12 @@ class JobWindow:
             return frozenset()
         return frozenset(self.target_gpus or {p.gpu_index for p in self.gpu_processes}
                          or {i for i in self.gpu_indices if any(s.util > 0 for s in self.slices[i])})
+
+    @functools.cached_property
+    def links(self) -> dict[int, LinkTraffic]:
+        """Every GPU's link traffic over the window (a multi-rank job's ranks each have their own
+        GPU, not all of them the target's)."""
+        return {i: link_traffic([s for s in self.gpu_samples[i] if s.ts >= self.win_t0]) for i in self.gpu_indices}
 
     @functools.cached_property
     def gpus(self) -> tuple[GpuView, ...]:

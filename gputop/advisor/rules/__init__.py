@@ -36,7 +36,7 @@ from .distributed import check_collective_bound, check_collective_wait, check_ma
 from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
-from .nccl import check_nccl_env
+from .nccl import check_collectives_off_nvlink, check_nccl_env
 from .optimizer import check_unfused_optimizer
 from .precision import check_fp32_training, check_no_tensor_cores
 from .recompute import check_activation_checkpointing
@@ -105,6 +105,10 @@ RULES: tuple[Rule, ...] = (
          supersedes=("collective-wait",)),
     Rule("collective-wait", "GPU waits on collectives", W, check_collective_wait),
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
+    # Measured where nccl-env reads the environment: what the links carry says P2P is off even
+    # when the setting was made from Python after start.
+    Rule("collectives-off-nvlink", "Collectives go through host memory, NVLink idle", W,
+         check_collectives_off_nvlink),
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
     Rule("cpu-work-in-loop", "CPU work in the training loop while the GPU waits", W, check_cpu_work_in_loop,
          supersedes=("launch-bound",)),

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 from ...model import Severity
 from ..context import AnalysisContext
 from .base import Hit, bounded, gain, pct, sampled_upper, uses
-from .threshold import JUDGEMENT, IntThreshold
+from .threshold import JUDGEMENT, IntThreshold, Threshold
 
 Env = Mapping[str, str]
 
@@ -160,4 +160,69 @@ def check_nccl_env(ctx: AnalysisContext) -> Hit | None:
         confidence=1.0 if transport else 0.9,
         severity=Severity.WARNING if transport else Severity.INFO,
         title=f"NCCL settings slow the ranks' communication: {keys}",
+    )
+
+
+# --------------------------------------------------------------------------- NVLink left unused
+
+# A GPU with NVLinks up whose links carry less than this (sent and received, median over the
+# window) carries none of its ranks' collectives: a data-parallel step moves its gradients,
+# gigabytes a second on any model worth two GPUs (the fifth held-out set's healthy T5: 4.9 GB/s a
+# GPU). Judgement.
+NVLINK_IDLE_BPS = Threshold(
+    100e6, "B/s", JUDGEMENT,
+    "A GPU whose NVLinks carry less than this (median, both ways) carries none of its ranks' collectives: a "
+    "data-parallel step moves gigabytes a second (a healthy 2-GPU T5 job: 4.9 GB/s a GPU).",
+    "bench/results/multi_rank.md")
+# ... while its PCIe link carries at least this each way: the GPU sends as much as it receives,
+# the signature of traffic between GPUs through host memory. Loading data is received, a
+# checkpoint is sent; neither both at once at this rate. Judgement.
+PCIE_BOTH_WAYS_BPS = Threshold(
+    1e9, "B/s", JUDGEMENT,
+    "PCIe at least this each way (median) while NVLink idles: GPU-to-GPU traffic through host memory; loading "
+    "data is received, a checkpoint sent, neither both ways at this rate.")
+MIN_LINK_POLLS = IntThreshold(5, "polls", JUDGEMENT, "Link readings in the window before a verdict on them.")
+
+
+@uses(NVLINK_IDLE_BPS, PCIE_BOTH_WAYS_BPS, MIN_LINK_POLLS)
+def check_collectives_off_nvlink(ctx: AnalysisContext) -> Hit | None:
+    """Two or more of the job's GPUs have NVLinks up, and the links idle while the GPUs trade
+    gigabytes a second both ways over PCIe: the ranks' collectives go through host memory. NCCL
+    chose that because something turned peer-to-peer off, often where /proc cannot see it (an
+    os.environ line in the script, a launcher's export, a container without IPC)."""
+    if ctx.stuck is not None and ctx.stuck.stuck:
+        return None
+    indices = sorted({v.gpu for v in ctx.ranks if v.gpu is not None} | {g.index for g in ctx.gpus if g.index >= 0})
+    links = [(i, ctx.links[i]) for i in indices if i in ctx.links]
+    seen = [(i, t) for i, t in links if t.polls >= MIN_LINK_POLLS and t.nvlink_bps is not None]
+    if len(seen) < 2:
+        return None
+    off = [(i, t) for i, t in seen if t.nvlink_bps < NVLINK_IDLE_BPS and (t.pcie_tx_bps or 0.0) >= PCIE_BOTH_WAYS_BPS
+           and (t.pcie_rx_bps or 0.0) >= PCIE_BOTH_WAYS_BPS]
+    if len(off) < 2:
+        return None
+    gb = lambda b: f"{b / 1e9:.1f} GB/s"  # noqa: E731
+    ev = [f"GPU {i}: NVLink {gb(t.nvlink_bps)} while PCIe carries {gb(t.pcie_tx_bps)} out and "
+          f"{gb(t.pcie_rx_bps)} in (medians over the window)" for i, t in off]
+    ev.append("a GPU sending as much as it receives over PCIe, its NVLinks idle, is the ranks' collectives going "
+              "through host memory (NCCL's SHM or socket transport): loading data is received, a checkpoint sent")
+    set_here = sorted({f"{k}={v}" for _, env in _envs(ctx).values() for k, v in env.items()
+                       if k in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE")})
+    ev.append("the ranks' environment at start: " + (", ".join(set_here) if set_here else
+                                                     "no NCCL_P2P_* setting (one set from Python after start, "
+                                                     "os.environ[...] before init_process_group, is not visible here)"))
+    return Hit(
+        evidence=tuple(ev),
+        action=("let NCCL use NVLink: remove NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC/NVL limits) wherever the job "
+                "sets it: the script's os.environ, a launcher or job script's export, the container's environment; "
+                "in a container, give it CUDA IPC (docker run --ipc=host); then NCCL_DEBUG=INFO says `via P2P` (or "
+                "NVLS) for the rings where it now says `via SHM` or NET"),
+        expected_gain=("the collectives' time at NVLink's rate instead of PCIe's through host memory: several times "
+                       "faster communication; how much of the step that is, the stacks do not show (the GPUs look "
+                       "busy copying)"),
+        cost_s=0.0,
+        confidence=0.8,
+        gpu_index=off[0][0],
+        title=f"Collectives avoid NVLink: GPUs {', '.join(str(i) for i, _ in off)} trade "
+              f"{gb(min(t.pcie_tx_bps for _, t in off))}+ each way over PCIe, NVLink idle",
     )
