@@ -37,7 +37,7 @@ from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
 from .nccl import check_collectives_off_nvlink, check_nccl_env
-from .optimizer import check_unfused_optimizer
+from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_fp32_training, check_no_tensor_cores
 from .recompute import check_activation_checkpointing
 from .stuck import check_stuck
@@ -109,6 +109,10 @@ RULES: tuple[Rule, ...] = (
     # when the setting was made from Python after start.
     Rule("collectives-off-nvlink", "Collectives go through host memory, NVLink idle", W,
          check_collectives_off_nvlink),
+    # Offloaded, the CPU step is the cost and the GPU has nothing to launch: fusing it or a larger
+    # batch are not the change.
+    Rule("optimizer-offload", "The optimizer runs on the CPU (offloaded) while the GPU idles", W,
+         check_optimizer_offload, supersedes=("unfused-optimizer", "launch-bound")),
     Rule("unfused-optimizer", "Unfused optimizer: per-tensor launches while the GPU waits", W, check_unfused_optimizer),
     Rule("cpu-work-in-loop", "CPU work in the training loop while the GPU waits", W, check_cpu_work_in_loop,
          supersedes=("launch-bound",)),

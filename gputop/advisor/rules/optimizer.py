@@ -134,3 +134,85 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
         gpu_index=g.index,
         title=f"Unfused optimizer: {cls}'s step launches kernels per tensor while {g.name} waits",
     )
+
+
+# --------------------------------------------------------------------------- the optimizer offloaded
+
+# Where the optimizer runs on the CPU by design: DeepSpeed's CPU Adam, or a sharded model (FSDP,
+# FSDP2's fully_shard) whose parameters and states live in host memory (CPU offload).
+_CPU_ADAM = "deepspeed/ops/adam/cpu_adam"
+_FSDP_DIRS = ("torch/distributed/fsdp/", "torch/distributed/_composable/fsdp/")
+OFFLOAD_MIN_SHARE = Threshold(
+    0.30, "share", JUDGEMENT,
+    "The main thread in the optimizer step at least this share of its samples, with its GPU idle meanwhile: the "
+    "step is the job's time, not a part of it.")
+OFFLOAD_GPU_IDLE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "The GPU idle at least this share of the optimizer's share of the window: the step's arithmetic is not on the "
+    "GPU (an unfused step on the GPU keeps it launching kernels).")
+
+
+def _offload_kind(ctx: AnalysisContext) -> str | None:
+    """"deepspeed" or "fsdp" when the main thread's stacks show a sharded model or DeepSpeed's CPU
+    Adam; None: neither."""
+    fsdp = False
+    for s in ctx.main_stacks:
+        for f in s.frames:
+            path = f.filename.replace("\\", "/")
+            if _CPU_ADAM in path:
+                return "deepspeed"
+            if any(d in path for d in _FSDP_DIRS):
+                fsdp = True
+    return "fsdp" if fsdp else None
+
+
+@uses(OFFLOAD_MIN_SHARE, OFFLOAD_GPU_IDLE, MIN_MAIN_SAMPLES)
+def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
+    """The optimizer step runs on the CPU over parameters kept in host memory (FSDP's CPU offload,
+    DeepSpeed's offload_optimizer) while the GPU idles: offload trades the step's speed for GPU
+    memory, and where the states fit, the trade is all cost."""
+    if not enough_stacks(ctx):
+        return None
+    n = len(ctx.main_stacks)
+    in_step = sum(1 for s in ctx.main_stacks
+                  if any(_OPTIM_DIR in f.filename.replace("\\", "/") or _CPU_ADAM in f.filename.replace("\\", "/")
+                         for f in s.frames))
+    share = in_step / n
+    if share < OFFLOAD_MIN_SHARE:
+        return None
+    kind = _offload_kind(ctx)
+    if kind is None:
+        return None
+    gpus = [g for g in ctx.gpus if g.index >= 0 and g.breakdown.total_s > 0]
+    if not gpus:
+        return None
+    g = max(gpus, key=lambda x: 1.0 - x.breakdown.get(Bucket.BUSY) / x.breakdown.total_s)
+    idle = 1.0 - g.breakdown.get(Bucket.BUSY) / g.breakdown.total_s
+    if idle < OFFLOAD_GPU_IDLE * share:
+        return None
+    e = g.efficiency
+    mem = (f"{g.name}'s memory peaked at {pct(e.mem_peak_fraction)} of the card"
+           if e.mem_peak_fraction is not None else f"{g.name}'s memory not read")
+    if kind == "deepspeed":
+        where, off = "DeepSpeed's CPU Adam (DeepSpeedCPUAdam)", (
+            'drop "offload_optimizer" (and "offload_param") from the DeepSpeed config\'s zero_optimization')
+    else:
+        where, off = "a sharded model's optimizer on CPU tensors (FSDP)", (
+            "drop offload_policy=CPUOffloadPolicy() from fully_shard (FSDP2), or cpu_offload=CPUOffload("
+            "offload_params=True) from FullyShardedDataParallel (FSDP1)")
+    upper = sampled_upper(share, n)
+    return Hit(
+        evidence=(f"main thread in the optimizer step {pct(share)} of its samples: {where}",
+                  f"{g.name} idle {pct(idle)} of the window: the step's arithmetic runs on the CPU",
+                  mem + ": without offload each rank holds its shard of the parameters, gradients and "
+                  "optimizer states (16 bytes a parameter for fp32 AdamW, divided by the ranks)"),
+        action=(f"if the states fit on the GPUs, {off}: the step then runs on the GPU (fused there: "
+                "torch.optim.AdamW(..., fused=True)); if they do not, keep the offload and make the CPU step "
+                "cheaper: AdamW(..., fused=True) runs on CPU tensors too (torch >= 2.4)"),
+        expected_gain=gain(share, upper=upper) + ": the CPU optimizer step's time, when it moves to the GPU",
+        gain_bound=bounded(share, upper=upper),
+        cost_s=share * (ctx.t1 - ctx.t0),
+        confidence=0.75,
+        gpu_index=g.index,
+        title=f"The optimizer runs on the CPU ({pct(share)} of the time) while {g.name} idles: offloaded",
+    )
