@@ -243,8 +243,11 @@ class PtyRun:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        self._stop.set()
+        # The child is gone: the reader drains what the terminal still holds and ends at EIO. Told
+        # to stop first, it could leave the last of the output unread (a loaded machine's flake).
         self._reader.join(2.0)
+        self._stop.set()
+        self._reader.join(1.0)
         try:
             os.close(self._master)
         except OSError:
