@@ -159,6 +159,10 @@ class HostSample:
     net_tx_bps: float | None = None
     shm_total: int | None = None  # /dev/shm size, bytes (small in containers)
     shm_used: int | None = None
+    # The attached job's control group: the memory limit that binds it (a container's: the OOM
+    # killer acts there first) and what the group uses; None: no limit, or no job attached.
+    cgroup_limit: int | None = None
+    cgroup_used: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,8 @@ class Job:
     proc_mem: Callable[[float], float] | None = None  # the target's NVML memory, bytes (None: 8 GiB)
     host_mem_total: int = 0  # bytes; 0: the host's memory not read
     host_available: Callable[[float], float] = lambda t: 0.0
+    cgroup_limit: int | None = None  # the job's control group's memory limit (None: none)
+    cgroup_used: Callable[[float], float] | None = None
     worker_rss: Callable[[float], float] | None = None
     # Each worker's private memory, read as the host source reads it: every 12 s, the workers'
     # reads spread over those 12 s (None: not read).
@@ -159,6 +161,8 @@ class Job:
                 shm_total=self.shm_total, shm_used=self.shm_used if self.shm_total else None,
                 mem_total=self.host_mem_total, mem_available=int(self.host_available(t)),
                 mem_used=self.host_mem_total - int(self.host_available(t)),
+                cgroup_limit=self.cgroup_limit,
+                cgroup_used=int(self.cgroup_used(t)) if self.cgroup_used is not None else None,
             )))
             events.append((ts, ProcSample(ts=ts, pid=TARGET, ppid=1, name="python", cpu_percent=self.target_cpu,
                                           num_threads=20, status="sleeping", role=self.target_role, env=self.env,

@@ -110,13 +110,16 @@ def median_rate(growths: Sequence[Growth]) -> float:
 @dataclass(frozen=True)
 class MemoryView:
     gpus: tuple[GpuMemory, ...] = ()
-    host: Growth | None = None  # the host's used memory against its total
+    host: Growth | None = None  # the host's used memory against its total (or the job's cgroup against its limit)
     workers: tuple[WorkerMemory, ...] = ()
     main: Growth | None = None  # the target's own RSS
     # Lines of the job's own code seen in its stacks that keep a step's tensor with its graph.
     leaks: tuple[LeakLine, ...] = ()
     # What likely ended the target, with its evidence, once it has exited (memory_cause).
     exit_cause: str | None = None
+    # The host's growth is the job's control group against its memory limit (a container's, where
+    # the OOM killer acts first), not the whole host against its total.
+    host_cgroup: bool = False
 
     @property
     def uss_read(self) -> tuple[WorkerMemory, ...]:
@@ -200,9 +203,15 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         used_now = float(last.mem_used) if last is not None and last.mem_used is not None else None
         out.append(GpuMemory(i, _judged(series, limit, used_now, early_since), source))
     host_growth = None
-    hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
-    if hs:
-        host_growth = _judged(hs, float(host[-1].mem_total), None, early_since)
+    cgroup = bool(host) and host[-1].cgroup_limit is not None and host[-1].cgroup_used is not None
+    if cgroup:
+        # The group's own use against its limit: the limit binds before the host's total does.
+        cs = [(h.ts, float(h.cgroup_used)) for h in host if h.cgroup_used is not None]
+        host_growth = _judged(cs, float(host[-1].cgroup_limit), None, early_since)
+    else:
+        hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
+        if hs:
+            host_growth = _judged(hs, float(host[-1].mem_total), None, early_since)
     ws = []
     for pid in sorted(workers):
         samples = procs.get(pid, ())
@@ -216,7 +225,7 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         series = [(s.ts, float(s.rss)) for s in procs.get(pid, ()) if s.rss is not None]
         if series:
             main = growth(series)
-    return MemoryView(tuple(out), host_growth, tuple(ws), main=main)
+    return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup)
 
 
 def _judged(series: Sequence[tuple[float, float]], limit: float | None, used_now: float | None,

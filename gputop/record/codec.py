@@ -205,9 +205,10 @@ def host_row(h: HostSample, string_id) -> tuple:
 
 
 def host_from_row(r: tuple, strings: Mapping[int, str]) -> HostSample:
+    # A file before version 3 has no cgroup columns: the fields it has, the rest None.
     kw = dict(zip(_HOST_NAMES, _positional(HOST_FIELDS, r[1:-1], strings)))
     for k, v in _HOST_DEFAULTS.items():
-        if kw[k] is None:
+        if kw.get(k) is None:
             kw[k] = v
     cores = tuple(CoreTimes(*c) for c in unpack_cores(r[-1]))
     return HostSample(ts=r[0], cores=cores, **kw)

@@ -35,9 +35,9 @@ APPLICATION_ID = 0x67705452
 # workers' private memory (ProcSample.uss / pss, after `io_write_bps`): this gputop reads version 1
 # files with the narrower layouts (those fields None) and appends to one in them, so it stays
 # version 1.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The versions this gputop appends to, each in its own layout (see series_layouts).
-APPENDABLE_VERSIONS = (1, 2)
+APPENDABLE_VERSIONS = (1, 2, 3)
 FORMAT_NAME = "gputop-recording"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -146,7 +146,11 @@ HOST_FIELDS: tuple[Field, ...] = (
     Field("net_tx_bps", "f", 1),
     Field("shm_total", "i"),
     Field("shm_used", "i"),
+    Field("cgroup_limit", "i"),
+    Field("cgroup_used", "i"),
 )
+# The host fields a file before version 3 holds: every field before the job's cgroup memory.
+HOST_FIELDS_V2 = HOST_FIELDS[: len(HOST_FIELDS) - 2]
 
 GPU_PROC_FIELDS: tuple[Field, ...] = (
     Field("gpu_index", "i"),
@@ -198,6 +202,8 @@ def series_layouts(version: int) -> dict[str, str]:
     if version < 2:
         layouts["gpu"] = "ti" + "i" * len(GPU_FIELDS_V1)
         layouts["procs"] = "ti" + "i" * len(PROC_FIELDS_V1)
+    if version < 3:
+        layouts["host"] = "t" + "i" * len(HOST_FIELDS_V2) + "y"
     return layouts
 
 # Model fields stored some other way than a Field entry (checked by a test, so a new model

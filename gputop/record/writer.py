@@ -528,7 +528,9 @@ class RecordWriter:
             self._write_block("gpu_procs", [codec.gpu_proc_row(p, sid) for p in gp])
         host = by.get(HostSample)
         if host:
-            self._write_block("host", [codec.host_row(h, sid) for h in host])
+            # A file before version 3 ends its host rows at shm_used, then the per-core times.
+            width = len(self._layouts["host"])
+            self._write_block("host", [(r[: width - 1] + r[-1:]) for r in (codec.host_row(h, sid) for h in host)])
         procs = by.get(ProcSample)
         if procs:
             rows = []

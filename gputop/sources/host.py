@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 
 import psutil
 
+from .cgroup_memory import job_cgroup_memory
 from ..model import CoreTimes, Event, HostSample, ProcSample
 from ..redact import perf_env, redact_cmdline, redact_value
 
@@ -146,6 +147,7 @@ class HostSource:
             shm_total, shm_used = shm.total, shm.used
         except OSError:
             pass
+        cg = job_cgroup_memory(self.target_pid) if self.target_pid is not None else None
         return HostSample(
             ts=ts,
             cpu_percent=busy,
@@ -166,6 +168,9 @@ class HostSource:
             net_tx_bps=n_tx,
             shm_total=shm_total,
             shm_used=shm_used,
+            # Only a limit below the host's binds before the host runs out.
+            cgroup_limit=cg.limit if cg is not None and cg.limit < vm.total else None,
+            cgroup_used=cg.used if cg is not None and cg.limit < vm.total else None,
         )
 
     # ----------------------------------------------------------------- processes

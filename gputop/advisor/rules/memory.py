@@ -279,8 +279,14 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         gpu = what.index
     else:
         gr, gpu = what, None
-        evidence = [_growth_line("host memory", gr),
-                    f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
+        if mem.host_cgroup:
+            evidence = [_growth_line("the job's control group's memory (its container's limit, where the OOM killer "
+                                     "acts first)", gr),
+                        f"at this rate the group reaches its limit (memory.max) in {eta_text(gr)}: the OOM killer then "
+                        "ends a process in it, whatever the host has free"]
+        else:
+            evidence = [_growth_line("host memory", gr),
+                        f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
         evidence.extend(_host_evidence(mem))
         # The workers' USS tells copy-on-read from a leak elsewhere (the main process): growing,
         # the Dataset's remedy; read and flat, not that. Not read (no history yet, no
@@ -291,7 +297,8 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
             # the training loop's keeper is the likely line, as on a GPU.
             evidence.append(_leak_evidence(mem.leaks[0]))
             action = f"{mem.leaks[0].where}: {mem.leaks[0].fix}"
-        title = f"host memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
+        who = "the job's cgroup" if mem.host_cgroup else "host"
+        title = f"{who} memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
     return Hit(
         evidence=tuple(evidence),
         action=action,
