@@ -88,3 +88,14 @@ def test_the_host_forecast_is_against_the_containers_limit():
     assert abs(ctx.memory.host.eta_s - (8 * GiB - 5 * GiB - 10 * MiB * 150) / (10 * MiB)) < 10
     assert f.title.startswith("the job's cgroup memory grows 600 MB/min: out of memory in ~")
     assert any("memory.max" in e for e in f.evidence)
+
+
+def test_the_host_line_shows_the_containers_limit_beside_the_hosts():
+    from dataclasses import replace
+
+    from gputop.present.panels import host_panel
+
+    h = HostSample(ts=T0, cpu_percent=20.0, mem_total=64 * GiB, mem_used=16 * GiB, mem_available=48 * GiB)
+    assert "cgroup" not in host_panel(h, 160, 2).plain
+    text = host_panel(replace(h, cgroup_limit=8 * GiB, cgroup_used=7 * GiB), 160, 2).plain
+    assert "16.0G/64.0G  cgroup 7.0G/8.0G  SWP" in text

@@ -465,6 +465,10 @@ def host_panel_lines(h: HostSample | None, width: int, rows: int = 3,
         t.append(f" {fmt_bytes(h.mem_used)}/{fmt_bytes(h.mem_total)}")
         if workers is not None:
             t.append_text(workers_text(workers))
+        if h.cgroup_limit and h.cgroup_used is not None:
+            # The job's container limit binds before the host's total: shown beside it.
+            cg_frac = h.cgroup_used / h.cgroup_limit
+            _metric(t, "  cgroup ", f"{fmt_bytes(h.cgroup_used)}/{fmt_bytes(h.cgroup_limit)}", level_style(cg_frac))
         swap_frac = h.swap_used / h.swap_total if h.swap_total else None
         _metric(t, "  SWP ", f"{fmt_bytes(h.swap_used)}/{fmt_bytes(h.swap_total)}", level_style(swap_frac, 0.2, 0.5))
         if h.shm_total is not None:
