@@ -314,3 +314,22 @@ def test_memory_grown_while_loading_weights_is_not_judged_early_once_training_st
     found, _ = rule_findings(Job(seconds=45, main=category, gpu={**GPM, "mem_used": leak}, proc_mem=leak,
                                  main_frames=frames))
     assert "memory-growth" in found
+
+
+def test_the_host_forecast_is_the_jobs_own_growth_not_its_neighbours():
+    # A steady leak in the main process (5 MiB/s) beside a neighbour taking and freeing 1.5 GiB
+    neighbour = lambda t: 1.5 * GiB if int(t) % 20 < 12 else 0.0  # noqa: E731
+    rss = lambda t: 330 * MiB + 5 * MiB * t  # noqa: E731
+    job = Job(seconds=120, workers=0, host_mem_total=23 * GiB,
+              host_available=lambda t: 20 * GiB - 5 * MiB * t - neighbour(t), target_rss=rss)
+    f = rule_findings(job)[0]["memory-growth"]
+    assert f.title.startswith("host memory grows 300 MB/min")
+    # A test suite beside a job that grows slowly: the host's 4 GB/min is not the job's
+    burst = Job(seconds=120, workers=0, host_mem_total=23 * GiB,
+                host_available=lambda t: 20 * GiB - 66 * MiB * t, target_rss=lambda t: 330 * MiB + 4 * MiB * t)
+    f = rule_findings(burst)[0]["memory-growth"]
+    assert "240 MB/min" in f.title and f.severity is not Severity.CRITICAL
+    # the host grows, the job's own memory does not: not the job's leak
+    others = Job(seconds=120, workers=0, host_mem_total=23 * GiB,
+                 host_available=lambda t: 20 * GiB - 66 * MiB * t, target_rss=lambda t: 330 * MiB)
+    assert "memory-growth" not in rule_findings(others)[0]

@@ -211,6 +211,13 @@ def _forecast(fit: Fit, used: float, limit: float | None, span: float, sawtooth:
                   span_s=span, eta_s=eta, eta_low_s=lo, eta_high_s=hi, sawtooth=sawtooth)
 
 
+def forecast_of(rate: float, low: float, high: float, used: float, limit: float | None, span: float,
+                early: bool = False) -> Growth:
+    """Steady growth at ``rate`` (its interval ``low``-``high``) from ``used`` towards ``limit``:
+    a rate summed from several series (a job's processes) forecast like one fit."""
+    return replace(_forecast(Fit(rate, low, high, 0), used, limit, span), early=early)
+
+
 def rate_text(bytes_per_s: float) -> str:
     """'310 MB/min': the unit people read memory growth in."""
     per_min = bytes_per_s * 60.0

@@ -17,7 +17,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from ..model import GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample
 from .efficiency import WORKER_MAX_HOPS
 from .memory_cause import LeakLine
-from .memory_growth import Growth, growth
+from .memory_growth import FLAT, Growth, forecast_of, growth
 from .threshold import JUDGEMENT, Threshold
 
 # The forecast looks back this far: long enough that a leak of a few MB a step stands out of an
@@ -204,14 +204,8 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         out.append(GpuMemory(i, _judged(series, limit, used_now, early_since), source))
     host_growth = None
     cgroup = bool(host) and host[-1].cgroup_limit is not None and host[-1].cgroup_used is not None
-    if cgroup:
-        # The group's own use against its limit: the limit binds before the host's total does.
-        cs = [(h.ts, float(h.cgroup_used)) for h in host if h.cgroup_used is not None]
-        host_growth = _judged(cs, float(host[-1].cgroup_limit), None, early_since)
-    else:
-        hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
-        if hs:
-            host_growth = _judged(hs, float(host[-1].mem_total), None, early_since)
+    total = float(host[-1].mem_total) if host and host[-1].mem_total else None
+    used_now = float(host[-1].mem_total - host[-1].mem_available) if total else None
     ws = []
     for pid in sorted(workers):
         samples = procs.get(pid, ())
@@ -224,8 +218,34 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
     for pid in set(family) - set(workers):  # the target (family is the target and its workers)
         series = [(s.ts, float(s.rss)) for s in procs.get(pid, ()) if s.rss is not None]
         if series:
-            main = growth(series)
+            # Against what the host has free: its forecast is the job's own.
+            main = _judged(series, total, used_now, early_since) if total else growth(series)
+    if cgroup:
+        # The group's own use against its limit: the limit binds before the host's total does.
+        cs = [(h.ts, float(h.cgroup_used)) for h in host if h.cgroup_used is not None]
+        host_growth = _judged(cs, float(host[-1].cgroup_limit), None, early_since)
+    elif total:
+        hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
+        host_growth = _job_on_host(_judged(hs, total, None, early_since), main, ws, total, used_now)
     return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup)
+
+
+def _job_on_host(whole: Growth, main: Growth | None, ws: Sequence[WorkerMemory], total: float,
+                 used_now: float) -> Growth:
+    """The host's memory growth as the job's own: the whole host's used memory moves with every
+    process on it (a test suite beside the job read as 4 GB/min, a neighbour's 1.5 GB freed and
+    taken again hid a steady leak), so the rate is the job's (its main process's RSS, its workers'
+    private memory) against what the host has free. Only where the workers' private memory has no
+    history yet (copy-on-read shows nowhere else) does the whole host's growth stand in."""
+    parts = [g for g in [main, *(w.uss for w in ws)] if g is not None and g.growing]
+    if parts:
+        rate, low, high = (sum(g.rate for g in parts), sum(g.rate_low for g in parts),
+                           sum(g.rate_high for g in parts))
+        return forecast_of(rate, low, high, used_now, total, max(g.span_s for g in parts),
+                           early=any(g.early for g in parts))
+    if whole.growing and ws and not any(w.uss is not None and w.uss.judged for w in ws):
+        return whole
+    return Growth(FLAT if whole.judged else whole.kind, used=used_now, limit=total, span_s=whole.span_s)
 
 
 def _judged(series: Sequence[tuple[float, float]], limit: float | None, used_now: float | None,

@@ -285,7 +285,8 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
                         f"at this rate the group reaches its limit (memory.max) in {eta_text(gr)}: the OOM killer then "
                         "ends a process in it, whatever the host has free"]
         else:
-            evidence = [_growth_line("host memory", gr),
+            evidence = [_growth_line("the job's memory on the host (its own processes: other processes' use is "
+                                     "left out)", gr),
                         f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
         evidence.extend(_host_evidence(mem))
         # The workers' USS tells copy-on-read from a leak elsewhere (the main process): growing,
