@@ -174,3 +174,40 @@ def test_growth_in_a_loading_loop_of_the_same_function_is_not_the_training_loops
                                        gpu={**GPM, "mem_used": mem}, proc_mem=mem))
         assert ctx.step.stepping
         assert "memory-growth" not in found, seconds
+
+
+STEP_FN = '''\
+feature_cache = {}
+class Trainer:
+    def __init__(self):
+        self.history = []
+    def step(self, x, step):
+        out = model(x)
+        self.history.append(out)
+        outs = []
+        for block in blocks:
+            outs.append(block(out))
+        return out.sum()
+
+def train_step(x, step):
+    h = model(x)
+    feature_cache[step] = h[:48].detach().clone()
+    tmp = {}
+    tmp[step] = h
+    return h.sum()
+'''
+
+
+def test_a_step_function_called_from_the_loop_keeps_what_it_adds_to_beyond_the_call():
+    loops = loops_of(STEP_FN)
+    assert dict(keeps_at(loops, 6)) == {7: "self.history.append(out)"}  # Trainer.step
+    assert dict(keeps_at(loops, 14)) == {15: "feature_cache[step] = h[:48].detach().clone()"}  # not tmp[step]
+    assert dict(keeps_at(loops, 10)) == {10: "outs.append(block(out))"}  # the function's own loop
+
+
+def test_leak_lines_read_the_keepers_of_a_function_the_training_loop_calls():
+    loop = Frame("train", "/home/u/train.py", 40, keeps=(), loop=38)
+    step = Frame("Trainer.step", "/home/u/trainer.py", 6, keeps=((7, "self.history.append(out)"),), loop=0)
+    layer = Frame("Block.forward", "/home/u/model.py", 10, keeps=((10, "outs.append(block(out))"),), loop=9)
+    got = leak_lines(_main((layer, step, loop)), ("train", "u/train.py"))
+    assert [(g.where, g.code) for g in got] == [("u/trainer.py:7", "self.history.append(out)")]

@@ -76,10 +76,16 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
     seen: dict[tuple[str, int], list] = {}
     keepers: dict[tuple[str, int], str] = {}
     for s in stacks:
-        for f in s.frames:
+        at = None
+        if loop is not None:
+            at = next((i for i, f in enumerate(s.frames) if (f.name, short_path(f.filename)) == loop), None)
+        for i, f in enumerate(s.frames):
             if is_library(f.filename):
                 continue
-            if loop is not None and f.keeps and (f.name, short_path(f.filename)) == loop:
+            # The loop's keepers, and those of a function it calls (train_step, Trainer.step) that
+            # add to something beyond the call (outside any loop of the function's own: a loop in
+            # a model's forward keeps its list for one call).
+            if at is not None and f.keeps and (i == at or (i < at and f.loop == 0)):
                 for ln, code in f.keeps:
                     keepers.setdefault((f.filename, ln), code)
             if not f.code:

@@ -141,6 +141,53 @@ def _keepers(loop: ast.For | ast.AsyncFor | ast.While, inits: dict[str, str]) ->
     return sorted(out, key=lambda n: n.lineno)
 
 
+def _escaping(fn: ast.FunctionDef | ast.AsyncFunctionDef, inits: dict[str, str]) -> list[ast.stmt]:
+    """The statements of a function (outside its loops: those are the loops' own) that add to
+    something living beyond the call: ``self.history.append(out)``, ``cache[step] = h`` into a
+    module's dict, ``total += loss`` into an attribute. Called once a step from the training loop,
+    such a line grows what it adds to every step, as a loop's keeper does."""
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    local: set[str] = set()
+    nodes = []
+    stack = list(fn.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.For, ast.AsyncFor,
+                          ast.While)):
+            continue
+        nodes.append(n)
+        stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if isinstance(t, ast.Name):
+                    local.add(t.id)
+    out = []
+    for n in nodes:
+        root = None
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute) \
+                and n.value.func.attr in _GROWS:
+            root = _root(n.value.func.value)
+            if inits.get(root or "") == "bounded":
+                root = None
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript):
+            t = n.targets[0]
+            root = _root(t.value)
+            # a new key a call: one the caller passes, or a counter kept outside
+            if not (_names(t.slice) & (params | {"step", "global_step", "i", "idx", "batch_idx", "it"})):
+                root = None
+            elif inits.get(root or "") not in ("grows", None) or "." not in (root or "") and root not in inits:
+                root = root if root in params else None
+        elif isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and not isinstance(n.value, ast.Constant):
+            root = _root(n.target) if isinstance(n.target, ast.Attribute) else None
+        if root is None:
+            continue
+        base = root.split(".")[0]
+        if base in local and base not in params:
+            continue  # the call's own
+        out.append(n)
+    return sorted(out, key=lambda n: n.lineno)
+
+
 def loops_of(text: str) -> list[_Loop] | None:
     """Every loop of a file with its keepers' line numbers; None: not Python we can parse."""
     try:
@@ -153,6 +200,12 @@ def loops_of(text: str) -> list[_Loop] | None:
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             keeps = tuple((n.lineno, _statement(text, n)) for n in _keepers(node, inits)[:MAX_KEEPS])
             out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # A function's body as a "loop" of one turn a call (first = 0: not a loop of its own):
+            # what it adds to outside itself, for a line of it outside any loop.
+            keeps = tuple((n.lineno, _statement(text, n)) for n in _escaping(node, inits)[:MAX_KEEPS])
+            if keeps:
+                out.append(_Loop(-node.lineno, node.end_lineno or node.lineno, keeps))
     return out
 
 
@@ -162,12 +215,19 @@ def _statement(text: str, node: ast.stmt) -> str:
     return " ".join(seg.split())[:MAX_CODE]
 
 
-def _inner(loops: Sequence[_Loop] | None, lineno: int) -> _Loop | None:
-    inner = None
+def _inner(loops: Sequence[_Loop] | None, lineno: int, calls: bool = True) -> _Loop | None:
+    """The innermost loop around ``lineno``; with ``calls``, else the innermost function around
+    it that adds to something beyond the call (its ``first`` is minus the def's line)."""
+    inner = func = None
     for lp in loops or ():
-        if lp.first <= lineno <= lp.last and (inner is None or lp.first >= inner.first):
+        if lp.first < 0:
+            if -lp.first <= lineno <= lp.last and (func is None or -lp.first >= -func.first):
+                func = lp
+        elif lp.first <= lineno <= lp.last and (inner is None or lp.first >= inner.first):
             inner = lp
-    return inner
+    if inner is not None and (func is None or inner.first >= -func.first):
+        return inner
+    return func if calls else inner
 
 
 def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
@@ -179,5 +239,5 @@ def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
 def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:
     """The first line of the innermost loop around ``lineno`` (0: no loop there): which of a
     function's loops a sample is in (loading shards, training, validating)."""
-    inner = _inner(loops, lineno)
+    inner = _inner(loops, lineno, calls=False)
     return inner.first if inner is not None else 0
