@@ -59,6 +59,9 @@ def test_unparsable_source_reads_no_loops():
 def test_the_parser_gives_the_users_frames_their_loops_keepers(tmp_path):
     path = tmp_path / "train.py"
     path.write_text(TRAIN.replace("cache[step] = x.detach()", "cache[step] = x.detach(); token = 'hf_abcdefghijklmnopqrstuvwxyz12'"))
+    import os
+
+    os.utime(path, (0, 0))  # written before the process (pid 1) started: its lines are the running code's
     src = SourceLines(1)
     parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, loop=src.loop)
     raw = [{"thread_id": 1, "frames": [{"name": "forward", "filename": "/x/site-packages/torch/nn/m.py", "line": 3},
@@ -211,3 +214,17 @@ def test_leak_lines_read_the_keepers_of_a_function_the_training_loop_calls():
     layer = Frame("Block.forward", "/home/u/model.py", 10, keeps=((10, "outs.append(block(out))"),), loop=9)
     got = leak_lines(_main((layer, step, loop)), ("train", "u/train.py"))
     assert [(g.where, g.code) for g in got] == [("u/trainer.py:7", "self.history.append(out)")]
+
+
+def test_a_file_edited_after_the_job_started_shows_no_lines(tmp_path):
+    import os
+    import time
+
+    path = tmp_path / "edited.py"
+    path.write_text("while True:\n    time.sleep(1)\n")
+    src = SourceLines(os.getpid())  # this process started before the file was written
+    assert src.line(str(path), 2) is None and src.loop(str(path), 2) == (0, ())
+    assert src.stale == [str(path)]
+    old = time.time() - 10 * 365 * 86400
+    os.utime(path, (old, old))  # written before the process started: read
+    assert SourceLines(os.getpid()).line(str(path), 2) == "time.sleep(1)"

@@ -24,6 +24,11 @@ class SourceLines:
         self.pid = pid
         self._files: dict[str, list[str] | None] = {}
         self._loops: dict[str, list | None] = {}
+        self._started: float | None = None
+        # Files changed since the job started: their lines now are not the ones running (an
+        # edited script showed a line four lines off as the one that blocks); not read, and said
+        # once by the sampler (``news``).
+        self.stale: list[str] = []
 
     def line(self, filename: str, lineno: int) -> str | None:
         if not filename or filename.startswith("<") or lineno <= 0:
@@ -49,6 +54,16 @@ class SourceLines:
             loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
         return loop_at(loops, lineno), keeps_at(loops, lineno)
 
+    def _start_time(self) -> float | None:
+        if self._started is None:
+            try:
+                import psutil
+
+                self._started = psutil.Process(self.pid).create_time()
+            except Exception:  # psutil's errors, or none installed: no check
+                self._started = float("inf")
+        return None if self._started == float("inf") else self._started
+
     def _read(self, filename: str) -> list[str] | None:
         if os.path.isabs(filename):
             candidates = [f"/proc/{self.pid}/root{filename}", filename]
@@ -56,7 +71,12 @@ class SourceLines:
             candidates = [f"/proc/{self.pid}/cwd/{filename}"]
         for path in candidates:
             try:
-                if os.path.getsize(path) > _SOURCE_MAX_BYTES:
+                st = os.stat(path)
+                if st.st_size > _SOURCE_MAX_BYTES:
+                    return None
+                started = self._start_time()
+                if started is not None and st.st_mtime > started + 1.0:
+                    self.stale.append(filename)
                     return None
                 with open(path, encoding="utf-8", errors="replace") as f:
                     return f.read().splitlines()

@@ -168,7 +168,7 @@ class PySpySource:
         self._pyspy = pyspy or find_pyspy()
         # Forked workers see the target's files and run the same code: one parser (and its
         # caches of source lines, frames and categories) serves them all.
-        source = SourceLines(pid)
+        source = self._source = SourceLines(pid)
         self._parser = StackParser(source.line, classify, is_library, source.loop)
         self._proc: psutil.Process | None
         try:
@@ -398,6 +398,10 @@ class PySpySource:
         if self._fault is not None:
             out.append(Event(ts, self.name, f"stack sampling of PID {self.pid} resumed", "info"))
             self._fault = None
+        while self._source.stale:
+            name = self._source.stale.pop()
+            out.append(Event(ts, self.name, f"{name} changed after PID {self.pid} started: its source lines are not "
+                                            "shown (they would be the edited file's, not the running code's)", "info"))
         out.extend(samples)
         return out
 
