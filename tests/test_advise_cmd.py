@@ -24,6 +24,7 @@ def test_advise_json_on_fake_gpus(capsys):
     log = out["evaluation_log"]
     assert 2 <= len(log) <= out["evaluations"] + 1
     assert [e["t_s"] for e in log] == sorted(e["t_s"] for e in log)
+    assert out["evaluation_log_max"] == 60 and out["evaluation_log_left_out"] == max(0, out["evaluations"] - len(log))
     shown_at = next(e for e in log if "no-tensor-cores" in e["shown"])
     assert "no-tensor-cores" in shown_at["fired"] and shown_at["warmup"] is None
     assert {b["device"] for b in out["breakdown"]} == {"GPU 0", "GPU 1"}

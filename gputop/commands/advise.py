@@ -135,6 +135,10 @@ def _run(args: argparse.Namespace, signals) -> int:
             # What each of the first evaluations saw: why a verdict is not there yet (too few
             # stacks, the job warming up, a rule firing but not yet held).
             "evaluation_log": progress.evaluations,
+            # The log keeps the first EVALUATION_LOG_MAX: said, so a short log is not read as the
+            # whole run (first_fired_s and top_timeline cover every evaluation).
+            "evaluation_log_max": EVALUATION_LOG_MAX,
+            "evaluation_log_left_out": max(0, advisor.evaluations - len(progress.evaluations)),
             # Set when the run ended before the advisor had enough evidence for a verdict (an
             # empty "findings" then means "not yet", not "nothing found").
             "collecting": None if store.collecting() is None else dataclasses.asdict(store.collecting()),
