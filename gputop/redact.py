@@ -168,6 +168,11 @@ _KV_VAL = re.compile(
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
+# A file name (an extension closes it) followed by ":" and a line number is a place in the code.
+_FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
+_LINE_NO = re.compile(r"\d+(?![\w.])")
+
+
 def _redact_kv(text: str, low: str | None) -> str:
     """Only a secret name's value is consumed: after a plain one (``--env=``, ``max_tokens=``)
     the scan goes on inside its value (``--env=HF_TOKEN=x``)."""
@@ -183,6 +188,8 @@ def _redact_kv(text: str, low: str | None) -> str:
         name_end = m.start("q")
         if not is_secret_name(text[start:name_end].lstrip("-.")):
             continue
+        if ":" in text[name_end:m.end()] and _FILE_NAME.search(text, start, name_end) and _LINE_NO.match(text, m.end()):
+            continue  # "leak_secret.py:13": a file's line, not a secret's value
         v = _KV_VAL.match(text, m.end())
         if v is None:
             continue
@@ -315,6 +322,8 @@ def _redact_code_kv(text: str, low: str | None) -> str:
         name_end = m.start("q")
         if not is_secret_name(text[start:name_end].lstrip("-.")):
             continue
+        if ":" in text[name_end:m.end()] and _FILE_NAME.search(text, start, name_end) and _LINE_NO.match(text, m.end()):
+            continue  # "leak_secret.py:13": a file's line, not a secret's value
         if spans is None:
             spans = _code_spans(text)
         span = next((sp for sp in spans if sp[0] <= start < sp[1]), None)

@@ -228,3 +228,13 @@ def test_a_file_edited_after_the_job_started_shows_no_lines(tmp_path):
     old = time.time() - 10 * 365 * 86400
     os.utime(path, (old, old))  # written before the process started: read
     assert SourceLines(os.getpid()).line(str(path), 2) == "time.sleep(1)"
+
+
+def test_a_file_named_like_a_secret_keeps_its_line_number_in_text():
+    from gputop.redact import redact_text
+
+    assert redact_text("jobs/leak_secret.py:13: `seen.append(out)`") == "jobs/leak_secret.py:13: `seen.append(out)`"
+    assert redact_text("credentials_loader.py:12") == "credentials_loader.py:12"
+    # a secret's value stays hidden, digits or not
+    assert redact_text("secret: 12345") == "secret: ***" and redact_text("--password=1234") == "--password=***"
+    assert redact_text("secret.py=1234") == "secret.py=***"

@@ -38,8 +38,8 @@ def leak_line(code: str) -> tuple[str, str] | None:
     if _RELEASES.search(code):
         return None
     for pattern, fix in ((_ACCUMULATE, "{line}  →  {name}.item() (or {name}.detach()) in the sum"),
-                         (_APPEND, "{line}  →  append {name}.detach() (or {name}.item() for a number; "
-                                   ".detach().cpu() to keep outputs off the GPU)")):
+                         (_APPEND, "{line}  →  append {name}.detach() (.item() where it holds one number; "
+                                   ".detach().cpu() to keep it off the GPU)")):
         m = pattern.search(code)
         if m:
             name = m.group(1)
@@ -64,7 +64,8 @@ def grown_line(code: str) -> tuple[str, str] | None:
         return None
     name = m.group(1)
     return name, (f"{code.strip()}  →  bound `{name}` (drop what is no longer needed, e.g. the oldest entry each "
-                  "step), or keep a number (.item()) or a CPU copy (.detach().cpu()) instead of the GPU tensor")
+                  "step), or keep a number (.item(), for one number) or a CPU copy (.detach().cpu()) instead of the "
+                  "tensor")
 
 
 def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = None) -> tuple[LeakLine, ...]:
