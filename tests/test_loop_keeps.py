@@ -238,3 +238,14 @@ def test_a_file_named_like_a_secret_keeps_its_line_number_in_text():
     # a secret's value stays hidden, digits or not
     assert redact_text("secret: 12345") == "secret: ***" and redact_text("--password=1234") == "--password=***"
     assert redact_text("secret.py=1234") == "secret.py=***"
+
+
+def test_a_file_that_does_not_parse_is_noted_not_fatal(tmp_path):
+    import os
+
+    path = tmp_path / "broken.py"
+    path.write_text("losses = []\nwhile True:\n    losses.append(loss)\ndef unrelated(:\n    pass\n")
+    os.utime(path, (0, 0))
+    src = SourceLines(1)
+    assert src.loop(str(path), 3) == (0, ()) and src.line(str(path), 3) == "losses.append(loss)"
+    assert src.unparsed == [str(path)]

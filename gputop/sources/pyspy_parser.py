@@ -29,6 +29,7 @@ class SourceLines:
         # edited script showed a line four lines off as the one that blocks); not read, and said
         # once by the sampler (``news``).
         self.stale: list[str] = []
+        self.unparsed: list[str] = []  # files whose loops could not be read (not Python that parses)
 
     def line(self, filename: str, lineno: int) -> str | None:
         if not filename or filename.startswith("<") or lineno <= 0:
@@ -52,6 +53,8 @@ class SourceLines:
             if len(self._loops) > 2000:
                 self._loops.clear()
             loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
+            if loops is None:
+                self.unparsed.append(filename)
         return loop_at(loops, lineno), keeps_at(loops, lineno)
 
     def _start_time(self) -> float | None:

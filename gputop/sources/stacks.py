@@ -402,6 +402,10 @@ class PySpySource:
             name = self._source.stale.pop()
             out.append(Event(ts, self.name, f"{name} changed after PID {self.pid} started: its source lines are not "
                                             "shown (they would be the edited file's, not the running code's)", "info"))
+        while self._source.unparsed:
+            name = self._source.unparsed.pop()
+            out.append(Event(ts, self.name, f"{name} does not parse as Python here: the loops around its lines are not "
+                                            "read (a leak's line cannot be named from them)", "info"))
         out.extend(samples)
         return out
 
