@@ -213,7 +213,7 @@ def test_leak_lines_read_the_keepers_of_a_function_the_training_loop_calls():
     step = Frame("Trainer.step", "/home/u/trainer.py", 6, keeps=((7, "self.history.append(out)"),), loop=0)
     layer = Frame("Block.forward", "/home/u/model.py", 10, keeps=((10, "outs.append(block(out))"),), loop=9)
     got = leak_lines(_main((layer, step, loop)), ("train", "u/train.py"))
-    assert [(g.where, g.code) for g in got] == [("u/trainer.py:7", "self.history.append(out)")]
+    assert [(g.where, g.code, g.called) for g in got] == [("u/trainer.py:7", "self.history.append(out)", "Trainer.step")]
 
 
 def test_a_file_edited_after_the_job_started_shows_no_lines(tmp_path):
@@ -249,3 +249,17 @@ def test_a_file_that_does_not_parse_is_noted_not_fatal(tmp_path):
     src = SourceLines(1)
     assert src.loop(str(path), 3) == (0, ()) and src.line(str(path), 3) == "losses.append(loss)"
     assert src.unparsed == [str(path)]
+
+
+def test_memory_growth_says_the_step_function_a_keeper_is_in():
+    def frames(t):
+        fs = list(_loop_frames(t))
+        step = Frame("train_step", "/home/u/train.py", 20, code="h = model(x)",
+                     keeps=((22, "feature_cache[step] = h.detach().clone()"),), loop=0)
+        return (step, *fs[1:]) if int(t * 7) % 3 == 0 else tuple(fs)
+    job = Job(seconds=150, gpu={**GPM, "mem_used": lambda t: 4 * GiB + 50 * MiB * t},
+              proc_mem=lambda t: 4 * GiB + 50 * MiB * t, main_frames=frames)
+    f = rule_findings(job)[0]["memory-growth"]
+    assert any("`feature_cache[step] = h.detach().clone()`, in `train_step`, which the training loop calls every "
+               "step (read from its source), adds to `feature_cache` every step, and nothing in the function takes "
+               "from it" in e for e in f.evidence)

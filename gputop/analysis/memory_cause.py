@@ -31,6 +31,7 @@ class LeakLine:
     graph: bool = True  # keeps a step's tensor with its autograd graph; False: grows a container
     read: bool = False  # read from the source of the loop the stacks show, not caught in a sample
     kept: str = ""  # the name kept: "loss", "cache"
+    called: str = ""  # read from a function the training loop calls ("train_step"), not the loop's own body
 
 
 def leak_line(code: str) -> tuple[str, str] | None:
@@ -76,6 +77,7 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
     it: its absence from the samples proves nothing, and the loop's source is where it is."""
     seen: dict[tuple[str, int], list] = {}
     keepers: dict[tuple[str, int], str] = {}
+    callers: dict[tuple[str, int], str] = {}  # a keeper of a function the loop calls -> its name
     for s in stacks:
         at = None
         if loop is not None:
@@ -89,6 +91,8 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
             if at is not None and f.keeps and (i == at or (i < at and f.loop == 0)):
                 for ln, code in f.keeps:
                     keepers.setdefault((f.filename, ln), code)
+                    if i < at:
+                        callers.setdefault((f.filename, ln), f.name)
             if not f.code:
                 continue
             key = (f.filename, f.line)
@@ -105,13 +109,15 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
     for (fn, ln), code in sorted(keepers.items()):
         if (fn, ln) in named:
             continue
+        called = callers.get((fn, ln), "")
         hit = leak_line(code)
         if hit is not None:
-            out.append(LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], read=True, kept=hit[0]))
+            out.append(LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], read=True, kept=hit[0], called=called))
             continue
         grew = grown_line(code)
         if grew is not None:
-            grows.append(LeakLine(f"{short_path(fn)}:{ln}", code, grew[1], graph=False, read=True, kept=grew[0]))
+            grows.append(LeakLine(f"{short_path(fn)}:{ln}", code, grew[1], graph=False, read=True, kept=grew[0],
+                                  called=called))
     return tuple(out + grows)
 
 

@@ -236,10 +236,14 @@ def _host_evidence(mem: MemoryView) -> list[str]:
 
 
 def _leak_evidence(top: LeakLine) -> str:
-    where = ", in the training loop the stacks show (read from its source)," if top.read else ""
+    if top.called:
+        where = f", in `{top.called}`, which the training loop calls every step (read from its source),"
+    else:
+        where = ", in the training loop the stacks show (read from its source)," if top.read else ""
     if top.graph:
         return f"{top.where}: `{top.code}`{where} keeps each step's tensor with its autograd graph"
-    return f"{top.where}: `{top.code}`{where} adds to `{top.kept}` every step, and nothing in the loop takes from it"
+    taker = "the function" if top.called else "the loop"
+    return f"{top.where}: `{top.code}`{where} adds to `{top.kept}` every step, and nothing in {taker} takes from it"
 
 
 @uses(HORIZON_S, WARN_WITHIN_S, CRITICAL_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
