@@ -12,6 +12,7 @@ pieces, computed once. A new piece of evidence is one more property here.
 from __future__ import annotations
 
 import functools
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -81,11 +82,7 @@ class LinkTraffic:
 
 
 def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return statistics.median(xs) if xs else None
 
 
 def link_traffic(samples: Sequence[GpuSample]) -> LinkTraffic:

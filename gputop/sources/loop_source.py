@@ -24,6 +24,8 @@ MAX_CODE = 200
 # Methods that add to a container in place, and those that take from it.
 _GROWS = frozenset({"append", "extend", "insert", "add", "update", "appendleft", "setdefault"})
 _SHRINKS = frozenset({"pop", "popleft", "popitem", "clear", "remove", "discard"})
+# Names a step function's key usually changes by from one call to the next.
+_STEP_NAMES = frozenset({"step", "global_step", "i", "idx", "batch_idx", "it"})
 
 Keeps = tuple[tuple[int, str], ...]
 
@@ -171,12 +173,13 @@ def _escaping(fn: ast.FunctionDef | ast.AsyncFunctionDef, inits: dict[str, str])
                 root = None
         elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript):
             t = n.targets[0]
-            root = _root(t.value)
-            # a new key a call: one the caller passes, or a counter kept outside
-            if not (_names(t.slice) & (params | {"step", "global_step", "i", "idx", "batch_idx", "it"})):
+            root = _root(t.value) or ""
+            # A new key a call (one the caller passes, or a step counter), into a dict or list the
+            # file makes empty, an attribute made elsewhere, or the caller's own container.
+            new_key = bool(_names(t.slice) & (params | _STEP_NAMES))
+            container = (inits.get(root) == "grows" or ("." in root and root not in inits) or root in params)
+            if not (new_key and container):
                 root = None
-            elif inits.get(root or "") not in ("grows", None) or "." not in (root or "") and root not in inits:
-                root = root if root in params else None
         elif isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and not isinstance(n.value, ast.Constant):
             root = _root(n.target) if isinstance(n.target, ast.Attribute) else None
         if root is None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+import psutil
+
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
 from .loop_source import Keeps, keeps_at, loop_at, loops_of
@@ -27,7 +29,7 @@ class SourceLines:
         self._started: float | None = None
         # Files changed since the job started: their lines now are not the ones running (an
         # edited script showed a line four lines off as the one that blocks); not read, and said
-        # once by the sampler (``news``).
+        # once by the sampler, which empties this list (and ``unparsed``) into events.
         self.stale: list[str] = []
         self.unparsed: list[str] = []  # files whose loops could not be read (not Python that parses)
 
@@ -58,12 +60,11 @@ class SourceLines:
         return loop_at(loops, lineno), keeps_at(loops, lineno)
 
     def _start_time(self) -> float | None:
+        """When the job started (None: unknown, and no file is judged stale)."""
         if self._started is None:
             try:
-                import psutil
-
                 self._started = psutil.Process(self.pid).create_time()
-            except Exception:  # psutil's errors, or none installed: no check
+            except (psutil.Error, OSError):
                 self._started = float("inf")
         return None if self._started == float("inf") else self._started
 

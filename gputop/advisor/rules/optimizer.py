@@ -175,8 +175,7 @@ def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
         return None
     n = len(ctx.main_stacks)
     in_step = sum(1 for s in ctx.main_stacks
-                  if any(_OPTIM_DIR in f.filename.replace("\\", "/") or _CPU_ADAM in f.filename.replace("\\", "/")
-                         for f in s.frames))
+                  if any(_OPTIM_DIR in p or _CPU_ADAM in p for p in (f.filename.replace("\\", "/") for f in s.frames)))
     share = in_step / n
     if share < OFFLOAD_MIN_SHARE:
         return None
@@ -186,8 +185,11 @@ def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     gpus = [g for g in ctx.gpus if g.index >= 0 and g.breakdown.total_s > 0]
     if not gpus:
         return None
-    g = max(gpus, key=lambda x: 1.0 - x.breakdown.get(Bucket.BUSY) / x.breakdown.total_s)
-    idle = 1.0 - g.breakdown.get(Bucket.BUSY) / g.breakdown.total_s
+    def idle_of(x: GpuView) -> float:
+        return 1.0 - x.breakdown.get(Bucket.BUSY) / x.breakdown.total_s
+
+    g = max(gpus, key=idle_of)
+    idle = idle_of(g)
     if idle < OFFLOAD_GPU_IDLE * share:
         return None
     e = g.efficiency
