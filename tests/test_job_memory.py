@@ -201,3 +201,21 @@ def test_the_live_view_holds_across_refreshes_and_once_reads_a_range(prom, capsy
     assert main(["job", "--prometheus", prom, "exp-42", "--once"]) == 0
     out = capsys.readouterr().out
     assert "Straggler: rank 3 on node-001 for 15s · not seen for 5s" in out, out
+
+
+def test_a_straggler_that_stops_for_good_is_shown_as_the_hang_alone():
+    # The rank the others waited for stops: once its reading as never arriving is named, the
+    # straggler named before is not shown beside it for its clearing time (the host line then
+    # counted the rank "slow" and the verdict said both).
+    still = build_job("exp-42", parse_vector(job_payload(4, per_host=2, stuck=3)))
+    mem = Memory(HoldRule(appear_s=10, clear_s=20), step_s=5)
+    for k, j in enumerate((SLOW,) * 4 + (still,) * 3):
+        mem.feed(TS + 5 * k, j)
+    j = mem.judgement()
+    assert j.straggler is None and [n.rank.rank for n in j.never_arrives] == [3]
+    text = plain(job_lines(mem.job, j, 120, "now", 5))
+    assert "Straggler:" not in text and "Never arrives: rank 3 on node-001" in text
+    assert "node-001 · 2 ranks · 1 never arrives · 1 waiting" in text, text
+    # moving again: the straggler is judged afresh (weighed, then named), not resurrected
+    mem.feed(TS + 35, SLOW)
+    assert mem.judgement().straggler is None

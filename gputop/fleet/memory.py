@@ -81,6 +81,13 @@ class Memory:
             # Not yet named: a break starts it over. Named: it goes once gone long enough.
             if not t.shown or (ts - t.last_seen >= rule.clear_s and t.absent >= rule.min_evals):
                 del self._tracks[k]
+        for k, t in list(self._tracks.items()):
+            # A rank named as never arriving is the job's hang: a straggler named on that rank
+            # before it stopped (while it still moved, or before its exporter called it stuck)
+            # is history, not a second finding shown beside the hang for its clearing time.
+            if k[0] == "slow" and (never := self._tracks.get(("never", k[1], k[2]))) \
+                    and never.shown and never.last_seen >= t.last_seen:
+                del self._tracks[k]
         self.at, self.job, self.latest = ts, job, found
         return True
 
