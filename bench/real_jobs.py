@@ -74,6 +74,14 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     # The fifth fresh set's (2026-11-27): no finding's action is a fused attention kernel, so that
     # truth is a miss until one is built for the class.
     "attention": (),
+    # The sixth fresh set's (mapped 2026-11-27, before any measurement): the logits copied to the
+    # host every step are fixed by either finding whose action stops that copy or that CPU work;
+    # no finding's action is float32 instead of float64, padding per batch, or shapes that stop
+    # cuDNN's autotuning, so those truths are misses until a finding for the class is built.
+    "metrics-on-cpu": ("host-sync", "cpu-work-in-loop"),
+    "float64": (),
+    "padding": (),
+    "cudnn-retune": (),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -306,6 +314,31 @@ JOBS: tuple[Job, ...] = (
         ("--batch", "8", "--context", "1024", "--workers", "4"),
         (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
          Change("launch", "batch 16 instead of 8 (samples/s; the knob a false alarm would name)", ("--batch", "16"))),
+        fresh=True, note=FRESH),
+    # The sixth fresh set, written likewise (bench/jobs/fresh6_spec.py, truths and gains reasoned
+    # before any measurement).
+    Job("fresh6-torch-float64-model", "torch", True, "fresh6_float64.py", ("--batch", "128"),
+        (Change("float64", "model and data in float32 (autocast then runs the matmuls in bf16) instead of "
+                "model.double() on float64 data", ("--float32",)),), fresh=True, note=FRESH),
+    Job("fresh6-transformers-pad-max-length", "transformers", True, "fresh6_pad_max_length.py",
+        ("--batch", "32", "--max-length", "512"),
+        (Change("padding", "pad each batch to its longest example (a multiple of 8, grouped by length) instead of "
+                "padding='max_length' to 512", ("--dynamic-padding",)),), fresh=True, note=FRESH),
+    Job("fresh6-lightning-cudnn-benchmark", "lightning", True, "fresh6_cudnn_benchmark.py",
+        ("--batch", "32", "--workers", "6"),
+        (Change("cudnn-retune", "pad each clip to a multiple of 16,000 samples so cudnn.benchmark sees few input "
+                "lengths", ("--pad-multiple", "16000")),
+         Change("cudnn-retune", "Trainer(benchmark=False)", ("--no-benchmark",))), fresh=True, note=FRESH),
+    Job("fresh6-accelerate-cpu-metrics", "accelerate", True, "fresh6_cpu_metrics.py",
+        ("--batch", "8", "--context", "1024"),
+        (Change("metrics-on-cpu", "token accuracy on the GPU (argmax there, one number to the host) instead of the "
+                "full logits copied to the CPU and argmax'ed in numpy every step", ("--gpu-metrics",)),),
+        fresh=True, note=FRESH),
+    Job("fresh6-torch-healthy-gpt", "torch", True, "fresh6_healthy_gpt.py",
+        ("--batch", "4", "--context", "2048", "--workers", "4"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "batch 8 instead of 4 (samples/s; the knob a false alarm would name)", ("--batch", "8")),
+         Change("launch", "torch.compile(model) (the knob a false alarm would name)", ("--compile",))),
         fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
         ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
