@@ -2,8 +2,10 @@
 that sleeps 50 ms a step in its logging is not stuck, however many samples in a row find it
 asleep; a job blocked forever on a lock inside save_checkpoint() is stuck within seconds, and
 stays stuck, while another process writes to the disk; no checkpoint saves are invented for it.
+A dataset read that sleeps 2 ms an item in the main process is starved, not stuck; the same read
+polling in a loop of its own for a file nobody writes is stuck.
 
-Both jobs and both `advise` runs go at once: one torch start-up and one 14 s watch.
+All jobs and their `advise` runs go at once: one torch start-up and one 14 s watch.
 """
 
 from __future__ import annotations
@@ -70,6 +72,35 @@ JOBS = {
                 pass
         print("ready", flush=True)
         save_checkpoint()
+    """),
+    # A DataLoader with no workers whose dataset sleeps 2 ms an item (a remote read): asleep at one
+    # line in every sample, each wake a few microseconds of work, like a poll; but the read
+    # returns every time (no loop of its own) and the fetcher moves on to the next item.
+    "item_reads": PRELUDE + textwrap.dedent("""
+        from torch.utils.data import Dataset, DataLoader
+        class Remote(Dataset):
+            def __len__(self): return 10**9
+            def __getitem__(self, i):
+                time.sleep(0.002)
+                return torch.randn(256), i % 10
+        print("ready", flush=True)
+        for xb, yb in DataLoader(Remote(), batch_size=32):
+            loss = torch.nn.functional.cross_entropy(m(xb), yb)
+            opt.zero_grad(); loss.backward(); opt.step()
+    """),
+    # The same read, polling for a file nobody writes: the same line, the same wakes, in a loop.
+    "item_poll": PRELUDE + textwrap.dedent("""
+        import os
+        from torch.utils.data import Dataset, DataLoader
+        class Remote(Dataset):
+            def __len__(self): return 10**9
+            def __getitem__(self, i):
+                while not os.path.exists("/nonexistent/ready.flag"):
+                    time.sleep(0.002)
+                return torch.randn(256), i % 10
+        print("ready", flush=True)
+        for xb, yb in DataLoader(Remote(), batch_size=32):
+            loss = torch.nn.functional.cross_entropy(m(xb), yb)
     """),
 }
 # Someone else's disk writes on the host (another job, a recording): no evidence about this job.
@@ -152,3 +183,16 @@ def test_a_lock_hang_inside_a_save_is_stuck_at_once_and_no_saves_are_invented(re
     assert seen["first_seen_s"] <= 8.0 and seen["last_seen_s"] >= DURATION_S - 3, seen
     assert "checkpoint-stall" not in ids(r)
     assert "save_checkpoint" in "\n".join([found["stuck"]["title"], *found["stuck"]["evidence"]])
+
+
+def test_a_dataset_read_that_returns_every_item_is_starved_not_stuck(reports):
+    r = reports["item_reads"]
+    assert not ids(r) & {"stuck", "weighing-hang"}, [f["title"] for f in r["findings"]]
+    assert "data-starved" in {f["id"] for f in r["findings"]}, [f["title"] for f in r["findings"]]
+
+
+def test_the_same_read_polling_in_a_loop_of_its_own_is_stuck(reports):
+    r = reports["item_poll"]
+    found = {f["id"]: f for f in r["findings"]}
+    assert "stuck" in found, [f["title"] for f in r["findings"]]
+    assert "__getitem__" in found["stuck"]["title"], found["stuck"]["title"]

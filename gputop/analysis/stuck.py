@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from .classify import project_frame, stack_key, where
+from .classify import is_library, project_frame, stack_key, where
 from ..model import Category, Frame, GpuProcess, GpuSample, ProcSample, StackSample, TaskSample, UtilPoint
 from .hang import COLLECTIVE, Diagnosis, Progress, diagnose, progress
 from .progress import CPU_READING_S, CPU_WINDOW_S, MAIN_ACTIVE_SHARE, TREE_BUSY_CORES, activity, tree_cores, working
@@ -196,6 +196,9 @@ def between_samples(run: Sequence[StackSample], category: Category, gpu: str, re
         if category is Category.DATA_WAIT and runs / span >= DATA_WAIT_WAKES_PER_S:
             return (f"its wait for data ends {runs / span:.0f} times/s ({recent.main_cores * 100:.1f} % of a core): "
                     f"batches arrive ({unseen})")
+        if category is Category.DATA_FETCH and runs / span >= DATA_WAIT_WAKES_PER_S and _fetch_returns(run[-1]):
+            return (f"it fetches the batch's items itself and its wait in the dataset ends {runs / span:.0f} times/s "
+                    f"with no loop of its own around it: each item's read returns and the next begins ({unseen})")
         return None
     if counted:
         # /proc without schedstat (no wake counts): the main thread's own CPU, as psutil's below.
@@ -207,6 +210,25 @@ def between_samples(run: Sequence[StackSample], category: Category, gpu: str, re
         return (f"the process uses {target_cores * 100:.1f} % of a core while its main thread waits in every sample: "
                 f"work between the samples, not a poll ({unseen})")
     return None
+
+
+# The DataLoader's fetcher in the main process (no workers): it calls the dataset once per item of
+# the batch and moves on.
+_FETCHER = "torch/utils/data/_utils/fetch.py"
+
+
+def _fetch_returns(s: StackSample) -> bool:
+    """The main thread is in a dataset's item read that the DataLoader's fetcher called, every
+    frame from the wait up to the fetcher the user's own and read, none of them in a loop: each
+    time the wait ends the read returns (a sleep of a few ms per item, a remote read), where a
+    poll (``while not ready: sleep(d)``) sits in a loop of its own, and a library's frames
+    (a retry loop in an HTTP client) are not read and so never count as returning."""
+    for f in s.frames:
+        if f.filename.replace("\\", "/").endswith(_FETCHER):
+            return f is not s.frames[0]
+        if is_library(f.filename) or f.code is None or f.loop != 0:
+            return False
+    return False
 
 
 def _psutil_io_bps(tree: Mapping[int, Sequence[ProcSample]], t0: float, t1: float) -> float | None:
