@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gputop.cli import main
+from gputop.errors import UserError
 from gputop.commands.record import parse_duration, parse_size
 from gputop.record.reader import Reader
 from synth_recording import SyntheticSession
@@ -124,6 +125,49 @@ def test_append_adds_a_second_session(tmp_path, capsys):
     assert main(["record", "-o", str(out), "--fake", "1", "--interval", "0.1", "--duration", "0.5s", "--append"]) == 0
     with Reader(out) as r:
         assert len(r.sessions) == 2
+
+
+def test_a_recording_being_written_is_neither_overwritten_nor_appended_to(tmp_path, capsys):
+    # A second `record --force` deleted the file under a live recorder (its data gone, and it then
+    # said the file "keeps data up to" a time it no longer held); a second `--append` added a
+    # session that took over the live recorder's samples.
+    out = tmp_path / "live.gputop"
+    proc = start_recorder(out)
+    try:
+        wait_for_data(out, 1.0, proc)
+        with Reader(out) as r:
+            first = r.gpu_samples(0, 2e10)[0].ts
+        for how in ("--force", "--append"):
+            assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s", how]) == 2, how
+            err = capsys.readouterr().err.strip()
+            assert err == (f"gputop: error: cannot {'overwrite' if how == '--force' else 'append to'} {out}: another "
+                           f"gputop (pid {proc.pid}) is recording to it; stop that recording first, or record to a "
+                           "new file"), err
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with Reader(out) as r:
+        assert len(r.sessions) == 1 and r.gpu_samples(0, 2e10)[0].ts == first
+    # Once that recorder has closed it, the file is an old recording like any other.
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "0.1", "--duration", "0.3s", "--append"]) == 0
+    with Reader(out) as r:
+        assert len(r.sessions) == 2
+
+
+def test_a_writer_holds_its_file_until_it_closes(tmp_path):
+    out = tmp_path / "w.gputop"
+    w = RecordWriter.create(out)
+    with pytest.raises(UserError, match=f"another gputop \\(pid {os.getpid()}\\) is recording to it"):
+        RecordWriter.create(out, force=True)
+    with pytest.raises(UserError, match="cannot append to"):
+        RecordWriter.create(out, append=True)
+    assert out.exists()
+    w.finish()
+    RecordWriter.create(out, append=True).finish()
+    RecordWriter.create(out, force=True).abort()
 
 
 def test_bad_paths_are_one_line_errors(tmp_path, capsys, stopped):

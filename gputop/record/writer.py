@@ -8,6 +8,7 @@ it off the pipeline's threads.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import socket
@@ -121,8 +122,60 @@ def _create_exclusive(path: Path) -> None:
     os.close(fd)
 
 
+# --------------------------------------------------------------------------- one writer at a time
+#
+# A recorder holds an exclusive flock on its file for as long as it writes: a second `record
+# --force` would otherwise delete the file under it (the first recorder's data gone, and it then
+# said the file "keeps data up to" a time it no longer held), and a second `--append` would add a
+# session that took over the first recorder's samples. Readers (replay, report, info) take no
+# lock: they read a live recording as before. flock, not SQLite's own locks: those are held only
+# while a transaction runs.
+
+
+def _lock_pid(path: Path) -> int | None:
+    """The process holding a flock on ``path`` (/proc/locks), None when not found."""
+    try:
+        ino = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:56789 0 EOF"
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(ino):
+                    return int(parts[4])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _lock_for_writing(path: Path, doing: str) -> int:
+    """An fd of ``path`` holding its exclusive flock; UserError while another recorder holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise UserError(f"cannot {doing} {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _lock_pid(path)
+        by = f" (pid {pid})" if pid is not None else ""
+        raise UserError(f"cannot {doing} {path}: another gputop{by} is recording to it; "
+                        "stop that recording first, or record to a new file") from None
+    except OSError:
+        pass  # a file system without flock: no guard, as before
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)  # closing the last fd of the open file releases its flock
+        except OSError:
+            pass
+
+
 def _remove_existing(path: Path) -> None:
-    """``--force``: replace an old recording, never an unrelated file."""
+    """``--force``: replace an old recording, never an unrelated file, never one being written."""
     if path.is_symlink() or not path.exists():
         if path.is_symlink():
             raise UserError(f"{path} is a symbolic link: not overwriting it")
@@ -132,6 +185,7 @@ def _remove_existing(path: Path) -> None:
     kind = looks_like_recording(path)
     if kind is False:
         raise UserError(f"{path} exists and is not a gputop recording: not overwriting it")
+    _release(_lock_for_writing(path, "overwrite"))
     for p in (path, *sidecars(path)):
         try:
             p.unlink()
@@ -230,6 +284,7 @@ class RecordWriter:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        self._lock: int | None = None  # the fd holding the file's flock while this writes
         self.session_id: int | None = None
         # What this session follows, and what the file's last session before it followed (None:
         # a new file): an append of another process is said (``target_change``).
@@ -290,6 +345,7 @@ class RecordWriter:
                 except OSError as exc:
                     raise UserError(f"cannot remove stale {p}: {exc.strerror or exc}") from None
         _create_exclusive(path)
+        lock = _lock_for_writing(path, "record to")
         try:
             conn = _connect(path)
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
@@ -322,9 +378,11 @@ class RecordWriter:
                     p.unlink()
                 except OSError:
                     pass
+            _release(lock)
             raise UserError(f"cannot create {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         _chmod_private(path)
         w = cls(conn, path)
+        w._lock = lock
         w._set_max_bytes(max_bytes)
         return w
 
@@ -332,6 +390,17 @@ class RecordWriter:
     def _open_append(cls, path: Path, max_bytes: int | None, identity: Identity | None = None) -> "RecordWriter":
         if looks_like_recording(path) is not True:
             raise UserError(f"cannot append to {path}: not a gputop recording")
+        lock = _lock_for_writing(path, "append to")
+        try:
+            w = cls._append_locked(path, max_bytes, identity)
+        except BaseException:
+            _release(lock)
+            raise
+        w._lock = lock
+        return w
+
+    @classmethod
+    def _append_locked(cls, path: Path, max_bytes: int | None, identity: Identity | None) -> "RecordWriter":
         try:
             conn = _connect(path)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -756,13 +825,19 @@ class RecordWriter:
             # the file copies everything and readers leave no -wal/-shm beside it.
             self.conn.execute("PRAGMA journal_mode=DELETE")
         finally:
-            self.conn.close()
+            try:
+                self.conn.close()
+            finally:
+                _release(self._lock)
+                self._lock = None
 
     def abort(self) -> None:
         try:
             self.conn.close()
         except sqlite3.Error:
             pass
+        _release(self._lock)
+        self._lock = None
 
 
 def _recorded_identity(conn: sqlite3.Connection) -> Identity:
