@@ -228,6 +228,10 @@ class Frame:
     # The first line of that loop (0: none, or not read): which of a function's loops the sample
     # is in (loading shards, training, validating).
     loop: int = 0
+    # Those of ``keeps``' lines that add the tensor a backward ran on in the same turn
+    # (``total_loss += loss`` after ``loss.backward()``): its activations were freed, so the line
+    # keeps the graph's nodes, not the step's activations.
+    freed: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,11 @@ _RELEASES = re.compile(r"\.item\(\)|\.detach\(\)|\.tolist\(\)|\.numpy\(\)|\bfloa
 _ACCUMULATE = re.compile(rf"^\s*[\w.\[\]]+\s*(?:\+=|=\s*[\w.\[\]]+\s*\+)\s*({_TENSORISH})\s*$", re.IGNORECASE)
 # `losses.append(loss)`, `all_outputs.append(outputs)`: every step's graph kept in a list.
 _APPEND = re.compile(rf"\.(?:append|extend)\(\s*({_TENSORISH})\s*\)\s*$", re.IGNORECASE)
+# `val_total += F.cross_entropy(model(xv), yv)`: a loss computed in the sum itself, its graph (a
+# forward's activations, where no backward frees them) kept by the sum.
+_ACCUMULATE_CALL = re.compile(
+    r"^\s*[\w.\[\]]+\s*\+=\s*((?:[\w.]+\.)?(?:\w*loss\w*|criterion|cross_entropy|nll|mse|bce\w*|"
+    r"binary_cross_entropy\w*|kl_div|smooth_l1|l1)\s*\(.*\))\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,10 @@ class LeakLine:
     read: bool = False  # read from the source of the loop the stacks show, not caught in a sample
     kept: str = ""  # the name kept: "loss", "cache"
     called: str = ""  # read from a function the training loop calls ("train_step"), not the loop's own body
+    # The tensor kept is the one a backward ran on in the same step (``total_loss += loss`` after
+    # ``loss.backward()``): backward freed its activations, so the line keeps the graph's nodes and
+    # a scalar a step (KB), too little to be a fast growth's cause while another line keeps more.
+    freed: bool = False
 
 
 def leak_line(code: str) -> tuple[str, str] | None:
@@ -40,7 +49,9 @@ def leak_line(code: str) -> tuple[str, str] | None:
         return None
     for pattern, fix in ((_ACCUMULATE, "{line}  →  {name}.item() (or {name}.detach()) in the sum"),
                          (_APPEND, "{line}  →  append {name}.detach() (.item() where it holds one number; "
-                                   ".detach().cpu() to keep it off the GPU)")):
+                                   ".detach().cpu() to keep it off the GPU)"),
+                         (_ACCUMULATE_CALL, "{line}  →  {line}.item() (and a forward that no backward follows under "
+                                            "torch.no_grad(): it keeps no graph at all)")):
         m = pattern.search(code)
         if m:
             name = m.group(1)
@@ -78,6 +89,7 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
     seen: dict[tuple[str, int], list] = {}
     keepers: dict[tuple[str, int], str] = {}
     callers: dict[tuple[str, int], str] = {}  # a keeper of a function the loop calls -> its name
+    freed: set[tuple[str, int]] = set()  # keepers adding a tensor a backward ran on (Frame.freed)
     for s in stacks:
         at = None
         if loop is not None:
@@ -91,6 +103,8 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
             if at is not None and f.keeps and (i == at or (i < at and f.loop == 0)):
                 for ln, code in f.keeps:
                     keepers.setdefault((f.filename, ln), code)
+                    if ln in f.freed:
+                        freed.add((f.filename, ln))
                     if i < at:
                         callers.setdefault((f.filename, ln), f.name)
             if not f.code:
@@ -105,20 +119,23 @@ def leak_lines(stacks: Sequence[StackSample], loop: tuple[str, str] | None = Non
     ranked = sorted(seen.items(), key=lambda kv: -kv[1][0])
     out = [LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], kept=hit[0]) for (fn, ln), (_, code, hit) in ranked]
     named = {(fn, ln) for (fn, ln), _ in ranked}
-    grows = []
+    grows, slow = [], []
     for (fn, ln), code in sorted(keepers.items()):
         if (fn, ln) in named:
             continue
         called = callers.get((fn, ln), "")
         hit = leak_line(code)
         if hit is not None:
-            out.append(LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], read=True, kept=hit[0], called=called))
+            line = LeakLine(f"{short_path(fn)}:{ln}", code, hit[1], read=True, kept=hit[0], called=called,
+                            freed=(fn, ln) in freed)
+            (slow if line.freed else out).append(line)
             continue
         grew = grown_line(code)
         if grew is not None:
             grows.append(LeakLine(f"{short_path(fn)}:{ln}", code, grew[1], graph=False, read=True, kept=grew[0],
                                   called=called))
-    return tuple(out + grows)
+    # A sum of the losses a backward ran on keeps KB a step: after every line that keeps more.
+    return tuple(out + grows + slow)
 
 
 # A GPU's memory within this share of its total when the job ended: the allocator had no room

@@ -296,6 +296,7 @@ def frame_from_row(row: tuple) -> Frame:
         code=(redact_code(clean_text(row[5])) if row[5] else opt_text(row[5])) if len(row) > 5 else None,
         keeps=keeps_from_text(row[6])[1] if len(row) > 6 else (),
         loop=keeps_from_text(row[6])[0] if len(row) > 6 else 0,
+        freed=freed_from_text(row[6]) if len(row) > 6 else (),
     )
 
 
@@ -309,8 +310,24 @@ def keeps_text(f: Frame) -> str | None:
     statement redacted once more."""
     if not f.keeps and not f.loop:
         return None
-    return json.dumps({"loop": int(f.loop), "keeps": [[int(ln), redact_code(code)] for ln, code in f.keeps[:_KEEPS_MAX]]},
-                      separators=(",", ":"))
+    doc: dict = {"loop": int(f.loop), "keeps": [[int(ln), redact_code(code)] for ln, code in f.keeps[:_KEEPS_MAX]]}
+    if f.freed:
+        doc["freed"] = [int(ln) for ln in f.freed[:_KEEPS_MAX]]
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def freed_from_text(text: object) -> tuple[int, ...]:
+    """The column's ``freed`` lines (Frame.freed); a file from before them, or anything malformed,
+    reads as none."""
+    if not isinstance(text, str) or '"freed"' not in text:
+        return ()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return ()
+    items = doc.get("freed") if isinstance(doc, dict) else None
+    return tuple(it for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]
+                 if isinstance(it, int) and 0 < it < 2**31)
 
 
 def keeps_from_text(text: object) -> tuple[int, tuple[tuple[int, str], ...]]:

@@ -31,10 +31,73 @@ Keeps = tuple[tuple[int, str], ...]
 
 
 class _Loop:
-    __slots__ = ("first", "last", "keeps")
+    __slots__ = ("first", "last", "keeps", "freed")
 
-    def __init__(self, first: int, last: int, keeps: Keeps) -> None:
-        self.first, self.last, self.keeps = first, last, keeps
+    def __init__(self, first: int, last: int, keeps: Keeps, freed: tuple[int, ...] = ()) -> None:
+        self.first, self.last, self.keeps, self.freed = first, last, keeps, freed
+
+
+# A keeper that adds the very tensor a backward ran on in the same turn (``total_loss += loss``
+# after ``loss.backward()``): backward freed the activations its graph held, so the sum keeps the
+# graph's nodes (a few KB a step) and a scalar, not the step's activations. A leak, but a slow one:
+# told apart from a keeper whose graph no backward ever freed (a validation loss summed without
+# no_grad keeps every activation of every batch).
+
+
+def _backward_names(nodes) -> set[str]:
+    """Names a ``.backward(...)`` call among ``nodes`` runs on (its receiver or its arguments:
+    ``loss.backward()``, ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``),
+    unless it keeps the graph (``retain_graph=True``)."""
+    out: set[str] = set()
+    for n in nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward":
+            if any(k.arg in ("retain_graph", "create_graph") and not (isinstance(k.value, ast.Constant)
+                                                                       and not k.value.value) for k in n.keywords):
+                continue
+            out |= _names(n.func.value)
+            for a in n.args:
+                out |= _names(a)
+    return out
+
+
+def _backward_returners(tree: ast.AST) -> set[str]:
+    """Functions of the file that run a backward on a name they return (``def train_step(): ...
+    loss.backward(); ...; return loss``)."""
+    out = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = list(ast.walk(fn))
+            ran = _backward_names(body)
+            if ran and any(isinstance(n, ast.Return) and n.value is not None and _names(n.value) & ran for n in body):
+                out.add(fn.name)
+    return out
+
+
+def _added_name(n: ast.stmt) -> str | None:
+    """The bare name a keeper adds (``total += loss``, ``total = total + loss``, ``xs.append(loss)``)."""
+    value = None
+    if isinstance(n, ast.AugAssign):
+        value = n.value
+    elif isinstance(n, ast.Assign) and isinstance(n.value, ast.BinOp):
+        value = n.value.right
+    elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and len(n.value.args) == 1:
+        value = n.value.args[0]
+    return value.id if isinstance(value, ast.Name) else None
+
+
+def _freed(keepers: list[ast.stmt], scope: ast.AST, returners: set[str]) -> tuple[int, ...]:
+    """The keepers' lines that add a tensor a backward in ``scope`` (a loop, or a function's body)
+    ran on, or one a function of the file returns after its backward (``loss = train_step()``)."""
+    nodes = list(_body_nodes(scope))
+    ran = _backward_names(nodes)
+    for n in nodes:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+            f = n.value.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in returners:
+                for t in n.targets:
+                    ran |= _names(t)
+    return tuple(k.lineno for k in keepers if _added_name(k) in ran)
 
 
 def _body_nodes(loop: ast.AST):
@@ -199,16 +262,19 @@ def loops_of(text: str) -> list[_Loop] | None:
         return None
     out = []
     inits = _inits(tree)
+    returners = _backward_returners(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            keeps = tuple((n.lineno, _statement(text, n)) for n in _keepers(node, inits)[:MAX_KEEPS])
-            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps))
+            kept = _keepers(node, inits)[:MAX_KEEPS]
+            keeps = tuple((n.lineno, _statement(text, n)) for n in kept)
+            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners)))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # A function's body as a "loop" of one turn a call (first = 0: not a loop of its own):
             # what it adds to outside itself, for a line of it outside any loop.
-            keeps = tuple((n.lineno, _statement(text, n)) for n in _escaping(node, inits)[:MAX_KEEPS])
+            kept = _escaping(node, inits)[:MAX_KEEPS]
+            keeps = tuple((n.lineno, _statement(text, n)) for n in kept)
             if keeps:
-                out.append(_Loop(-node.lineno, node.end_lineno or node.lineno, keeps))
+                out.append(_Loop(-node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners)))
     return out
 
 
@@ -237,6 +303,13 @@ def keeps_at(loops: Sequence[_Loop] | None, lineno: int) -> Keeps:
     """The keepers of the innermost loop around ``lineno`` (empty: none, or no loop there)."""
     inner = _inner(loops, lineno)
     return inner.keeps if inner is not None else ()
+
+
+def freed_at(loops: Sequence[_Loop] | None, lineno: int) -> tuple[int, ...]:
+    """Those of ``keeps_at``'s lines that add a tensor a backward ran on in the same turn (its
+    activations freed: the sum keeps its graph's nodes)."""
+    inner = _inner(loops, lineno)
+    return inner.freed if inner is not None else ()
 
 
 def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:

@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import Keeps, keeps_at, loop_at, loops_of
+from .loop_source import Keeps, freed_at, keeps_at, loop_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -58,6 +58,12 @@ class SourceLines:
             if loops is None:
                 self.unparsed.append(filename)
         return loop_at(loops, lineno), keeps_at(loops, lineno)
+
+    def freed(self, filename: str, lineno: int) -> tuple[int, ...]:
+        """Of ``loop``'s keepers, the lines adding a tensor a backward ran on in the same turn
+        (after ``loop`` read the file; () otherwise)."""
+        loops = self._loops.get(filename)
+        return freed_at(loops, lineno) if isinstance(loops, list) else ()
 
     def _start_time(self) -> float | None:
         """When the job started (None: unknown, and no file is judged stale)."""
@@ -106,9 +112,11 @@ class StackParser:
 
     def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
                  is_library: IsLibrary = lambda filename: False,
-                 loop: Callable[[str, int], tuple[int, Keeps]] | None = None) -> None:
+                 loop: Callable[[str, int], tuple[int, Keeps]] | None = None,
+                 freed: Callable[[str, int], tuple[int, ...]] | None = None) -> None:
         self._lines = lines
         self._loop = loop
+        self._freed = freed
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -132,11 +140,14 @@ class StackParser:
                     # screen, in `stacks --json`, in the advisor's evidence and in a recording
                     # comes from this one.
                     code = redact_code(code)
+            freed: tuple[int, ...] = ()
             if self._loop is not None and own:
                 loop, kept = self._loop(filename, line)
                 keeps = tuple((ln, redact_code(text)) for ln, text in kept)
+                if keeps and self._freed is not None:
+                    freed = self._freed(filename, line)
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
-                      loop=loop)
+                      loop=loop, freed=freed)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

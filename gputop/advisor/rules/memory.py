@@ -240,10 +240,22 @@ def _leak_evidence(top: LeakLine) -> str:
         where = f", in `{top.called}`, which the training loop calls every step (read from its source),"
     else:
         where = ", in the training loop the stacks show (read from its source)," if top.read else ""
+    if top.graph and top.freed:
+        return (f"{top.where}: `{top.code}`{where} keeps each step's `{top.kept}` after its backward: backward freed "
+                "the activations its graph held, so the line keeps the graph's nodes and a number, a few KB a step, "
+                "too little for this growth on its own")
     if top.graph:
         return f"{top.where}: `{top.code}`{where} keeps each step's tensor with its autograd graph"
     taker = "the function" if top.called else "the loop"
     return f"{top.where}: `{top.code}`{where} adds to `{top.kept}` every step, and nothing in {taker} takes from it"
+
+
+def _leak_action(top: LeakLine, find_it: str) -> str:
+    """The line's fix; for a sum of losses a backward ran on (KB a step), the fix and then how to
+    find what keeps the rest."""
+    if top.freed:
+        return f"{top.where}: {top.fix}; it keeps little, so if memory still grows: {find_it}"
+    return f"{top.where}: {top.fix}"
 
 
 @uses(HORIZON_S, WARN_WITHIN_S, CRITICAL_WITHIN_S, NAMED_CONFIDENCE, FORECAST_CONFIDENCE)
@@ -274,7 +286,7 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         if leaks:
             top = leaks[0]
             evidence.append(_leak_evidence(top))
-            action = f"{top.where}: {top.fix}"
+            action = _leak_action(top, _FIND_IT)
         else:
             evidence.append("the job's stacks, and the loop they show, hold no line that keeps a step's tensor "
                             "(such a line runs for microseconds: the samples may miss it)")
@@ -301,14 +313,15 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
             # The main process grows (or a job on the CPU device, whose tensors are host memory):
             # the training loop's keeper is the likely line, as on a GPU.
             evidence.append(_leak_evidence(mem.leaks[0]))
-            action = f"{mem.leaks[0].where}: {mem.leaks[0].fix}"
+            action = _leak_action(mem.leaks[0], _FIND_IT_HOST)
         who = "the job's cgroup" if mem.host_cgroup else "host"
         title = f"{who} memory grows {rate_text(gr.rate)}: out of memory in {eta_text(gr)}"
     return Hit(
         evidence=tuple(evidence),
         action=action,
         expected_gain="the job finishes instead of dying out of memory",
-        confidence=NAMED_CONFIDENCE if kind == "gpu" and mem.leaks and mem.leaks[0].graph else FORECAST_CONFIDENCE,
+        confidence=(NAMED_CONFIDENCE if kind == "gpu" and mem.leaks and mem.leaks[0].graph and not mem.leaks[0].freed
+                    else FORECAST_CONFIDENCE),
         gpu_index=gpu,
         severity=(Severity.CRITICAL if eta <= CRITICAL_WITHIN_S else
                   Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO),
