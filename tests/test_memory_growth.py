@@ -333,3 +333,23 @@ def test_the_host_forecast_is_the_jobs_own_growth_not_its_neighbours():
     others = Job(seconds=120, workers=0, host_mem_total=23 * GiB,
                  host_available=lambda t: 20 * GiB - 66 * MiB * t, target_rss=lambda t: 330 * MiB)
     assert "memory-growth" not in rule_findings(others)[0]
+
+
+def test_growth_under_a_minute_and_far_from_the_limit_is_weighed_not_judged():
+    # A new user's advise --duration 60 watched 1.7 GB of growth and said nothing of memory.
+    g = growth(line(5 * MiB, seconds=40), LIMIT, early=True)
+    assert g.kind == SHORT and g.rising == pytest.approx(5 * MiB, rel=0.05)
+    # outside the training loop, flat, or with too little history: nothing weighed
+    assert growth(line(5 * MiB, seconds=40), LIMIT).rising == 0
+    assert growth(line(0, seconds=40), LIMIT, early=True).rising == 0
+    assert growth(line(5 * MiB, seconds=15), LIMIT, early=True).rising == 0
+    # in the advisor: said as a weighing, never a forecast or a warning; gone once judged
+    job = lambda secs: Job(seconds=secs, gpu={**GPM, "mem_used": lambda t: 20 * GiB + 20 * MiB * t},  # noqa: E731
+                           proc_mem=lambda t: 20 * GiB + 20 * MiB * t, main_frames=_loop_frames)
+    found, _ = rule_findings(job(40))
+    f = found["memory-rising"]
+    assert f.severity is Severity.INFO and "memory-growth" not in found
+    assert f.title.startswith("Weighing: GPU 0 memory rises about 1.2 GB/min"), f.title
+    assert "out of memory in" not in f.title + " ".join(f.evidence)
+    found, _ = rule_findings(job(90))
+    assert "memory-growth" in found and "memory-rising" not in found

@@ -97,6 +97,10 @@ class Growth:
     eta_high_s: float | None = None  # at its slow end
     sawtooth: bool = False  # the memory also rises and falls (a saw-tooth under the trend)
     early: bool = False  # judged on less than MIN_SPAN_S of history, for its urgency (EARLY_SPAN_S)
+    # SHORT, in the training loop with EARLY_SPAN_S of history: the rate a provisional fit shows
+    # it rising at (bytes/s; 0: not rising), too far from the limit to judge before the minute.
+    # What is being weighed, said as such: never a forecast.
+    rising: float = 0.0
 
     @property
     def growing(self) -> bool:
@@ -162,7 +166,7 @@ def growth(points: Sequence[tuple[float, float]], limit: float | None = None,
     # Early: only urgent, steady growth; the rest waits for the minute.
     if g.growing and g.eta_high_s is not None and g.eta_high_s <= EARLY_HORIZON * span:
         return replace(g, early=True)
-    return short
+    return replace(short, rising=g.rate) if g.growing else short
 
 
 def _judge(pts: list[tuple[float, float]], limit: float | None, used_now: float | None) -> Growth:

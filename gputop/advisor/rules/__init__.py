@@ -35,7 +35,8 @@ from .data import (
 from .distributed import check_collective_bound, check_collective_wait, check_manual_gradient_sync, check_rank_straggler
 from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
-from .memory import check_memory_growth, check_memory_headroom, check_memory_near_limit, check_oom_exit
+from .memory import (check_memory_growth, check_memory_headroom, check_memory_near_limit, check_memory_rising,
+                     check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_fp32_training, check_no_tensor_cores
@@ -127,6 +128,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ecc-errors", "Uncorrectable ECC errors", C, check_ecc_errors, appear_after_s=0.0),
     Rule("oom-exit", "Job ended out of memory", C, check_oom_exit, appear_after_s=0.0),
     Rule("memory-growth", "Memory grows towards its limit", W, check_memory_growth),
+    Rule("memory-rising", "Memory rises, not judged yet (under a minute of history)", I, check_memory_rising),
     Rule("memory-near-limit", "GPU memory near its limit", W, check_memory_near_limit),
     Rule("pcie-link-degraded", "PCIe link below its maximum", W, check_pcie_degraded),
     Rule("small-shm", "Small /dev/shm for DataLoader workers", W, check_small_shm, appear_after_s=0.0),

@@ -4,6 +4,7 @@ towards the limit (with a forecast), or what ended a job that ran out."""
 from __future__ import annotations
 
 from ...analysis import COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, Growth, LeakLine, MemoryView, eta_text, rate_text
+from ...analysis.memory_growth import MIN_SPAN_S
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from ...model import Severity
@@ -326,6 +327,40 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         severity=(Severity.CRITICAL if eta <= CRITICAL_WITHIN_S else
                   Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO),
         title=title,
+    )
+
+
+@uses()
+def check_memory_rising(ctx: AnalysisContext) -> Hit | None:
+    """What is weighed before memory-growth can judge: the job's memory rises in its training
+    loop, but less than a minute of history says nothing of when it would run out unless that is
+    soon (then memory-growth speaks early). Said, so a watch shorter than the minute is not taken
+    for "memory is fine"; never a forecast, never a warning."""
+    mem = ctx.memory
+    if mem is None:
+        return None
+    rising: list[tuple[str, Growth, int | None]] = []
+    for gm in mem.gpus:
+        if not gm.growth.judged and gm.growth.rising > 0:
+            rising.append((f"GPU {gm.index}", gm.growth, gm.index))
+    if mem.host is not None and not mem.host.judged and mem.host.rising > 0:
+        rising.append(("the job's cgroup" if mem.host_cgroup else "host", mem.host, None))
+    if not rising:
+        return None
+    who, gr, gpu = max(rising, key=lambda r: r[1].rising)
+    need = max(0.0, MIN_SPAN_S - gr.span_s)
+    return Hit(
+        evidence=(f"{who}: the job's memory rose at about {rate_text(gr.rising)} over the last {gr.span_s:.0f} s of its "
+                  "training loop",
+                  f"less than {MIN_SPAN_S:.0f} s of history says nothing of a trend (an allocator warms up, a cache "
+                  f"fills) unless the limit is minutes away: judged in about {need:.0f} s more, with a forecast if it "
+                  "keeps rising"),
+        action="nothing yet: keep watching (advise --duration 90 s, or the live view) for the verdict on memory",
+        expected_gain="",
+        confidence=1.0,
+        gpu_index=gpu,
+        severity=Severity.INFO,
+        title=f"Weighing: {who} memory rises about {rate_text(gr.rising)} (judged once it has a minute of history)",
     )
 
 
