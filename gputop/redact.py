@@ -75,6 +75,9 @@ _LAST_WORDS: dict[str, frozenset[str]] = {
     }),
     "auth": frozenset({"use", "no", "enable", "disable", "with", "without", "require", "skip"}),
     "sig": frozenset(),  # Azure SAS ``&sig=``
+    # ``DB_PW``, ``smtp_pw``; not a pointwise layer (``conv_pw``, ``pw_conv`` has it first).
+    "pw": frozenset({"conv", "dw", "linear", "proj", "layer", "block", "bn", "norm", "act", "mlp", "fc", "se",
+                     "expand", "project", "depthwise", "pointwise", "max", "min", "avg", "mean"}),
 }
 
 # A part after the secret word that says the value is *about* the secret: a file holding it, its
@@ -158,7 +161,7 @@ _BEARER = re.compile(r"(?i)(?<![\w\-])(bearer\s+)[A-Za-z0-9._~+/\-]+=*")
 # (X-Api-Key: X; Authorization: Basic X keeps the scheme). The name decides (is_secret_name).
 # Found from a secret word followed by the separator (a fast scan of the lower-cased text: most
 # names in a command line hold none), then the name is read back to its start.
-_KV_WORDS = r"(?:pass|pwd|secret|token|key|auth|cred|cookie|bearer|dsn|sig)"
+_KV_WORDS = r"(?:pass|pwd|pw|secret|token|key|auth|cred|cookie|bearer|dsn|sig)"
 _KV_CAND = re.compile(_KV_WORDS + r"[a-z0-9_.\-]*(?P<q>[\"']?)\s*[:=]\s*")
 _KV_CAND_I = re.compile(r"(?i)" + _KV_WORDS + r"[a-z0-9_.\-]*(?P<q>[\"']?)\s*[:=]\s*")  # non-ASCII text
 _KV_VAL = re.compile(

@@ -606,7 +606,8 @@ def test_sigkill_loses_at_most_about_a_second(stopped):
 def test_sigterm_and_sigint_stop_cleanly(stopped, sig):
     got = stopped[sig].result()
     out, err = got["out"], got["stderr"]
-    assert got["returncode"] == 0, err
+    # As advise: Ctrl-C is how it is ended (0); SIGTERM (a scheduler's limit, `timeout`) says so.
+    assert got["returncode"] == (143 if sig == signal.SIGTERM else 0), err
     assert "Traceback" not in err
     assert "recorded" in err.splitlines()[-1]
     assert not Path(f"{out}-wal").exists()  # closed, checkpointed

@@ -62,6 +62,9 @@ def _no_secret(text: str, where: str) -> None:
     ('hf_hub_download(repo, token="hf_AbCdEfGhIjKlMnOpQrStUvWx")', 'hf_hub_download(repo, token="***")'),
     ('s3 = boto3.client("s3", aws_access_key_id=k, region="AKIAQWERTYUIOPASDFGH")',
      's3 = boto3.client("s3", aws_access_key_id=k, region="***")'),
+    # a new user's: an abbreviated password name went through in clear
+    ('PASSWD = "HUNTER5PASS"; DB_PW = "HUNTER6PASS"', 'PASSWD = "***"; DB_PW = "***"'),
+    ("smtp_pw: str = 'x1y2'", "smtp_pw: str = '***'"),
 ])
 def test_secrets_in_a_source_line_are_hidden(line, shown):
     assert redact_code(line) == shown
@@ -85,6 +88,8 @@ def test_secrets_in_a_source_line_are_hidden(line, shown):
     "loss.item()",
     'if key == "labels":',  # comparisons are kept: a collator's keys, not secrets
     'if password != "":',
+    'self.conv_pw = nn.Conv2d(c, c, 1, groups=1)',  # a pointwise convolution, not a password
+    "x_pw = pw_conv(x); upward = 'up'",
 ])
 def test_ordinary_code_is_kept(line):
     assert redact_code(line) == line

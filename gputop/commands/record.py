@@ -115,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
     status.end_line(time.monotonic() - started, why)
     if recorder.error:
         raise UserError(recorder.error, exit_code=1)
-    return 0
+    # As `advise`: stopped by SIGTERM or SIGHUP (a scheduler's limit, `timeout`, a closed SSH
+    # session) is 128 + the signal's number, which a 0 would hide; Ctrl-C is the way to end it.
+    stopped_by = {"terminated": signal.SIGTERM, "hung up": getattr(signal, "SIGHUP", None)}
+    sig = next((stopped_by[w] for w in why if stopped_by.get(w) is not None), None)
+    return 128 + int(sig) if sig is not None else 0
 
 
 def _open(args: argparse.Namespace):
