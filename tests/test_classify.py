@@ -220,3 +220,37 @@ def test_where_prefers_the_newest_project_frame():
     assert where([F("Queue.get", STD + "queue.py", 171)]) == "queue.py:171 in Queue.get"
     assert where([]) == "no Python frames"
     assert stack_key(stack) != stack_key(stack[1:])
+
+
+def test_a_library_module_imported_deep_in_a_stack_is_an_import_not_what_it_is_named_for():
+    # A new user's start-up: `torch.optim.SGD(...)` imports torch.distributed._functional_collectives,
+    # whose top-level code registers custom ops and reads source files 9 frames above the import
+    # machinery. It was "collective/communication wait" in a job with no process group.
+    site = "/venv/lib/python3.11/site-packages/torch"
+    boot = "<frozen importlib._bootstrap>"
+    frames = (
+        Frame("getsourcefile", "/usr/lib/python3.11/inspect.py", 941),
+        Frame("getframeinfo", "/usr/lib/python3.11/inspect.py", 1688),
+        Frame("get_source", f"{site}/_library/utils.py", 45),
+        Frame("Library._register_fake", f"{site}/library.py", 331),
+        Frame("CustomOpDef._register_fake_dispatcher_impl", f"{site}/_library/custom_ops.py", 786),
+        Frame("CustomOpDef._register_to_dispatcher", f"{site}/_library/custom_ops.py", 750),
+        Frame("CustomOpDef.__init__", f"{site}/_library/custom_ops.py", 309),
+        Frame("custom_op.<locals>.inner", f"{site}/_library/custom_ops.py", 249),
+        Frame("<module>", f"{site}/distributed/_functional_collectives.py", 1325),
+        Frame("_call_with_frames_removed", boot, 241),
+        Frame("_load_unlocked", boot, 690),
+        Frame("Optimizer.__init__", f"{site}/optim/optimizer.py", 380),
+        Frame("SGD.__init__", f"{site}/optim/sgd.py", 63),
+        Frame("<module>", "/home/u/short.py", 2, code="m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.01)"),
+    )
+    assert classify(frames, active=True) is Category.OTHER  # making an optimizer, importing what it needs
+    # the user's own module run by an import (`python -c "import train"`) is the user's work
+    loop = (Frame("all_reduce", f"{site}/distributed/distributed_c10d.py", 2500),
+            *(Frame("wrapper", f"{site}/distributed/c10d_logger.py", 80 + k) for k in range(8)),
+            Frame("<module>", "/home/u/train.py", 40, code="dist.all_reduce(t)"),
+            Frame("_call_with_frames_removed", boot, 241))
+    assert classify(loop, active=False) is Category.COLLECTIVE
+    # and the step of an optimizer is still its step
+    assert classify((Frame("SGD.step", f"{site}/optim/sgd.py", 80),
+                     Frame("<module>", "/home/u/short.py", 6, code="opt.step()")), active=True) is Category.OPTIMIZER

@@ -116,6 +116,10 @@ RULES: tuple[Rule, ...] = (
     Rule(C.CHECKPOINT_IO, func=r"(.*\.)?(_?save_checkpoint|load_checkpoint|save_pretrained|save_model)",
          why="trainer checkpoint helpers (Lightning, Hugging Face, DeepSpeed)", framework="lightning/transformers"),
     # --- optimizer
+    # Making the optimizer (its __init__, adding param groups) is set-up, not a step: a job's
+    # start-up showed 16 samples of "optimizer" in `torch.optim.SGD(...)` importing what it needs.
+    Rule(C.OTHER, r"/torch/optim/", r"(\w+\.)?(__init__|add_param_group|_patch_step_function)",
+         why="making an optimizer (set-up, not a step)"),
     Rule(C.OPTIMIZER, r"/torch/optim/", why="optimizer step, zero_grad, LR scheduler"),
     Rule(C.OPTIMIZER, r"/torch/amp/grad_scaler\.py$", r"GradScaler\.(step|update|_maybe_opt_step|unscale_)",
          why="AMP grad scaler step"),
@@ -206,8 +210,17 @@ IMPORT_TOP_FRAMES = IntThreshold(
 
 def importing_at(frames: Sequence[Frame]) -> int | None:
     """The index of the newest import-machinery frame when the stack is importing a module (one
-    within the top ``IMPORT_TOP_FRAMES``), else None."""
-    return next((i for i, f in enumerate(frames[:IMPORT_TOP_FRAMES]) if f.filename in IMPORT_FILES), None)
+    within the top ``IMPORT_TOP_FRAMES``, or one that runs a library module's top-level code
+    however deep: ``import torch.distributed._functional_collectives`` registering its custom
+    ops reads source files 9 frames above the import, and is an import, not a collective), else
+    None. A user's module run by an import (a loop started as ``import train``) is not one."""
+    top = next((i for i, f in enumerate(frames[:IMPORT_TOP_FRAMES]) if f.filename in IMPORT_FILES), None)
+    if top is not None:
+        return top
+    for i in range(len(frames) - 1):
+        if frames[i].name == "<module>" and frames[i + 1].filename in IMPORT_FILES and is_library(frames[i].filename):
+            return i + 1
+    return None
 
 
 def explain(frames: Sequence[Frame], active: bool = True, rules: Sequence[Rule] = RULES) -> Match:
