@@ -414,7 +414,7 @@ class SamplingCost:
     load1: float | None = None  # the host's 1-minute load when measured
     cpus: int | None = None  # the CPUs gputop may run on
     cpu_pressure_pct: float | None = None  # % of the last 10 s a runnable task waited for a CPU
-    job_cpu_pct: float | None = None  # % of a core the target's main process used over the window
+    job_cpu_pct: float | None = None  # % of a core the job used over the window: the target and its ranks/workers
 
 
 class TargetStatus(str, Enum):

@@ -157,3 +157,38 @@ def test_the_cost_event_is_said_once_whatever_the_host(monkeypatch, host):
         said += [e for e in src.poll() if isinstance(e, Event) and "costs the job" in e.message]
         clock[0] += src.interval
     assert len(said) == 1
+
+
+class _Times:
+    def __init__(self, user):
+        self.user, self.system = user, 0.0
+
+
+class _Proc:
+    def __init__(self, cpu):
+        self.cpu = cpu
+
+    def cpu_times(self):
+        if self.cpu is None:
+            raise ProcessLookupError
+        return _Times(self.cpu)
+
+
+def test_the_job_the_sampler_is_weighed_against_is_the_whole_family():
+    # A torchrun launcher uses 3 % of a core, its ranks 9 % and 62 %: the launcher alone made
+    # gputop's sampler "51 % of the CPU the job itself used".
+    import os
+
+    src = stacks_mod.PySpySource(os.getpid(), pyspy="/bin/true")
+    launcher, r0, r1 = _Proc(1.0), _Proc(10.0), _Proc(50.0)
+    src._proc, src._procs = launcher, {src.pid: launcher, 101: r0, 102: r1}
+    src._cpu_seen, src._cpu_gone = {}, 0.0  # what the source read of this process at its start
+    assert src._job_cpu() == 61.0
+    r1.cpu = 60.0
+    assert src._job_cpu() == 71.0
+    # a rank that ends keeps what it used: the total never goes back
+    del src._procs[102]
+    r0.cpu = 12.0
+    assert src._job_cpu() == 73.0
+    launcher.cpu = None  # the target gone: nothing to weigh against
+    assert src._job_cpu() is None

@@ -178,6 +178,8 @@ class PySpySource:
         self._env: tuple[tuple[str, str], ...] | None = None
         self._target_last: ProcSample | None = None
         self._procs: dict[int, psutil.Process] = {}  # kept, so cpu_percent has a baseline
+        self._cpu_seen: dict[int, float] = {}  # the job's processes' CPU seconds at the last reading
+        self._cpu_gone = 0.0  # what the job's ended processes had used
         self._workers: list[int] = []
         self._worker_next = 0
         self._no_stacks: set[int] = set()  # children that are not Python
@@ -468,13 +470,28 @@ class PySpySource:
                              f"target stopped {c.pause_pct:.2f} % of the time)", "info"))
 
     def _job_cpu(self) -> float | None:
-        """The target's own CPU seconds so far (its main process: what the sampler is weighed
-        against on a busy host, where the job gets a fraction of a core)."""
-        try:
-            times = self._proc.cpu_times() if self._proc is not None else None
-        except Exception:
+        """The job's CPU seconds so far: the target and the processes under it the process
+        sampler follows (a launcher's ranks, DataLoader workers), what the sampler is weighed
+        against. A launcher's own CPU alone made the sampler look like half of a torchrun job's.
+        Monotonic: a process that ends keeps what it used (folded into ``_cpu_gone``)."""
+        if self._proc is None:
             return None
-        return None if times is None else times.user + times.system
+        procs = dict(self._procs)
+        procs[self.pid] = self._proc
+        now: dict[int, float] = {}
+        for pid, proc in procs.items():
+            try:
+                t = proc.cpu_times()
+            except Exception:
+                continue
+            now[pid] = t.user + t.system
+        if self.pid not in now:
+            return None
+        for pid in set(self._cpu_seen) - set(now):
+            self._cpu_gone += self._cpu_seen.pop(pid)
+        for pid, cpu in now.items():
+            self._cpu_seen[pid] = max(cpu, self._cpu_seen.get(pid, 0.0))
+        return self._cpu_gone + sum(self._cpu_seen.values())
 
     def _held_back(self, rate: float, host: HostCpu, a: _Totals, b: _Totals) -> str | None:
         """Why far fewer stacks came than asked over the window (None: they came, or nothing is
