@@ -84,6 +84,18 @@ def test_data_starved_sizes_workers_from_the_cores():
     assert "num_workers=8," in found["data-starved"].action  # capped
 
 
+def test_data_starved_on_a_fetch_that_waits_sizes_workers_past_the_cores():
+    # A new user's dataset sleeps 2 ms an item (a remote read): 2 workers for 2 cores were said; the
+    # loading waits off the CPU, so workers wait side by side (measured: 25 workers 24.7x, 2 workers 2.0x).
+    found, _ = run_rules(starved_job(cores=2, main_active=lambda t: t % 1.0 < 0.4))
+    f = found["data-starved"]
+    assert "num_workers=4," in f.action and "workers that wait in their fetch, more than the 2 cores" in f.action
+    assert any("loading waits off the CPU" in e for e in f.evidence)
+    # the same loading on the CPU (it computes): sized from the cores
+    found, _ = run_rules(starved_job(cores=2))
+    assert "num_workers=2," in found["data-starved"].action
+
+
 def test_a_short_data_wait_is_not_a_finding():
     job = Job(util=periodic(1.0, 0.95), main=phases(1.0, 0.95, C.FORWARD, C.DATA_FETCH), gpu=HEALTHY_GPM)
     found, _ = run_rules(job)

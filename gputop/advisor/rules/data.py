@@ -135,8 +135,24 @@ CHEAPER_SAMPLES = (
 # --------------------------------------------------------------------------- no workers
 
 
+# The training thread's own loading seen off the CPU in this share of its samples waits in its
+# fetch (a sleep, a remote read, a disk): workers would wait side by side, not take a core each.
+# Judgement: a loading that computes is on the CPU in most samples (py-spy's idle flag).
+FETCH_OFF_CPU_SHARE = Threshold(
+    0.8, "share", JUDGEMENT,
+    "The training thread's loading off the CPU in this share of its samples waits in its fetch (a sleep, a "
+    "remote read): workers then wait side by side, more of them than cores.")
+
+
+def _fetch_waits(ctx: AnalysisContext) -> bool:
+    """The training thread's own loading (num_workers=0) mostly waits off the CPU."""
+    fetching = [s for s in ctx.main_stacks if s.category is Category.DATA_FETCH]
+    return len(fetching) >= MIN_MAIN_SAMPLES and \
+        sum(1 for s in fetching if not s.active) / len(fetching) >= FETCH_OFF_CPU_SHARE
+
+
 @uses(MAX_DEFAULT_WORKERS, ASSUMED_CORES_PER_GPU, MULTI_CORE_PCT, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
-      MIN_COST_S, MIN_RECURRENCES)
+      MIN_COST_S, MIN_RECURRENCES, FETCH_OFF_CPU_SHARE, MAX_IO_WORKERS, WORKER_MARGIN)
 def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     """num_workers=0: the training thread loads every batch itself."""
     if ctx.workers.count or not enough_stacks(ctx):
@@ -168,6 +184,11 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     # training thread loads for ``frac`` of the time, so n in parallel bound the rate at n / frac.
     cores = cores_per_gpu(ctx) or ASSUMED_CORES_PER_GPU
     parallel = max(1, min(n, cores))
+    waits = _fetch_waits(ctx)
+    if waits:
+        # A fetch that waits off the CPU: workers wait side by side, as many as keep up.
+        n = workers_for(0, frac, MAX_IO_WORKERS)
+        parallel = n
     limit = parallel / max(frac, 0.01)
     # The limit stated takes the loading share at its lower confidence limit (a share read from
     # samples near 1 as 100 % made "at most 2.0x" for 2 workers; the new user's starved job
@@ -175,7 +196,11 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
     stated = parallel / max(loop_wait_lower(ctx, g, cost / g.breakdown.total_s, Category.DATA_FETCH,
                                             Category.DATA_WAIT), 0.01)
     t = ctx.target
-    if t is not None and t.cpu_mean is not None and t.cpu_mean >= MULTI_CORE_PCT:
+    if waits:
+        ev.append("the training thread's loading waits off the CPU (a sleep, a remote read) in most of its samples: "
+                  "workers would wait side by side, more of them than cores")
+        today = "the loading waits off the CPU, so they wait side by side; fewer if the source limits concurrent reads"
+    elif t is not None and t.cpu_mean is not None and t.cpu_mean >= MULTI_CORE_PCT:
         today = f"today's loading uses {t.cpu_mean / 100:.1f} cores, so less if those threads do real work"
     else:
         today = "each loads at most as fast as the training thread does today"
@@ -188,7 +213,9 @@ def check_data_starved(ctx: AnalysisContext) -> Hit | None:
         ev.append(f"{cores} core{'s' if cores != 1 else ''}{per_gpu}: DataLoader workers cannot load faster than "
                   "the training thread does")
     else:
-        action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # {n} workers for {cores_per_gpu(ctx) or '?'} cores" + per_gpu
+        why = ("workers that wait in their fetch, more than the " if waits else "workers for ") + \
+            f"{cores_per_gpu(ctx) or '?'} cores"
+        action = f"{loader_line(n, pin=g.index != CPU_DEVICE, ctx=ctx)}  # {n} {why}" + per_gpu
         expected = gain(frac, stated, f"{n} workers on {cores} cores, {parallel} loading at once ({today})", upper=upper)
     return Hit(
         evidence=tuple(ev),
