@@ -21,7 +21,15 @@ COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", 
             "autopsy", "rules")
 
 
-class _CommandParser(argparse.ArgumentParser):
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line and exit status 2 (the README's promise): the error and where the
+    options are listed, not the usage block above it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; options: {self.prog} --help\n")
+
+
+class _CommandParser(_OneLineParser):
     """A subcommand's parser. argparse hands the arguments a subcommand does not know back to the
     top-level parser, which then prints gputop's usage for ``gputop export --port``: the user
     learns nothing about export's options. A subcommand reports them itself, with its own usage."""
@@ -61,7 +69,7 @@ def command_parser(parser: argparse.ArgumentParser, name: str | None) -> argpars
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="gputop",
         description="Live monitor and advisor for GPU training jobs.",
         epilog="Run 'gputop COMMAND --help' for a command's options. Keys in the UI: press '?'.",

@@ -1,4 +1,5 @@
-"""A subcommand's bad argument is that subcommand's error: its usage and one line, exit 2."""
+"""A subcommand's bad argument is that subcommand's error: one line naming it and where its options are
+listed (not the usage block: the README promises one line), exit 2."""
 
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ def _fail(capsys, argv):
 def test_export_port_names_export_and_points_at_listen(capsys):
     code, err = _fail(capsys, ["export", "--port"])
     assert code == 2
-    assert err.startswith("usage: gputop export ")
-    assert err.rstrip().splitlines()[-1] == (
-        "gputop export: error: unrecognized arguments: --port (did you mean --listen HOST:PORT?)")
+    assert err == ("gputop export: error: unrecognized arguments: --port (did you mean --listen HOST:PORT?); "
+                   "options: gputop export --help\n")
     assert "Traceback" not in err
 
 
@@ -36,7 +36,7 @@ def test_every_subcommand_reports_an_unknown_option_itself(capsys, name):
              "job": ["--prometheus", "http://h:9090"]}
     code, err = _fail(capsys, [name, *needs.get(name, []), "--no-such-option"])
     assert code == 2
-    assert err.startswith(f"usage: gputop {name} "), err
+    assert err.count("\n") == 1 and err.rstrip().endswith(f"; options: gputop {name} --help"), err
     assert f"gputop {name}: error: unrecognized arguments: --no-such-option" in err
 
 
@@ -49,19 +49,19 @@ def test_a_stray_positional_is_the_subcommands_error(capsys):
 def test_an_unknown_option_before_the_command_stays_gputops(capsys):
     code, err = _fail(capsys, ["--no-such-option", "export"])
     assert code == 2
-    assert err.startswith("usage: gputop [")
+    assert err.count("\n") == 1 and err.startswith("gputop: error: ")
     assert "gputop: error: unrecognized arguments: --no-such-option" in err
 
 
 def test_a_subcommands_force_without_record_is_its_error(capsys):
     code, err = _fail(capsys, ["advise", "-f"])
     assert code == 2
-    assert err.startswith("usage: gputop advise ")
+    assert err.count("\n") == 1
     assert "gputop advise: error: --force only applies with --record FILE" in err
 
 
 def test_gputops_own_force_before_a_command_stays_gputops(capsys):
     code, err = _fail(capsys, ["--forc", "attach", "1"])
     assert code == 2
-    assert err.startswith("usage: gputop [")
+    assert err.count("\n") == 1 and err.startswith("gputop: error: ")
     assert "gputop: error: --force only applies with --record FILE" in err

@@ -47,7 +47,8 @@ def test_force_without_record_is_refused(argv, capsys, tmp_path, monkeypatch):
         main(argv)
     assert e.value.code == 2
     errors = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]
-    assert errors == ["gputop: error: --force only applies with --record FILE (to overwrite an old recording)"]
+    assert errors == ["gputop: error: --force only applies with --record FILE (to overwrite an old recording); "
+                      "options: gputop --help"]
     assert list(tmp_path.iterdir()) == []
 
 
