@@ -192,3 +192,34 @@ def test_the_job_the_sampler_is_weighed_against_is_the_whole_family():
     assert src._job_cpu() == 73.0
     launcher.cpu = None  # the target gone: nothing to weigh against
     assert src._job_cpu() is None
+
+
+def test_workers_are_sampled_on_their_turn_when_the_budget_paces_the_main_thread(monkeypatch):
+    # The main thread's dumps are paced to spend the CPU budget; a worker dumped after one found
+    # it spent at every turn: a job's workers were sampled once at attach, never again, and a
+    # worker that hung later was explained with the stack it had at attach.
+    clock = [5000.0]
+    monkeypatch.setattr(stacks_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(stacks_mod.time, "thread_time", lambda: 0.0)
+    fake = SlowPySpy(os.getpid(), cpu_s=0.05, wall_s=0.02)  # costly dumps: the budget holds the rate back
+    monkeypatch.setattr(stacks_mod, "dump_json", fake)
+    src = PySpySource(os.getpid(), clock=lambda: clock[0], classify=classify, is_library=is_library,
+                      pyspy="py-spy", host_cpu=lambda: IDLE)
+    workers = [os.getpid() + 100_001, os.getpid() + 100_002]
+    monkeypatch.setattr(src, "_proc_samples", lambda now: [])
+    src._workers = list(workers)
+    dumped: list[int] = []
+    real = fake.__call__
+
+    def counting(pid, *args, **kw):
+        dumped.append(pid)
+        return real(pid, *args, **kw)
+
+    monkeypatch.setattr(stacks_mod, "dump_json", counting)
+    while clock[0] < 5060.0:
+        src.poll()
+        clock[0] += max(src.interval, 0.02)
+    per_worker = [dumped.count(w) for w in workers]
+    # one worker every 3 s in turn: ~10 each over a minute (not 1 each at attach)
+    assert all(n >= 8 for n in per_worker), per_worker
+    assert src.cost is not None and src.cost.held_back == "cpu-budget"  # the budget did pace it

@@ -226,11 +226,18 @@ class PySpySource:
         if now >= self._next_proc:
             self._next_proc = now + PROC_INTERVAL_S
             out.extend(s for s in self._proc_samples(now) if self.target_details or s.role != "target")
-        out.extend(self._sample_target())
+        # A worker whose turn it is goes first: the main thread's polls are paced to spend the CPU
+        # budget, so a worker dumped after one found the budget spent at every turn, and a job's
+        # workers were sampled once at attach and never again (a worker that hung later was never
+        # seen). Its turn passes only once it was dumped (or cannot be).
         if self._stacks_off is None and self._workers and self.clock() >= self._next_worker:
-            self._next_worker = self.clock() + self.worker_interval
-            out.extend(self._sample_worker(self._workers[self._worker_next % len(self._workers)]))
-            self._worker_next += 1
+            wpid = self._workers[self._worker_next % len(self._workers)]
+            got = self._sample_worker(wpid)
+            if got is not None:
+                out.extend(got)
+                self._next_worker = self.clock() + self.worker_interval
+                self._worker_next += 1
+        out.extend(self._sample_target())
         # The poll's own CPU (parsing, classifying, psutil); py-spy's is metered per dump.
         spent = time.thread_time() - cpu0
         self._totals.cpu += spent
@@ -265,7 +272,7 @@ class PySpySource:
         try:
             stacks = self._sample_target()
             for w in list(self._workers):
-                stacks.extend(self._sample_worker(w))
+                stacks.extend(self._sample_worker(w) or ())
         finally:
             self.nonblocking = routine
         out.extend(self._proc_samples(self.clock()))
@@ -411,9 +418,13 @@ class PySpySource:
         out.extend(samples)
         return out
 
-    def _sample_worker(self, wpid: int) -> list[object]:
-        if wpid in self._no_stacks or self._stacks_off is not None or not self._cpu.allows(time.monotonic()):
+    def _sample_worker(self, wpid: int) -> list[object] | None:
+        """The worker's samples ([] when it cannot be dumped); None: not now, the CPU budget is
+        spent (its turn waits for the next poll)."""
+        if wpid in self._no_stacks or self._stacks_off is not None:
             return []
+        if not self._cpu.allows(time.monotonic()):
+            return None
         try:
             data = self._dump(wpid, blocking=not self.nonblocking)
         except AttachError as exc:
