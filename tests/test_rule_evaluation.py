@@ -189,6 +189,30 @@ def test_the_evaluations_syncs_are_not_also_a_host_sync_finding():
     assert RULES_BY_ID["eval-every-step"].evaluate(bare) is None
 
 
+def test_an_evaluation_every_step_sampled_sparsely_is_not_given_a_cadence():
+    """A new user's validation forward after every 20 ms step, sampled at 0.9 stacks a second, was
+    said to run "every ~9.5 s ... for ~1.7 s each ... not every step": the samples land in a step's
+    training or its evaluation at random, so runs of training samples span many steps. Its share and
+    its fix hold; its cadence is not resolved and is not stated."""
+    import random
+
+    def pick(t):  # 20 ms steps, 17 % of each evaluating: a sample lands in either at random
+        r = random.Random(round(t * 1000))
+        if r.random() < 0.17:
+            return (EVAL_FWD, EVAL_SYNC)[r.randrange(2)]
+        return (TRAIN_FWD, BWD, OPT)[r.randrange(3)]
+
+    job = Job(seconds=60, gpu=HEALTHY_GPM, stack_rate=0.9, main=lambda t: pick(t)[1], main_frames=lambda t: pick(t)[0])
+    found, ctx = run_rules(job)
+    e = ctx.step.evaluation
+    assert e is not None and e.multi_step > 0  # what the old reading took for "every few steps"
+    f = found["eval-every-step"]
+    assert f.title.startswith("Evaluation between the training steps takes "), f.title
+    ev = " ".join(f.evidence)
+    assert "its cadence is not resolved" in ev and "not every step" not in ev and "or more often" not in f.title
+    assert "eval_every" in f.action
+
+
 def test_a_long_evaluation_every_few_thousand_steps_is_not_every_step():
     """Validation every N steps that lasts 30 s: the window sees one, and says nothing of it."""
     def pick(t):
