@@ -362,3 +362,20 @@ def test_the_kinds_of_hang_are_a_table_tried_in_order():
                     "idle", {}, None)
     assert all(test(sc) is None for _, test in hang.KINDS)
     assert hang.diagnose.__doc__ and "KINDS" in hang.diagnose.__doc__
+
+
+def test_a_collective_hang_on_gloo_is_not_told_the_nccl_settings():
+    # A new user's gloo job (no GPU) was told TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and
+    # TORCH_NCCL_DUMP_ON_TIMEOUT=1, which do nothing under gloo.
+    from gputop.analysis.hang import diagnose as _diagnose
+    from gputop.model import Frame, StackSample
+
+    coll = (Frame("all_reduce", "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", 2500),
+            Frame("main", "/home/u/ddp.py", 30, code="dist.all_reduce(t)"))
+    main = StackSample(ts=T0, pid=PID, thread_id=PID, frames=coll, is_main=True, category=Category.COLLECTIVE,
+                       active=False)
+    gloo = _diagnose(main, [], PID, gpu="unknown")
+    assert "TORCH_NCCL" not in gloo.action.replace("the TORCH_NCCL_* settings do nothing", "")
+    assert "timeout=datetime.timedelta(minutes=10)" in gloo.action
+    nccl = _diagnose(main, [], PID, gpu="idle")
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" in nccl.action

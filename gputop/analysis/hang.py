@@ -376,6 +376,10 @@ _DUMP = ("import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all
          "(or faulthandler.dump_traceback_later(600, repeat=True)) prints every thread when it hangs")
 _DIST_TIMEOUT = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) with "
                  "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_DUMP_ON_TIMEOUT=1, so a hang raises and dumps")
+# No GPU of the job's seen: gloo on the CPU, where the NCCL settings do nothing; its collectives
+# raise once the process group's timeout passes.
+_GLOO_TIMEOUT = ("dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)), so a hang raises "
+                 "(gloo: the TORCH_NCCL_* settings do nothing here)")
 
 
 def _gpu_spins(sc: Scene) -> Diagnosis | None:
@@ -403,7 +407,8 @@ def _gpu_busy(sc: Scene) -> Diagnosis | None:
 
 def _in_collective(sc: Scene) -> Diagnosis | None:
     coll = sc.waiting("collective")
-    return _collective(sc.parties, coll, sc.worker_mains, sc.ranks, sc.gpu, _DIST_TIMEOUT) if coll else None
+    timeout = _GLOO_TIMEOUT if sc.gpu == "unknown" else _DIST_TIMEOUT
+    return _collective(sc.parties, coll, sc.worker_mains, sc.ranks, sc.gpu, timeout) if coll else None
 
 
 def _disk(sc: Scene) -> Diagnosis | None:

@@ -72,8 +72,8 @@ def check_stuck(ctx: AnalysisContext) -> Hit | None:
     elif v.category is Category.COLLECTIVE:
         action = (
             "see which rank is missing: gputop stacks --pid PID on every rank; "
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and "
-            "dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) so a hang raises"
+            "dist.init_process_group(..., timeout=datetime.timedelta(minutes=10)) so a hang raises "
+            "(on NCCL with TORCH_NCCL_ASYNC_ERROR_HANDLING=1)"
         )
     else:
         action = f"see every thread: py-spy dump --pid {ctx.target_pid} --locals (the deadlock is usually visible)"
