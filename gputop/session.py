@@ -437,6 +437,10 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
         last = reader.sessions[-1] if reader.sessions else {}
         session = Session(store=store, pipeline=pipeline, mode=Mode.REPLAY, interval=last.get("interval") or DEFAULT_INTERVAL_S,
                           target_pid=last.get("target_pid"), replay=source, clock=lambda: source.position)
+        if session.target_pid is not None and reader.lost("stacks") == "lost":
+            # A cut copy that ends before its stacks: none will come, so the panes say so rather
+            # than "collecting evidence: 0 of ~20 stacks" for the whole replay.
+            session.attach_error = "the recording's stacks were lost (the file is cut before them)"
     except BaseException:
         reader.close()
         raise

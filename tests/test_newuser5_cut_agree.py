@@ -68,3 +68,17 @@ def test_a_cut_that_took_the_stacks_counts_none_and_says_so(tmp_path, capsys):
     assert d["counts"]["stack_samples"] == 0
     assert main(["info", str(path)]) == 0
     assert "0 stack (lost in the cut)" in capsys.readouterr().out
+
+
+def test_replaying_a_cut_that_took_the_stacks_says_so_instead_of_collecting_forever(tmp_path):
+    # A new user's replay of such a cut showed "Collecting evidence: 0 of ~20 stacks" to the end.
+    from gputop.present.advice import collecting_text
+    from gputop.model import Evidence
+    from gputop.session import open_replay
+
+    session = open_replay(cut(tmp_path, 64), advisor=False)
+    assert session.attach_error is not None and "stacks were lost" in session.attach_error
+    # what the panes pass on: stacks not readable, so nothing is said to be collected for them
+    ev = Evidence(stacks=0, stacks_needed=20, gpu_s=30.0, gpu_needed_s=10.0)
+    assert collecting_text(ev, stacks_readable=session.attach_error is None) is None
+    assert open_replay(REC, advisor=False).attach_error is None
