@@ -96,6 +96,18 @@ def test_data_starved_on_a_fetch_that_waits_sizes_workers_past_the_cores():
     assert "num_workers=2," in found["data-starved"].action
 
 
+def test_data_starved_says_why_its_title_and_the_idle_line_differ():
+    # GPU busy 60 % of each second (a trailing kernel), the loop loading 60 % of its samples: the
+    # title says 60 %, the idle line 40 %; a new user read that as a contradiction.
+    found, _ = run_rules(Job(util=periodic(1.0, 0.5), main=phases(1.0, 0.4, C.FORWARD, C.DATA_FETCH), gpu=HEALTHY_GPM))
+    f = found["data-starved"]
+    assert "waits for data 60 %" in f.title
+    assert any("own stack samples load data 60 % of the time (the figure in the title); the 40 % above is the GPU's"
+               in e for e in f.evidence), f.evidence
+    quiet, _ = run_rules(starved_job())  # the same figure both ways: nothing to explain
+    assert not any("the figure in the title" in e for e in quiet["data-starved"].evidence)
+
+
 def test_a_short_data_wait_is_not_a_finding():
     job = Job(util=periodic(1.0, 0.95), main=phases(1.0, 0.95, C.FORWARD, C.DATA_FETCH), gpu=HEALTHY_GPM)
     found, _ = run_rules(job)
