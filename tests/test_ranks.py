@@ -169,7 +169,11 @@ def test_rank_that_never_arrives_is_named_by_the_stuck_finding(advised):
 @pytest.mark.slow
 def test_healthy_two_rank_job_is_silent(advised):
     report, took = _report(advised, "healthy")
-    loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
+    # The job pauses 20 ms a step on both ranks on purpose (balanced on a busy machine): once past
+    # its warm-up (a loaded machine starts it late), that pause is rightly a blocking-in-loop
+    # finding about the job. Nothing about its ranks is: no straggler, no stuck, no wait.
+    loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")
+            and not (f["id"] == "blocking-in-loop" and "time.sleep(0.02)" in f["title"])]
     assert not loud, loud
 
 

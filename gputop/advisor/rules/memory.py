@@ -3,8 +3,8 @@ towards the limit (with a forecast), or what ended a job that ran out."""
 
 from __future__ import annotations
 
-from ...analysis import COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, Growth, LeakLine, MemoryView, eta_text, rate_text
-from ...analysis.memory_growth import MIN_SPAN_S
+from ...analysis import (COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, MIN_SPAN_S, Growth, LeakLine, MemoryView, eta_text,
+                         rate_text)
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
 from ...model import Severity
