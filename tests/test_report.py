@@ -601,3 +601,24 @@ def test_html_idle_bands_are_coloured_by_their_cause(summary):
     assert len(bands) == 2 and all(c == CAUSE_COLOURS[Bucket.CHECKPOINT] for c, _ in bands), bands
     assert all(t.startswith("checkpoint save") for _, t in bands)
     assert f'color:{CAUSE_COLOURS[Bucket.CHECKPOINT]}">&#9632;</span> checkpoint save' in html
+
+
+def test_the_host_memory_is_drawn_over_the_run(tmp_path):
+    # A new user's CPU job leaked host memory: the report had a CPU chart and a forecast line but no
+    # memory over time.
+    from gputop.model import HostSample
+
+    GiB = 2**30
+    p = tmp_path / "hostleak.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    w.flush([SystemInfo(ts=T0, hostname="cpu-box", nvml_error="no driver")])
+    for k in range(120):
+        w.flush([HostSample(ts=T0 + k, cpu_percent=50.0, mem_total=24 * GiB, mem_used=int((1 + k / 40) * GiB),
+                            mem_available=int((23 - k / 40) * GiB))])
+    w.finish()
+    with Reader(p) as r:
+        s = collect(r)
+    text = render_text(s)
+    assert "memory: the host's used 1.0G → 4.0G (peak 4.0G) of 24.0G" in text, text
+    assert "host memory" in render_html(s)

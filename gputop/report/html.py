@@ -245,6 +245,12 @@ def render_html(s: Summary) -> str:
         [("CPU %", [(t, b.cpu) for t, b in s.host_chart], "line"),
          ("iowait %", [(t, b.iowait) for t, b in s.host_chart], "idle")],
         hi=100.0, unit="%", title="host CPU", max_gap=s.chart_max_gap))
+    mem = [(t, None if b.mem_max is None else b.mem_max / 2**30) for t, b in s.host_chart]
+    if any(v is not None for _, v in mem):
+        out.append(svg.line_chart(
+            s.start, s.end, [("used GiB", mem, "line")],
+            hi=s.host_mem_total / 2**30 if s.host_mem_total else None, unit=" GiB", title="host memory",
+            max_gap=s.chart_max_gap))
     out += _workers_html(s, e)
     out += _told_html(forecast_of(s, None), "Forecast shown live", e)
     ended = exit_of(s)

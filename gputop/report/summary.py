@@ -68,6 +68,7 @@ class HostBucket:
     cpu_sum: float = 0.0
     iowait_sum: float = 0.0
     n: int = 0
+    mem_max: float | None = None  # the host's used memory, its highest in the bucket
 
     @property
     def cpu(self) -> float | None:
@@ -540,6 +541,8 @@ class RunAccumulator:
             b.cpu_sum += h.cpu_percent
             b.iowait_sum += h.iowait_percent
             b.n += 1
+            if h.mem_used:
+                b.mem_max = float(h.mem_used) if b.mem_max is None else max(b.mem_max, float(h.mem_used))
         for gpu in sorted(set(gpu_slices) | set(gpu_samples)):
             acc = self.gpus.setdefault(gpu, _GpuAcc())
             slices = list(gpu_slices.get(gpu, ()))

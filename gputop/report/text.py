@@ -206,6 +206,14 @@ def render_text(s: Summary, width: int = 100) -> str:
                f"{f' of {s.host_cores} cores' if s.host_cores else ''}, iowait {fmt_pct(s.host_iowait_mean, digits=1)}"
                + (f", memory peak {fmt_bytes(s.host_mem_max)} / {fmt_bytes(s.host_mem_total)}" if s.host_mem_max else ""))
     out.append(f"  CPU        {sparkline(_resample(cpu, spark_w))}")
+    mem = [b.mem_max for _, b in s.host_chart]
+    if any(v is not None for v in mem):
+        # On the host's scale: a leak on the host (a CPU job, the main process) shows as it grew.
+        out.append(f"  memory     {sparkline(_resample(mem, spark_w), hi=s.host_mem_total or max(v for v in mem if v))}")
+        seen = [v for v in mem if v is not None]
+        total = f" of {fmt_bytes(s.host_mem_total)}" if s.host_mem_total else ""
+        out.append(f"  memory: the host's used {fmt_bytes(seen[0])} → {fmt_bytes(seen[-1])} "
+                   f"(peak {fmt_bytes(max(seen))}){total}")
     out += _workers_lines(s, spark_w, width)
     out += _told(forecast_of(s, None), "forecast shown live", width)
     ended = exit_of(s)
