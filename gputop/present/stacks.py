@@ -280,7 +280,10 @@ def dump_text(view: StacksView) -> str:
     for w in view.workers:
         out.append(())
         p = w.proc
-        out.append(line(f"worker PID {p.pid}  CPU {fmt_pct(p.cpu_percent)}  {p.status or '?'}"))
+        # The process's state is its main thread's at the moment psutil read it; the threads below
+        # are each as py-spy caught them, a moment apart ("sleeping" above an on-CPU thread read
+        # as a contradiction).
+        out.append(line(f"worker PID {p.pid}  CPU {fmt_pct(p.cpu_percent)}  main thread {p.status or '?'} when read"))
         for s in w.threads:
             out.extend(stack_lines(s, None))
     return plain(out) + "\n"
