@@ -16,15 +16,15 @@ Prints ``step <n> samples/s <x>`` about once a second.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
+from common import Progress, log, parser, watchdog
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=4)
@@ -32,7 +32,6 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: train forever)")
     ap.add_argument("--gpu-metrics", action="store_true",
                     help="count correct response tokens on the GPU, read the counters only when printing")
-    ap.add_argument("--tiny", action="store_true", help="small sizes (always on with --device cpu)")
     args = ap.parse_args(argv)
     args.tiny = args.tiny or args.device == "cpu"
     if args.tiny:
@@ -80,6 +79,7 @@ def token_accuracy_gpu(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torc
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    watchdog(args.seconds)
     from accelerate import Accelerator
     from transformers import LlamaConfig, LlamaForCausalLM, get_cosine_schedule_with_warmup
 
@@ -108,10 +108,11 @@ def main(argv=None) -> int:
     sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=100, num_training_steps=100_000)
     model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
     n_params = sum(p.numel() for p in model.parameters()) / 1e6
-    accelerator.print(f"Llama {n_params:.0f}M parameters, {args.batch} x {args.context} tokens per step, "
-                      f"mixed precision {accelerator.mixed_precision}, token accuracy "
-                      f"{'on the GPU' if args.gpu_metrics else 'on the CPU (numpy)'}", flush=True)
+    log(f"Llama {n_params:.0f}M parameters, {args.batch} x {args.context} tokens per step, "
+        f"mixed precision {accelerator.mixed_precision}, token accuracy "
+        f"{'on the GPU' if args.gpu_metrics else 'on the CPU (numpy)'}")
 
+    progress = Progress(args.batch)
     model.train()
     step, seen, n_last, t_last = 0, 0, 0, time.perf_counter()
     correct, total = 0, 0
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
                 c, n = token_accuracy(out.logits, batch["labels"])
                 correct += c
                 total += n
+            progress.step(samples=batch["input_ids"].shape[0])
             step += 1
             seen += batch["input_ids"].shape[0]
             now = time.perf_counter()
@@ -141,8 +143,8 @@ def main(argv=None) -> int:
                 loss_val = out.loss.item()
                 acc = float(correct) / max(1, int(total))
                 now = time.perf_counter()
-                print(f"step {step} samples/s {(seen - n_last) / (now - t_last):.1f} loss {loss_val:.4f} "
-                      f"acc {acc:.4f}", flush=True)
+                log(f"step {step} samples/s {(seen - n_last) / (now - t_last):.1f} loss {loss_val:.4f} "
+                    f"acc {acc:.4f}")
                 n_last, t_last = seen, now
             if args.steps and step >= args.steps:
                 return 0

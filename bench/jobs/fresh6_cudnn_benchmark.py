@@ -17,13 +17,14 @@ Prints ``step <n> samples/s <x>`` about once a second.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from common import Progress, log, parser, watchdog
 
 try:
     import lightning as L
@@ -32,8 +33,7 @@ except ImportError:  # the older package name
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--classes", type=int, default=50)
@@ -41,7 +41,6 @@ def parse_args(argv=None):
                     help="pad each batch's length up to a multiple of this many samples (1: to the longest clip)")
     ap.add_argument("--no-benchmark", action="store_true", help="Trainer(benchmark=False)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: train forever)")
-    ap.add_argument("--tiny", action="store_true", help="small sizes (always on with --device cpu)")
     args = ap.parse_args(argv)
     args.tiny = args.tiny or args.device == "cpu"
     return args
@@ -136,8 +135,12 @@ class Throughput(L.Callback):
     def __init__(self, batch: int, steps: int) -> None:
         self.batch, self.steps = batch, steps
         self.n, self.n_last, self.t_last = 0, 0, time.perf_counter()
+        self.progress: Progress | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.progress is None:
+            self.progress = Progress(self.batch)
+        self.progress.step()
         self.n += 1
         now = time.perf_counter()
         if now - self.t_last >= 1.0 or self.n == self.steps:
@@ -145,12 +148,13 @@ class Throughput(L.Callback):
                 torch.cuda.synchronize()
                 now = time.perf_counter()
             rate = (self.n - self.n_last) * self.batch / (now - self.t_last)
-            print(f"step {self.n} samples/s {rate:.1f}", flush=True)
+            log(f"step {self.n} samples/s {rate:.1f}")
             self.n_last, self.t_last = self.n, now
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    watchdog(args.seconds)
     cuda = args.device == "cuda"
     torch.manual_seed(0)
     if args.tiny:
@@ -166,9 +170,9 @@ def main(argv=None) -> int:
                                          persistent_workers=args.workers > 0, collate_fn=PadCollate(pad_multiple))
     model = SoundClassifier(dim, layers, heads, args.classes)
     n_params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"sound classifier {n_params:.1f}M parameters, batch {args.batch}, clips 1-15 s at {rate} Hz, padded to "
-          f"{'the longest clip' if pad_multiple == 1 else f'a multiple of {pad_multiple} samples'}, "
-          f"cudnn.benchmark {'off' if args.no_benchmark else 'on'}", flush=True)
+    log(f"sound classifier {n_params:.1f}M parameters, batch {args.batch}, clips 1-15 s at {rate} Hz, padded to "
+        f"{'the longest clip' if pad_multiple == 1 else f'a multiple of {pad_multiple} samples'}, "
+        f"cudnn.benchmark {'off' if args.no_benchmark else 'on'}")
     trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1,
                         precision="bf16-mixed" if cuda else "32-true", benchmark=not args.no_benchmark,
                         max_steps=args.steps if args.steps else -1, max_epochs=-1, logger=False,

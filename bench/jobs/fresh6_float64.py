@@ -14,7 +14,6 @@ Prints ``step <n> samples/s <x>`` about once a second.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 
@@ -23,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common import Progress, log, parser, watchdog
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--horizon", type=int, default=48)
@@ -39,7 +39,6 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: train forever)")
     ap.add_argument("--float32", action="store_true",
                     help="cast the recordings to float32 at load and keep the model in float32 (autocast to bf16)")
-    ap.add_argument("--tiny", action="store_true", help="small sizes (always on with --device cpu)")
     args = ap.parse_args(argv)
     if args.device == "cpu" or args.tiny:
         args.batch, args.window, args.horizon, args.channels = 8, 32, 8, 8
@@ -98,6 +97,7 @@ class Forecaster(nn.Module):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    watchdog(args.seconds)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     torch.manual_seed(0)
@@ -118,9 +118,10 @@ def main(argv=None) -> int:
     warmup = 500
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     n_params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"forecaster {n_params:.1f}M parameters, dtype {next(model.parameters()).dtype}, batch {args.batch} x "
-          f"{args.window} steps x {args.channels} channels, {args.workers} workers", flush=True)
+    log(f"forecaster {n_params:.1f}M parameters, dtype {next(model.parameters()).dtype}, batch {args.batch} x "
+        f"{args.window} steps x {args.channels} channels, {args.workers} workers")
 
+    progress = Progress(args.batch)
     model.train()
     step, seen, t_last, n_last = 0, 0, time.perf_counter(), 0
     while True:
@@ -135,19 +136,19 @@ def main(argv=None) -> int:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
+            progress.step(samples=x.shape[0])
             step += 1
             seen += x.shape[0]
             now = time.perf_counter()
             if now - t_last >= 1.0:
                 loss_val = loss.item()
                 now = time.perf_counter()
-                print(f"step {step} samples/s {(seen - n_last) / (now - t_last):.1f} loss {loss_val:.4f}", flush=True)
+                log(f"step {step} samples/s {(seen - n_last) / (now - t_last):.1f} loss {loss_val:.4f}")
                 t_last, n_last = now, seen
                 if not math.isfinite(loss_val):
                     raise RuntimeError("loss is not finite")
             if args.steps and step >= args.steps:
-                print(f"step {step} samples/s {(seen - n_last) / max(1e-9, time.perf_counter() - t_last):.1f}",
-                      flush=True)
+                log(f"step {step} samples/s {(seen - n_last) / max(1e-9, time.perf_counter() - t_last):.1f}")
                 return 0
 
 

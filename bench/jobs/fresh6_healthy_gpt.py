@@ -15,7 +15,6 @@ Prints ``step <n> samples/s <x>`` about once a second.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import tempfile
@@ -26,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common import Progress, log, parser, watchdog
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--width", type=int, default=2560)
@@ -40,7 +40,6 @@ def parse_args(argv=None):
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--data", default="", help="uint16 token file (default: a synthetic one in the temp dir)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: train forever)")
-    ap.add_argument("--tiny", action="store_true", help="small sizes (always on with --device cpu)")
     args = ap.parse_args(argv)
     if args.tiny or args.device == "cpu":
         args.context, args.width, args.layers, args.heads = 64, 64, 2, 4  # batch and workers as given
@@ -125,6 +124,7 @@ class GPT(nn.Module):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    watchdog(args.seconds)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     torch.manual_seed(0)
@@ -147,9 +147,10 @@ def main(argv=None) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warmup, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))))
     step_model = torch.compile(model) if args.compile else model
-    print(f"GPT {n_params:.0f}M parameters, {args.batch} x {args.context} tokens per step, {args.workers} workers"
-          f"{', torch.compile' if args.compile else ''}", flush=True)
+    log(f"GPT {n_params:.0f}M parameters, {args.batch} x {args.context} tokens per step, {args.workers} workers"
+        f"{', torch.compile' if args.compile else ''}")
 
+    progress = Progress(args.batch)
     model.train()
     step, seen, n_last, t_last = 0, 0, 0, time.perf_counter()
     while True:
@@ -163,13 +164,14 @@ def main(argv=None) -> int:
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            progress.step(samples=x.shape[0])
             step += 1
             seen += x.shape[0]
             now = time.perf_counter()
             if now - t_last >= 1.0 or step == args.steps:
                 loss_val = loss.item()
                 now = time.perf_counter()
-                print(f"step {step} samples/s {(seen - n_last) / (now - t_last):.2f} loss {loss_val:.4f}", flush=True)
+                log(f"step {step} samples/s {(seen - n_last) / (now - t_last):.2f} loss {loss_val:.4f}")
                 n_last, t_last = seen, now
             if args.steps and step >= args.steps:
                 return 0

@@ -16,7 +16,6 @@ Prints ``step <n> samples/s <x>`` about once a second.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tempfile
 import time
@@ -24,10 +23,11 @@ import time
 import numpy as np
 import torch
 
+from common import Progress, log, parser, watchdog
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = parser(__doc__)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--reviews", type=int, default=20_000)
@@ -35,7 +35,6 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: train forever)")
     ap.add_argument("--dynamic-padding", action="store_true",
                     help="no padding at tokenization; pad per batch to its longest review, group by length")
-    ap.add_argument("--tiny", action="store_true", help="small sizes (always on with --device cpu)")
     args = ap.parse_args(argv)
     args.tiny = args.tiny or args.device == "cpu"
     if args.tiny:
@@ -114,6 +113,7 @@ def training_arguments(args, out_dir: str):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    watchdog(args.seconds)
     from transformers import (
         BertConfig,
         BertForSequenceClassification,
@@ -149,20 +149,26 @@ def main(argv=None) -> int:
     class Throughput(TrainerCallback):
         def __init__(self) -> None:
             self.t_last, self.steps_last = time.perf_counter(), 0
+            self.progress: Progress | None = None
+
+        def on_train_begin(self, targs, state, control, **kwargs):
+            self.progress = Progress(args.batch)
+            self.t_last = time.perf_counter()
 
         def on_step_end(self, targs, state, control, **kwargs):
+            self.progress.step()
             now = time.perf_counter()
             if now - self.t_last >= 1.0 or (args.steps and state.global_step >= args.steps):
                 if torch.cuda.is_available() and args.device == "cuda":
                     torch.cuda.synchronize()
                     now = time.perf_counter()
                 rate = (state.global_step - self.steps_last) * args.batch / (now - self.t_last)
-                print(f"step {state.global_step} samples/s {rate:.1f}", flush=True)
+                log(f"step {state.global_step} samples/s {rate:.1f}")
                 self.t_last, self.steps_last = now, state.global_step
 
-    print(f"BERT {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, {len(data)} reviews "
-          f"(mean {mean_len:.0f} real tokens, max_length {args.max_length}), batch {args.batch}, "
-          f"{'dynamic padding, grouped by length' if args.dynamic_padding else 'padded to max_length'}", flush=True)
+    log(f"BERT {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, {len(data)} reviews "
+        f"(mean {mean_len:.0f} real tokens, max_length {args.max_length}), batch {args.batch}, "
+        f"{'dynamic padding, grouped by length' if args.dynamic_padding else 'padded to max_length'}")
     kw = {"model": model, "args": training_arguments(args, tempfile.mkdtemp(prefix="reviews-bert-")),
           "train_dataset": data, "data_collator": collator, "callbacks": [Throughput()]}
     try:
