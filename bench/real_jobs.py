@@ -512,13 +512,14 @@ def dump_stacks(pid: int, path: str) -> None:
                 f.write(f"### pid {pr.pid}: {exc!r}\n")
 
 
-def right_at(timeline: list[dict], ok: tuple[str, ...], t: float) -> bool:
-    """Whether the top finding standing ``t`` s after attaching is right (for a healthy job, ``ok``
-    empty: whether no warning stands then)."""
+def right_at(timeline: list[dict], ok: tuple[str, ...], t: float, healthy: bool) -> bool:
+    """Whether the top finding standing ``t`` s after attaching is right: for a healthy job, no
+    warning standing then. A truth no finding names (``ok`` empty, not healthy) is never right:
+    silence on a 3.86x job is a miss, which an empty ``ok`` alone once counted as right."""
     standing = [e for e in timeline if e.get("t_s", 0.0) <= t + 0.05]
     top = standing[-1] if standing else {}
     if top.get("severity") not in BLOCKING:
-        return not ok
+        return healthy
     return top.get("top") in ok
 
 
@@ -541,7 +542,7 @@ def judge(truth: str, report: dict | None) -> dict:
     ok = () if truth == "healthy" else TRUTH_FINDINGS[truth]
     # A wrong warning shown for any time is a false warning: each distinct wrong top is counted.
     out["false_warnings"] = sorted({e["top"] for e in timeline if e.get("severity") in BLOCKING and e["top"] not in ok})
-    out["right_at_5s"] = right_at(timeline, ok, 5.0)
+    out["right_at_5s"] = right_at(timeline, ok, 5.0, truth == "healthy")
     if truth == "healthy":
         ever = sorted({e["top"] for e in timeline if e.get("severity") in BLOCKING})
         out["correct"] = not blocking and not ever

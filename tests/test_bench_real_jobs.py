@@ -96,3 +96,16 @@ def test_every_option_a_job_or_change_names_is_one_its_script_takes(job):
         if ch.label in R.DECLARED:
             continue  # a truth declared, never run (a hang): there is no change to make
         assert job.argv(ch, "cpu", False) != job.argv(None, "cpu", False), f"{job.name}: {ch.text} changes nothing"
+
+
+def test_silence_on_a_job_no_finding_names_is_not_right_at_5_s():
+    # The fifth set's hand-written attention (3.86x, a class no finding names) was counted "right
+    # at 5 s" because nothing was shown: silence is right only for a healthy job.
+    import real_jobs as rj
+
+    quiet = [{"t_s": 1.0, "top": None, "severity": None}]
+    assert rj.right_at(quiet, (), 5.0, healthy=True)
+    assert not rj.right_at(quiet, (), 5.0, healthy=False)
+    assert not rj.right_at(quiet, ("host-sync",), 5.0, healthy=False)
+    named = [{"t_s": 3.0, "top": "host-sync", "severity": "warning"}]
+    assert rj.right_at(named, ("host-sync",), 5.0, healthy=False) and not rj.right_at(named, (), 5.0, healthy=True)
