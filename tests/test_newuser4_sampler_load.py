@@ -190,6 +190,10 @@ def test_the_job_the_sampler_is_weighed_against_is_the_whole_family():
     del src._procs[102]
     r0.cpu = 12.0
     assert src._job_cpu() == 73.0
+    r0.cpu = None  # one failed read of a rank still in the family: its last figure stands
+    assert src._job_cpu() == 73.0
+    r0.cpu = 13.0  # read again: counted once
+    assert src._job_cpu() == 74.0
     launcher.cpu = None  # the target gone: nothing to weigh against
     assert src._job_cpu() is None
 

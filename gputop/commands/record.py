@@ -117,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(recorder.error, exit_code=1)
     # As `advise`: stopped by SIGTERM or SIGHUP (a scheduler's limit, `timeout`, a closed SSH
     # session) is 128 + the signal's number, which a 0 would hide; Ctrl-C is the way to end it.
-    stopped_by = {"terminated": signal.SIGTERM, "hung up": getattr(signal, "SIGHUP", None)}
-    sig = next((stopped_by[w] for w in why if stopped_by.get(w) is not None), None)
+    sig = next((sig for sig, name in _stop_names().items() if name in why and sig != signal.SIGINT), None)
     return 128 + int(sig) if sig is not None else 0
 
 
@@ -174,6 +173,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _stop_names() -> dict[int, str]:
+    """The signals that stop a recording, each with the word the closing line says it with."""
+    names = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+    if hasattr(signal, "SIGHUP"):
+        names[signal.SIGHUP] = "hung up"
+    return names
+
+
 def _install_signals(stop: threading.Event, why: list[str]):
     """SIGINT, SIGTERM and SIGHUP set ``stop`` (with why); the ones that came while gputop was
     starting are acted on now. SIGHUP stays ignored where it was (nohup: recording goes on when
@@ -182,9 +189,7 @@ def _install_signals(stop: threading.Event, why: list[str]):
         return lambda: None
     from . import startup_signals
 
-    names = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
-    if hasattr(signal, "SIGHUP"):
-        names[signal.SIGHUP] = "hung up"
+    names = _stop_names()
     old = {}
 
     def handler(signum, _frame):

@@ -294,9 +294,7 @@ def frame_from_row(row: tuple) -> Frame:
         # Redacted again as it is read: a recording made before source lines were redacted
         # shows *** too (as for command lines, see proc_identity_from_row).
         code=(redact_code(clean_text(row[5])) if row[5] else opt_text(row[5])) if len(row) > 5 else None,
-        keeps=keeps_from_text(row[6])[1] if len(row) > 6 else (),
-        loop=keeps_from_text(row[6])[0] if len(row) > 6 else 0,
-        freed=freed_from_text(row[6]) if len(row) > 6 else (),
+        **loop_fields(row[6] if len(row) > 6 else None),
     )
 
 
@@ -316,38 +314,27 @@ def keeps_text(f: Frame) -> str | None:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def freed_from_text(text: object) -> tuple[int, ...]:
-    """The column's ``freed`` lines (Frame.freed); a file from before them, or anything malformed,
-    reads as none."""
-    if not isinstance(text, str) or '"freed"' not in text:
-        return ()
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return ()
-    items = doc.get("freed") if isinstance(doc, dict) else None
-    return tuple(it for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]
-                 if isinstance(it, int) and 0 < it < 2**31)
-
-
-def keeps_from_text(text: object) -> tuple[int, tuple[tuple[int, str], ...]]:
-    """The column read back: (loop, keeps); anything malformed reads as none."""
+def loop_fields(text: object) -> dict:
+    """The column read back, parsed once: Frame's ``loop``, ``keeps`` and ``freed``; a file from
+    before any of them, or anything malformed, reads as none."""
+    none = {"loop": 0, "keeps": (), "freed": ()}
     if not isinstance(text, str) or not text:
-        return 0, ()
+        return none
     try:
         doc = json.loads(text)
     except ValueError:
-        return 0, ()
+        return none
     if not isinstance(doc, dict):
-        return 0, ()
+        return none
     loop = doc.get("loop")
-    loop = loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0
-    items = doc.get("keeps")
-    out = []
+    items, freed = doc.get("keeps"), doc.get("freed")
+    keeps = []
     for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]:
         if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
-            out.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
-    return loop, tuple(out)
+            keeps.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
+    return {"loop": loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0, "keeps": tuple(keeps),
+            "freed": tuple(it for it in (freed if isinstance(freed, list) else [])[:_KEEPS_MAX]
+                           if isinstance(it, int) and 0 < it < 2**31)}
 
 
 # --------------------------------------------------------------------------- events, findings

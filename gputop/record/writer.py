@@ -488,8 +488,7 @@ class RecordWriter:
         for fid, name, filename, line, module, code, keeps in c.execute(
             "SELECT id, name, filename, line, module, code, keeps FROM frames"
         ):
-            loop, kept = codec.keeps_from_text(keeps)
-            self._frames[Frame(name, filename, line, module, code, kept, loop, codec.freed_from_text(keeps))] = fid
+            self._frames[Frame(name, filename, line, module, code, **codec.loop_fields(keeps))] = fid
         for sid, blob in c.execute("SELECT id, frames FROM stacks"):
             self._stacks_by_ids[bytes(blob)] = sid
         for tid, pid, thread_id, name, is_main, os_tid in c.execute(

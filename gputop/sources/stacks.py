@@ -489,20 +489,19 @@ class PySpySource:
             return None
         procs = dict(self._procs)
         procs[self.pid] = self._proc
-        now: dict[int, float] = {}
+        # Gone: no longer one of the family the process sampler follows (a read that fails once
+        # keeps the process's last figure, so it is not counted twice when it reads again).
+        for pid in set(self._cpu_seen) - set(procs):
+            self._cpu_gone += self._cpu_seen.pop(pid)
+        target_read = False
         for pid, proc in procs.items():
             try:
                 t = proc.cpu_times()
             except Exception:
                 continue
-            now[pid] = t.user + t.system
-        if self.pid not in now:
-            return None
-        for pid in set(self._cpu_seen) - set(now):
-            self._cpu_gone += self._cpu_seen.pop(pid)
-        for pid, cpu in now.items():
-            self._cpu_seen[pid] = max(cpu, self._cpu_seen.get(pid, 0.0))
-        return self._cpu_gone + sum(self._cpu_seen.values())
+            target_read |= pid == self.pid
+            self._cpu_seen[pid] = max(t.user + t.system, self._cpu_seen.get(pid, 0.0))
+        return self._cpu_gone + sum(self._cpu_seen.values()) if target_read else None
 
     def _held_back(self, rate: float, host: HostCpu, a: _Totals, b: _Totals) -> str | None:
         """Why far fewer stacks came than asked over the window (None: they came, or nothing is
