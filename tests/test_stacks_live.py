@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
@@ -309,9 +310,17 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
     store.add(src.poll())
     store.add(ViewsStage(store, t.pid, STUCK_AFTER).poll())  # what the UI session's views stage publishes
 
+    # The dump waits for the test's word: on a loaded host a real dump once ended before the first
+    # look, so "running" was never seen. Held, it proves the loop stays free while a dump runs.
+    release = threading.Event()
+
+    def held_dump(pid: int) -> str:
+        release.wait(60)
+        return native_dump(pid)
+
     class Host(App):
         def compose(self):
-            yield StacksPane(native_dump=native_dump, id="stacks-pane")
+            yield StacksPane(native_dump=held_dump, id="stacks-pane")
 
     app = Host()
     async with app.run_test(size=(120, 50)) as pilot:
@@ -327,6 +336,9 @@ async def test_pane_native_dump_runs_off_the_event_loop(targets):
                 break
             await pilot.pause(0.05)
         assert "running py-spy dump --native" in plain(pane.last_lines)
+        await pilot.press("n")  # a second press while one runs starts nothing
+        assert "running py-spy dump --native" in plain(pane.last_lines)
+        release.set()
         for _ in range(300):
             await pilot.pause(0.05)
             if "Native dump of PID" in plain(pane.last_lines):
