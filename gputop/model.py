@@ -232,6 +232,11 @@ class Frame:
     # (``total_loss += loss`` after ``loss.backward()``): its activations were freed, so the line
     # keeps the graph's nodes, not the step's activations.
     freed: tuple[int, ...] = ()
+    # That loop's gradient accumulation where it all-reduces every micro-batch: the optimizer
+    # steps under ``if ... % k`` while ``.backward()`` runs every turn, and the file never skips
+    # the sync (``no_sync()``): (the gate's line, k (0: not read), the gate's condition); ()
+    # otherwise. Whether it costs anything (DDP or FSDP, the time in collectives) is the advisor's.
+    accum: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

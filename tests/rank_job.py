@@ -2,7 +2,8 @@
 
 Modes: ``healthy`` (both ranks do the same light work between all-reduces), ``straggler`` (rank 1 builds
 its batch in slow pure Python, rank 0 waits for it in all_reduce), ``hang`` (rank 1 never reaches
-the all_reduce rank 0 waits in). Each rank prints "ready" once the process group works. Any world
+the all_reduce rank 0 waits in), ``accum`` (gradient accumulation under DDP, every micro-batch
+all-reducing). Each rank prints "ready" once the process group works. Any world
 size works; a second argument names the odd rank instead of 1 (the across-hosts test's 4 ranks).
 """
 
@@ -36,6 +37,29 @@ def never_arrives() -> None:
         time.sleep(0.05)
 
 
+def accumulate() -> None:
+    """Gradient accumulation over ACCUM micro-batches under DDP, every backward all-reducing the
+    gradients (no skipped sync): the optimizer uses only the last all-reduce of each ACCUM."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+        torch.nn.Linear(2048, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 512), torch.randint(0, 10, (8,))
+    print(f"rank {dist.get_rank()} ready", flush=True)
+    for step in range(10**9):
+        loss = torch.nn.functional.cross_entropy(model(x), y) / ACCUM
+        loss.backward()
+        if (step + 1) % ACCUM == 0:
+            opt.step()
+            opt.zero_grad()
+
+
+ACCUM = 8
+
+
 def _exit_with_the_launcher() -> None:
     # A test killed mid-run (a timeout) may leave no one to stop the ranks: they would spin on.
     parent = os.getppid()
@@ -53,6 +77,8 @@ def main() -> None:
     rank = dist.get_rank()
     w = torch.randn(64, 64) / 8
     dist.all_reduce(torch.ones(4))
+    if mode == "accum":
+        accumulate()
     print(f"rank {rank} ready", flush=True)
     while True:
         if mode == "straggler" and rank == odd:

@@ -71,8 +71,8 @@ def test_a_ranks_hot_place_is_its_own_work_before_the_models_loop_line():
 
 # Each mode's job and how long `advise` watches it. The straggler is watched past its warm-up
 # (throughput findings, the straggler among them, wait out a job's first seconds).
-DURATION_S = {"straggler": 10, "hang": 10, "healthy": 8}
-PAST_WARMUP = {"straggler"}
+DURATION_S = {"straggler": 10, "hang": 10, "healthy": 8, "accum": 8}
+PAST_WARMUP = {"straggler", "accum"}
 
 
 def _start_job(mode: str, tmp: Path) -> tuple[subprocess.Popen, Path, float]:
@@ -132,6 +132,8 @@ def advised(tmp_path_factory):
                 f.result()
         jobs["healthy"] = _start_job("healthy", tmp)
         watch("healthy")
+        jobs["accum"] = _start_job("accum", tmp)  # alone too: its all-reduces' share is what it is judged on
+        watch("accum")
         yield results
     finally:
         for job, _, _ in jobs.values():
@@ -175,6 +177,18 @@ def test_healthy_two_rank_job_is_silent(advised):
     loud = [f for f in report["findings"] if f["severity"] in ("warning", "critical")
             and not (f["id"] == "blocking-in-loop" and "time.sleep(0.02)" in f["title"])]
     assert not loud, loud
+
+
+@pytest.mark.slow
+def test_accumulation_that_all_reduces_every_micro_batch_is_named_with_no_sync(advised):
+    report, took = _report(advised, "accum")
+    f = next((f for f in report["findings"] if f["id"] == "accumulation-sync"), None)
+    assert f is not None, [(f["id"], f["title"]) for f in report["findings"]]
+    assert "`accumulate`" in f["title"] and "no_sync()" in f["action"]
+    assert "(line 55: every 8 micro-batches)" in f["evidence"][0], f["evidence"]
+    loud = [g["id"] for g in report["findings"] if g["severity"] in ("warning", "critical") and g is not f]
+    assert not loud, loud  # the collectives' cost is said once, as this
+    print(f"accumulation named in a {took:.1f} s advise run")
 
 
 def test_a_rank_that_only_waits_shows_where_in_its_own_code_it_waits():

@@ -35,7 +35,7 @@ HELD_WHILE_WARMING = tuple(i for i in THROUGHPUT_IDS if i != "cpu-oversubscribed
 # "host-device syncs every step" for 4 s). The ranks' findings stay: a rank waiting for a peer is
 # what they read, and the straggler is one answer to what is weighed.
 WEIGHING_ID = "weighing-hang"
-_RANKS_IDS = ("collective-wait", "rank-straggler", "collective-bound", "manual-grad-sync")
+_RANKS_IDS = ("collective-wait", "rank-straggler", "collective-bound", "manual-grad-sync", "accumulation-sync")
 HELD_WHILE_FORMING = tuple(i for i in HELD_WHILE_WARMING if i not in _RANKS_IDS)
 # States of the job, not findings: shown, recorded and replayed, never counted as a finding.
 STATE_IDS = frozenset({WARMUP_ID, WEIGHING_ID})

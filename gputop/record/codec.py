@@ -311,13 +311,15 @@ def keeps_text(f: Frame) -> str | None:
     doc: dict = {"loop": int(f.loop), "keeps": [[int(ln), redact_code(code)] for ln, code in f.keeps[:_KEEPS_MAX]]}
     if f.freed:
         doc["freed"] = [int(ln) for ln in f.freed[:_KEEPS_MAX]]
+    if f.accum:
+        doc["accum"] = [int(f.accum[0]), int(f.accum[1]), redact_code(str(f.accum[2]))]
     return json.dumps(doc, separators=(",", ":"))
 
 
 def loop_fields(text: object) -> dict:
     """The column read back, parsed once: Frame's ``loop``, ``keeps`` and ``freed``; a file from
     before any of them, or anything malformed, reads as none."""
-    none = {"loop": 0, "keeps": (), "freed": ()}
+    none = {"loop": 0, "keeps": (), "freed": (), "accum": ()}
     if not isinstance(text, str) or not text:
         return none
     try:
@@ -332,9 +334,13 @@ def loop_fields(text: object) -> dict:
     for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]:
         if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
             keeps.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
+    accum = doc.get("accum")
+    ok = (isinstance(accum, list) and len(accum) == 3 and all(isinstance(v, int) and 0 <= v < 2**31 for v in accum[:2])
+          and isinstance(accum[2], str))
     return {"loop": loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0, "keeps": tuple(keeps),
             "freed": tuple(it for it in (freed if isinstance(freed, list) else [])[:_KEEPS_MAX]
-                           if isinstance(it, int) and 0 < it < 2**31)}
+                           if isinstance(it, int) and 0 < it < 2**31),
+            "accum": (accum[0], accum[1], redact_code(clean_text(accum[2], _KEEP_CODE_MAX))) if ok else ()}
 
 
 # --------------------------------------------------------------------------- events, findings

@@ -30,11 +30,17 @@ _STEP_NAMES = frozenset({"step", "global_step", "i", "idx", "batch_idx", "it"})
 Keeps = tuple[tuple[int, str], ...]
 
 
-class _Loop:
-    __slots__ = ("first", "last", "keeps", "freed")
+# A loop that accumulates gradients: its optimizer steps once every k turns (the gate's line, k
+# (0: not read from the source), the gate's condition as written).
+Accum = tuple[int, int, str]
 
-    def __init__(self, first: int, last: int, keeps: Keeps, freed: tuple[int, ...] = ()) -> None:
-        self.first, self.last, self.keeps, self.freed = first, last, keeps, freed
+
+class _Loop:
+    __slots__ = ("first", "last", "keeps", "freed", "accum")
+
+    def __init__(self, first: int, last: int, keeps: Keeps, freed: tuple[int, ...] = (),
+                 accum: Accum | None = None) -> None:
+        self.first, self.last, self.keeps, self.freed, self.accum = first, last, keeps, freed, accum
 
 
 # A keeper that adds the very tensor a backward ran on in the same turn (``total_loss += loss``
@@ -98,6 +104,64 @@ def _freed(keepers: list[ast.stmt], scope: ast.AST, returners: set[str]) -> tupl
                 for t in n.targets:
                     ran |= _names(t)
     return tuple(k.lineno for k in keepers if _added_name(k) in ran)
+
+
+# Names that say the file already skips the gradient all-reduce of all but the last micro-batch
+# (DDP's and FSDP1's ``no_sync()``, FSDP2's ``set_requires_gradient_sync``, the reducer's flag,
+# accelerate's ``accumulate()``): a file that uses any of them is not read as accumulating without.
+_SKIPS_SYNC = frozenset({"no_sync", "set_requires_gradient_sync", "require_backward_grad_sync", "accumulate"})
+
+
+def _skips_sync(tree: ast.AST) -> bool:
+    # Attributes only: each is a method or flag of the wrapper or the accelerator (a function of
+    # the user's own named ``accumulate`` is not accelerate's).
+    return any(isinstance(n, ast.Attribute) and n.attr in _SKIPS_SYNC for n in ast.walk(tree))
+
+
+def _int_names(tree: ast.AST) -> dict[str, int]:
+    """Names the file binds to one int literal and nothing else (``accum_steps = 8``): a gate's k."""
+    seen: dict[str, set] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    v = n.value.value if isinstance(n.value, ast.Constant) else None
+                    seen.setdefault(t.id, set()).add(v if isinstance(v, int) and not isinstance(v, bool) else None)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
+def _gate_k(test: ast.AST, ints: dict[str, int]) -> int | None:
+    """k of a test with ``... % k`` in it (0: k not read); None: no modulo in the test."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            r = n.right
+            if isinstance(r, ast.Constant) and isinstance(r.value, int) and not isinstance(r.value, bool):
+                return r.value if r.value > 1 else 0
+            if isinstance(r, ast.Name) and ints.get(r.id, 0) > 1:
+                return ints[r.id]
+            return 0
+    return None
+
+
+def _calls(nodes, attr: str) -> list[ast.Call]:
+    return [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr]
+
+
+def _accumulation(loop: ast.For | ast.AsyncFor | ast.While, text: str, ints: dict[str, int]) -> Accum | None:
+    """Gradient accumulation as written in a loop: a ``.backward(...)`` every turn and a
+    ``.step(...)`` only under an ``if`` whose test takes a modulo (``if (i + 1) % accum == 0:``).
+    Under DDP or FSDP every one of those backwards all-reduces (or reduce-scatters) the gradients
+    unless the file skips it (``_skips_sync``, checked by the caller)."""
+    gates = [n for n in _body_nodes(loop) if isinstance(n, ast.If) and _gate_k(n.test, ints) is not None
+             and _calls(_body_nodes(n), "step")]
+    if not gates:
+        return None
+    gate = min(gates, key=lambda g: g.lineno)
+    inside = {id(n) for g in gates for n in _body_nodes(g)}
+    if not any(id(c) not in inside for c in _calls(_body_nodes(loop), "backward")):
+        return None
+    cond = " ".join((ast.get_source_segment(text, gate.test) or "").split())[:MAX_CODE]
+    return gate.lineno, _gate_k(gate.test, ints) or 0, cond
 
 
 def _body_nodes(loop: ast.AST):
@@ -263,11 +327,13 @@ def loops_of(text: str) -> list[_Loop] | None:
     out = []
     inits = _inits(tree)
     returners = _backward_returners(tree)
+    skips, ints = _skips_sync(tree), _int_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             kept = _keepers(node, inits)[:MAX_KEEPS]
             keeps = tuple((n.lineno, _statement(text, n)) for n in kept)
-            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners)))
+            accum = None if skips else _accumulation(node, text, ints)
+            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners), accum))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # A function's body as a "loop" of one turn a call (first = 0: not a loop of its own):
             # what it adds to outside itself, for a line of it outside any loop.
@@ -310,6 +376,13 @@ def freed_at(loops: Sequence[_Loop] | None, lineno: int) -> tuple[int, ...]:
     activations freed: the sum keeps its graph's nodes)."""
     inner = _inner(loops, lineno)
     return inner.freed if inner is not None else ()
+
+
+def accum_at(loops: Sequence[_Loop] | None, lineno: int) -> Accum | None:
+    """The innermost loop around ``lineno``'s gradient accumulation without a skipped sync
+    (``_accumulation``), None where it has none."""
+    inner = _inner(loops, lineno, calls=False)
+    return inner.accum if inner is not None else None
 
 
 def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:

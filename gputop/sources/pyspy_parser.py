@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import Keeps, freed_at, keeps_at, loop_at, loops_of
+from .loop_source import Accum, Keeps, accum_at, freed_at, keeps_at, loop_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -65,6 +65,12 @@ class SourceLines:
         loops = self._loops.get(filename)
         return freed_at(loops, lineno) if isinstance(loops, list) else ()
 
+    def accum(self, filename: str, lineno: int) -> Accum | None:
+        """The gradient accumulation without a skipped sync of ``loop``'s loop (after ``loop``
+        read the file; None otherwise or where it has none)."""
+        loops = self._loops.get(filename)
+        return accum_at(loops, lineno) if isinstance(loops, list) else None
+
     def _start_time(self) -> float | None:
         """When the job started (None: unknown, and no file is judged stale)."""
         if self._started is None:
@@ -113,10 +119,12 @@ class StackParser:
     def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
                  is_library: IsLibrary = lambda filename: False,
                  loop: Callable[[str, int], tuple[int, Keeps]] | None = None,
-                 freed: Callable[[str, int], tuple[int, ...]] | None = None) -> None:
+                 freed: Callable[[str, int], tuple[int, ...]] | None = None,
+                 accum: Callable[[str, int], Accum | None] | None = None) -> None:
         self._lines = lines
         self._loop = loop
         self._freed = freed
+        self._accum = accum
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -141,13 +149,16 @@ class StackParser:
                     # comes from this one.
                     code = redact_code(code)
             freed: tuple[int, ...] = ()
+            accum: tuple = ()
             if self._loop is not None and own:
                 loop, kept = self._loop(filename, line)
                 keeps = tuple((ln, redact_code(text)) for ln, text in kept)
                 if keeps and self._freed is not None:
                     freed = self._freed(filename, line)
+                if loop and self._accum is not None:
+                    accum = self._accum(filename, line) or ()
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
-                      loop=loop, freed=freed)
+                      loop=loop, freed=freed, accum=accum)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

@@ -32,7 +32,10 @@ from .data import (
     check_workers_saturated,
     workers_for,
 )
-from .distributed import check_collective_bound, check_collective_wait, check_manual_gradient_sync, check_rank_straggler
+from .distributed import (
+    check_accumulation_sync, check_collective_bound, check_collective_wait, check_manual_gradient_sync,
+    check_rank_straggler,
+)
 from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
 from .memory import (check_memory_growth, check_memory_headroom, check_memory_near_limit, check_memory_rising,
@@ -68,6 +71,7 @@ THROUGHPUT_IDS = (
     "rank-straggler",
     "collective-bound",
     "manual-grad-sync",
+    "accumulation-sync",
     "cpu-work-in-loop",
     "eval-every-step",
     "blocking-in-loop",
@@ -99,6 +103,10 @@ RULES: tuple[Rule, ...] = (
     # collectives is its symptom: one finding for the job, not three.
     Rule("rank-straggler", "One rank holds the others back", W, check_rank_straggler,
          supersedes=("collective-wait", "checkpoint-stall")),
+    # Every rank waits alike because every micro-batch all-reduces: the change that fits is to skip
+    # the sync of all but the last, before moving fewer bytes.
+    Rule("accumulation-sync", "Gradient accumulation all-reduces every micro-batch (no no_sync())", W,
+         check_accumulation_sync, supersedes=("collective-bound", "collective-wait")),
     # Every rank waits alike: the job moves too many bytes per sample, nobody is waited for.
     Rule("collective-bound", "Communication-bound: every rank waits on collectives", W, check_collective_bound,
          supersedes=("collective-wait",)),

@@ -5,16 +5,18 @@ It uses only the shared cost bar (``base``); rules that reason across ranks belo
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
-from ...analysis import Bucket
-from ...model import Category, Severity
+from ...analysis import Bucket, short_path
+from ...model import Category, Frame, Severity
 from ...analysis import STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line
 from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
-    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, Hit, ShareLimit, bounded, confidence, gain,
+    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, WORTHWHILE_GAIN, Hit, ShareLimit, bounded,
+    confidence, gain,
     idle_line, labels_line, pct, sampled_upper, significant, uses, worst,
 )
 from .threshold import DERIVED, JUDGEMENT, Threshold
@@ -412,4 +414,90 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(low, min(v.samples for v in views)),
         gpu_index=views[0].gpu,
         title=f"Gradients all-reduced by hand in `{caller}`: every rank spends {pct(low)} or more in all_reduce",
+    )
+
+
+def _accumulating_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
+    """The training loop's frame where it accumulates gradients without skipping the sync
+    (``Frame.accum``, read from its source), and the share of the main thread's samples under it;
+    None where no sampled loop does."""
+    seen: Counter = Counter()
+    frames: dict[tuple, Frame] = {}
+    for s in ctx.main_stacks:
+        f = next((f for f in s.frames if f.accum), None)
+        if f is not None:
+            k = (f.filename, f.loop, f.accum)
+            seen[k] += 1
+            frames[k] = f
+    if not seen:
+        return None
+    k, n = seen.most_common(1)[0]
+    return frames[k], n / len(ctx.main_stacks)
+
+
+# accumulation-sync: the accumulating loop is under this share of the main thread's samples at
+# least: the training loop itself, not a loop the job passed through once.
+ACCUM_LOOP_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "The accumulating loop is under at least half of the main thread's samples: the training loop, not a loop "
+    "passed through once (set-up, evaluation).")
+
+
+@uses(ACCUM_LOOP_SHARE, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES)
+def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
+    """Gradient accumulation under DDP or FSDP that all-reduces every micro-batch: the optimizer
+    steps once every k micro-batches (``if (i + 1) % k == 0:``), but every ``backward`` starts the
+    wrapper's gradient all-reduce (reduce-scatter), so k collectives run where one is used; the
+    file never skips them (``no_sync()``). What it costs: the ranks' time in collectives, of which
+    all but one micro-batch's in k goes."""
+    views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
+    if len(views) < 2 or len(views) < len(ctx.ranks) or len(ctx.main_stacks) < MIN_MAIN_SAMPLES:
+        return None
+    wrapper = next((v.wrapper for v in views if v.wrapper), None)
+    if wrapper is None:
+        return None  # gradients all-reduced by hand, or no data parallelism: nothing syncs per backward
+    found = _accumulating_loop(ctx)
+    if found is None or found[1] < ACCUM_LOOP_SHARE:
+        return None
+    if rank_straggler(ctx):
+        return None  # the others wait for one rank: fewer collectives would not make it faster
+    loop, _ = found
+    gate_line, k, cond = loop.accum
+    low = min(v.wait for v in views)  # each rank's time in collectives, host or GPU
+    least = min(views, key=lambda v: v.wait)
+    # k-1 of every k collectives go; k unread: all but one of many (the bound).
+    kept = (k - 1) / k if k else 1.0
+    upper = sampled_upper(low, least.samples)
+    saved = low * kept
+    lim = ShareLimit(min(1.0, upper.upper * kept), upper.samples)  # the bound: at the share's upper limit
+    if bounded(saved, upper=lim) < WORTHWHILE_GAIN:
+        return None
+    where = f"{loop.name} ({short_path(loop.filename)}:{loop.loop})"
+    every = f"every {k} micro-batches" if k else "every few micro-batches"
+    ev = [f"the loop at {where} steps the optimizer only when `{cond}` (line {gate_line}: {every}) while "
+          "`.backward()` runs every micro-batch, and the file never calls no_sync()",
+          f"the model is wrapped in {wrapper}: each backward "
+          + ("all-reduces every gradient" if wrapper != "FSDP" else "reduce-scatters every gradient")
+          + (f", {k} collectives per optimizer step where the last one alone is used" if k else
+             ", one collective per micro-batch where the last one alone is used")]
+    for v in views:
+        gpu = f", GPU {v.gpu}" if v.gpu is not None else ""
+        ev.append(f"rank {v.rank} (pid {v.pid}{gpu}): in collectives {pct(v.wait)} of {v.samples} samples")
+    if wrapper == "FSDP":
+        skip = ("call model.set_requires_gradient_sync(is_last) before each micro-batch's backward, is_last true only "
+                "for the one before optimizer.step() (fully_shard); FSDP1: `with model.no_sync():` around the others")
+    else:
+        skip = ("run every micro-batch but the one before optimizer.step() under `with model.no_sync():` "
+                f"(e.g. ctx = model.no_sync() if not ({cond}) else contextlib.nullcontext()); accelerate: "
+                "`with accelerator.accumulate(model):`")
+    share = f"{k - 1} of {k}" if k else "all but one"
+    return Hit(
+        evidence=tuple(ev),
+        action=f"all-reduce once per optimizer step: {skip}; the gradients still sum over the micro-batches locally",
+        expected_gain=gain(saved, upper=lim) + f" ({share} collectives go)",
+        gain_bound=bounded(saved, upper=lim),
+        cost_s=saved * (ctx.t1 - ctx.t0) * len(views),
+        confidence=confidence(low, min(v.samples for v in views)),
+        gpu_index=views[0].gpu,
+        title=f"Gradients synced every micro-batch: accumulation in `{loop.name}` without no_sync()",
     )
