@@ -833,3 +833,33 @@ def test_launch_bound_says_its_kernels_fill_the_sms_where_they_do():
     assert f is not None
     assert not any("too small" in e for e in f.evidence)
     assert any("SMs active 63 %" in e and "fill it" in e for e in f.evidence)
+
+
+def test_cpu_work_of_one_rank_while_the_others_wait_is_left_to_the_straggler():
+    """A NCCL job's rank 0 ran a profiler callback every step while rank 1 waited in collectives:
+    "CPU work in the loop" was shown 4 s before the rank-straggler finding that named the same
+    function as the rank the job waits for. While every other rank waits and none runs that
+    function, the work is one rank's straggling: cpu-work-in-loop leaves it to the straggler rule;
+    run on every rank, it stays the loop's CPU work."""
+    import dataclasses
+
+    from gputop.advisor.rules.host import check_cpu_work_in_loop
+    from gputop.analysis.ranks import rank_views
+    from gputop.model import Frame, StackSample
+
+    found, ctx = run_rules(_augment_job(sm_active=12.0))
+    assert "cpu-work-in-loop" in found
+    me = ctx.main_stacks[-1].pid
+    dist = Frame("all_reduce", "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", 2500)
+
+    def other(waits: bool):
+        frames = (dist, Frame("train", "/home/u/train.py", 45)) if waits else \
+            (Frame("augment", "/home/u/train.py", 22), Frame("train", "/home/u/train.py", 40))
+        cat = C.COLLECTIVE if waits else C.OTHER
+        return [StackSample(ts=s.ts, pid=me + 1, thread_id=me + 1, frames=frames, active=not waits, is_main=True,
+                            category=cat if i % 5 else C.FORWARD) for i, s in enumerate(ctx.main_stacks)]
+
+    for waits, named in ((True, False), (False, True)):
+        views = rank_views({me: 0, me + 1: 1}, list(ctx.main_stacks) + other(waits), ctx.t0)
+        hit = check_cpu_work_in_loop(dataclasses.replace(ctx, ranks=views))
+        assert (hit is not None) is named, (waits, [(v.rank, v.wait, v.hot) for v in views])
