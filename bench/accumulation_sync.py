@@ -106,7 +106,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for accumulation_sync_cpu.{json,md}")
     ap.add_argument("--accum", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--measure", type=float, default=8.0)
     ap.add_argument("--duration", type=float, default=15.0)
     args = ap.parse_args()
@@ -128,7 +128,7 @@ def main() -> int:
         "named": f is not None, "t_named_s": seen.get("accumulation-sync"),
         "false_warnings": loud,
         "title": f["title"] if f else None, "expected_gain": f.get("expected_gain") if f else None,
-        "gain_bound": f.get("gain_bound") if f else None,
+        "gain_bound": f.get("gain_predicted") if f else None,
         "step": report.get("step"),
         "rates": [{"as_is": a, "fixed": b} for a, b in pairs],
         "speedup_median": round(statistics.median(speedups), 2) if speedups else None,
