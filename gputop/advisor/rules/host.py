@@ -16,7 +16,7 @@ from ...analysis import hot_place, project_frame, short_path, stack_label
 from ...units import fmt_rate
 from ...model import Category, StackSample
 from ..context import AnalysisContext, GpuView
-from .distributed import OTHERS_WAIT_MIN
+from .distributed import GPU_OTHERS_WAIT_MIN, OTHERS_WAIT_MIN
 from .base import (
     GPM_BUSY_UTIL_PCT,
     LAUNCH_BOUND_SM_ACTIVE_PCT,
@@ -329,17 +329,22 @@ def one_rank_works_while_others_wait(ctx: AnalysisContext, where: str) -> bool:
     rank (a straggler: rank-straggler names it with the function, once its gap resolves), not
     this rank's GPU waiting. A NCCL job's rank 0 running a profiler callback was told
     "CPU work in the loop" 4 s before the straggler it was (bench/results/multi_rank.md)."""
-    me = ctx.main_stacks[-1].pid if ctx.main_stacks else None
+    pid = ctx.main_stacks[-1].pid if ctx.main_stacks else None
     views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
-    others = [v for v in views if v.pid != me]
-    if me is None or not others or len(others) == len(views):
+    me = next((v for v in views if v.pid == pid), None)
+    others = [v for v in views if v is not me]
+    if me is None or not others:
         return False
     fn = where.split(" (")[0]
-    return all(v.wait >= OTHERS_WAIT_MIN and (v.hot or "").split(" (")[0] != fn for v in others)
+    # The straggler rule's bars for "the others wait": on their GPUs (NCCL) the health bar, on
+    # their hosts a third of the samples; and this rank waits less than any of them.
+    return all((v.wait >= (GPU_OTHERS_WAIT_MIN if v.gpu_wait is not None else OTHERS_WAIT_MIN))
+               and v.wait > me.wait and (v.hot or "").split(" (")[0] != fn for v in others)
 
 
 @uses(CPU_WORK_MIN_SHARE, CPU_WORK_ONE_PLACE, CPU_WORK_GPU_BUSY_MAX, CPU_WORK_SM_FILL_MIN, WORKER_MARGIN,
-      MIN_MAIN_SAMPLES, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, OTHERS_WAIT_MIN)
+      MIN_MAIN_SAMPLES, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, OTHERS_WAIT_MIN,
+      GPU_OTHERS_WAIT_MIN)
 def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     """The training loop's own CPU work outside the model (augmentation, decoding, Python
     preprocessing of each batch in the main process) while the GPU waits: its fix is to move that
