@@ -49,6 +49,10 @@ def test_a_loop_that_skips_the_sync_or_steps_every_turn_is_not_read_as_accumulat
     assert _accum(ACCUM_LOOP.replace("opt.zero_grad()", "opt.zero_grad()\n    model.require_backward_grad_sync = True"),
                   10) is None
     assert _accum(ACCUM_LOOP + "\ndef later(acc, m):\n    with acc.accumulate(m):\n        pass\n", 10) is None
+    fabric = ACCUM_LOOP.replace("        loss.backward()",
+                                "        with fabric.no_backward_sync(model, enabled=(step + 1) % GRAD_ACCUM != 0):\n"
+                                "            fabric.backward(loss)")
+    assert _accum(fabric, 10) is None  # Lightning Fabric's own skip
     # A function of the user's own named like accelerate's method is not accelerate's.
     assert _accum(ACCUM_LOOP + "\ndef accumulate():\n    train(None, None, [])\n", 10) is not None
     every = ACCUM_LOOP.replace("        if (step + 1) % GRAD_ACCUM == 0:\n            opt.step()", "        opt.step()\n        if 1:")

@@ -107,9 +107,11 @@ def _freed(keepers: list[ast.stmt], scope: ast.AST, returners: set[str]) -> tupl
 
 
 # Names that say the file already skips the gradient all-reduce of all but the last micro-batch
-# (DDP's and FSDP1's ``no_sync()``, FSDP2's ``set_requires_gradient_sync``, the reducer's flag,
-# accelerate's ``accumulate()``): a file that uses any of them is not read as accumulating without.
-_SKIPS_SYNC = frozenset({"no_sync", "set_requires_gradient_sync", "require_backward_grad_sync", "accumulate"})
+# (DDP's, FSDP1's and accelerate's ``no_sync()``, FSDP2's ``set_requires_gradient_sync``, the
+# reducer's flag, accelerate's ``accumulate()``, Lightning Fabric's ``no_backward_sync()``,
+# DeepSpeed's boundary flag): a file that uses any of them is not read as accumulating without.
+_SKIPS_SYNC = frozenset({"no_sync", "set_requires_gradient_sync", "require_backward_grad_sync", "accumulate",
+                         "no_backward_sync", "set_gradient_accumulation_boundary"})
 
 
 def _skips_sync(tree: ast.AST) -> bool:
