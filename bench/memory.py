@@ -88,6 +88,7 @@ class Row:
     # for; the OOM killer comes later, once the kernel has no page cache left to evict).
     full_actual_s: float | None = None
     host_avail_mib: list = field(default_factory=list)  # the host's available memory: after the ballast, every 10 s
+    cap: str = ""  # how the job's memory was capped where it was not the ballast (--cgroup)
     title: str = ""
     note: str = ""
 
@@ -122,8 +123,47 @@ def ballast(device: str, room_gib: float) -> subprocess.Popen | None:
     return p
 
 
+class Cgroup:
+    """A memory cgroup of the bench's own (v2 where the unified hierarchy delegates the memory
+    controller, else v1), for a host job to die in at a limit set once its baseline is known:
+    the container case, where the OOM killer acts at the group's limit while the host has room."""
+
+    def __init__(self) -> None:
+        name = f"gputop-bench-{os.getpid()}"
+        v2 = Path("/sys/fs/cgroup")
+        if (v2 / "cgroup.controllers").exists() and "memory" in (v2 / "cgroup.subtree_control").read_text():
+            self.dir, self.limit_file, self.usage_file = v2 / name, "memory.max", "memory.current"
+        else:
+            self.dir = Path("/sys/fs/cgroup/memory") / name
+            self.limit_file, self.usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
+        try:
+            self.dir.mkdir()
+        except OSError as exc:
+            raise SystemExit(f"--cgroup: cannot make a memory cgroup ({exc}): run as root on a host with cgroups")
+
+    def wrap(self, args: list[str]) -> list[str]:
+        """The job's command, started inside the group (its workers, forked later, inherit it)."""
+        code = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                "os.execv(sys.executable, [sys.executable] + sys.argv[2:])")
+        return [sys.executable, "-c", code, str(self.dir / "cgroup.procs"), *args[1:]]
+
+    def used(self) -> int:
+        return int((self.dir / self.usage_file).read_text())
+
+    def limit(self, n: int) -> None:
+        (self.dir / self.limit_file).write_text(str(n))
+
+    def close(self) -> None:
+        for _ in range(50):
+            try:
+                self.dir.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
 def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True,
-            shot: Path | None = None) -> Row:
+            shot: Path | None = None, cgroup: bool = False) -> Row:
     """One job watched by gputop's own session until it dies or ``limit_s``. ``room``: hold the
     memory but the job's room with a ballast; ``shot``: also take a screenshot of the live UI
     attached to it (a folder), 40 s after its growth starts."""
@@ -132,6 +172,9 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
     if job.truth == "healthy":
         args += ["--seconds", str(limit_s)]
     hold = ballast(device, job.room_gib) if room and not job.host else None
+    group = Cgroup() if cgroup and job.host else None
+    if group is not None:
+        args = group.wrap(args)
     # A session of its own, so the workers die with it; its OOM score raised so that the kernel
     # takes it, not the ballast, when the host is full.
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -147,14 +190,19 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
     session = None
     camera = None
     try:
-        if job.host and room:
-            # The host's ballast once the job runs (its baseline is then known), before gputop
-            # attaches: the ballast's own filling must not read as the job's growth.
+        if job.host and (room or group is not None):
+            # The host's ballast (or the group's limit) once the job runs (its baseline is then
+            # known), before gputop attaches: the ballast's own filling must not read as the job's growth.
             t_wait = time.time() + 180
             while growth_start is None and time.time() < t_wait and proc.poll() is None:
                 time.sleep(0.5)
                 growth_start = _growth_start(proc)
-            hold = ballast(device, job.room_gib)
+            if group is not None:
+                base = group.used()
+                group.limit(base + int(job.room_gib * 2**30))
+                row.cap = f"cgroup: {base / 2**20:.0f} MiB at the growth's start + {job.room_gib:g} GiB"
+            else:
+                hold = ballast(device, job.room_gib)
             row.host_avail_mib.append(_host_available_mib())
         session = open_live(Config(pid=proc.pid, interval=1.0))
         session.start()
@@ -226,6 +274,8 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
         if hold is not None:
             hold.kill()
             hold.wait()
+        if group is not None:
+            group.close()
     return row
 
 
@@ -315,6 +365,8 @@ def main() -> int:
     p.add_argument("--only", nargs="*", help="job scripts to run")
     p.add_argument("--shot", type=Path, default=None, help="also screenshot the live UI on the first leak, into DIR")
     p.add_argument("--out", type=Path, default=None, help="folder for memory.json and memory.md (none: print only)")
+    p.add_argument("--cgroup", action="store_true", help="cap host jobs with a memory cgroup of their own (the "
+                   "container case: the group's limit binds while the host has room) instead of a ballast; root")
     args = p.parse_args()
     jobs = [j for j in SUITE if (not args.only or j.script in args.only) and (args.device == "cuda" or j.cpu)]
     name = machine(args.device)
@@ -325,7 +377,7 @@ def main() -> int:
             job = replace(job, room_gib=args.room)
         limit = args.limit or (90.0 if args.tiny else job.limit_s)
         rows.append(run_job(job, args.device, args.tiny, limit, room=not args.tiny,
-                            shot=shot if job.truth == "gpu-leak" else None))
+                            shot=shot if job.truth == "gpu-leak" else None, cgroup=args.cgroup))
         if job.truth == "gpu-leak":
             shot = None
         print(json.dumps(asdict(rows[-1])), flush=True)

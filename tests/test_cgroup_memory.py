@@ -37,6 +37,39 @@ def test_cgroup_v2_the_group_with_the_least_room_binds(tmp_path):
     assert (got.limit, got.used, got.path) == (8 * GiB, 6 * GiB, "/kubepods/pod1")
 
 
+def test_the_page_cache_the_kernel_would_drop_is_not_the_jobs_memory(tmp_path):
+    # A job reading its dataset from disk: the usage counter holds the files' cache, which the
+    # kernel drops before any OOM kill; the working set is what the forecast and the exit read.
+    proc = _proc(tmp_path, "0::/job\n")
+    cg = tmp_path / "cg"
+    _files(cg, "job", memory_max=8 * GiB, memory_current=int(7.8 * GiB))
+    (cg / "job" / "memory.stat").write_text(f"anon {2 * GiB}\nfile {int(5.8 * GiB)}\ninactive_file {5 * GiB}\n")
+    assert job_cgroup_memory(42, proc, str(cg)).used == int(2.8 * GiB)
+    v1 = _proc(tmp_path / "v1", "4:memory:/docker/abc\n")
+    d = tmp_path / "cg1" / "memory" / "docker" / "abc"
+    d.mkdir(parents=True)
+    (d / "memory.limit_in_bytes").write_text(str(16 * GiB))
+    (d / "memory.usage_in_bytes").write_text(str(15 * GiB))
+    (d / "memory.stat").write_text(f"cache {12 * GiB}\ninactive_file {3 * GiB}\ntotal_inactive_file {10 * GiB}\n")
+    assert job_cgroup_memory(42, v1, str(tmp_path / "cg1")).used == 5 * GiB  # the hierarchy's total, v1
+
+
+def test_a_job_ended_at_its_cgroups_limit_is_likely_the_oom_killer_while_the_host_has_room():
+    from gputop.analysis import exit_cause
+
+    def host(used):
+        return [HostSample(ts=T0 + k, cpu_percent=0, mem_total=24 * GiB, mem_available=18 * GiB,
+                           cgroup_limit=2 * GiB, cgroup_used=used) for k in range(5)]
+
+    why = exit_cause(T0 + 5, "signal SIGKILL", {}, host(int(1.99 * GiB)))
+    assert why.startswith("likely the OOM killer: the job's cgroup used 2038 MiB of its 2048 MiB limit"), why
+    # A worker killed in the group ends the main with an error: said as such.
+    why = exit_cause(T0 + 5, "code 1", {}, host(int(1.99 * GiB)))
+    assert why is not None and "exited with code 1" in why and "DataLoader worker" in why
+    assert exit_cause(T0 + 5, "code 0", {}, host(int(1.99 * GiB))) is None  # it finished
+    assert exit_cause(T0 + 5, "signal SIGKILL", {}, host(1 * GiB)) is None  # room in the group and the host
+
+
 def test_cgroup_v1_memory_controller_and_no_limit(tmp_path):
     proc = _proc(tmp_path, "4:memory:/docker/abc\n3:cpu:/\n")
     cg = tmp_path / "cg"

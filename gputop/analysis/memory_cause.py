@@ -149,6 +149,13 @@ GPU_FULL_SHARE = Threshold(
 HOST_FULL_SHARE = Threshold(
     0.03, "share", JUDGEMENT,
     "The host's available memory below this share of its total: the OOM killer's ground.")
+# A container's memory (its working set) within this share of its cgroup's limit: the kernel has
+# no cache of the group's left to drop and kills in the group. Judgement, as GPU_FULL_SHARE: a
+# poll a second misses the last moments' growth.
+CGROUP_FULL_SHARE = Threshold(
+    0.95, "share", JUDGEMENT,
+    "A container's working set within this share of its cgroup's limit when the job ended: the kernel kills in the "
+    "group (a poll a second misses the last moments' growth).")
 # The readings that count are those this close before the exit (a poll or two).
 EXIT_LOOKBACK_S = Threshold(
     10.0, "s", JUDGEMENT,
@@ -171,14 +178,32 @@ def exit_cause(exited_at: float, status: str | None, gpu_samples: Mapping[int, S
             return (f"likely CUDA out of memory: GPU {i}'s memory was at {share * 100:.0f} % of its "
                     f"{top.mem_total / 2**30:.0f} GiB just before the job exited{how}")
     near_host = [h for h in host if t0 <= h.ts <= exited_at and h.mem_total]
-    if near_host and (status is None or status == "signal SIGKILL"):
-        low = min(near_host, key=lambda h: h.mem_available)
-        if low.mem_available <= HOST_FULL_SHARE * low.mem_total:
-            how = ("killed by SIGKILL" if status else
-                   "its exit status is unknown (not gputop's child); the kernel log says for sure: "
-                   "journalctl -k | grep -i 'killed process'")
-            return (f"likely the OOM killer: the host had {low.mem_available / 2**20:.0f} MiB of "
-                    f"{low.mem_total / 2**30:.0f} GiB available just before the job ended; {how}")
+    # Killed outright (SIGKILL), or ended with an error once the kernel killed one of its
+    # processes (a DataLoader worker's death raises in the main process: "DataLoader worker (pid N)
+    # is killed by signal: Killed", exit code 1). A clean exit or a stop signal is not the OOM killer.
+    killed = status is None or status == "signal SIGKILL" or (status.startswith("code ") and status != "code 0")
+    if not near_host or not killed:
+        return None
+    if status is None:
+        how = ("its exit status is unknown (not gputop's child); the kernel log says for sure: "
+               "journalctl -k | grep -i 'killed process'")
+    elif status == "signal SIGKILL":
+        how = "killed by SIGKILL"
+    else:
+        how = (f"it exited with {status}: the kernel likely killed one of its processes (a DataLoader worker's "
+               "death ends the main process with an error)")
+    # A container's limit binds before the host's: the group at its limit (its working set, page
+    # cache left out) is the OOM killer's ground while the host has room.
+    grouped = [h for h in near_host if h.cgroup_limit and h.cgroup_used is not None]
+    if grouped:
+        top = max(grouped, key=lambda h: h.cgroup_used / h.cgroup_limit)
+        if top.cgroup_used >= CGROUP_FULL_SHARE * top.cgroup_limit:
+            return (f"likely the OOM killer: the job's cgroup used {top.cgroup_used / 2**20:.0f} MiB of its "
+                    f"{top.cgroup_limit / 2**20:.0f} MiB limit just before the job ended; {how}")
+    low = min(near_host, key=lambda h: h.mem_available)
+    if low.mem_available <= HOST_FULL_SHARE * low.mem_total:
+        return (f"likely the OOM killer: the host had {low.mem_available / 2**20:.0f} MiB of "
+                f"{low.mem_total / 2**30:.0f} GiB available just before the job ended; {how}")
     return None
 
 
@@ -191,5 +216,5 @@ def exit_status_of(message: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["EXIT_LOOKBACK_S", "GPU_FULL_SHARE", "HOST_FULL_SHARE", "LeakLine", "exit_cause", "exit_status_of",
+__all__ = ["CGROUP_FULL_SHARE", "EXIT_LOOKBACK_S", "GPU_FULL_SHARE", "HOST_FULL_SHARE", "LeakLine", "exit_cause", "exit_status_of",
            "leak_line", "leak_lines"]
