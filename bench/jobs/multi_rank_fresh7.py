@@ -832,7 +832,7 @@ def job_keyword_spotting(t: Trainer) -> None:
     if t.small:
         cfg = {"per_rank_batch": 64, "channels": 64, "blocks": 4, "clips": 2048, "workers": 0}
     else:
-        cfg = {"per_rank_batch": 256, "channels": 276, "blocks": 5, "clips": 8192, "workers": 4}
+        cfg = {"per_rank_batch": 256, "channels": 276, "blocks": 5, "clips": 4096, "workers": 4}
     model = t.wrap(DSCNN(cfg["channels"], cfg["blocks"]))
     opt = adamw(t, model.parameters(), lr=2e-3, weight_decay=1e-2)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=100_000)
@@ -840,20 +840,21 @@ def job_keyword_spotting(t: Trainer) -> None:
     batch = cfg["per_rank_batch"]
     if t.rank == 0:
         log(f"DS-CNN {count_params(model):.2f}M parameters, {batch} clips per rank, {cfg['workers']} loader workers")
+    if not t.fixed:
+        # the same shuffle on every rank (same seed); each rank keeps its own part of every global batch
+        sampler = None
+        loader = DataLoader(data, batch_size=batch * t.world, shuffle=True, generator=torch.Generator().manual_seed(1234),
+                            drop_last=True, num_workers=cfg["workers"], pin_memory=t.cuda,
+                            persistent_workers=cfg["workers"] > 0)
+    else:
+        sampler = DistributedSampler(data, num_replicas=t.world, rank=t.rank, shuffle=True, seed=1234, drop_last=True)
+        loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True, num_workers=cfg["workers"],
+                            pin_memory=t.cuda, persistent_workers=cfg["workers"] > 0)
     model.train()
     step = 0
     for epoch in range(10**6):
-        if not t.fixed:
-            # same shuffle on every rank; each rank keeps its own part of every global batch
-            g = torch.Generator().manual_seed(1234 + epoch)
-            loader = DataLoader(data, batch_size=batch * t.world, shuffle=True, generator=g, drop_last=True,
-                                num_workers=cfg["workers"], pin_memory=t.cuda)
-        else:
-            sampler = DistributedSampler(data, num_replicas=t.world, rank=t.rank, shuffle=True, seed=1234,
-                                         drop_last=True)
+        if sampler is not None:
             sampler.set_epoch(epoch)
-            loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True,
-                                num_workers=cfg["workers"], pin_memory=t.cuda)
         for feats, labels in loader:
             if not t.fixed:
                 feats = feats.chunk(t.world)[t.rank]
