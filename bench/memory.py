@@ -325,7 +325,10 @@ def summary(rows: list[Row]) -> dict:
 def markdown(rows: list[Row], machine: str = "") -> str:
     s = summary(rows)
     out = [f"# Memory: leaks named before they kill{f' ({machine})' if machine else ''}", "",
-           "bench/memory.py: each job under a ballast that leaves it a few GiB (the card's, or the host's), "
+           ("bench/memory.py --cgroup: each host job in a memory cgroup of its own whose limit is set at the "
+            "growth's start (its baseline) plus its room (the container case: the host keeps room), "
+            if any(r.cap for r in rows) else
+            "bench/memory.py: each job under a ballast that leaves it a few GiB (the card's, or the host's), ") +
            "watched by gputop's own live session (the advisor `advise` runs). `t_named_s` counts from when "
            "the growth is visible (the job's \"growth starts\" line, or gputop's attach if later); "
            "`eta_actual_s` from the naming to the job's death.", "",
@@ -340,6 +343,9 @@ def markdown(rows: list[Row], machine: str = "") -> str:
     out += [f"| {r.job} | {r.truth} | {r.named} | {r.early} | {r.line_named} | {r.t_named_s} | {r.eta_predicted_s} | "
             f"{r.eta_actual_s}{'' if r.full_actual_s is None else f' (host full at {r.full_actual_s})'} | {r.eta_error} | {r.false_alarm} | {r.exit_cause or r.exit_code or r.note} | "
             f"{r.job_said.replace('|', '/')} |" for r in rows]
+    capped = [f"- {r.job}: {r.cap}" for r in rows if r.cap]
+    if capped:
+        out += ["", "Caps:", *capped]
     return "\n".join(out) + "\n"
 
 
