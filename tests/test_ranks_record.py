@@ -109,3 +109,31 @@ def test_a_cpu_ranks_report_counts_ddps_backward_wait_as_communication(tmp_path)
         ranks = {x.rank: dict(x.groups) for x in collect(r).ranks}
     assert ranks[0]["comm"] == 1.0 and ranks[0]["compute"] == 0.0
     assert ranks[1]["data"] == 1.0
+
+
+def test_the_reports_cpu_time_line_judges_a_cpu_ranks_backward_wait_as_advise_does(tmp_path):
+    """A gloo DDP job recorded from its launcher: rank 0 off the CPU in `loss.backward()` is
+    DDP's all-reduce wait (analysis.ranks.as_ranks). The report's CPU time line read the
+    samples as recorded and said "busy 100 %" beside advise's and its own ranks table's 69 %."""
+    engine = Frame("_engine_run_backward", "/usr/lib/python3/site-packages/torch/autograd/graph.py", 829)
+    back = (engine, Frame("backward", "/usr/lib/python3/site-packages/torch/autograd/__init__.py", 347),
+            Frame("main", "/home/u/job/train.py", 39))
+    store = Store()
+    clock = [T0]
+    session = Session(store=store, pipeline=Pipeline(store, [], clock=lambda: clock[0]), clock=lambda: clock[0])
+    store.add([Event(T0, "ranks", ranks_message({R0: 0, R1: 1}, 4_194_300))])
+    path = tmp_path / "gloo.gputop"
+    session.target_pid = R0  # advise attached to the launcher follows rank 0
+    session.start_recording(path)
+    for i in range(150):
+        ts = T0 + 1 + i / 5
+        waits = i % 10 < 7  # 70 % of rank 0's samples off the CPU in backward: the all-reduce
+        batch = [StackSample(ts, R0, R0, "MainThread", back, active=not waits, is_main=True, category=Category.BACKWARD),
+                 StackSample(ts, R1, R1, "MainThread", LOAD, active=True, is_main=True, category=Category.OTHER)]
+        session.pipeline.publish(batch)
+    session.stop_recording()
+    with Reader(path) as r:
+        s = collect(r)
+    text = render_text(s)
+    wait = next(line for line in text.splitlines() if "collective/communication wait" in line)
+    assert wait.rstrip().endswith("70 %"), text
