@@ -863,3 +863,57 @@ def test_cpu_work_of_one_rank_while_the_others_wait_is_left_to_the_straggler():
         views = rank_views({me: 0, me + 1: 1}, list(ctx.main_stacks) + other(waits), ctx.t0)
         hit = check_cpu_work_in_loop(dataclasses.replace(ctx, ranks=views))
         assert (hit is not None) is named, (waits, [(v.rank, v.wait, v.hot) for v in views])
+
+
+def _cpu_job(parts):
+    """A job with no GPU whose main thread spends each second in ``parts``: (share, category,
+    frames) in order, the training loop `train` at the line each frame tuple ends with."""
+    from synth import Job
+
+    def at(t):
+        x, acc = t % 1.0, 0.0
+        for share, cat, frames in parts:
+            acc += share
+            if x < acc - 1e-9:
+                return cat, frames
+        return parts[-1][1], parts[-1][2]
+
+    return Job(util=None, main=lambda t: at(t)[0], main_frames=lambda t: at(t)[1], seconds=20.0)
+
+
+def test_cpu_only_logging_after_the_update_is_named_with_every_n_steps():
+    """A new user's CPU job formatting per-parameter statistics after each update, 87 % of its
+    samples, got "nothing costs a visible share"; logging every 100 steps measured ~25x."""
+    from gputop.model import Frame
+
+    T = "/home/u/train.py"
+    fwd = (Frame("forward", "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125), Frame("train", T, 40))
+    opt = (Frame("step", "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", 80), Frame("train", T, 42))
+    log = (Frame("param_stats", T, 15), Frame("train", T, 44))
+    # Samples at 5 Hz land at 0.0, 0.2, ... of each second: one in five each forward and update.
+    found, _ = run_rules(_cpu_job([(0.2, C.FORWARD, fwd), (0.2, C.OPTIMIZER, opt), (0.6, C.OTHER, log)]))
+    f = found["cpu-work-in-loop"]
+    assert f.gpu_index is None and "`param_stats` takes 60 %" in f.title and "no GPU" in f.title
+    assert "run `param_stats` every N steps" in f.action and "after the backward pass" in " ".join(f.evidence)
+    assert f.gain_predicted is not None and f.gain_predicted > 2.5
+    # The model's step too short to be sampled at all: its place unknown, the work still named.
+    found, _ = run_rules(_cpu_job([(1.0, C.OTHER, log)]))
+    assert "less often if it reports" in found["cpu-work-in-loop"].action
+
+
+def test_cpu_only_work_that_may_be_the_model_itself_is_not_named():
+    from gputop.model import Frame
+
+    T = "/home/u/train.py"
+    # A forward written as plain functions (no nn.Module), then its backward and update: the
+    # user's `fwd` is the model, "before" the backward only because no nn.Module forward is seen.
+    fwd = (Frame("fwd", T, 20), Frame("train", T, 41))
+    bwd = (Frame("backward", "/venv/lib/python3.12/site-packages/torch/_tensor.py", 620), Frame("train", T, 42))
+    opt = (Frame("step", "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", 80), Frame("train", T, 43))
+    found, _ = run_rules(_cpu_job([(0.4, C.OTHER, fwd), (0.4, C.BACKWARD, bwd), (0.2, C.OPTIMIZER, opt)]))
+    assert "cpu-work-in-loop" not in found
+    # An update written by hand after the backward: "after" it, but no optimizer step is seen.
+    upd = (Frame("sgd_update", T, 30), Frame("train", T, 43))
+    fwd_m = (Frame("forward", "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125), Frame("train", T, 41))
+    found, _ = run_rules(_cpu_job([(0.2, C.FORWARD, fwd_m), (0.4, C.BACKWARD, bwd), (0.4, C.OTHER, upd)]))
+    assert "cpu-work-in-loop" not in found

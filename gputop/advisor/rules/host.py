@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...analysis import Bucket
+from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, CPU_DEVICE, Bucket, when_in_step
 from ...analysis import hot_place, project_frame, short_path, stack_label
 from ...units import fmt_rate
 from ...model import Category, StackSample
@@ -295,6 +295,15 @@ CPU_WORK_SM_FILL_MIN = Threshold(
     "ops fills 0.006 (launch-bound), a model's kernels 0.6-1.0 (measured on an H100).")
 
 
+# With no GPU, work whose place in the step is unknown is said only where the model's own work
+# (forward, backward, optimizer samples) is at most this fraction of it: a forward or a loss
+# written outside any nn.Module is paired with its backward, which is not a quarter of it.
+CPU_ONLY_DWARFS = Threshold(
+    4.0, "x", JUDGEMENT,
+    "With no GPU, work whose place in the step is unknown counts only where it is at least this many times the "
+    "model's own work: a forward written outside any nn.Module comes with a backward of like size.")
+
+
 def cpu_working(s) -> bool:
     """Whether a main-thread sample is CPU work: running, or blocked inside a torch op, whose
     intra-op thread pool does the op's work while the calling thread waits for it (a batch
@@ -344,7 +353,7 @@ def one_rank_works_while_others_wait(ctx: AnalysisContext, where: str) -> bool:
 
 @uses(CPU_WORK_MIN_SHARE, CPU_WORK_ONE_PLACE, CPU_WORK_GPU_BUSY_MAX, CPU_WORK_SM_FILL_MIN, WORKER_MARGIN,
       MIN_MAIN_SAMPLES, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, OTHERS_WAIT_MIN,
-      GPU_OTHERS_WAIT_MIN)
+      GPU_OTHERS_WAIT_MIN, CPU_ONLY_DWARFS)
 def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     """The training loop's own CPU work outside the model (augmentation, decoding, Python
     preprocessing of each batch in the main process) while the GPU waits: its fix is to move that
@@ -359,7 +368,7 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
         return None
     g = worst(ctx, lambda v: v.breakdown.get(Bucket.CPU), gpu_only=True)
     if g is None:
-        return None
+        return _cpu_only_work(ctx, where, share, of_other)
     g, cost = g
     bd = g.breakdown
     if bd.total_s <= 0 or bd.busy_s / bd.total_s > CPU_WORK_GPU_BUSY_MAX or spinning(g):
@@ -393,6 +402,64 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(share, len(ctx.main_stacks)),
         gpu_index=g.index,
         title=f"CPU work in the training loop: {g.name} waits {pct(frac)} while the main thread runs `{where.split(' (')[0]}`",
+    )
+
+
+def _cpu_only_work(ctx: AnalysisContext, where: str, share: float, of_other: float) -> Hit | None:
+    """The same work in a job with no GPU: its step runs on the CPU, so the work's share of the
+    main thread's samples is the time each step spends on it. Said only for work placed outside
+    the model's forward-to-update stretch (before the forward: it prepares the batch; after the
+    update: logging, metrics, statistics), since a model written as plain functions outside any
+    nn.Module is 'the user's code' too, and is the step itself. A new user's CPU job formatting
+    per-parameter statistics every step (87 % of its samples) got "nothing costs a visible share";
+    logging every 100 steps measured ~25x."""
+    cpu = next((g for g in ctx.gpus if g.index == CPU_DEVICE and g.breakdown.total_s > 0), None)
+    if cpu is None or len(ctx.gpus) != 1:
+        return None
+    model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
+    when = when_in_step(ctx.main_stacks, where)
+    # Before the forward only where a forward is seen after it (a forward written as plain
+    # functions is "before" the backward), after the update only where an update is seen before
+    # it (an update written by hand, `p -= lr * p.grad`, is "after" the backward).
+    if (when == BEFORE_FORWARD and not training_share(ctx, Category.FORWARD)) or \
+            (when == AFTER_UPDATE and not training_share(ctx, Category.OPTIMIZER)):
+        when = None
+    if when is None and model * CPU_ONLY_DWARFS > share:
+        # Its place in the step is unknown and the model's own work is not small beside it: it
+        # may be the model (a loss or a forward written outside any nn.Module) between them.
+        return None
+    n = len(ctx.main_stacks)
+    total = cpu.breakdown.total_s
+    if share < MIN_COST_FRACTION or share * total < MIN_COST_S:
+        return None
+    upper = sampled_upper(share, n)
+    fn = where.split(" (")[0]
+    place = when or "beside a model step too short to be sampled"
+    ev = [f"main thread in `{where}` in {pct(share)} of its samples ({pct(of_other)} of its work outside the "
+          f"model), forward/backward/optimizer {pct(model)}",
+          f"`{fn}` runs {place}: with no GPU the step runs on this thread, so each step waits for it"]
+    if when is None:
+        action = (f"run `{fn}` less often if it reports (logging, metrics, statistics: every N steps), move it into "
+                  "the Dataset or a collate_fn for DataLoader workers if it prepares the batch, or keep it in torch "
+                  "ops on whole tensors (no .tolist(), .item() or Python loops over values)")
+    elif when == AFTER_UPDATE:
+        action = (f"run `{fn}` every N steps instead of every step (logging, metrics, statistics: "
+                  "if step % 100 == 0), or hand a copy of what it reads to a background thread; if it must run "
+                  "every step, keep it in torch ops on the tensors (no .tolist(), .item() or Python loops over values)")
+    else:
+        workers = workers_for(0, share, max(2, (ctx.cores or 4) - 1))
+        action = (f"move the work in `{where}` into the Dataset's __getitem__ or a collate_fn, so "
+                  f"DataLoader(..., num_workers={workers}, persistent_workers=True) prepares the next batches "
+                  "beside the step (with cores to spare); or vectorise a per-sample Python loop over the whole batch")
+    return Hit(
+        evidence=tuple(ev),
+        action=action,
+        expected_gain=gain(share, upper=upper) + ": the step no longer runs it",
+        gain_bound=bounded(share, upper=upper),
+        cost_s=share * total,
+        confidence=confidence(share, n),
+        gpu_index=None,
+        title=f"CPU work in the training loop: `{fn}` takes {pct(share)} of the time (no GPU)",
     )
 
 
