@@ -34,7 +34,7 @@ from .idle import (
     poll_slices, util_slices,
 )
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
-from .memory_growth import FLAT, GROWING, MIN_SPAN_S, PLATEAU, SAWTOOTH, Growth, eta_text, growth, rate_text, theil_sen
+from .memory_growth import FLAT, GROWING, MIN_POINTS, MIN_SPAN_S, PLATEAU, SAWTOOTH, Growth, eta_text, growth, rate_text, theil_sen
 from .memory_window import (
     COPY_ON_READ, MAIN_LEAK, MEMORY_WINDOW_S, PRIVATE_GONE_S, GpuMemory, MemoryView, WorkerMemory, WorkersPrivate, jobs_private,
     median_rate, memory_view,
@@ -104,7 +104,7 @@ __all__ = [
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
     "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "exact_upper", "wilson_interval", "worker_stats",
-    "COPY_ON_READ", "FLAT", "GROWING", "MIN_SPAN_S", "PLATEAU", "SAWTOOTH", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
+    "COPY_ON_READ", "FLAT", "GROWING", "MIN_POINTS", "MIN_SPAN_S", "PLATEAU", "SAWTOOTH", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",

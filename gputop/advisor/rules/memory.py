@@ -3,7 +3,7 @@ towards the limit (with a forecast), or what ended a job that ran out."""
 
 from __future__ import annotations
 
-from ...analysis import (COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, MIN_SPAN_S, Growth, LeakLine, MemoryView, eta_text,
+from ...analysis import (COPY_ON_READ, CPU_DEVICE, MAIN_LEAK, MIN_POINTS, MIN_SPAN_S, Growth, LeakLine, MemoryView, eta_text,
                          rate_text)
 from ...units import fmt_bytes
 from ..context import AnalysisContext, GpuView
@@ -224,10 +224,14 @@ def _host_evidence(mem: MemoryView) -> list[str]:
         rss_grow = [w.growth for w in mem.workers if w.growth.growing]
         if rss_grow:
             out.append(f"{len(rss_grow)} of {n} DataLoader workers' RSS grows {_median_rate(rss_grow)} each (median)")
+        elif mem.workers and any(w.uss is not None for w in mem.workers):
+            # Read, too few times yet: a worker's read is paced by its cost (host.USS_LOCK_SHARE).
+            out.append(f"the {n} DataLoader workers' RSS is flat; their private memory (USS), where copy-on-read "
+                       "shows, is being read but has too few readings to judge yet (a minute and "
+                       f"{MIN_POINTS} readings a worker)")
         elif mem.workers:
-            out.append(f"the {n} DataLoader workers' RSS is flat, and their private memory (USS) has no history yet "
-                       "(read every few seconds; a kernel before 4.14 or another user's job has none): copy-on-read "
-                       "shows in USS, not in RSS")
+            out.append(f"the {n} DataLoader workers' RSS is flat, and their private memory (USS) is not read (a "
+                       "kernel before 4.14 or another user's job): copy-on-read shows in USS, not in RSS")
     if mem.main is not None and mem.main.growing:
         out.append(f"the main process's RSS grows {rate_text(mem.main.rate)}"
                    + (": the growth is in the main process, not the workers" if mem.host_cause == MAIN_LEAK else ""))
