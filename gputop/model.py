@@ -232,10 +232,11 @@ class Frame:
     # (``total_loss += loss`` after ``loss.backward()``): its activations were freed, so the line
     # keeps the graph's nodes, not the step's activations.
     freed: tuple[int, ...] = ()
-    # That loop's gradient accumulation where it all-reduces every micro-batch: the optimizer
-    # steps under ``if ... % k`` while ``.backward()`` runs every turn, and the file never skips
-    # the sync (``no_sync()``): (the gate's line, k (0: not read), the gate's condition); ()
-    # otherwise. Whether it costs anything (DDP or FSDP, the time in collectives) is the advisor's.
+    # That loop's gradient accumulation where a backward of it all-reduces every micro-batch: the
+    # optimizer steps under ``if ... % k`` while ``.backward()`` runs every turn, not under
+    # ``no_sync()``: (the gate's line, k (0: not read), the gate's condition, the lines of the
+    # backwards that sync, those that skip); () otherwise. Whether it runs and what it costs (DDP
+    # or FSDP, the time in collectives) is the advisor's.
     accum: tuple = ()
 
 

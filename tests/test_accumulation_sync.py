@@ -35,20 +35,30 @@ def _accum(text: str, line: int):
 
 
 def test_the_gate_its_k_and_its_condition_are_read_from_the_loop():
-    assert _accum(ACCUM_LOOP, 10) == (11, 8, "(step + 1) % GRAD_ACCUM == 0")
+    assert _accum(ACCUM_LOOP, 10) == (11, 8, "(step + 1) % GRAD_ACCUM == 0", (10,), ())
     # k written in the test itself, a scaler's step, a name bound more than once (k not read).
     assert _accum(ACCUM_LOOP.replace("% GRAD_ACCUM", "% 4"), 10)[1] == 4
     assert _accum(ACCUM_LOOP.replace("opt.step()", "scaler.step(opt)"), 10)[0] == 11
     assert _accum(ACCUM_LOOP + "\nGRAD_ACCUM = 16\n", 10)[1] == 0
-    assert _accum(ACCUM_LOOP.replace("% GRAD_ACCUM", "% args.accum"), 10)[1:] == (0, "(step + 1) % args.accum == 0")
+    assert _accum(ACCUM_LOOP.replace("% GRAD_ACCUM", "% args.accum"), 10)[1:3] == (0, "(step + 1) % args.accum == 0")
+    # The gate through a name the loop binds (`boundary = ...; if boundary:`).
+    named = ACCUM_LOOP.replace("        loss.backward()\n", "        loss.backward()\n        last = (step + 1) % GRAD_ACCUM == 0\n")
+    named = named.replace("if (step + 1) % GRAD_ACCUM == 0:", "if last:")
+    assert _accum(named, 10)[:3] == (12, 8, "(step + 1) % GRAD_ACCUM == 0")
 
 
 def test_a_loop_that_skips_the_sync_or_steps_every_turn_is_not_read_as_accumulating():
     skipped = ACCUM_LOOP.replace("        loss.backward()", "        with model.no_sync():\n            loss.backward()")
     assert _accum(skipped, 10) is None
+    ctx = ACCUM_LOOP.replace("        loss.backward()", "        ctx = nullcontext() if (step + 1) % GRAD_ACCUM == 0 "
+                             "else model.no_sync()\n        with ctx:\n            loss.backward()")
+    assert _accum(ctx, 10) is None  # the skipping context bound to a name first
     assert _accum(ACCUM_LOOP.replace("opt.zero_grad()", "opt.zero_grad()\n    model.require_backward_grad_sync = True"),
-                  10) is None
-    assert _accum(ACCUM_LOOP + "\ndef later(acc, m):\n    with acc.accumulate(m):\n        pass\n", 10) is None
+                  10) is None  # a switch: where it takes effect cannot be read
+    # A flag's two branches in one loop: both backwards kept, each with whether it syncs.
+    both = ACCUM_LOOP.replace("        loss.backward()", "        if fixed:\n            with model.no_sync():\n"
+                              "                loss.backward()\n        else:\n            loss.backward()")
+    assert _accum(both, 10)[3:] == ((14,), (12,))
     fabric = ACCUM_LOOP.replace("        loss.backward()",
                                 "        with fabric.no_backward_sync(model, enabled=(step + 1) % GRAD_ACCUM != 0):\n"
                                 "            fabric.backward(loss)")
@@ -72,12 +82,14 @@ def test_the_loops_frame_carries_it_and_a_recording_keeps_it(tmp_path):
     lines._read = lambda filename: ACCUM_LOOP.splitlines()  # the file as the target sees it
     parser = StackParser(lines.line, loop=lines.loop, freed=lines.freed, accum=lines.accum)
     f = parser.frame({"name": "train", "filename": str(src), "line": 10}, leaf=False)
-    assert f.loop == 7 and f.accum == (11, 8, "(step + 1) % GRAD_ACCUM == 0")
+    assert f.loop == 7 and f.accum == (11, 8, "(step + 1) % GRAD_ACCUM == 0", (10,), ())
     back = codec.loop_fields(codec.keeps_text(f))
     assert back["accum"] == f.accum and back["loop"] == 7
     # A foreign or damaged column reads as none.
-    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [11, "8", "x"]}))["accum"] == ()
-    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [-1, 8, "x"]}))["accum"] == ()
+    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [11, "8", "x", [10], []]}))["accum"] == ()
+    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [-1, 8, "x", [10], []]}))["accum"] == ()
+    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [11, 8, "x", [], []]}))["accum"] == ()
+    assert codec.loop_fields(json.dumps({"loop": 7, "keeps": [], "accum": [11, 8, "x"]}))["accum"] == ()
 
 
 T0 = 1_700_000_000.0
@@ -86,18 +98,20 @@ DDP = Frame("DistributedDataParallel.forward", "/usr/lib/python3.11/site-package
 BACKWARD = Frame("_engine_run_backward", "/usr/lib/python3.11/site-packages/torch/autograd/graph.py", 829)
 
 
-def _loop(k: int = 8) -> Frame:
-    return Frame("train", PROJ, 10, loop=7, accum=(11, k, "(step + 1) % GRAD_ACCUM == 0") if k >= 0 else ())
+def _loop(k: int = 8, line: int = 10, quiet: tuple = ()) -> Frame:
+    return Frame("train", PROJ, line, loop=7,
+                 accum=(11, k, "(step + 1) % GRAD_ACCUM == 0", (10,), quiet) if k >= 0 else ())
 
 
-def _stacks(wait: float, k: int = 8, wrapped: bool = True, n: int = 60):
+def _stacks(wait: float, k: int = 8, wrapped: bool = True, n: int = 60, backward_at: int = 10, quiet: tuple = ()):
     out = []
     for pid in (10, 11):
         for i in range(n):
             if i < round(wait * n):  # DDP's reducer waiting for the all-reduce at backward's end
-                frames, cat = (BACKWARD, _loop(k)), Category.COLLECTIVE
+                frames, cat = (BACKWARD, _loop(k, backward_at, quiet)), Category.COLLECTIVE
             else:
-                frames, cat = ((Frame("forward", PROJ, 30), *((DDP,) if wrapped else ()), _loop(k)), Category.FORWARD)
+                frames, cat = ((Frame("forward", PROJ, 30), *((DDP,) if wrapped else ()), _loop(k, 9, quiet)),
+                               Category.FORWARD)
             out.append(StackSample(ts=T0 + i / 5, pid=pid, thread_id=pid, thread_name="MainThread", frames=frames,
                                    active=cat is not Category.COLLECTIVE, is_main=True, category=cat, os_thread_id=pid))
     return out
@@ -115,7 +129,8 @@ def test_accumulation_under_ddp_is_named_with_no_sync_and_its_bound():
     assert hit is not None and "`train`" in hit.title
     assert "no_sync()" in hit.action and "(step + 1) % GRAD_ACCUM == 0" in hit.action
     ev = " ".join(hit.evidence)
-    assert "line 11: every 8 micro-batches" in ev and "wrapped in DDP" in ev and "rank 1 (pid 11)" in ev
+    assert "line 11: every 8 micro-batches" in ev and "(line 10), not under no_sync()" in ev
+    assert "wrapped in DDP" in ev and "rank 1 (pid 11)" in ev
     assert "7 of 8 collectives go" in hit.expected_gain
     # 45 % waited, 7/8 of it goes: 1 / (1 - 0.39) = 1.6x, stated at the share's upper limit.
     assert 1.6 < hit.gain_bound < 2.6
@@ -128,3 +143,7 @@ def test_k_unread_bounds_with_all_but_one_and_small_waits_say_nothing():
     assert _check(_stacks(0.02)) is None  # the all-reduces cost next to nothing: nothing worth changing
     assert _check(_stacks(0.45, wrapped=False)) is None  # no DDP or FSDP: backward syncs nothing
     assert _check(_stacks(0.45, k=-1)) is None  # no accumulating loop in the samples
+    # The file also holds a backward under no_sync() (line 14, a flag's other branch): named only
+    # when the samples show the syncing one running.
+    assert _check(_stacks(0.45, quiet=(14,))) is not None
+    assert _check(_stacks(0.45, quiet=(14,), backward_at=14)) is None

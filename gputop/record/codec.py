@@ -312,7 +312,9 @@ def keeps_text(f: Frame) -> str | None:
     if f.freed:
         doc["freed"] = [int(ln) for ln in f.freed[:_KEEPS_MAX]]
     if f.accum:
-        doc["accum"] = [int(f.accum[0]), int(f.accum[1]), redact_code(str(f.accum[2]))]
+        gate, k, cond, syncing, quiet = f.accum
+        doc["accum"] = [int(gate), int(k), redact_code(str(cond)), [int(x) for x in syncing[:_KEEPS_MAX]],
+                        [int(x) for x in quiet[:_KEEPS_MAX]]]
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -335,12 +337,20 @@ def loop_fields(text: object) -> dict:
         if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
             keeps.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
     accum = doc.get("accum")
-    ok = (isinstance(accum, list) and len(accum) == 3 and all(isinstance(v, int) and 0 <= v < 2**31 for v in accum[:2])
-          and isinstance(accum[2], str))
+
+    def lines(v: object) -> tuple[int, ...] | None:
+        if not isinstance(v, list):
+            return None
+        out = tuple(x for x in v[:_KEEPS_MAX] if isinstance(x, int) and 0 < x < 2**31)
+        return out if len(out) == len(v[:_KEEPS_MAX]) else None
+
+    ok = (isinstance(accum, list) and len(accum) == 5 and all(isinstance(v, int) and 0 <= v < 2**31 for v in accum[:2])
+          and isinstance(accum[2], str) and lines(accum[3]) and lines(accum[4]) is not None)
     return {"loop": loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0, "keeps": tuple(keeps),
             "freed": tuple(it for it in (freed if isinstance(freed, list) else [])[:_KEEPS_MAX]
                            if isinstance(it, int) and 0 < it < 2**31),
-            "accum": (accum[0], accum[1], redact_code(clean_text(accum[2], _KEEP_CODE_MAX))) if ok else ()}
+            "accum": (accum[0], accum[1], redact_code(clean_text(accum[2], _KEEP_CODE_MAX)), lines(accum[3]),
+                      lines(accum[4])) if ok else ()}
 
 
 # --------------------------------------------------------------------------- events, findings

@@ -31,8 +31,9 @@ Keeps = tuple[tuple[int, str], ...]
 
 
 # A loop that accumulates gradients: its optimizer steps once every k turns (the gate's line, k
-# (0: not read from the source), the gate's condition as written).
-Accum = tuple[int, int, str]
+# (0: not read from the source), the gate's condition as written, the lines of its backwards that
+# sync every micro-batch, those under a context that skips it).
+Accum = tuple[int, int, str, tuple[int, ...], tuple[int, ...]]
 
 
 class _Loop:
@@ -106,18 +107,19 @@ def _freed(keepers: list[ast.stmt], scope: ast.AST, returners: set[str]) -> tupl
     return tuple(k.lineno for k in keepers if _added_name(k) in ran)
 
 
-# Names that say the file already skips the gradient all-reduce of all but the last micro-batch
-# (DDP's, FSDP1's and accelerate's ``no_sync()``, FSDP2's ``set_requires_gradient_sync``, the
-# reducer's flag, accelerate's ``accumulate()``, Lightning Fabric's ``no_backward_sync()``,
-# DeepSpeed's boundary flag): a file that uses any of them is not read as accumulating without.
-_SKIPS_SYNC = frozenset({"no_sync", "set_requires_gradient_sync", "require_backward_grad_sync", "accumulate",
-                         "no_backward_sync", "set_gradient_accumulation_boundary"})
+# What skips the gradient all-reduce of a micro-batch: a context around its backward (DDP's, FSDP1's
+# and accelerate's ``no_sync()``, accelerate's ``accumulate()``, Lightning Fabric's
+# ``no_backward_sync()``), or a switch set anywhere in the file (the reducer's
+# ``require_backward_grad_sync``, FSDP2's ``set_requires_gradient_sync``, DeepSpeed's boundary
+# flag), which a reading of the source cannot place in time: a file that sets one is not read as
+# accumulating without. Attributes only: a function of the user's named ``accumulate`` is not accelerate's.
+_SKIP_CONTEXTS = frozenset({"no_sync", "accumulate", "no_backward_sync"})
+_SKIP_SWITCHES = frozenset({"set_requires_gradient_sync", "require_backward_grad_sync",
+                            "set_gradient_accumulation_boundary"})
 
 
-def _skips_sync(tree: ast.AST) -> bool:
-    # Attributes only: each is a method or flag of the wrapper or the accelerator (a function of
-    # the user's own named ``accumulate`` is not accelerate's).
-    return any(isinstance(n, ast.Attribute) and n.attr in _SKIPS_SYNC for n in ast.walk(tree))
+def _mentions(node: ast.AST, attrs: frozenset[str]) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in attrs for n in ast.walk(node))
 
 
 def _int_names(tree: ast.AST) -> dict[str, int]:
@@ -149,21 +151,64 @@ def _calls(nodes, attr: str) -> list[ast.Call]:
     return [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr]
 
 
+def _assigned(loop: ast.AST) -> dict[str, ast.expr]:
+    """Names the loop's body binds (``boundary = (i + 1) % accum == 0``, ``ctx = model.no_sync()``):
+    the expression each was last bound to, in source order."""
+    out: dict[str, ast.expr] = {}
+    for n in sorted((n for n in _body_nodes(loop) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        for t in n.targets:
+            if isinstance(t, ast.Name):
+                out[t.id] = n.value
+    return out
+
+
+def _gate_test(test: ast.expr, names: dict[str, ast.expr]) -> ast.expr:
+    """The test as its modulo is written: a name bound in the loop (``if boundary:``) read as what it
+    was bound to."""
+    inner = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+    if isinstance(inner, ast.Name) and inner.id in names:
+        return names[inner.id]
+    return test
+
+
+def _skipped(loop: ast.AST, names: dict[str, ast.expr]) -> set[int]:
+    """The ids of the nodes under a ``with`` that skips the sync (``with model.no_sync():``, ``with
+    nullcontext() if last else model.no_sync():``, or ``with ctx:`` where the loop bound ``ctx`` to one)."""
+    out: set[int] = set()
+    for w in _body_nodes(loop):
+        if not isinstance(w, (ast.With, ast.AsyncWith)):
+            continue
+        exprs = [it.context_expr for it in w.items]
+        exprs += [names[e.id] for e in exprs if isinstance(e, ast.Name) and e.id in names]
+        if any(_mentions(e, _SKIP_CONTEXTS) for e in exprs):
+            out |= {id(n) for n in _body_nodes(w)}
+    return out
+
+
 def _accumulation(loop: ast.For | ast.AsyncFor | ast.While, text: str, ints: dict[str, int]) -> Accum | None:
     """Gradient accumulation as written in a loop: a ``.backward(...)`` every turn and a
-    ``.step(...)`` only under an ``if`` whose test takes a modulo (``if (i + 1) % accum == 0:``).
-    Under DDP or FSDP every one of those backwards all-reduces (or reduce-scatters) the gradients
-    unless the file skips it (``_skips_sync``, checked by the caller)."""
-    gates = [n for n in _body_nodes(loop) if isinstance(n, ast.If) and _gate_k(n.test, ints) is not None
-             and _calls(_body_nodes(n), "step")]
+    ``.step(...)`` only under an ``if`` whose test takes a modulo (``if (i + 1) % accum == 0:``, or
+    a name the loop bound to one). Under DDP or FSDP every backward not under a skipping context
+    all-reduces (or reduce-scatters) the gradients. The backwards' lines are kept apart: those
+    that sync and those that skip, since a file may hold both (a flag's two branches) and only the
+    stacks tell which one runs."""
+    names = _assigned(loop)
+    gates = [(n, _gate_test(n.test, names)) for n in _body_nodes(loop) if isinstance(n, ast.If)]
+    gates = [(n, t) for n, t in gates if _gate_k(t, ints) is not None and _calls(_body_nodes(n), "step")]
     if not gates:
         return None
-    gate = min(gates, key=lambda g: g.lineno)
-    inside = {id(n) for g in gates for n in _body_nodes(g)}
-    if not any(id(c) not in inside for c in _calls(_body_nodes(loop), "backward")):
+    gate, test = min(gates, key=lambda g: g[0].lineno)
+    inside = {id(n) for g, _ in gates for n in _body_nodes(g)}
+    backwards = [c for c in _calls(_body_nodes(loop), "backward") if id(c) not in inside]
+    if not backwards:
         return None
-    cond = " ".join((ast.get_source_segment(text, gate.test) or "").split())[:MAX_CODE]
-    return gate.lineno, _gate_k(gate.test, ints) or 0, cond
+    skipped = _skipped(loop, names)
+    syncing = tuple(sorted({c.lineno for c in backwards if id(c) not in skipped}))
+    if not syncing:
+        return None
+    quiet = tuple(sorted({c.lineno for c in backwards if id(c) in skipped} - set(syncing)))
+    cond = " ".join((ast.get_source_segment(text, test) or "").split())[:MAX_CODE]
+    return gate.lineno, _gate_k(test, ints) or 0, cond, syncing, quiet
 
 
 def _body_nodes(loop: ast.AST):
@@ -329,7 +374,7 @@ def loops_of(text: str) -> list[_Loop] | None:
     out = []
     inits = _inits(tree)
     returners = _backward_returners(tree)
-    skips, ints = _skips_sync(tree), _int_names(tree)
+    skips, ints = _mentions(tree, _SKIP_SWITCHES), _int_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             kept = _keepers(node, inits)[:MAX_KEEPS]

@@ -418,21 +418,30 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
 
 
 def _accumulating_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
-    """The training loop's frame where it accumulates gradients without skipping the sync
-    (``Frame.accum``, read from its source), and the share of the main thread's samples under it;
-    None where no sampled loop does."""
+    """The training loop's frame where it accumulates gradients with a backward that syncs every
+    micro-batch (``Frame.accum``, read from its source), and the share of the main thread's samples
+    under it; None where no sampled loop does, or where the samples show the loop running a
+    backward that skips the sync and never one that does (a file holding both, a flag's two
+    branches: the stacks say which runs)."""
     seen: Counter = Counter()
     frames: dict[tuple, Frame] = {}
+    at: dict[tuple, Counter] = {}
     for s in ctx.main_stacks:
         f = next((f for f in s.frames if f.accum), None)
         if f is not None:
-            k = (f.filename, f.loop, f.accum)
+            k = (f.filename, f.loop, f.accum[:3])
             seen[k] += 1
             frames[k] = f
+            at.setdefault(k, Counter())[f.line] += 1
     if not seen:
         return None
     k, n = seen.most_common(1)[0]
-    return frames[k], n / len(ctx.main_stacks)
+    f = frames[k]
+    syncing, quiet = f.accum[3], f.accum[4]
+    lines = at[k]
+    if quiet and not any(lines[ln] for ln in syncing):
+        return None  # only a skipping backward seen running, or no backward seen to tell which
+    return f, n / len(ctx.main_stacks)
 
 
 # accumulation-sync: the accumulating loop is under this share of the main thread's samples at
@@ -462,7 +471,7 @@ def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
     if rank_straggler(ctx):
         return None  # the others wait for one rank: fewer collectives would not make it faster
     loop, _ = found
-    gate_line, k, cond = loop.accum
+    gate_line, k, cond = loop.accum[:3]
     low = min(v.wait for v in views)  # each rank's time in collectives, host or GPU
     least = min(views, key=lambda v: v.wait)
     # k-1 of every k collectives go; k unread: all but one of many (the bound).
@@ -474,8 +483,9 @@ def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
         return None
     where = f"{loop.name} ({short_path(loop.filename)}:{loop.loop})"
     every = f"every {k} micro-batches" if k else "every few micro-batches"
+    lines = ", ".join(str(ln) for ln in loop.accum[3])
     ev = [f"the loop at {where} steps the optimizer only when `{cond}` (line {gate_line}: {every}) while "
-          "`.backward()` runs every micro-batch, and the file never calls no_sync()",
+          f"`.backward()` runs every micro-batch (line {lines}), not under no_sync()",
           f"the model is wrapped in {wrapper}: each backward "
           + ("all-reduces every gradient" if wrapper != "FSDP" else "reduce-scatters every gradient")
           + (f", {k} collectives per optimizer step where the last one alone is used" if k else
