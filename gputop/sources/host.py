@@ -51,10 +51,13 @@ IDENTITY_TTL_S = 10.0
 # - each at most every USS_PERIOD_S, the workers' reads spread over that period, at most
 #   USS_READS_PER_POLL a poll (many workers lengthen the period rather than bunch the reads);
 # - each read timed: the worker's next read waits at least the read's cost / USS_LOCK_SHARE, so
-#   its lock is held by gputop at most that share of its time, however large it grows (a 12 ms
-#   read keeps the period, a 17 ms one comes every 17 s, a 50 ms one every 50 s), and a read
-#   slower than USS_SLOW_READ_S is said once. A thousandth: a worker stalled that long at worst
-#   (only if it maps memory during a read) loses less than any step time shows;
+#   its lock is held by gputop at most that share of its time, however large it grows (a read of
+#   up to 60 ms keeps the period, a 100 ms one comes every 20 s), and a read slower than
+#   USS_SLOW_READ_S is said once. Half a percent: a worker stalled that long at worst (only if it
+#   maps memory during a read, and a worker prefetches ahead of the step) loses less than any step
+#   time shows. It was a thousandth: a new user's 900 MB workers on a loaded 2-core host took
+#   40-60 ms a read (wall time, twice the walk's CPU time under load) and were read every 40-120 s,
+#   3-4 readings in 3 minutes, so the copy-on-read finding the readings exist for never came;
 # - /proc/PID/smaps_rollup only (Linux 4.14+), read directly: psutil's memory_full_info falls
 #   back to /proc/PID/smaps when the rollup is missing, which walks the same tables and formats
 #   every area besides; without the rollup, or without permission, workers are not read (said once).
@@ -62,7 +65,7 @@ IDENTITY_TTL_S = 10.0
 # 12 s puts 50 points in the 10 minutes the memory forecast looks back over.
 USS_PERIOD_S = 12.0
 USS_READS_PER_POLL = 2
-USS_LOCK_SHARE = 0.001
+USS_LOCK_SHARE = 0.005
 USS_SLOW_READ_S = 0.05
 # The target's descendants are listed again this often (psutil reads every process's stat for it).
 USS_CHILDREN_TTL_S = 5.0
