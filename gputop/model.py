@@ -238,6 +238,9 @@ class Frame:
     # backwards that sync, those that skip); () otherwise. Whether it runs and what it costs (DDP
     # or FSDP, the time in collectives) is the advisor's.
     accum: tuple = ()
+    # That loop's statement keeping this rank's part of a batch it split (``x.chunk(world)[rank]``,
+    # ``x[rank::world]``): every rank loads the whole global batch. (line, statement); () otherwise.
+    shard: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

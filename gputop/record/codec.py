@@ -315,13 +315,15 @@ def keeps_text(f: Frame) -> str | None:
         gate, k, cond, syncing, quiet = f.accum
         doc["accum"] = [int(gate), int(k), redact_code(str(cond)), [int(x) for x in syncing[:_KEEPS_MAX]],
                         [int(x) for x in quiet[:_KEEPS_MAX]]]
+    if f.shard:
+        doc["shard"] = [int(f.shard[0]), redact_code(str(f.shard[1]))]
     return json.dumps(doc, separators=(",", ":"))
 
 
 def loop_fields(text: object) -> dict:
     """The column read back, parsed once: Frame's ``loop``, ``keeps`` and ``freed``; a file from
     before any of them, or anything malformed, reads as none."""
-    none = {"loop": 0, "keeps": (), "freed": (), "accum": ()}
+    none = {"loop": 0, "keeps": (), "freed": (), "accum": (), "shard": ()}
     if not isinstance(text, str) or not text:
         return none
     try:
@@ -336,7 +338,7 @@ def loop_fields(text: object) -> dict:
     for it in (items if isinstance(items, list) else [])[:_KEEPS_MAX]:
         if isinstance(it, list) and len(it) == 2 and isinstance(it[0], int) and isinstance(it[1], str):
             keeps.append((it[0], redact_code(clean_text(it[1], _KEEP_CODE_MAX))))
-    accum = doc.get("accum")
+    accum, shard = doc.get("accum"), doc.get("shard")
 
     def lines(v: object) -> tuple[int, ...] | None:
         if not isinstance(v, list):
@@ -350,7 +352,10 @@ def loop_fields(text: object) -> dict:
             "freed": tuple(it for it in (freed if isinstance(freed, list) else [])[:_KEEPS_MAX]
                            if isinstance(it, int) and 0 < it < 2**31),
             "accum": (accum[0], accum[1], redact_code(clean_text(accum[2], _KEEP_CODE_MAX)), lines(accum[3]),
-                      lines(accum[4])) if ok else ()}
+                      lines(accum[4])) if ok else (),
+            "shard": (shard[0], redact_code(clean_text(shard[1], _KEEP_CODE_MAX)))
+            if isinstance(shard, list) and len(shard) == 2 and isinstance(shard[0], int) and 0 < shard[0] < 2**31
+            and isinstance(shard[1], str) else ()}
 
 
 # --------------------------------------------------------------------------- events, findings

@@ -36,12 +36,17 @@ Keeps = tuple[tuple[int, str], ...]
 Accum = tuple[int, int, str, tuple[int, ...], tuple[int, ...]]
 
 
+# A loop that keeps its rank's part of each batch it loaded (``x = x.chunk(world)[rank]``,
+# ``x[rank::world]``): every rank loads the whole global batch. (line, statement as written).
+Shard = tuple[int, str]
+
+
 class _Loop:
-    __slots__ = ("first", "last", "keeps", "freed", "accum")
+    __slots__ = ("first", "last", "keeps", "freed", "accum", "shard")
 
     def __init__(self, first: int, last: int, keeps: Keeps, freed: tuple[int, ...] = (),
-                 accum: Accum | None = None) -> None:
-        self.first, self.last, self.keeps, self.freed, self.accum = first, last, keeps, freed, accum
+                 accum: Accum | None = None, shard: Shard | None = None) -> None:
+        self.first, self.last, self.keeps, self.freed, self.accum, self.shard = first, last, keeps, freed, accum, shard
 
 
 # A keeper that adds the very tensor a backward ran on in the same turn (``total_loss += loss``
@@ -209,6 +214,34 @@ def _accumulation(loop: ast.For | ast.AsyncFor | ast.While, text: str, ints: dic
     quiet = tuple(sorted({c.lineno for c in backwards if id(c) in skipped} - set(syncing)))
     cond = " ".join((ast.get_source_segment(text, test) or "").split())[:MAX_CODE]
     return gate.lineno, _gate_k(test, ints) or 0, cond, syncing, quiet
+
+
+_SPLITS = frozenset({"chunk", "split", "tensor_split", "array_split"})
+
+
+def _ranky(node: ast.AST) -> bool:
+    """An expression naming this process's rank: ``rank``, ``local_rank``, ``self.rank``,
+    ``dist.get_rank()``, ``accelerator.process_index``."""
+    for n in ast.walk(node):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if "rank" in name.lower() or name in ("process_index", "local_process_index"):
+            return True
+    return False
+
+
+def _shard(loop: ast.For | ast.AsyncFor | ast.While, text: str) -> Shard | None:
+    """The first statement of the loop that keeps its rank's part of something it split
+    (``feats = feats.chunk(world)[rank]``, ``torch.chunk(x, n)[rank]``, ``x[rank::world]``,
+    ``x[rank * n:(rank + 1) * n]``): the batch was loaded whole, on every rank."""
+    for n in sorted((n for n in _body_nodes(loop) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        v = n.value
+        if not isinstance(v, ast.Subscript):
+            continue
+        split = isinstance(v.value, ast.Call) and isinstance(v.value.func, ast.Attribute) and v.value.func.attr in _SPLITS
+        strided = isinstance(v.slice, ast.Slice) and v.slice.lower is not None and _ranky(v.slice.lower)
+        if (split and _ranky(v.slice)) or strided:
+            return n.lineno, _statement(text, n)
+    return None
 
 
 def _body_nodes(loop: ast.AST):
@@ -380,7 +413,8 @@ def loops_of(text: str) -> list[_Loop] | None:
             kept = _keepers(node, inits)[:MAX_KEEPS]
             keeps = tuple((n.lineno, _statement(text, n)) for n in kept)
             accum = None if skips else _accumulation(node, text, ints)
-            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners), accum))
+            out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners), accum,
+                             _shard(node, text)))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # A function's body as a "loop" of one turn a call (first = 0: not a loop of its own):
             # what it adds to outside itself, for a line of it outside any loop.
@@ -430,6 +464,12 @@ def accum_at(loops: Sequence[_Loop] | None, lineno: int) -> Accum | None:
     (``_accumulation``), None where it has none."""
     inner = _inner(loops, lineno, calls=False)
     return inner.accum if inner is not None else None
+
+
+def shard_at(loops: Sequence[_Loop] | None, lineno: int) -> Shard | None:
+    """The innermost loop around ``lineno``'s keeping of its rank's part of a loaded batch."""
+    inner = _inner(loops, lineno, calls=False)
+    return inner.shard if inner is not None else None
 
 
 def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:

@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import Accum, Keeps, accum_at, freed_at, keeps_at, loop_at, loops_of
+from .loop_source import Accum, Keeps, Shard, accum_at, freed_at, keeps_at, loop_at, loops_of, shard_at
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -71,6 +71,12 @@ class SourceLines:
         loops = self._loops.get(filename)
         return accum_at(loops, lineno) if isinstance(loops, list) else None
 
+    def shard(self, filename: str, lineno: int) -> Shard | None:
+        """Where ``loop``'s loop keeps its rank's part of a batch it loaded whole (after ``loop``
+        read the file; None otherwise or where it does not)."""
+        loops = self._loops.get(filename)
+        return shard_at(loops, lineno) if isinstance(loops, list) else None
+
     def _start_time(self) -> float | None:
         """When the job started (None: unknown, and no file is judged stale)."""
         if self._started is None:
@@ -120,11 +126,13 @@ class StackParser:
                  is_library: IsLibrary = lambda filename: False,
                  loop: Callable[[str, int], tuple[int, Keeps]] | None = None,
                  freed: Callable[[str, int], tuple[int, ...]] | None = None,
-                 accum: Callable[[str, int], Accum | None] | None = None) -> None:
+                 accum: Callable[[str, int], Accum | None] | None = None,
+                 shard: Callable[[str, int], Shard | None] | None = None) -> None:
         self._lines = lines
         self._loop = loop
         self._freed = freed
         self._accum = accum
+        self._shard = shard
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -150,6 +158,7 @@ class StackParser:
                     code = redact_code(code)
             freed: tuple[int, ...] = ()
             accum: tuple = ()
+            shard: tuple = ()
             if self._loop is not None and own:
                 loop, kept = self._loop(filename, line)
                 keeps = tuple((ln, redact_code(text)) for ln, text in kept)
@@ -157,8 +166,11 @@ class StackParser:
                     freed = self._freed(filename, line)
                 if loop and self._accum is not None:
                     accum = self._accum(filename, line) or ()
+                if loop and self._shard is not None:
+                    found = self._shard(filename, line)
+                    shard = (found[0], redact_code(found[1])) if found else ()
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
-                      loop=loop, freed=freed, accum=accum)
+                      loop=loop, freed=freed, accum=accum, shard=shard)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

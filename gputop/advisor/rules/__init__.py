@@ -33,8 +33,8 @@ from .data import (
     workers_for,
 )
 from .distributed import (
-    check_accumulation_sync, check_collective_bound, check_collective_wait, check_manual_gradient_sync,
-    check_rank_straggler,
+    check_accumulation_sync, check_batch_loaded_on_every_rank, check_collective_bound, check_collective_wait,
+    check_manual_gradient_sync, check_rank_straggler,
 )
 from .evaluation import check_eval_every_step
 from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
@@ -72,6 +72,7 @@ THROUGHPUT_IDS = (
     "collective-bound",
     "manual-grad-sync",
     "accumulation-sync",
+    "batch-on-every-rank",
     "cpu-work-in-loop",
     "eval-every-step",
     "blocking-in-loop",
@@ -90,6 +91,10 @@ RULES: tuple[Rule, ...] = (
     Rule("stuck", "Job stuck: no progress", C, check_stuck, appear_after_s=0.0, supersedes=THROUGHPUT_IDS),
     Rule("cuda-launch-blocking", "CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous", W,
          check_cuda_launch_blocking, appear_after_s=0.0, supersedes=("host-sync", "launch-bound")),
+    # Every rank loads the global batch and keeps its part: the loading itself is W times what it
+    # needs, before any worker count.
+    Rule("batch-on-every-rank", "Every rank loads the whole global batch (no DistributedSampler)", W,
+         check_batch_loaded_on_every_rank, supersedes=("data-starved", "workers-saturated")),
     Rule("data-starved", "GPU waits for data: no DataLoader workers", W, check_data_starved),
     Rule("cpu-oversubscribed", "CPU oversubscribed by loader threads", W, check_cpu_oversubscribed,
          supersedes=("workers-saturated",)),

@@ -511,3 +511,72 @@ def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
         gpu_index=views[0].gpu,
         title=f"Gradients synced every micro-batch: accumulation in `{loop.name}` without no_sync()",
     )
+
+
+def _sharding_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
+    """The loop frame that keeps its rank's part of each batch it loaded (``Frame.shard``), and
+    the share of the main thread's samples under it."""
+    seen: Counter = Counter()
+    frames: dict[tuple, Frame] = {}
+    for s in ctx.main_stacks:
+        f = next((f for f in s.frames if f.shard), None)
+        if f is not None:
+            k = (f.filename, f.loop, f.shard)
+            seen[k] += 1
+            frames[k] = f
+    if not seen:
+        return None
+    k, n = seen.most_common(1)[0]
+    return frames[k], n / len(ctx.main_stacks)
+
+
+_LOADING = (Category.DATA_WAIT, Category.DATA_FETCH)
+
+
+@uses(ACCUM_LOOP_SHARE, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES)
+def check_batch_loaded_on_every_rank(ctx: AnalysisContext) -> Hit | None:
+    """Every rank loads the whole global batch and keeps its part (``x.chunk(world)[rank]``): the
+    same samples read, decoded and augmented world-size times over, where a DistributedSampler
+    gives each rank its own. What it costs: the rank's time loading data, of which all but its own
+    part goes."""
+    views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
+    if len(views) < 2 or len(views) < len(ctx.ranks) or len(ctx.main_stacks) < MIN_MAIN_SAMPLES:
+        return None
+    found = _sharding_loop(ctx)
+    if found is None or found[1] < ACCUM_LOOP_SHARE:
+        return None
+    loop, _ = found
+    try:
+        world = max(len(views), int(ctx.env.get("WORLD_SIZE", "0")))
+    except ValueError:
+        world = len(views)
+    shares = ctx.main_shares()
+    load = sum(shares.get(c, 0.0) for c in _LOADING)
+    n = len(ctx.main_stacks)
+    kept = (world - 1) / world
+    upper = sampled_upper(load, n)
+    lim = ShareLimit(min(1.0, upper.upper * kept), upper.samples)
+    saved = load * kept
+    if bounded(saved, upper=lim) < WORTHWHILE_GAIN:
+        return None
+    line, code = loop.shard
+    where = f"{loop.name} ({short_path(loop.filename)}:{loop.loop})"
+    ev = [f"the loop at {where} keeps this rank's part of each batch it loaded: `{code}` (line {line})",
+          f"so every one of the {world} ranks loads the whole global batch, {world}x the samples it trains on: "
+          f"{world - 1} of every {world} loaded for nothing",
+          f"the main thread loads or waits for data in {pct(load)} of its {n} samples"]
+    for v in views:
+        data = sum(sh for c, sh in v.shares if c in _LOADING)
+        ev.append(f"rank {v.rank} (pid {v.pid}): data {pct(data)} of {v.samples} samples")
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"give each rank its own samples: DataLoader(dataset, batch_size=<per-rank batch>, "
+                "sampler=DistributedSampler(dataset, shuffle=True), ...) with sampler.set_epoch(epoch) at each "
+                f"epoch, and drop line {line} (`{code}`): each rank then loads only what it trains on"),
+        expected_gain=gain(saved, upper=lim) + f" ({world - 1} of {world} loads go)",
+        gain_bound=bounded(saved, upper=lim),
+        cost_s=saved * (ctx.t1 - ctx.t0) * len(views),
+        confidence=confidence(load, n),
+        gpu_index=views[0].gpu,
+        title=f"Every rank loads the whole batch and keeps 1/{world}: `{code}`",
+    )
