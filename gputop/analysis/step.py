@@ -325,9 +325,17 @@ def evaluation(main: Sequence[StackSample], phases: Sequence[str],
             at[k] = next((f for f in s.frames if f.name == name and short_path(f.filename) == path), None)
     line = [None if f is None else f.line for f in at]
     found = [_eval_frames(s.frames) for s in main]
-    back = {line[k] for k in range(n) if phases[k] == BACKWARD and line[k] is not None}
-    opt = {line[k] for k in range(n) if phases[k] == OPTIMIZER and line[k] is not None}
     fwd = {line[k] for k in range(n) if phases[k] == FORWARD and not found[k] and line[k] is not None}
+    # A line is the step's backward (optimizer) line where that is at least as common there as the
+    # forward: py-spy reads a caller's line and its callee's frames a moment apart, so a few
+    # samples of line 11's `opt.step()` come stamped with line 13, where a metric's forward runs
+    # every step (a new user's job: 2 of 82 samples), and would put the step's end after it.
+    per_line: dict[int, Counter] = {}
+    for k in range(n):
+        if line[k] is not None and phases[k] in (FORWARD, BACKWARD, OPTIMIZER):
+            per_line.setdefault(line[k], Counter())[phases[k]] += 1
+    back = {x for x, c in per_line.items() if c[BACKWARD] and c[BACKWARD] >= c[FORWARD]}
+    opt = {x for x, c in per_line.items() if c[OPTIMIZER] and c[OPTIMIZER] >= c[FORWARD]}
 
     def key(f: Frame) -> tuple[str, str]:
         return f.name, short_path(f.filename)
