@@ -39,3 +39,13 @@ def test_the_verdict_line_formats_the_bound_as_the_gain_text_does():
     line = "".join(part[0] for part in verdict_line([f], 200))
     assert "at most 100x" in line and "e+" not in line
     assert times(99.5) == "100x" and times(1.234) == "1.2x" and times(12.4) == "12x"
+
+
+def test_a_collective_wait_with_no_finding_is_said_with_its_own_look_alikes_and_the_pid():
+    # A new user's DDP job: the collective wait was explained with a data wait's look-alikes and a
+    # literal `--pid PID` beside the PID advise knew.
+    waits = Breakdown(CPU_DEVICE, 0.0, 30.0, {Bucket.BUSY: 17.0, Bucket.COLLECTIVE: 13.0}, attributed=True)
+    text = " ".join(findings_text([], breakdowns=[waits], pid=17923).split())
+    assert "collective/communication wait 43 %" in text
+    assert "which rank the others wait for" in text and "loader workers" not in text
+    assert "`gputop stacks --pid 17923`" in text

@@ -187,7 +187,8 @@ def _run(args: argparse.Namespace, signals) -> int:
         print()
         print(step_line(step))
     print()
-    print(findings_text(findings, since=start, collecting=store.collecting(), breakdowns=breakdowns))
+    print(findings_text(findings, since=start, collecting=store.collecting(), breakdowns=breakdowns,
+                        pid=args.pid))
     return 0
 
 

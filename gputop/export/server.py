@@ -99,6 +99,7 @@ def bind(host: str, port: int, registry):
     The same machinery as prometheus-client's start_http_server (wsgiref, a thread per request
     that never blocks shutdown, no request log, the address family the host asks for), written
     out here only so that it serves make_app's router instead of the bare exposition app."""
+    import errno
     import socket
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -119,7 +120,11 @@ def bind(host: str, port: int, registry):
     except OSError as exc:  # in use, not an address of this machine, no permission, unknown name
         why = exc.strerror or str(exc)
         shown = f"[{host}]" if ":" in host else host
-        raise UserError(f"cannot listen on {shown}:{port}: {why}") from None
+        # A port another process holds is the machine's state, not a bad argument: exit 1, as a
+        # run that fails on its own (README); an address not of this machine or a name that does
+        # not resolve is bad input (2).
+        busy = getattr(exc, "errno", None) == errno.EADDRINUSE
+        raise UserError(f"cannot listen on {shown}:{port}: {why}", exit_code=1 if busy else 2) from None
     threading.Thread(target=httpd.serve_forever, name="gputop-export-http", daemon=True).start()
     return httpd
 

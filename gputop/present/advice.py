@@ -166,7 +166,7 @@ def collecting_text(ev: Evidence | None, stacks_readable: bool = True) -> str | 
     return f"Collecting evidence: {', '.join(parts)}. Findings come once there is enough to judge."
 
 
-def unnamed_wait(breakdowns: Sequence[Breakdown]) -> str | None:
+def unnamed_wait(breakdowns: Sequence[Breakdown], pid: int | None = None) -> str | None:
     """With no findings, the largest wait the breakdown attributes (a named bucket, not busy nor
     other/unknown) that is past the advisor's cost bar, as a sentence: the wait is measured but no
     rule had the evidence that tells its cause from its look-alikes. None when there is none.
@@ -185,19 +185,35 @@ def unnamed_wait(breakdowns: Sequence[Breakdown]) -> str | None:
     if best is None:
         return None
     share, bd, b = best
+    weighed = _WEIGHED.get(b)
+    look = f" ({weighed})" if weighed else ""
     return (f"No finding names a cause, but {device_name(bd)} is {BUCKET_LABELS[b]} {100 * share:.0f} % of the window: no "
-            "rule had the evidence that tells why from its look-alikes (for a data wait: the loader workers' CPU and "
-            "stacks, the host's CPU, iowait and disk reads). `gputop stacks --pid PID` shows where the job's threads "
-            "and workers wait now.")
+            f"rule had the evidence that tells why from its look-alikes{look}. `gputop stacks --pid {pid or 'PID'}` "
+            "shows where the job's threads and workers wait now.")
+
+
+# What tells the cause of each wait from its look-alikes: said with a wait no rule named, so the
+# reader knows what was weighed (a collective wait was explained with a data wait's).
+_WEIGHED = {
+    Bucket.DATA: "for a data wait: the loader workers' CPU and stacks, the host's CPU, iowait and disk reads",
+    Bucket.COLLECTIVE: "for a collective wait: which rank the others wait for (each rank's stacks, its GPU), or "
+                       "what every rank sends (NVLink and PCIe traffic)",
+    Bucket.SYNC: "for syncs: the line that reads a value from the device, and whether it recurs every step",
+    Bucket.H2D: "for copies: pinned memory, the copies' sizes, PCIe traffic",
+    Bucket.CHECKPOINT: "for saves: the save's line and how often it recurs",
+    Bucket.CPU: "for CPU work: one function of the job's own, and whether the GPU's kernels fill it",
+    Bucket.IO: "for IO: the disks' reads and which process makes them",
+}
 
 
 def findings_text(findings: Sequence[Finding], width: int = 100, since: float | None = None,
-                  collecting: Evidence | None = None, breakdowns: Sequence[Breakdown] = ()) -> str:
+                  collecting: Evidence | None = None, breakdowns: Sequence[Breakdown] = (),
+                  pid: int | None = None) -> str:
     """``collecting``: the advisor had too little to go on for a verdict (``Verdict.collecting``):
     said instead of "no findings". ``breakdowns``: a wait they show past the cost bar is said
     (``unnamed_wait``) instead of "nothing costs the job"."""
     if not findings:
-        wait = unnamed_wait(breakdowns)
+        wait = unnamed_wait(breakdowns, pid)
         return (collecting_text(collecting) or (textwrap.fill(wait, width) if wait else None)
                 or "No findings: nothing in this window costs the job a visible share of its time.")
     blocks = ["\n".join(finding_lines(f, i + 1, width, since)) for i, f in enumerate(findings)]
