@@ -119,6 +119,10 @@ def advised(tmp_path_factory):
             if mode in PAST_WARMUP:
                 time.sleep(max(0.0, t0 + WARMUP_AGE_S + 0.5 - time.monotonic()))
             results[mode] = _advise(job, DURATION_S[mode])
+            if mode == "accum":  # the one-shot dump of the same launcher, while its ranks still run
+                res = subprocess.run([sys.executable, "-m", "gputop", "stacks", "--pid", str(job.pid), "--json"],
+                                     capture_output=True, text=True, timeout=60)
+                results["accum-stacks"] = json.loads(res.stdout) if res.returncode == 0 else AssertionError(res.stderr)
         except BaseException as exc:  # noqa: BLE001 (handed to the mode's test)
             results[mode] = exc
         finally:
@@ -189,6 +193,19 @@ def test_accumulation_that_all_reduces_every_micro_batch_is_named_with_no_sync(a
     loud = [g["id"] for g in report["findings"] if g["severity"] in ("warning", "critical") and g is not f]
     assert not loud, loud  # the collectives' cost is said once, as this
     print(f"accumulation named in a {took:.1f} s advise run")
+
+
+@pytest.mark.slow
+def test_stacks_names_the_launchers_ranks_as_ranks(advised):
+    """`gputop stacks --pid LAUNCHER` listed a DDP job's ranks as "worker PID" (a DataLoader
+    worker's word). (A rank off the CPU in backward is now judged as advise judges it, a
+    collective wait: analysis.ranks.as_ranks, tested with it.)"""
+    dump = advised.get("accum-stacks")
+    if isinstance(dump, BaseException):
+        raise dump
+    assert dump is not None, "no dump was taken"
+    ranks = sorted(w["rank"] for w in dump["workers"])
+    assert ranks == [0, 1], dump["workers"]
 
 
 def test_a_rank_that_only_waits_shows_where_in_its_own_code_it_waits():

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import stacks_view
+    from ..analysis import as_ranks, stacks_view
     from ..model import Event, StackSample
     from ..session import stack_sampler
     from ..sources import check_attachable, native_dump
@@ -47,17 +47,50 @@ def run(args: argparse.Namespace) -> int:
     if faults and not any(isinstance(s, StackSample) for s in samples):
         raise UserError(faults[-1].message)
     native = native_dump(pid, pyspy) if args.native else None
+    ranks = _ranks_of(pid)
+    if ranks:
+        # Judged as advise judges a multi-rank job's stacks: a CPU rank off the CPU in backward
+        # waits in DDP's all-reduce (it read "backward off-CPU" beside advise's collective wait).
+        stacks = [s for s in samples if isinstance(s, StackSample)]
+        gpus, procs = _gpu_processes()
+        samples = [s for s in samples if not isinstance(s, StackSample)] + as_ranks(stacks, ranks, procs, gpus)
     store = Store()
     store.add(samples)
     view = stacks_view(store, pid, stuck_after=float("inf"))
     if args.json:
-        out = dump_dict(view)
+        out = dump_dict(view, ranks)
         if native is not None:
             out["native"] = native
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(dump_text(view))
+        sys.stdout.write(dump_text(view, ranks))
         if native is not None:
             sys.stdout.write("\nNative stacks (py-spy dump --native):\n" + native)
     return 0
+
+
+def _ranks_of(pid: int) -> dict[int, int]:
+    """A multi-rank job's pid -> rank, from the ranks' environments; {} for one process."""
+    from ..sources import find_ranks
+
+    job = find_ranks(pid)
+    return {r.pid: r.rank for r in job.ranks} if job is not None and len(job.ranks) > 1 else {}
+
+
+def _gpu_processes() -> tuple[bool, list]:
+    """Whether NVML reads GPUs here, and the processes it lists on them (one poll): which ranks
+    train on a GPU, whose off-CPU backward is not a collective wait."""
+    from ..model import GpuProcess
+    from ..sources import NvmlSource, NvmlUnavailable
+
+    try:
+        src = NvmlSource.open()
+    except NvmlUnavailable:
+        return False, []
+    try:
+        return True, [o for o in src.poll() if isinstance(o, GpuProcess)]
+    finally:
+        close = getattr(src, "close", None)
+        if close is not None:
+            close()

@@ -8,7 +8,7 @@ same functions serve the terminal UI, stdout and the tests.
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..analysis import Hot, StacksView, WorkerView
 from ..analysis import StuckVerdict
@@ -269,8 +269,10 @@ def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] 
     return out
 
 
-def dump_text(view: StacksView) -> str:
-    """``gputop stacks``: every thread and worker with its category, full stacks."""
+def dump_text(view: StacksView, ranks: Mapping[int, int] | None = None) -> str:
+    """``gputop stacks``: every thread and worker with its category, full stacks. ``ranks``: a
+    multi-rank job's pid -> rank, its processes named as ranks (not as DataLoader workers)."""
+    ranks = ranks or {}
     out: list[Line] = [target_line(view.target, view.pid)]
     if view.fault is not None:
         out.append(line(view.fault.message))
@@ -283,7 +285,8 @@ def dump_text(view: StacksView) -> str:
         # The process's state is its main thread's at the moment psutil read it; the threads below
         # are each as py-spy caught them, a moment apart ("sleeping" above an on-CPU thread read
         # as a contradiction).
-        out.append(line(f"worker PID {p.pid}  CPU {fmt_pct(p.cpu_percent)}  main thread {p.status or '?'} when read"))
+        who = f"rank {ranks[p.pid]} PID" if p.pid in ranks else "worker PID"
+        out.append(line(f"{who} {p.pid}  CPU {fmt_pct(p.cpu_percent)}  main thread {p.status or '?'} when read"))
         for s in w.threads:
             out.extend(stack_lines(s, None))
     return plain(out) + "\n"
@@ -308,8 +311,10 @@ def _thread_dict(s: StackSample) -> dict:
     }
 
 
-def dump_dict(view: StacksView) -> dict:
-    """``gputop stacks --json``."""
+def dump_dict(view: StacksView, ranks: Mapping[int, int] | None = None) -> dict:
+    """``gputop stacks --json``; ``ranks`` as for ``dump_text`` (each process's "rank", None for a
+    DataLoader worker)."""
+    ranks = ranks or {}
     t = view.target
     return {
         "pid": view.pid,
@@ -319,6 +324,7 @@ def dump_dict(view: StacksView) -> dict:
         "workers": [
             {
                 "pid": w.proc.pid,
+                "rank": ranks.get(w.proc.pid),
                 "cpu_percent": w.proc.cpu_percent,
                 "status": w.proc.status,
                 "category": w.stack.category.value if w.stack else None,
