@@ -552,6 +552,24 @@ def nccl_ras_source(pid: int, **options) -> Source | None:
     return NcclRasSource.for_environment(environ_of(pid), interval=RAS_EVERY_S, **options)
 
 
+def gpu_processes_now() -> tuple[bool, list]:
+    """Whether NVML reads GPUs here, and the processes it lists on them (one poll): for a one-shot
+    command that must tell a rank training on a GPU from one on the CPU (``gputop stacks``)."""
+    from .model import GpuProcess
+    from .sources import NvmlSource, NvmlUnavailable
+
+    try:
+        src = NvmlSource.open()
+    except NvmlUnavailable:
+        return False, []
+    try:
+        return True, [o for o in src.poll() if isinstance(o, GpuProcess)]
+    finally:
+        close = getattr(src, "close", None)
+        if close is not None:
+            close()
+
+
 def stack_sampler(pid: int, **options) -> PySpySource:
     """py-spy on ``pid``, classifying stacks with the analysis layer's classifier (a source
     decides nothing itself). ``gputop stacks`` uses it for its one-shot dump."""

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis import as_ranks, stacks_view
     from ..model import Event, StackSample
-    from ..session import stack_sampler
+    from ..session import gpu_processes_now, stack_sampler
     from ..sources import check_attachable, native_dump
     from ..present import dump_dict, dump_text
     from ..store import Store
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         # Judged as advise judges a multi-rank job's stacks: a CPU rank off the CPU in backward
         # waits in DDP's all-reduce (it read "backward off-CPU" beside advise's collective wait).
         stacks = [s for s in samples if isinstance(s, StackSample)]
-        gpus, procs = _gpu_processes()
+        gpus, procs = gpu_processes_now()
         samples = [s for s in samples if not isinstance(s, StackSample)] + as_ranks(stacks, ranks, procs, gpus)
     store = Store()
     store.add(samples)
@@ -76,21 +76,3 @@ def _ranks_of(pid: int) -> dict[int, int]:
 
     job = find_ranks(pid)
     return {r.pid: r.rank for r in job.ranks} if job is not None and len(job.ranks) > 1 else {}
-
-
-def _gpu_processes() -> tuple[bool, list]:
-    """Whether NVML reads GPUs here, and the processes it lists on them (one poll): which ranks
-    train on a GPU, whose off-CPU backward is not a collective wait."""
-    from ..model import GpuProcess
-    from ..sources import NvmlSource, NvmlUnavailable
-
-    try:
-        src = NvmlSource.open()
-    except NvmlUnavailable:
-        return False, []
-    try:
-        return True, [o for o in src.poll() if isinstance(o, GpuProcess)]
-    finally:
-        close = getattr(src, "close", None)
-        if close is not None:
-            close()

@@ -91,11 +91,11 @@ RULES: tuple[Rule, ...] = (
     Rule("stuck", "Job stuck: no progress", C, check_stuck, appear_after_s=0.0, supersedes=THROUGHPUT_IDS),
     Rule("cuda-launch-blocking", "CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous", W,
          check_cuda_launch_blocking, appear_after_s=0.0, supersedes=("host-sync", "launch-bound")),
+    Rule("data-starved", "GPU waits for data: no DataLoader workers", W, check_data_starved),
     # Every rank loads the global batch and keeps its part: the loading itself is W times what it
     # needs, before any worker count.
     Rule("batch-on-every-rank", "Every rank loads the whole global batch (no DistributedSampler)", W,
          check_batch_loaded_on_every_rank, supersedes=("data-starved", "workers-saturated")),
-    Rule("data-starved", "GPU waits for data: no DataLoader workers", W, check_data_starved),
     Rule("cpu-oversubscribed", "CPU oversubscribed by loader threads", W, check_cpu_oversubscribed,
          supersedes=("workers-saturated",)),
     Rule("workers-saturated", "GPU waits for data: loader workers saturated", W, check_workers_saturated),

@@ -452,7 +452,8 @@ ACCUM_LOOP_SHARE = Threshold(
     "passed through once (set-up, evaluation).")
 
 
-@uses(ACCUM_LOOP_SHARE, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES)
+@uses(ACCUM_LOOP_SHARE, WORTHWHILE_GAIN, MIN_MAIN_SAMPLES, OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL,
+      GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP)
 def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
     """Gradient accumulation under DDP or FSDP that all-reduces every micro-batch: the optimizer
     steps once every k micro-batches (``if (i + 1) % k == 0:``), but every ``backward`` starts the
