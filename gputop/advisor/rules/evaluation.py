@@ -150,7 +150,11 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1]):
         return None
     g, cost = found
-    per_step = every_step(e)
+    # "Every step" rests on the training runs between evaluations showing one step each, which
+    # says something only where a run holds samples enough to show a second step: a Trainer
+    # evaluating every 2 steps, sampled 1.5 times a run, was said to evaluate after every step.
+    runs_resolved = e.between > 0 and (n - e.samples) / e.between >= EVAL_RESOLVED_SAMPLES
+    per_step = every_step(e) and runs_resolved
     times_less = less_often(share)
     after = share / times_less / (1.0 - share + share / times_less)
     span = f"the last {secs(g.breakdown.total_s)}"
@@ -167,13 +171,18 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     # step"); the share, and so the cost and the fix, hold either way.
     # (No training run between evaluations showing a second step is evidence of every step at any
     # rate; a second step seen is evidence of "every few" only where the samples resolve one.)
-    unresolved = not per_step and rate * e.burst_s < EVAL_RESOLVED_SAMPLES
+    runs_short = every_step(e) and not runs_resolved
+    unresolved = not per_step and (rate * e.burst_s < EVAL_RESOLVED_SAMPLES or runs_short)
     ev = [f"main thread in evaluation in {pct(share)} of its samples ({e.samples} of {n}): "
           + (f"in `{e.where[0]}`" + (f", run from the loop at {', '.join(e.lines[:2])}" if e.lines else "")
              if e.named else
              "a forward at a line after the training step's backward and optimizer, then what reads its results: "
              + ", ".join(e.lines))]
-    if unresolved:
+    if runs_short:
+        ev.append(f"at least {e.bursts} separate evaluations in {span}, {cadence}; "
+                  f"{(n - e.samples) / e.between:.1f} training samples between two of them: whether each follows one "
+                  "step or a few is not resolved")
+    elif unresolved:
         ev.append(f"at least {e.bursts} separate stretches of it in {span}; at {rate:.1f} stacks a second its "
                   f"cadence is not resolved: ~{secs(e.burst_s)} every ~{secs(e.period_s or e.burst_s)} and a few ms "
                   "after every step read alike")
