@@ -396,7 +396,10 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     caller = callers.pop()
     least = min(views, key=lambda v: v.collective)
     low = least.collective
-    upper = sampled_upper(low, least.samples)  # a share of that rank's stack samples: the bound's
+    # The bound from the most-waiting rank at its upper limit (as accumulation-sync's: every rank's
+    # step lasts until the slowest sync ends); the evidence says what every rank spends at least.
+    most = max(views, key=lambda v: v.collective)
+    upper = sampled_upper(most.collective, most.samples)
     ev = [f"every rank spends {pct(low)} or more of its samples in dist.all_reduce called from `{caller}`, "
           "and no rank's stacks show DistributedDataParallel or FSDP"]
     for v in views:
@@ -408,8 +411,8 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
                 "DDP all-reduces the gradients in 25 MB buckets, each started while backward still runs; "
                 "to keep it by hand, all-reduce one flat buffer per step "
                 "(torch._utils._flatten_dense_tensors of the grads) instead of one call per tensor"),
-        expected_gain=gain(low, upper=upper),
-        gain_bound=bounded(low, upper=upper),
+        expected_gain=gain(most.collective, upper=upper),
+        gain_bound=bounded(most.collective, upper=upper),
         cost_s=low * (ctx.t1 - ctx.t0) * len(views),
         confidence=confidence(low, min(v.samples for v in views)),
         gpu_index=views[0].gpu,
