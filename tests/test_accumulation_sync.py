@@ -96,6 +96,7 @@ T0 = 1_700_000_000.0
 PROJ = "/home/user/project/train.py"
 DDP = Frame("DistributedDataParallel.forward", "/usr/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", 1699)
 BACKWARD = Frame("_engine_run_backward", "/usr/lib/python3.11/site-packages/torch/autograd/graph.py", 829)
+C10D = Frame("all_reduce", "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3068)
 
 
 def _loop(k: int = 8, line: int = 10, quiet: tuple = ()) -> Frame:
@@ -108,7 +109,8 @@ def _stacks(wait: float, k: int = 8, wrapped: bool = True, n: int = 60, backward
     for pid in (10, 11):
         for i in range(n):
             if i < round(wait * n):  # DDP's reducer waiting for the all-reduce at backward's end
-                frames, cat = (BACKWARD, _loop(k, backward_at, quiet)), Category.COLLECTIVE
+                # (without DDP, an all_reduce of the user's own: a wait in autograd's engine is DDP's)
+                frames, cat = ((BACKWARD if wrapped else C10D), _loop(k, backward_at, quiet)), Category.COLLECTIVE
             else:
                 frames, cat = ((Frame("forward", PROJ, 30), *((DDP,) if wrapped else ()), _loop(k, 9, quiet)),
                                Category.FORWARD)

@@ -47,3 +47,24 @@ def test_ddp_a_small_share_or_a_metric_from_elsewhere_is_not_it():
     assert _check(_stacks(0.05)) is None  # a loss averaged once a step: nothing to give back
     one = [s for s in _stacks(0.18) if s.pid == 10] + [s for s in _stacks(0.18, caller="log_metrics") if s.pid == 11]
     assert _check(one) is None  # each rank reduces something else
+
+
+def test_ddps_backward_wait_is_ddp_though_its_forward_frame_was_not_sampled():
+    """A healthy 2-rank gloo DDP job with a tiny model: its forward (under DDP's frame) was sampled
+    once in 40, so early windows held no DDP frame, and its reducer's all-reduce wait in backward
+    (read as a collective, `all_reduce`, called from the loop's line) was told "gradients
+    all-reduced by hand". A collective wait inside autograd's engine is DDP's own."""
+    engine = (Frame("_engine_run_backward", "/usr/lib/python3.11/site-packages/torch/autograd/graph.py", 829),
+              Frame("backward", "/usr/lib/python3.11/site-packages/torch/autograd/__init__.py", 347),
+              Frame("run_job", PROJ, 107))
+    out = []
+    for pid in (10, 11):
+        for i in range(60):
+            if i % 5 < 2:
+                out.append(_main(pid, i, engine, Category.COLLECTIVE))
+            else:
+                out.append(_main(pid, i, (Frame("step", "/usr/lib/python3.11/site-packages/torch/optim/sgd.py", 80),
+                                          Frame("run_job", PROJ, 108)), Category.OPTIMIZER))
+    views = rank_views({10: 0, 11: 1}, out, T0)
+    assert all(v.wrapper == "DDP" for v in views)
+    assert _check(out) is None

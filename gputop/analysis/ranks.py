@@ -188,6 +188,7 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
 
 
 _DDP_FILE = "/torch/nn/parallel/distributed.py"
+_ENGINE_FILES = ("/torch/autograd/graph.py", "/torch/autograd/__init__.py")
 _FSDP_DIRS = ("/torch/distributed/fsdp/", "/torch/distributed/_composable/fsdp/")
 
 
@@ -197,6 +198,13 @@ def wrapper_of(main: Sequence[StackSample]) -> str | None:
     seen: set[str] = set()
     ddp = False
     for s in main:
+        # A collective wait inside autograd's engine is DDP's reducer all-reducing in backward
+        # (classify.rank_category): DDP, though its forward's own frame (a tiny model's forward is
+        # rarely sampled) is not among the samples yet: a healthy gloo DDP job was told its
+        # gradients were all-reduced "by hand" until a forward sample showed the wrapper.
+        if not ddp and s.category is Category.COLLECTIVE and any(
+                f.filename.replace("\\", "/").endswith(_ENGINE_FILES) for f in s.frames):
+            ddp = True
         for f in s.frames:
             if f.filename in seen:
                 continue
