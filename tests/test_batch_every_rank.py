@@ -39,6 +39,19 @@ def test_keeping_the_ranks_part_of_a_split_batch_is_read_with_its_line():
     assert _shard(LOOP.replace("x = x.chunk(world)[rank]\n        y = y.chunk(world)[rank]", "x = x[0::2]")) is None
 
 
+def test_a_split_under_a_flag_beside_a_distributed_sampler_is_not_read():
+    # A new user's fixed job: `if not args.sampler: x = x[rank::world]` never ran (--sampler made a
+    # DistributedSampler), and "drop line 36" was shown for 13 s; the split runs for microseconds,
+    # so the stacks cannot say which branch runs.
+    flagged = ("from torch.utils.data import DistributedSampler\n" + LOOP).replace(
+        "        x = x.chunk(world)[rank]\n        y = y.chunk(world)[rank]\n",
+        "        if not sampler:\n            x = x[rank::world]\n")
+    assert _shard(flagged) is None
+    assert _shard(flagged.replace("DistributedSampler", "RandomSampler")) == (7, "x = x[rank::world]")
+    # Unconditional, it runs whatever else the file makes.
+    assert _shard("from torch.utils.data import DistributedSampler\n" + LOOP, 8) == (6, "x = x.chunk(world)[rank]")
+
+
 def test_the_loops_frame_carries_it_and_a_recording_keeps_it():
     f = Frame("train", "/home/u/train.py", 7, loop=4, shard=(5, "x = x.chunk(world)[rank]"))
     back = codec.loop_fields(codec.keeps_text(f))
@@ -87,6 +100,9 @@ def test_named_with_the_line_distributed_sampler_and_the_share_that_goes():
     assert "1 of 2 loads go" in hit.expected_gain
     # 60 % loading, half of it goes: 1 / (1 - 0.3) = 1.4x, stated at the share's upper limit.
     assert 1.4 < hit.gain_bound < 2.0
+    # The bound follows the rank that loads most: the others wait for it.
+    uneven = [s for s in _stacks(0.6) if s.pid == 10] + [s for s in _stacks(0.8) if s.pid == 11]
+    assert _check(uneven).gain_bound > hit.gain_bound
     # Eight ranks over nodes (WORLD_SIZE above the local ranks): seven in eight go.
     assert "keeps 1/8" in _check(_stacks(0.6), env=(("WORLD_SIZE", "8"),)).title
 

@@ -197,7 +197,8 @@ def unnamed_wait(breakdowns: Sequence[Breakdown], pid: int | None = None) -> str
 _WEIGHED = {
     Bucket.DATA: "for a data wait: the loader workers' CPU and stacks, the host's CPU, iowait and disk reads",
     Bucket.COLLECTIVE: "for a collective wait: which rank the others wait for (each rank's stacks, its GPU), or "
-                       "what every rank sends (NVLink and PCIe traffic)",
+                       "what every rank sends (NVLink and PCIe traffic); part of it is the all-reduce every "
+                       "data-parallel step pays, healthy on its own",
     Bucket.SYNC: "for syncs: the line that reads a value from the device, and whether it recurs every step",
     Bucket.H2D: "for copies: pinned memory, the copies' sizes, PCIe traffic",
     Bucket.CHECKPOINT: "for saves: the save's line and how often it recurs",

@@ -229,11 +229,17 @@ def _ranky(node: ast.AST) -> bool:
     return False
 
 
-def _shard(loop: ast.For | ast.AsyncFor | ast.While, text: str) -> Shard | None:
+def _shard(loop: ast.For | ast.AsyncFor | ast.While, text: str, sampler: bool = False) -> Shard | None:
     """The first statement of the loop that keeps its rank's part of something it split
     (``feats = feats.chunk(world)[rank]``, ``torch.chunk(x, n)[rank]``, ``x[rank::world]``,
-    ``x[rank * n:(rank + 1) * n]``): the batch was loaded whole, on every rank."""
+    ``x[rank * n:(rank + 1) * n]``): the batch was loaded whole, on every rank. ``sampler``: the
+    file makes a DistributedSampler; a split under an ``if`` of the loop is then a flag's other
+    branch (``if not args.sampler:``), which the stacks cannot tell from the one that runs (the
+    split runs for microseconds), and is not read."""
+    conditional = {id(x) for n in _body_nodes(loop) if isinstance(n, ast.If) for x in _body_nodes(n)}
     for n in sorted((n for n in _body_nodes(loop) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        if sampler and id(n) in conditional:
+            continue
         v = n.value
         if not isinstance(v, ast.Subscript):
             continue
@@ -408,13 +414,16 @@ def loops_of(text: str) -> list[_Loop] | None:
     inits = _inits(tree)
     returners = _backward_returners(tree)
     skips, ints = _mentions(tree, _SKIP_SWITCHES), _int_names(tree)
+    sampler = any((isinstance(n, ast.Name) and n.id == "DistributedSampler")
+                  or (isinstance(n, ast.Attribute) and n.attr == "DistributedSampler")
+                  or (isinstance(n, ast.alias) and n.name == "DistributedSampler") for n in ast.walk(tree))
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             kept = _keepers(node, inits)[:MAX_KEEPS]
             keeps = tuple((n.lineno, _statement(text, n)) for n in kept)
             accum = None if skips else _accumulation(node, text, ints)
             out.append(_Loop(node.lineno, node.end_lineno or node.lineno, keeps, _freed(kept, node, returners), accum,
-                             _shard(node, text)))
+                             _shard(node, text, sampler)))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # A function's body as a "loop" of one turn a call (first = 0: not a loop of its own):
             # what it adds to outside itself, for a line of it outside any loop.
