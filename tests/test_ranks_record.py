@@ -137,3 +137,5 @@ def test_the_reports_cpu_time_line_judges_a_cpu_ranks_backward_wait_as_advise_do
     text = render_text(s)
     wait = next(line for line in text.splitlines() if "collective/communication wait" in line)
     assert wait.rstrip().endswith("70 %"), text
+    # The target advise followed is one rank of the launcher's job: said beside its PID.
+    assert f"target PID {R0} (rank 0 of 2: the ranks below)" in text, text[:600]

@@ -138,7 +138,11 @@ def render_text(s: Summary, width: int = 100) -> str:
     if note:
         out.append(f"({note})")
     if (s.target_pid or s.target_cmdline) and not several_targets(s):
-        out.append(f"target PID {s.target_pid or '?'}  {s.target_cmdline or ''}".rstrip())
+        # A multi-rank job watched from its launcher follows one rank: said, since the launcher's
+        # PID is the one the user gave.
+        rank = next((r.rank for r in s.ranks if r.pid == s.target_pid), None)
+        which = f" (rank {rank} of {len(s.ranks)}: the ranks below)" if rank is not None and len(s.ranks) > 1 else ""
+        out.append(f"target PID {s.target_pid or '?'}{which}  {s.target_cmdline or ''}".rstrip())
     if len(s.sessions) > 1:
         # Appended sessions: each one's span and target (the line above would name the last one's only).
         more = f", {len(s.targets)} targets" if several_targets(s) else ""
