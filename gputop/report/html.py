@@ -158,7 +158,10 @@ def render_html(s: Summary) -> str:
         + "</div>",
     ]
     if (s.target_pid or s.target_cmdline) and not several_targets(s):
-        out.append(f"<div class=\"meta\">target PID {e(s.target_pid or '?')}: <code>{e(s.target_cmdline or '')}</code></div>")
+        rank = next((r.rank for r in s.ranks if r.pid == s.target_pid), None)
+        which = f" (rank {rank} of {len(s.ranks)})" if rank is not None and len(s.ranks) > 1 else ""
+        out.append(f"<div class=\"meta\">target PID {e(s.target_pid or '?')}{e(which)}: "
+                   f"<code>{e(s.target_cmdline or '')}</code></div>")
     if len(s.sessions) > 1:
         more = f", {len(s.targets)} targets" if several_targets(s) else ""
         out.append(f"<div class=\"meta\">sessions: {len(s.sessions)} (appended){e(more)}<ul>"
