@@ -565,9 +565,7 @@ def gpu_processes_now() -> tuple[bool, list]:
     try:
         return True, [o for o in src.poll() if isinstance(o, GpuProcess)]
     finally:
-        close = getattr(src, "close", None)
-        if close is not None:
-            close()
+        src.close()
 
 
 def stack_sampler(pid: int, **options) -> PySpySource:

@@ -80,7 +80,7 @@ def test_the_loops_frame_carries_it_and_a_recording_keeps_it(tmp_path):
 
     lines = SourceLines(pid=0)
     lines._read = lambda filename: ACCUM_LOOP.splitlines()  # the file as the target sees it
-    parser = StackParser(lines.line, loop=lines.loop, freed=lines.freed, accum=lines.accum)
+    parser = StackParser(lines.line, facts=lines.facts)
     f = parser.frame({"name": "train", "filename": str(src), "line": 10}, leaf=False)
     assert f.loop == 7 and f.accum == (11, 8, "(step + 1) % GRAD_ACCUM == 0", (10,), ())
     back = codec.loop_fields(codec.keeps_text(f))

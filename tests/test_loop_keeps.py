@@ -63,7 +63,7 @@ def test_the_parser_gives_the_users_frames_their_loops_keepers(tmp_path):
 
     os.utime(path, (0, 0))  # written before the process (pid 1) started: its lines are the running code's
     src = SourceLines(1)
-    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, loop=src.loop)
+    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, facts=src.facts)
     raw = [{"thread_id": 1, "frames": [{"name": "forward", "filename": "/x/site-packages/torch/nn/m.py", "line": 3},
                                        {"name": "<module>", "filename": str(path), "line": 11}]}]
     own = parser.samples(raw, 0.0)[0].frames[1]
@@ -71,12 +71,12 @@ def test_the_parser_gives_the_users_frames_their_loops_keepers(tmp_path):
     assert all("hf_abc" not in code for _, code in own.keeps)  # redacted like every source line
     assert parser.samples(raw, 0.0)[0].frames[0].keeps == ()  # a library's frame: not read
     # with the reader of freed keepers (what the stack source passes): none here (no backward)
-    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, loop=src.loop, freed=src.freed)
+    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, facts=src.facts)
     assert parser.samples(raw, 0.0)[0].frames[1].freed == ()
     path.write_text(BOTH)
     os.utime(path, (0, 0))
     src = SourceLines(1)
-    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, loop=src.loop, freed=src.freed)
+    parser = StackParser(src.line, is_library=lambda f: "site-packages" in f, facts=src.facts)
     raw = [{"thread_id": 1, "frames": [{"name": "<module>", "filename": str(path), "line": 11}]}]
     assert parser.samples(raw, 0.0)[0].frames[0].freed == (9,)
 

@@ -54,7 +54,7 @@ from .recompute import (
 from .spin import spin_share
 from .stacks_summary import Hot, StacksView, WorkerView
 from .stats import exact_upper, wilson_interval
-from .step import EVAL, Evaluation, StepModel, compiling, step_dict, step_line, step_model, training_loop
+from .step import EVAL, Evaluation, StepModel, compiling, step_dict, step_line, step_model
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
@@ -102,7 +102,7 @@ __all__ = [
     "pane_views", "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
     "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",
-    "step_model", "training_loop", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
+    "step_model", "straggler", "stuck_verdict", "throttle_label", "util_slices", "views_of", "where", "whole_percentages",
     "exact_upper", "wilson_interval", "worker_stats",
     "COPY_ON_READ", "FLAT", "GROWING", "MIN_POINTS", "MIN_SPAN_S", "PLATEAU", "SAWTOOTH", "GpuMemory", "Growth", "LeakLine", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",

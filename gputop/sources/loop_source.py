@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from typing import NamedTuple
 
 # A loop's keepers are capped: a loop of hundreds of statements keeps its first ones, enough to
 # name a leak (one of them), bounded per frame in memory and in a recording.
@@ -486,3 +487,20 @@ def loop_at(loops: Sequence[_Loop] | None, lineno: int) -> int:
     function's loops a sample is in (loading shards, training, validating)."""
     inner = _inner(loops, lineno, calls=False)
     return inner.first if inner is not None else 0
+
+
+class LoopFacts(NamedTuple):
+    """All that is read about the loop around one sampled line, in one lookup: what a frame of
+    the user's code carries (model.Frame's fields of the same names)."""
+
+    loop: int = 0
+    keeps: Keeps = ()
+    freed: tuple[int, ...] = ()
+    accum: Accum | None = None
+    shard: Shard | None = None
+
+
+def facts_at(loops: Sequence[_Loop] | None, lineno: int) -> LoopFacts:
+    """``loop_at``, ``keeps_at``, ``freed_at``, ``accum_at`` and ``shard_at`` of one line."""
+    return LoopFacts(loop_at(loops, lineno), keeps_at(loops, lineno), freed_at(loops, lineno),
+                     accum_at(loops, lineno), shard_at(loops, lineno))

@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import Accum, Keeps, Shard, accum_at, freed_at, keeps_at, loop_at, loops_of, shard_at
+from .loop_source import LoopFacts, facts_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -45,11 +45,18 @@ class SourceLines:
             return None
         return lines[lineno - 1].strip() or None
 
-    def loop(self, filename: str, lineno: int) -> tuple[int, Keeps]:
+    def loop(self, filename: str, lineno: int) -> tuple[int, tuple[tuple[int, str], ...]]:
         """The innermost loop around ``lineno``: its first line (0: none) and what it keeps from
-        turn to turn (loop_source), the file parsed once."""
+        turn to turn (``facts``' first two)."""
+        facts = self.facts(filename, lineno)
+        return facts.loop, facts.keeps
+
+    def facts(self, filename: str, lineno: int) -> LoopFacts:
+        """What is read about the innermost loop around ``lineno`` (loop_source): its first line
+        (0: none), what it keeps from turn to turn and which of those the backward freed, its
+        gradient accumulation, its rank's split of a loaded batch; the file parsed once."""
         if self.line(filename, lineno) is None:
-            return 0, ()
+            return LoopFacts()
         loops = self._loops.get(filename, ...)
         if loops is ...:
             if len(self._loops) > 2000:
@@ -57,25 +64,7 @@ class SourceLines:
             loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
             if loops is None:
                 self.unparsed.append(filename)
-        return loop_at(loops, lineno), keeps_at(loops, lineno)
-
-    def freed(self, filename: str, lineno: int) -> tuple[int, ...]:
-        """Of ``loop``'s keepers, the lines adding a tensor a backward ran on in the same turn
-        (after ``loop`` read the file; () otherwise)."""
-        loops = self._loops.get(filename)
-        return freed_at(loops, lineno) if isinstance(loops, list) else ()
-
-    def accum(self, filename: str, lineno: int) -> Accum | None:
-        """The gradient accumulation without a skipped sync of ``loop``'s loop (after ``loop``
-        read the file; None otherwise or where it has none)."""
-        loops = self._loops.get(filename)
-        return accum_at(loops, lineno) if isinstance(loops, list) else None
-
-    def shard(self, filename: str, lineno: int) -> Shard | None:
-        """Where ``loop``'s loop keeps its rank's part of a batch it loaded whole (after ``loop``
-        read the file; None otherwise or where it does not)."""
-        loops = self._loops.get(filename)
-        return shard_at(loops, lineno) if isinstance(loops, list) else None
+        return facts_at(loops, lineno)
 
     def _start_time(self) -> float | None:
         """When the job started (None: unknown, and no file is judged stale)."""
@@ -124,15 +113,9 @@ class StackParser:
 
     def __init__(self, lines: Callable[[str, int], str | None] | None = None, classify: Classify = _unclassified,
                  is_library: IsLibrary = lambda filename: False,
-                 loop: Callable[[str, int], tuple[int, Keeps]] | None = None,
-                 freed: Callable[[str, int], tuple[int, ...]] | None = None,
-                 accum: Callable[[str, int], Accum | None] | None = None,
-                 shard: Callable[[str, int], Shard | None] | None = None) -> None:
+                 facts: Callable[[str, int], LoopFacts] | None = None) -> None:
         self._lines = lines
-        self._loop = loop
-        self._freed = freed
-        self._accum = accum
-        self._shard = shard
+        self._facts = facts
         self._classify = classify
         self._is_library = is_library
         self._frames: dict[tuple, Frame] = {}
@@ -146,8 +129,6 @@ class StackParser:
         f = self._frames.get(key)
         if f is None:
             code = None
-            keeps: Keeps = ()
-            loop = 0
             own = not self._is_library(filename)
             if self._lines is not None and (leaf or own):
                 code = self._lines(filename, line)
@@ -156,19 +137,12 @@ class StackParser:
                     # screen, in `stacks --json`, in the advisor's evidence and in a recording
                     # comes from this one.
                     code = redact_code(code)
-            freed: tuple[int, ...] = ()
-            accum: tuple = ()
-            shard: tuple = ()
-            if self._loop is not None and own:
-                loop, kept = self._loop(filename, line)
-                keeps = tuple((ln, redact_code(text)) for ln, text in kept)
-                if keeps and self._freed is not None:
-                    freed = self._freed(filename, line)
-                if loop and self._accum is not None:
-                    accum = self._accum(filename, line) or ()
-                if loop and self._shard is not None:
-                    found = self._shard(filename, line)
-                    shard = (found[0], redact_code(found[1])) if found else ()
+            facts = self._facts(filename, line) if self._facts is not None and own else LoopFacts()
+            # The source's statements redacted here too, as the line above (each is shown and recorded).
+            loop, freed = facts.loop, facts.freed
+            keeps = tuple((ln, redact_code(text)) for ln, text in facts.keeps)
+            accum = (*facts.accum[:2], redact_code(facts.accum[2]), *facts.accum[3:]) if facts.accum else ()
+            shard = (facts.shard[0], redact_code(facts.shard[1])) if facts.shard else ()
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
                       loop=loop, freed=freed, accum=accum, shard=shard)
             if len(self._frames) > _CACHE_MAX:

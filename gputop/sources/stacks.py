@@ -169,7 +169,7 @@ class PySpySource:
         # Forked workers see the target's files and run the same code: one parser (and its
         # caches of source lines, frames and categories) serves them all.
         source = self._source = SourceLines(pid)
-        self._parser = StackParser(source.line, classify, is_library, source.loop, source.freed, source.accum, source.shard)
+        self._parser = StackParser(source.line, classify, is_library, source.facts)
         self._proc: psutil.Process | None
         try:
             self._proc = psutil.Process(pid)

@@ -420,31 +420,40 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     )
 
 
-def _accumulating_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
-    """The training loop's frame where it accumulates gradients with a backward that syncs every
-    micro-batch (``Frame.accum``, read from its source), and the share of the main thread's samples
-    under it; None where no sampled loop does, or where the samples show the loop running a
-    backward that skips the sync and never one that does (a file holding both, a flag's two
-    branches: the stacks say which runs)."""
+def _loop_with(ctx: AnalysisContext, fact: str) -> tuple[Frame, float, Counter] | None:
+    """The commonest loop frame of the main thread's samples that carries ``fact`` (a
+    ``Frame`` field read from the loop's source: "accum", "shard"), the share of the samples
+    under it, and the lines it was sampled at."""
     seen: Counter = Counter()
     frames: dict[tuple, Frame] = {}
     at: dict[tuple, Counter] = {}
     for s in ctx.main_stacks:
-        f = next((f for f in s.frames if f.accum), None)
+        f = next((f for f in s.frames if getattr(f, fact)), None)
         if f is not None:
-            k = (f.filename, f.loop, f.accum[:3])
+            k = (f.filename, f.loop, getattr(f, fact))
             seen[k] += 1
             frames[k] = f
             at.setdefault(k, Counter())[f.line] += 1
     if not seen:
         return None
     k, n = seen.most_common(1)[0]
-    f = frames[k]
+    return frames[k], n / len(ctx.main_stacks), at[k]
+
+
+def _accumulating_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
+    """The training loop's frame where it accumulates gradients with a backward that syncs every
+    micro-batch (``Frame.accum``, read from its source), and the share of the main thread's samples
+    under it; None where no sampled loop does, or where the samples show the loop running a
+    backward that skips the sync and never one that does (a file holding both, a flag's two
+    branches: the stacks say which runs)."""
+    found = _loop_with(ctx, "accum")
+    if found is None:
+        return None
+    f, share, lines = found
     syncing, quiet = f.accum[3], f.accum[4]
-    lines = at[k]
     if quiet and not any(lines[ln] for ln in syncing):
         return None  # only a skipping backward seen running, or no backward seen to tell which
-    return f, n / len(ctx.main_stacks)
+    return f, share
 
 
 # accumulation-sync: the accumulating loop is under this share of the main thread's samples at
@@ -524,23 +533,6 @@ def check_accumulation_sync(ctx: AnalysisContext) -> Hit | None:
     )
 
 
-def _sharding_loop(ctx: AnalysisContext) -> tuple[Frame, float] | None:
-    """The loop frame that keeps its rank's part of each batch it loaded (``Frame.shard``), and
-    the share of the main thread's samples under it."""
-    seen: Counter = Counter()
-    frames: dict[tuple, Frame] = {}
-    for s in ctx.main_stacks:
-        f = next((f for f in s.frames if f.shard), None)
-        if f is not None:
-            k = (f.filename, f.loop, f.shard)
-            seen[k] += 1
-            frames[k] = f
-    if not seen:
-        return None
-    k, n = seen.most_common(1)[0]
-    return frames[k], n / len(ctx.main_stacks)
-
-
 _LOADING = (Category.DATA_WAIT, Category.DATA_FETCH)
 
 
@@ -553,10 +545,10 @@ def check_batch_loaded_on_every_rank(ctx: AnalysisContext) -> Hit | None:
     views = [v for v in ctx.ranks if v.samples >= MIN_MAIN_SAMPLES]
     if len(views) < 2 or len(views) < len(ctx.ranks) or len(ctx.main_stacks) < MIN_MAIN_SAMPLES:
         return None
-    found = _sharding_loop(ctx)
+    found = _loop_with(ctx, "shard")
     if found is None or found[1] < ACCUM_LOOP_SHARE:
         return None
-    loop, _ = found
+    loop = found[0]
     try:
         world = max(len(views), int(ctx.env.get("WORLD_SIZE", "0")))
     except ValueError:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, CPU_DEVICE, Bucket, when_in_step
-from ...analysis import hot_place, project_frame, short_path, stack_label, training_loop
+from ...analysis import hot_place, project_frame, short_path, stack_label
 from ...units import fmt_rate
 from ...model import Category, StackSample
 from ..context import AnalysisContext, GpuView
@@ -405,10 +405,10 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     )
 
 
-def _statement_share(main: Sequence[StackSample], fn: str) -> tuple[int | None, float]:
-    """The training loop's line that calls ``fn`` (the commonest under its samples) and the share
-    of all samples at that line of the loop (the statement's whole work); (None, 0) unread."""
-    loop = training_loop(main)
+def _statement_share(main: Sequence[StackSample], loop: str | None, fn: str) -> tuple[int | None, float]:
+    """The training loop's (``loop``: the step model's, "train (train.py:40)") line that calls
+    ``fn`` (the commonest under its samples) and the share of all samples at that line of the
+    loop (the statement's whole work); (None, 0) unread."""
     if loop is None or not main:
         return None, 0.0
     name, _, rest = loop.partition(" (")
@@ -458,7 +458,7 @@ def _cpu_only_work(ctx: AnalysisContext, where: str, share: float, of_other: flo
     # (`log.info(json.dumps({..., **param_stats(model)}))`: the dumps and the log call too): the
     # bound is that statement's share (stated "at most 21x" from the function's 90 %; gating the
     # statement measured 31x).
-    line, at_line = _statement_share(ctx.main_stacks, fn)
+    line, at_line = _statement_share(ctx.main_stacks, ctx.step.loop, fn)
     upper = sampled_upper(max(share, at_line), n)
     place = when or "beside a model step too short to be sampled"
     ev = [f"main thread in `{where}` in {pct(share)} of its samples ({pct(of_other)} of its work outside the "
