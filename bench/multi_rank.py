@@ -197,6 +197,24 @@ def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
     return named, seen.get(want), f["title"]
 
 
+HEALTHY_BELOW = 1.10  # a measured fix gaining less leaves a healthy job: no warning is right (as bench/real_jobs.py)
+
+
+def measured_grade(row: dict) -> dict:
+    """Truth is measured: where a held-out job's fix was measured and gains under HEALTHY_BELOW, the
+    job is healthy whatever its author expected, so it is right only with no warning standing at the
+    end, and every warning shown is false. Applied to a result row after its fix is measured."""
+    fix = row.get("fix") or {}
+    if fix.get("speedup") is None or fix["speedup"] >= HEALTHY_BELOW or "top_timeline" not in row:
+        return row
+    loud = [t for t in row["top_timeline"] if t.get("severity") in ("warning", "critical")]
+    wrong = list(dict.fromkeys(t["top"] for t in loud))
+    standing = bool(row["top_timeline"]) and row["top_timeline"][-1].get("severity") in ("warning", "critical")
+    return {**row, "written_ok": row["ok"], "measured_truth": "healthy", "ok": not standing,
+            "correct": not standing, "first_seen_s": None, "t_correct_s": None,
+            "false_warnings": len(wrong), "false_warning_ids": wrong}
+
+
 def false_warnings(report: dict, want: str | None) -> list[str]:
     """Every warning-level top finding the watch showed that is not the job's truth (``want``:
     the finding id the truth accepts, None for a healthy job)."""
@@ -375,6 +393,8 @@ def markdown(doc: dict) -> str:
             fw = str(r.get("false_warnings", "-")) + (f" ({', '.join(r['false_warning_ids'])})" if r.get("false_warning_ids") else "")
             fix = r.get("fix") or {}
             fix_txt = f"{fix['speedup']:.2f}x" if fix.get("speedup") else "-"
+            if r.get("measured_truth"):  # graded by the measured fix, not by what its author expected
+                fix_txt += f" (< {HEALTHY_BELOW:.2f}x: healthy)"
             lines.append(f"| {r['mode']} | {'yes' if r['ok'] else 'NO'} | {when} | {fw} |"
                          + (f" {fix_txt} |" if fresh else "") + f" {said} |")
         right_n = sum(r["ok"] for r in rows)
@@ -453,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             r["truth"] = truths[m]
             if args.measure_fixes and truths[m]["verdict"] not in ("stuck", "desync", "healthy"):
                 r["fix"] = measure_fix(m, args.device, Path(tmp))
+                r = measured_grade(r)
             print(json.dumps(r), flush=True)
             results.append(r)
     doc = {"machine": machine(args.device), "device": args.device, "platform": platform.platform(),
