@@ -323,7 +323,11 @@ JOBS: tuple[Job, ...] = (
     Job("fresh6-transformers-pad-max-length", "transformers", True, "fresh6_pad_max_length.py",
         ("--batch", "32", "--max-length", "512"),
         (Change("padding", "pad each batch to its longest example (a multiple of 8, grouped by length) instead of "
-                "padding='max_length' to 512", ("--dynamic-padding",)),), fresh=True, note=FRESH),
+                "padding='max_length' to 512", ("--dynamic-padding",)),
+         # Added after the first measurement: the change its launch-bound warning named, measured so that
+         # the warning is judged by what it promised (2.6x), not by the author's truth alone.
+         Change("launch", "batch 64 instead of 32 (samples/s; the change the launch-bound warning named)",
+                ("--batch", "64"))), fresh=True, note=FRESH),
     Job("fresh6-lightning-cudnn-benchmark", "lightning", True, "fresh6_cudnn_benchmark.py",
         ("--batch", "32", "--workers", "6"),
         (Change("cudnn-retune", "pad each clip to a multiple of 16,000 samples so cudnn.benchmark sees few input "

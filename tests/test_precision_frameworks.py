@@ -129,3 +129,13 @@ def test_a_starved_hf_trainer_job_gets_training_arguments_workers():
     f = rule_findings(job)[0]["data-starved"]
     assert f.action.startswith("TrainingArguments(..., dataloader_num_workers=")
     assert "in plain PyTorch: DataLoader(..., num_workers=" in f.action
+
+
+def test_a_job_whose_stacks_show_autocast_is_not_told_to_use_it_whatever_the_fp32_pipes_read():
+    # An HF Trainer job with bf16=True (the forward under torch.autocast in its stacks) read fp32
+    # pipes 49 %, tensor cores 3.5 % on an H100 and was told "fp32 math -> autocast" (false).
+    busy_fp32 = {"sm_active": 80.0, "tensor_active": 3.5, "fp32_active": 49.0}
+    found = rule_findings(framework_job("fw-hf-trainer-bf16-forward", busy_fp32))[0]
+    assert "no-tensor-cores" not in found and "mixed-precision" not in found
+    # the same GPU reading with the fp32 forward's stacks is still named
+    assert "no-tensor-cores" in rule_findings(framework_job("fw-hf-trainer-forward", busy_fp32))[0]

@@ -267,15 +267,35 @@ def test_launch_bound_from_gpm():
 
 
 def test_launch_bound_from_idle_while_dispatching_without_gpm():
-    job = Job(util=periodic(1.0, 0.6), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD)
+    # idle 60 % of the time while the main thread dispatches the model: the CPU is the bottleneck
+    job = Job(util=periodic(1.0, 0.4), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD)
     found, _ = run_rules(job)
     assert "launch-bound" in found
     f = found["launch-bound"]
+    assert f.severity is Severity.WARNING and f.title.startswith("Launch-bound")
     assert any("CPU work in main process" in e for e in f.evidence)
     # no GPM: a 7x batch (8 of 80 GiB used) makes a step at least as long as the GPU's busy
     # time was (kernels do not get faster) and as the 0.4 s the loop left it idle
     assert "a 7x batch fits" in f.action
     assert f.gain_predicted == pytest.approx(7 / 0.6, rel=0.02)
+
+
+@pytest.mark.parametrize("gpm", [{}, {"sm_active": 57.0, "sm_occupancy": 20.0, "tensor_active": 15.0,
+                                          "fp32_active": 3.0}])
+def test_a_modest_idle_between_full_kernels_is_weighed_not_warned(gpm):
+    # Idle 40 % between kernels that fill the SMs (or with no GPM to say): launch overhead looks like
+    # this, and so do a framework's per-step sync, the step's other host work or data. Three held-out
+    # jobs (21-30 % idle, SMs 55-62 % active) were told launch-bound; the larger batch it named gave
+    # 1.07x on the one measured.
+    job = Job(util=periodic(1.0, 0.6), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD, gpu=gpm)
+    found, _ = run_rules(job)
+    f = found["launch-bound"]
+    assert f.severity is Severity.INFO and f.title.startswith("Weighing: GPU 0 idle 40 %")
+    assert any("per-step sync" in e for e in f.evidence)
+    assert f.gain_predicted > 1.0 and "at most" in f.expected_gain
+    # the same idle share with kernels too small to fill the SMs is launch-bound's own evidence
+    small = Job(util=periodic(1.0, 0.6), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD, gpu=LAUNCH_GPM)
+    assert run_rules(small)[0]["launch-bound"].severity is Severity.WARNING
 
 
 # --------------------------------------------------------------------------- host-sync vs launch-bound, as measured

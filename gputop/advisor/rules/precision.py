@@ -49,6 +49,13 @@ CONFIDENT_BUSY_POLLS = IntThreshold(
 @uses(FP32_BUSY_PCT, TENSOR_CORE_SAVING, TENSOR_CORE_MAX_SPEEDUP, CONFIDENT_BUSY_POLLS, GPM_BUSY_UTIL_PCT,
       SPIN_EXPLAINS)
 def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
+    if ctx.framework.precision in (MIXED, HALF):
+        # The stacks show the forward under autocast (or a scaler): the fp32 pipes are busy with
+        # what autocast leaves in fp32 (softmax, norms, the loss, the optimizer), not with matmuls
+        # it could move; "use autocast" would be a wrong cause (measured: an HF Trainer job with
+        # bf16=True was told it on an H100, its fp32 pipes 49 % active).
+        return None
+
     def cost(g: GpuView) -> float:
         e = g.efficiency
         if e.tensor_active is None or e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT:
