@@ -54,6 +54,18 @@ def test_work_between_the_forward_and_the_backward_or_without_model_work_is_not_
     assert when_in_step([fwd(42)] * 4, "load_batch") is None  # the work not seen
 
 
+def test_a_torn_sample_on_the_works_line_does_not_move_the_work():
+    # A torn non-blocking dump stamped the optimizer on the line that calls the work (a new user's
+    # job, fetch() on lines 9-13, its step on line 14): the place flipped to unknown and the
+    # finding came and went between watches of the same steady job.
+    stray = sample([Frame("push_user_annotation", f"{SITE}/torch/autograd/profiler.py", 800), at(40), MAIN], C.OPTIMIZER)
+    main = [work("load_batch", 40)] * 6 + [stray] + [fwd(42)] * 2 + [bwd(42)] * 3
+    assert when_in_step(main, "load_batch") == BEFORE_FORWARD
+    # a line the model's work holds mostly stays the model's
+    main = [work("load_batch", 40)] * 6 + [fwd(42)] * 2 + [work("load_batch", 42)] + [bwd(42)] * 3
+    assert when_in_step(main, "load_batch") == BEFORE_FORWARD
+
+
 def _straggler_on(recording: str):
     from gputop.advisor.context import build_context
     from gputop.advisor.rules import RULES_BY_ID

@@ -216,3 +216,37 @@ def test_a_module_being_imported_is_not_its_files_category():
     deep = [Frame("all_reduce", f"{SITE}/torch/distributed/distributed_c10d.py", 2500)] + [
         Frame(f"f{i}", "/home/u/train.py", i) for i in range(9)] + [Frame("_load_unlocked", BOOT, 690)]
     assert classify(deep, active=False) is C.COLLECTIVE
+
+
+IMPORTING = (Frame("<module>", f"{LIB}/_dynamo/__init__.py", 7),
+             Frame("_find_and_load", "<frozen importlib._bootstrap>", 1173),
+             Frame("SGD.__init__", f"{LIB}/optim/sgd.py", 30), Frame("<module>", "/home/u/train.py", 13))
+
+
+def test_the_windows_evidence_starts_after_the_start_up_imports():
+    # A new user's job, attached while its first optimizer step imported torch._dynamo: 20 import
+    # samples of the attach burst, then the loop on a loaded host (a sample every 2 s). It was told
+    # its `<module>` was 80 % "CPU work in the training loop" for 12 s.
+    from gputop.analysis.window import STARTUP_STRETCH, startup_end
+
+    imports = [stack(t * 0.1, C.OTHER, frames=IMPORTING) for t in range(20)]
+    loop = [stack(2.0 + 2 * k, C.FORWARD) for k in range(5)]
+    assert startup_end(imports + loop) == 20
+    assert startup_end(imports) == 0  # still importing: the warm-up verdict's, the window keeps it all
+    # one lazy import mid-run (fewer than STARTUP_STRETCH in a row) does not cut the evidence
+    stray = [stack(30.0 + k, C.FORWARD) for k in range(4)]
+    stray[1] = stack(31.0, C.OTHER, frames=IMPORTING)
+    assert STARTUP_STRETCH > 1 and startup_end(stray) == 0
+
+    def main(t):
+        return C.OTHER if t < 6.0 else C.FORWARD
+
+    job = Job(seconds=14.0, util=periodic(1.0, 0.4), main=main, gpu=HEALTHY_GPM,
+              main_frames=lambda t: IMPORTING if t < 6.0 else None)
+    _, ctx = evaluate(born(job.store(), 60.0))
+    assert ctx.main_stacks and all(s.ts >= ctx.main_stacks[0].ts for s in ctx.main_stacks)
+    assert not any(s.frames == IMPORTING for s in ctx.main_stacks)
+    # the warm-up verdict still reads the whole history
+    _, ctx = evaluate(born(Job(seconds=4.0, util=periodic(1.0, 0.4), main=lambda t: C.OTHER, gpu=HEALTHY_GPM,
+                               main_frames=lambda t: IMPORTING).store(), 60.0))
+    assert ctx.warmup and ctx.warmup.startswith("importing modules")

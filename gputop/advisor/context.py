@@ -203,7 +203,8 @@ def context_of(w: JobWindow) -> AnalysisContext:
         pin_memory_thread=pin,
         stuck=w.stuck,
         forming=w.forming,
-        warmup=warming_up(w.now, target_window, w.main, w.worker_history),
+        # The history, not w.main: the window's main-thread evidence starts after the imports.
+        warmup=warming_up(w.now, target_window, w.main_history, w.worker_history),
         system=w.system,
         events=w.events,
         stuck_after_s=w.stuck_after_s,

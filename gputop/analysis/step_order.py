@@ -12,6 +12,7 @@ when each sample was taken, for the work, the forward and the optimizer.
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import median
 from typing import Sequence
 
@@ -40,23 +41,28 @@ def when_in_step(main: Sequence[StackSample], function: str) -> str | None:
     if key is None:
         return None
     name = function.split(" (")[0]
-    work: list[int] = []
-    model: list[int] = []  # the loop's lines under the forward, the backward and the optimizer
+    work: Counter[int] = Counter()
+    model: Counter[int] = Counter()  # the loop's lines under the forward, the backward and the optimizer
     for s in main:
         at = next((f.line for f in s.frames if f.name == key[0] and short_path(f.filename) == key[1]), None)
         if at is None:
             continue
         if any(f.name == name for f in s.frames if f.name != key[0]):
-            work.append(at)
-            continue
-        if phase_of(s) in (FORWARD, BACKWARD, OPTIMIZER):
-            model.append(at)
-    if not work or not model:
+            work[at] += 1
+        elif phase_of(s) in (FORWARD, BACKWARD, OPTIMIZER):
+            model[at] += 1
+    # A line's role is what most of its samples do: a torn non-blocking dump stamps an optimizer
+    # frame on the line that calls the work, or the work on the model's line (a new user's job,
+    # its fetch() on lines 9-13 and its whole step on line 14, read "optimizer at line 9" once
+    # and flipped between "before the forward" and unknown from one watch to the next).
+    work_lines = [ln for ln, k in work.items() for _ in range(k) if k >= model[ln]]
+    model_lines = [ln for ln, k in model.items() if k > work[ln]]
+    if not work_lines or not model_lines:
         return None
-    line = median(work)
-    if line > max(model):
+    line = median(work_lines)
+    if line > max(model_lines):
         return AFTER_UPDATE
-    if line < min(model):
+    if line < min(model_lines):
         return BEFORE_FORWARD
     return None
 

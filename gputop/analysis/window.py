@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..model import Event, GpuInfo, GpuProcess, GpuSample, HostSample, IdleInterval, ProcSample, StackSample, SystemInfo, TaskSample, UtilPoint
+from .classify import importing_at
 from .breakdown import CPU_DEVICE, STACK_JOIN_S, Breakdown, attribute, stack_slices
 from .efficiency import GpuEfficiency, Workers, gpu_efficiency, is_worker, parents_of, worker_stats
 from .memory_cause import exit_cause, exit_status_of, leak_lines
@@ -34,7 +35,7 @@ from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
     family_tasks, idle_reach, judge, latest_others, spinning_pids,
 )
-from .threshold import JUDGEMENT, Threshold
+from .threshold import JUDGEMENT, IntThreshold, Threshold
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -124,6 +125,26 @@ class MemoryReads:
     family: frozenset[int]
     workers: frozenset[int]
     exited_at: float | None
+
+
+# A stretch of this many main-thread samples in a row importing modules is the job's start-up (one
+# lazy import mid-run is a sample or two at the sampler's 1-5 Hz): the window's main-thread
+# evidence starts after the last such stretch once the job runs on. Judgement.
+STARTUP_STRETCH = IntThreshold(
+    3, "samples", JUDGEMENT,
+    "Main-thread samples in a row importing modules that make a start-up stretch; the evidence starts after the "
+    "last one once the job runs on (one lazy import mid-run is a sample or two).")
+
+
+def startup_end(main: Sequence[StackSample]) -> int:
+    """The index of the first sample after the last start-up stretch of ``main`` (0: none), where
+    the job has gone on since (still importing: the warm-up verdict's, the window keeps it all)."""
+    end, run = 0, 0
+    for k, s in enumerate(main):
+        run = run + 1 if importing_at(s.frames) is not None else 0
+        if run >= STARTUP_STRETCH:
+            end = k + 1
+    return end if end < len(main) else 0
 
 
 @dataclass(frozen=True)
@@ -248,8 +269,14 @@ class JobWindow:
 
     @functools.cached_property
     def main(self) -> list[StackSample]:
-        """The target's main thread in the window."""
-        return [s for s in self.main_history if s.ts >= self.t0]
+        """The target's main thread in the window, from the end of its start-up imports: a job
+        that spent its first seconds importing (``import torch``, the first optimizer step
+        importing ``torch._dynamo``) is judged by what it does after them. A new user's job,
+        attached while it imported, was told its `<module>` was 80 % "CPU work in the training
+        loop" for 12 s once the loop ran (20 import samples of the attach burst in the window
+        against 5 of the loop on a loaded host). The warm-up verdict reads the history, not this."""
+        main = [s for s in self.main_history if s.ts >= self.t0]
+        return main[startup_end(main):]
 
     @functools.cached_property
     def step(self) -> StepModel:
