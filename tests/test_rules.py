@@ -955,3 +955,26 @@ def test_cpu_only_work_is_bounded_by_the_statement_that_calls_it():
     assert "`param_stats` takes 40 %" in f.title
     assert "the loop's line 44 that calls it takes 60 %" in " ".join(f.evidence)
     assert f.gain_predicted is not None and f.gain_predicted > 1 / (1 - 0.6)
+
+
+def test_cpu_only_work_before_the_forward_is_bounded_by_the_workers_on_the_cores():
+    """A new user's 2-core job building each batch in Python (90 % of its samples) was promised "at
+    most 22x" for moving it into workers, while data-starved states 2.9x for the same move there:
+    workers prepare no faster than the training thread today, no more at once than the cores."""
+    from gputop.model import Frame
+
+    T = "/home/u/train.py"
+    prep = (Frame("tokenize_batch", T, 8), Frame("train", T, 40))
+    fwd = (Frame("forward", "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125), Frame("train", T, 41))
+    opt = (Frame("step", "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", 80), Frame("train", T, 42))
+    job = _cpu_job([(0.8, C.OTHER, prep), (0.1, C.FORWARD, fwd), (0.1, C.OPTIMIZER, opt)])
+    job.cores = 2
+    found, ctx = run_rules(job)
+    f = found["cpu-work-in-loop"]
+    assert ctx.cores == 2
+    assert "before the forward" in " ".join(f.evidence) and "num_workers=2" in f.action
+    assert f.gain_predicted == pytest.approx(2 / 0.8, rel=0.02)  # not the wait's 1 / (1 - 0.8) = 5x or more
+    assert "2 workers on 2 cores" in f.expected_gain and "limited by" in f.expected_gain
+    # with cores to spare the wait's own bound is the smaller one
+    job.cores = 16
+    assert run_rules(job)[0]["cpu-work-in-loop"].gain_predicted > 5.0
