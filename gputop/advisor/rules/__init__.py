@@ -22,6 +22,7 @@ from __future__ import annotations
 from ...model import Severity
 from .base import Check, Hit, Rule
 from .checkpoint import check_checkpoint_stall
+from .convolution import check_cudnn_retune
 from .data import (
     check_cpu_oversubscribed,
     check_data_starved,
@@ -76,6 +77,7 @@ THROUGHPUT_IDS = (
     "cpu-work-in-loop",
     "eval-every-step",
     "blocking-in-loop",
+    "cudnn-retune",
     "launch-bound",
     "unfused-optimizer",
     "no-tensor-cores",
@@ -134,6 +136,10 @@ RULES: tuple[Rule, ...] = (
     # cpu-work-in-loop's evidence (base.in_evaluation): each names only what training does.
     Rule("eval-every-step", "Evaluation inside the training loop, every step or nearly", W, check_eval_every_step),
     Rule("blocking-in-loop", "The training loop blocks in a call of its own", W, check_blocking_in_loop),
+    # The CPU time is inside convolution calls (cuDNN's algorithm search), not the dispatching:
+    # compile or a larger batch would not touch it.
+    Rule("cudnn-retune", "cuDNN re-tunes convolutions for each new input shape", W, check_cudnn_retune,
+         supersedes=("launch-bound",)),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),
