@@ -139,3 +139,47 @@ def test_the_reports_cpu_time_line_judges_a_cpu_ranks_backward_wait_as_advise_do
     assert wait.rstrip().endswith("70 %"), text
     # The target advise followed is one rank of the launcher's job: said beside its PID.
     assert f"target PID {R0} (rank 0 of 2: the ranks below)" in text, text[:600]
+
+
+def test_the_reports_hot_function_is_the_ranks_tabs_a_straggler_sleeping_in_its_own_code(tmp_path):
+    """A 2-rank gloo job whose rank 1 sleeps 20 ms in `load_batch` each step: off the CPU there
+    (IDLE), on it a few % on the loop's line. The Ranks tab named `load_batch` 88 %; the text and
+    HTML reports counted on-CPU places only and named `<module>` 2 %, and the HTML said the
+    straggler "waits in all_reduce"."""
+    from gputop.analysis import hot_line, rank_views
+
+    loop = Frame("<module>", "/home/u/jobs/ddp.py", 15)
+    sleep = (Frame("load_batch", "/home/u/jobs/ddp.py", 10), loop)
+    wait = (Frame("all_reduce", DIST, 2501), loop)
+    path = tmp_path / "ddp.gputop"
+    store = Store()
+    clock = [T0]
+    session = Session(store=store, pipeline=Pipeline(store, [], clock=lambda: clock[0]), clock=lambda: clock[0])
+    store.add([Event(T0, "ranks", ranks_message({R0: 0, R1: 1}, 4_194_300))])
+    session.start_recording(path)
+    stacks = []
+    for i in range(50):
+        ts = T0 + 1 + i / 5
+        r0 = (wait, Category.COLLECTIVE, False) if i % 50 else ((loop,), Category.OTHER, True)
+        r1 = ((sleep, Category.IDLE, False) if i % 50 > 5 else (wait, Category.COLLECTIVE, False) if i % 50
+              else ((loop,), Category.OTHER, True))
+        batch = [StackSample(ts, R0, R0, "MainThread", r0[0], active=r0[2], is_main=True, category=r0[1]),
+                 StackSample(ts, R1, R1, "MainThread", r1[0], active=r1[2], is_main=True, category=r1[1])]
+        stacks += batch
+        session.pipeline.publish(batch)
+    session.stop_recording()
+    with Reader(path) as r:
+        s = collect(r)
+    # the Ranks tab's choice over the same samples
+    tab = {v.rank: hot_line(v) for v in rank_views({R0: 0, R1: 1}, stacks, T0)}
+    assert tab[1][:2] == ("load_batch (jobs/ddp.py:10)", 0.88), tab
+    got = {x.rank: (x.hot, round(x.hot_share, 2), x.hot_own) for x in s.ranks}
+    assert got == {k: (p, round(sh, 2), own) for k, (p, sh, own) in tab.items()}, got
+    text = render_text(s)
+    row = next(line for line in text.splitlines() if line.split()[:2] == ["1", str(R1)])
+    assert row.endswith("load_batch (jobs/ddp.py:10) 88%"), row
+    html = render_html(s)
+    assert "load_batch (jobs/ddp.py:10) (88%)" in html
+    straggler_row = next(x for x in html.split("<tr>") if x.startswith(f"<td>1</td><td>{R1}</td>")).split("</tr>")[0]
+    assert "all_reduce" not in straggler_row and "the others wait for it" in straggler_row, straggler_row
+    assert "the others wait in all_reduce for rank 1 most" in html

@@ -91,7 +91,9 @@ def summary_dict(s: Summary) -> dict:
         "ranks": [
             {"rank": r.rank, "pid": r.pid, "gpu": r.gpu, "samples": r.samples,
              "shares": {name: round(sh, 4) for name, sh in r.groups}, "collective": r.collective_fn,
-             "hot": r.hot, "hot_share": round(r.hot_share, 4)}
+             "hot": r.hot, "hot_share": round(r.hot_share, 4),
+             # false: ``hot`` is where the rank's own code waits (in a collective), not its work
+             "hot_own": r.hot_own}
             for r in s.ranks
         ],
     }
