@@ -385,8 +385,11 @@ def open_live(config: Config = Config(), store: Store | None = None, clock: Call
         return [r.pid for r in job.ranks] if job is not None else []
 
     def pids_to_watch() -> list[int]:
-        # The host source reads OS details for whatever holds a GPU, plus the target and its ranks.
+        # The host source reads OS details for whatever holds a GPU, plus the target, its ranks
+        # and their launcher (the process table leads with the job, its launcher first).
         pids = {p.pid for p in store.gpu_processes()} | set(rank_pids())
+        if session.job is not None and session.job.launcher is not None:
+            pids.add(session.job.launcher)
         if session.target_pid is not None:
             pids.add(session.target_pid)
         return sorted(pids)

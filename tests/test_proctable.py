@@ -134,3 +134,36 @@ def test_the_attached_job_comes_first_with_its_workers_under_it():
     assert [(r.pid, r.job) for r in rows] == [(10, "rank 0"), (11, "rank 1"), (12, "worker"), (50, "")]
     # Not attached: as sorted (GPU memory), nobody grouped, no workers listed.
     assert [r.pid for r in build_rows(gpu, procs, now)] == [50, 10, 11]
+
+
+def test_attached_to_a_launcher_the_job_leads_launcher_first_each_rank_with_its_workers():
+    """torchrun on a host without GPUs: rank 0 led ("● rank 0"), unrelated busy processes came
+    next, then rank 1 unnamed and the launcher 11th. The job leads: the launcher, each rank named
+    under it in rank order, each rank's DataLoader workers under that rank."""
+    from gputop.present.process_table import COLUMNS, row_cells
+
+    now = 100.0
+    procs = {
+        # the ranks' parent; on a GPU host it is read for the table alone (role "gpu", no GPU)
+        900: ProcSample(ts=now, pid=900, ppid=1, cmdline="python -m torch.distributed.run ddp.py", cpu_percent=1,
+                        role="gpu"),
+        901: ProcSample(ts=now, pid=901, ppid=900, cmdline="python ddp.py", cpu_percent=60, role="target"),
+        902: ProcSample(ts=now, pid=902, ppid=900, cmdline="python ddp.py", cpu_percent=90, role="cpu"),
+        911: ProcSample(ts=now, pid=911, ppid=901, cmdline="python ddp.py", cpu_percent=5, role="worker"),
+        912: ProcSample(ts=now, pid=912, ppid=902, cmdline="python ddp.py", cpu_percent=5, role="worker"),
+        **{p: ProcSample(ts=now, pid=p, ppid=1, cmdline=f"busy{p}", cpu_percent=70 + p % 10, role="cpu")
+           for p in range(200, 209)},
+    }
+    # the session follows rank 0 for a launcher's PID
+    rows = build_rows([], procs, now, sort="cpu", target=901, ranks={901: 0, 902: 1})
+    assert [(r.pid, r.job, r.depth) for r in rows[:5]] == [
+        (900, "launcher", 0), (901, "rank 0", 1), (911, "worker", 2), (902, "rank 1", 1), (912, "worker", 2)]
+    assert all(not r.job for r in rows[5:]) and len(rows) == 14
+    commands = [row_cells(r, COLUMNS)[-1] for r in rows[:4]]
+    assert commands == ["● launcher  python -m torch.distributed.run ddp.py", "└ rank 0  python ddp.py",
+                        "  └ worker  python ddp.py", "└ rank 1  python ddp.py"]
+    # the launcher not read (a recording from before): the ranks lead, each a head of its own
+    del procs[900]
+    rows = build_rows([], procs, now, sort="cpu", target=902, ranks={901: 0, 902: 1})
+    assert [(r.pid, r.job, r.depth) for r in rows[:4]] == [
+        (901, "rank 0", 0), (911, "worker", 1), (902, "rank 1", 0), (912, "worker", 1)]

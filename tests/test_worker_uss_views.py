@@ -121,14 +121,14 @@ def test_the_cells_line_the_figures_up_under_the_title():
     cols = table_columns(rows, 120)
     uss = [k for k, _, _ in cols].index("uss")
     title = cols[uss][1]
-    cells = [row_cells(r, cols, TARGET)[uss] for r in rows]
+    cells = [row_cells(r, cols)[uss] for r in rows]
     assert title == "   USS"
     assert cells[0] == ""  # the job's main process: blank, not "n/a"
     grown, flat = cells[1], cells[2]
     assert grown.endswith("+40M/min") and len(grown) == len(flat) == cols[uss][2]
     assert grown[:6].strip() and grown[:6].endswith("M") and flat[:6].endswith("M")  # right-aligned as RSS
-    assert row_cells(rows[1], cols, TARGET)[-1].startswith("└ worker  ")
-    assert row_cells(rows[0], cols, TARGET)[-1].startswith("● ")
+    assert row_cells(rows[1], cols)[-1].startswith("└ worker  ")
+    assert row_cells(rows[0], cols)[-1].startswith("● ")
 
 
 # --------------------------------------------------------------------------- the host's memory line

@@ -49,9 +49,11 @@ class ProcRow:
     elapsed: float | None
     command: str
     kind: str = "C"
-    # The attached job's rows: "job" (the target), "rank N", "worker" (a process it started);
-    # drawn first, each of its processes under it.
+    # The attached job's rows: "job" (the target), "launcher" (a multi-rank job's: its ranks'
+    # parent), "rank N", "worker" (a process one of them started); drawn first, each of its
+    # processes under it, ``depth`` levels down (0: a head of the job).
     job: str = ""
+    depth: int = 0
     # A DataLoader worker's private memory (USS, bytes) as the memory view last read it, and its
     # growth (bytes/s) while the view judges it growing; None: not read (not a worker, no reading yet).
     uss: float | None = None
@@ -112,7 +114,7 @@ def build_rows(
             )
         )
     if target is not None:
-        _add_workers(rows, procs, now, target)
+        _add_job(rows, procs, now, target, ranks or {})
     if query:
         q = query.lower()
         rows = [r for r in rows if q in _haystack(r)]
@@ -142,47 +144,89 @@ def shown_command(cmdline: str) -> str:
     return head + sep + rest
 
 
-def _add_workers(rows: list[ProcRow], procs: dict[int, ProcSample], now: float, target: int) -> None:
-    """The target's workers (DataLoader workers, ranks it launched) that hold no GPU: rows too,
-    so the job shows whole."""
+def _add_job(rows: list[ProcRow], procs: dict[int, ProcSample], now: float, target: int,
+             ranks: dict[int, int]) -> None:
+    """The attached job's processes that hold no GPU (its ranks and their launcher, DataLoader
+    workers, ranks it launched): rows too, so the job shows whole. On a host without GPUs the
+    ranks were rows only among the busiest processes, and the launcher 11th or not at all."""
     shown = {r.pid for r in rows}
+    heads = {target} | _job_ranks(procs, target, ranks)
+    launcher = job_launcher(procs, target, ranks)
+    if launcher is not None:
+        heads.add(launcher)
     for pid, ps in procs.items():
-        if pid in shown or ps.ts < now - STALE_S or not (ps.role == "worker" or ps.ppid == target):
+        if pid in shown or ps.ts < now - STALE_S or not (pid in heads or ps.role == "worker" or ps.ppid in heads):
             continue
         rows.append(ProcRow(pid=pid, gpu=None, user=ps.user, gpu_mem=None, sm=None, cpu=ps.cpu_percent, rss=ps.rss,
                             elapsed=(now - ps.create_time) if ps.create_time else None,
                             command=shown_command(ps.cmdline or ps.name), kind="-"))
 
 
+def _job_ranks(procs: dict[int, ProcSample], target: int, ranks: dict[int, int]) -> set[int]:
+    """The ranks of the target's job (the ranks event names the job attached to): all of them
+    when the target is one of them or their launcher, none otherwise."""
+    if target in ranks or any(procs[p].ppid == target for p in ranks if p in procs):
+        return set(ranks)
+    return set()
+
+
+def job_launcher(procs: dict[int, ProcSample], target: int, ranks: dict[int, int]) -> int | None:
+    """The launcher of the target's multi-rank job: its ranks' one parent (as ``sources.ranks``
+    finds it), None for one process or ranks whose parents differ or are not read."""
+    parents = {procs[p].ppid for p in _job_ranks(procs, target, ranks) if p in procs}
+    if len(parents) != 1:
+        return None
+    (launcher,) = parents
+    return None if launcher is None or launcher in ranks else launcher
+
+
 def group_job(rows: list[ProcRow], procs: dict[int, ProcSample], target: int | None,
               ranks: dict[int, int]) -> list[ProcRow]:
-    """The attached job first: the target's rows, then each process it started (by parent PID)
-    under its parent, ranks named, in the order the sort gave; the other rows after, as sorted."""
-    if target is None or not any(r.pid == target for r in rows):
+    """The attached job first: a multi-rank job's launcher, then each rank in rank order (the
+    target is one of them), else the target; each process one started (by parent PID) under it,
+    ranks named, in the order the sort gave; the other rows after, as sorted. Attached to a
+    torchrun launcher, rank 0 led, unrelated processes came next, then rank 1 (unnamed) and the
+    launcher 11th."""
+    if target is None:
+        return rows
+    by_pid: dict[int, list[ProcRow]] = {}
+    for r in rows:
+        by_pid.setdefault(r.pid, []).append(r)
+    job_ranks = _job_ranks(procs, target, ranks)
+    launcher = job_launcher(procs, target, ranks)
+    heads = [p for p in ([launcher] if launcher is not None else []) + sorted(job_ranks, key=ranks.__getitem__)
+             + [target] if p in by_pid]
+    if not heads:
         return rows
     parent = {pid: ps.ppid for pid, ps in procs.items()}
-    children: dict[int, list[ProcRow]] = {}
-    for r in rows:
-        if r.pid != target and parent.get(r.pid) is not None:
-            children.setdefault(parent[r.pid], []).append(r)
+    children: dict[int, list[int]] = {}
+    for pid in by_pid:
+        if parent.get(pid) is not None:
+            children.setdefault(parent[pid], []).append(pid)
+    for kids in children.values():
+        # Ranks in rank order, first; the others as sorted.
+        kids.sort(key=lambda p: (p not in job_ranks, ranks.get(p, 0)))
 
-    def tag(r: ProcRow, default: str) -> ProcRow:
-        return replace(r, job=f"rank {ranks[r.pid]}" if r.pid in ranks else default)
+    def label(pid: int) -> str:
+        if pid in job_ranks:
+            return f"rank {ranks[pid]}"
+        return "launcher" if pid == launcher else "job" if pid == target else "worker"
 
-    job = [tag(r, "job") for r in rows if r.pid == target]
-    keys = {r.key for r in job}
+    job: list[ProcRow] = []
+    placed: set[int] = set()
 
     def walk(pid: int, depth: int) -> None:
-        for c in children.get(pid, ()):
-            if c.key in keys:
-                continue  # a parent loop in stale samples must not repeat rows
-            job.append(tag(c, "worker"))
-            keys.add(c.key)
-            if depth < 4:
-                walk(c.pid, depth + 1)
+        if pid in placed:
+            return  # a parent loop in stale samples, or a rank already under its launcher
+        placed.add(pid)
+        job.extend(replace(r, job=label(pid), depth=depth) for r in by_pid[pid])
+        if depth < 4:
+            for c in children.get(pid, ()):
+                walk(c, depth + 1)
 
-    walk(target, 0)
-    return job + [r for r in rows if r.key not in keys]
+    for h in heads:
+        walk(h, 0)
+    return job + [r for r in rows if r.pid not in placed]
 
 
 def uss_cell(r: ProcRow, growth_w: int = 0) -> str:
@@ -228,13 +272,14 @@ def fit_columns(cols: Sequence[Column], width: int) -> tuple[Column, ...]:
     return tuple(out)
 
 
-def row_cells(r: ProcRow, columns: Sequence[Column], target: int | None = None) -> tuple[str, ...]:
-    """The row's text in each of ``columns``: the attached job's processes marked (● the target,
-    └ each process under it, with its rank or "worker")."""
+def row_cells(r: ProcRow, columns: Sequence[Column]) -> tuple[str, ...]:
+    """The row's text in each of ``columns``: the attached job's processes marked (● a head of
+    the job: the target, or a multi-rank job's launcher; └ each process under it, indented by
+    its depth, with its rank, "launcher" or "worker")."""
     command = r.command
     if r.job:
         label = "" if r.job == "job" else f"{r.job}  "
-        command = ("● " if r.pid == target else "└ ") + label + command
+        command = ("● " if r.depth == 0 else "  " * (r.depth - 1) + "└ ") + label + command
     cells = {
         "pid": str(r.pid),
         "user": truncate(r.user or "?", 10),

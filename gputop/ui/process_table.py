@@ -54,7 +54,7 @@ class ProcessTable(ProcList):
             self.set_columns(columns)
             self._update_titles()  # a column back in sight keeps its sort arrow
         # The attached job stands out: its rows first, highlighted, its workers under it.
-        self.set_rows([r.key for r in rows], [row_cells(r, columns, target) for r in rows],
+        self.set_rows([r.key for r in rows], [row_cells(r, columns) for r in rows],
                       highlight={r.key for r in rows if r.job})
 
     @staticmethod
