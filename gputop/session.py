@@ -168,6 +168,14 @@ class Session:
                 rates[i] = (s.nvlink_tx_bps, s.nvlink_rx_bps)
         return rates or None
 
+    @property
+    def without_gpus(self) -> bool:
+        """No GPU to show: live, no NVML (nor the fake); a replay, a recording that holds none
+        (the process table then sorts by CPU, as live without NVML: GPU memory is n/a for all)."""
+        if self.replay is not None:
+            return not self.replay.reader.gpu_indices()
+        return self.gpu is None
+
     # ----------------------------------------------------------------- verbs for the UI
 
     def attach(self, pid: int) -> None:

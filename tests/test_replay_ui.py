@@ -230,3 +230,34 @@ def test_replay_start_at_the_edges_is_accepted(recording, start):
 
     with Reader(recording) as r:
         outside_problem(start, r.start_ts, r.end_ts)  # no error
+
+
+async def test_a_replay_without_gpus_sorts_the_processes_by_cpu_as_live_does(recording, tmp_path):
+    """A CPU-only recording's replay sorted the process table by GPU memory, n/a for every row:
+    an arbitrary order, where live without NVML sorts by CPU. A recording with GPUs keeps GPU memory."""
+    from gputop.model import HostSample, ProcSample
+    from gputop.ui.app import GputopApp
+
+    path = tmp_path / "cpu.gputop"
+    w = RecordWriter.create(path)
+    w.start_session(SessionMeta(mode="live", interval=1.0))
+    for i in range(10):
+        ts = T0 + i
+        w.flush([HostSample(ts=ts, cpu_percent=50.0, mem_total=2**34, mem_used=2**33)]
+                + [ProcSample(ts=ts, pid=p, ppid=1, cmdline=f"cmd{p}", cpu_percent=c, role="cpu")
+                   for p, c in ((4_194_301, 5.0), (4_194_302, 90.0), (4_194_303, 40.0))])
+    w.finish()
+    for rec, key in ((path, "cpu"), (recording, "gpu_mem")):
+        session = open_replay(rec, speed=1.0, paused=True, start="50%", advisor=False)
+        app = GputopApp(session, interval=1.0, refresh=60)
+        session.pipeline.start()
+        try:
+            async with app.run_test(size=(140, 45)) as pilot:
+                await pilot.pause(0.5)
+                app.tick(force=True)
+                table = app.query_one("#procs")
+                assert table.sort_key == key
+                if key == "cpu":
+                    assert [r.pid for r in table.rows] == [4_194_302, 4_194_303, 4_194_301]
+        finally:
+            session.pipeline.stop()

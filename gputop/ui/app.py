@@ -194,7 +194,7 @@ class GputopApp(ReplayControls, App[int]):
         # Keys go to the process table from the start (arrows, Enter to attach).
         self.query_one("#gpus").can_focus = False
         table.focus()
-        if self.session.gpu is None and self.session.mode == "live":
+        if self.session.without_gpus:
             table.sort_by("cpu")  # no GPU memory to sort by: the busiest processes first
         self._mounted_ok = True
         if not self.is_headless:
