@@ -11,7 +11,7 @@ from dataclasses import replace
 from ...analysis import Bucket, short_path
 from ...model import Category, Frame, Severity
 from ...analysis import STRAGGLER, STRAGGLER_MIN_GAP_OPS, ras_line
-from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, straggler
+from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, hot_line, straggler
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
@@ -153,8 +153,11 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     for v in (slow, *waiting):
         top = ", ".join(f"{c.value} {pct(sh)}" for c, sh in v.shares[:3])
         gpu = f", GPU {v.gpu}" if v.gpu is not None else ""
+        # The rank's hot place as the Ranks tab and the report name it (a rank sleeping in its own
+        # `load_batch` read "hot: <module> 2 %" here beside "spends 90 % in load_batch").
+        place, share, own = hot_line(v)
         line = (f"rank {v.rank} (pid {v.pid}{gpu}): {top} of {v.samples} samples"
-                + (f"; hot: {v.hot} {pct(v.hot_share)}" if v.hot else ""))
+                + (f"; hot: {place} {pct(share)}" if place and own else f"; waits at: {place} {pct(share)}" if place else ""))
         if found.on_gpu:
             line += (f"; its GPU waited {pct(v.gpu_wait or 0.0)} (utilisation {v.gpu_util or 0:.0f} %"
                      + (f", SMs active {v.gpu_sm:.0f} %" if v.gpu_sm is not None else "") + ")")
@@ -237,10 +240,11 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
                 f"persistent_workers=True{_pin(slow)})"
                 + (f", or pre-decode / cache what `{slow.worker_hot}` does" if slow.worker_hot else "")
                 + "; every rank should read data that costs the same to load")
-    hot, hot_share = slow.hot, slow.hot_share
-    if slow.only_here and (not hot or slow.only_here_share >= hot_share / 2):
-        # What only this rank runs says more than its busiest line (often the loop's own).
-        hot, hot_share = slow.only_here, slow.only_here_share
+    # What only this rank runs says more than its busiest line (often the loop's own): the choice
+    # the Ranks tab and the report make (analysis.hot_line).
+    hot, hot_share, own = hot_line(slow)
+    if not own:
+        hot, hot_share = None, 0.0
     where = f"`{hot}`" if hot else f"rank {slow.rank}'s non-collective work"
     doing = (f"spends {pct(hot_share)} in `{hot}`" if hot
              else f"spends {pct(1 - slow.collective)} outside collectives ({slow.shares[0][0].value} first)")
