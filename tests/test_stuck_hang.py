@@ -97,9 +97,20 @@ def test_a_job_that_moved_while_watched_waits_for_the_threshold():
 
 
 def test_a_main_thread_that_sleeps_on_purpose_is_not_stuck_at_attach():
-    main = [stack(T0 + i / 5, (Frame("main", PROJ, 9, code="time.sleep(60)"),)) for i in range(40)]
-    v = judge(main, main[-1].ts, 30.0, tasks={PID: [task(T0 + i) for i in range(9)]})
-    assert not v.stuck and "sleeps" in v.reason
+    for code in ("time.sleep(5)", "time.sleep(interval)", "time.sleep(30)", "time.sleep(1e1)"):
+        main = [stack(T0 + i / 5, (Frame("main", PROJ, 9, code=code),)) for i in range(40)]
+        v = judge(main, main[-1].ts, 30.0, tasks={PID: [task(T0 + i) for i in range(9)]})
+        assert not v.stuck and "sleeps" in v.reason, code
+
+
+def test_a_sleep_longer_than_the_threshold_since_before_the_attach_is_stuck_at_once():
+    # A new user's job asleep in `time.sleep(100000)` (its "hang") since before the attach was
+    # called stuck only at the 30 s threshold, where /proc's flat counters said so at 4 s.
+    for code in ("time.sleep(100000)", "time.sleep(60)", "time.sleep(1_000.5)"):
+        main = [stack(T0 + i / 5, (Frame("wait_for_shard", PROJ, 9, code=code),)) for i in range(40)]
+        v = judge(main, main[-1].ts, 30.0, tasks={PID: [task(T0 + i) for i in range(9)]})
+        assert v.stuck and v.early, code
+        assert any(f"`{code}`, longer than the stuck threshold (30 s)" in e for e in v.evidence)
 
 
 def test_without_proc_readings_psutil_and_pyspy_decide_as_in_a_replay():

@@ -28,6 +28,8 @@ whole depth) and a confidence that grows with it. gputop.analysis.hang says why 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
@@ -478,7 +480,7 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
     if held < EARLY_MIN_S:
         return f"main thread unchanged for {held:.0f} s since attaching"
     code = (last.frames[0].code or "") if last.frames else ""
-    if "sleep(" in code:
+    if "sleep(" in code and not _sleeps_past(code, threshold):
         return f"main thread sleeps on purpose ({where(last.frames)})"  # a sleep ends by itself
     if gpu == "busy" and last.category is not Category.COLLECTIVE:
         return f"main thread unchanged for {held:.0f} s but the GPU is busy"
@@ -525,12 +527,32 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
     reach = max(held, proc_reach, gpu_idle_s if gpu == "idle" else 0.0)
     n = len([s for s in main if s.ts >= first.ts])
     ev = [f"main thread's stack identical in all {n} samples since attaching ({held:.1f} s)"]
+    if "sleep(" in code:
+        ev.append(f"it sleeps in `{code.strip()}`, longer than the stuck threshold ({threshold:.0f} s): no step waits that long")
     ev += _proc_lines(prog)
     if gpu == "idle" and gpu_idle_s > 0:
         ev.append(f"GPU idle for {gpu_idle_s:.0f} s without a break (NVML's buffer reaches back before the attach)")
     if gpu == "spin":
         ev.append(SPIN_EVIDENCE)
     return reach, ev
+
+
+_SLEEP_LITERAL = re.compile(r"sleep\(\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*\)")
+
+
+def _sleeps_past(code: str, threshold: float) -> bool:
+    """The line sleeps for a literal number of seconds longer than the stuck threshold
+    (``time.sleep(100000)``): no step waits that long, so it is not the sleep of a working loop,
+    which ends by itself. A sleep by a name or an expression says nothing and stays exempt (a new
+    user's job asleep in `time.sleep(100000)` since before the attach was called stuck only after
+    the 30 s threshold, where /proc's flat counters had said so at 4 s)."""
+    m = _SLEEP_LITERAL.search(code)
+    if m is None:
+        return False
+    try:
+        return float(m.group(1).replace("_", "")) > threshold
+    except ValueError:
+        return False
 
 
 SPIN_EVIDENCE = ("GPU 'busy' 100 % with few SMs active and no tensor-core work, power near idle: a kernel spins "
