@@ -166,3 +166,16 @@ def test_an_fsdp_straggler_whose_peer_mixes_compute_and_spin_is_named():
     named = [f for _, _, shown in runs for f in shown[:1] if f.id == "rank-straggler"]
     assert len(named) >= len(runs) - 2
     assert all("tokenize_slowly" in " ".join(f.evidence) for f in named)
+
+
+def test_the_target_blocked_in_its_own_code_while_its_peer_spins_is_the_rank_that_never_arrives():
+    # A held-out job (2 x H200): rank 0 (the target) blocks on a dead writer thread's queue; rank 1's
+    # GPU spins in the all-reduce and its host thread runs on, which read as "rank 1 moves: a
+    # straggler" and left the job "weighing" for 20 s. Stuck once the target stood still 5 s.
+    runs = replay_findings("demand_forecast-h200x2.gputop", every_s=1.0)
+    first = next(t for t, _, shown in runs if shown and shown[0].id == "stuck")
+    assert first <= 11.0
+    f = next(shown[0] for t, _, shown in runs if t == first)
+    assert "rank 0 (pid 2369), which never arrives" in f.title and "record_metrics" in f.title
+    assert any("every other rank's GPU spins in a collective" in e for e in f.evidence)
+    assert all(shown[0].id == "stuck" for t, _, shown in runs if t >= first)

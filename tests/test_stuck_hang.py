@@ -96,6 +96,28 @@ def test_a_job_that_moved_while_watched_waits_for_the_threshold():
     assert not v.stuck and "moved" in v.reason
 
 
+def test_a_rank_standing_still_while_every_peer_spins_in_a_collective_is_the_one_that_never_arrives():
+    # NCCL: the peers' GPUs spin in the all-reduce (spin_pids); the target stopped while watched in
+    # its own code and nothing says it works: stuck after SPIN_STUCK_S, not the 30 s threshold.
+    from gputop.analysis.stuck import SPIN_STUCK_S
+
+    peer = PID + 50
+    moving = [stack(T0 + i / 5, (Frame("step", PROJ, 30 + i % 3), Frame("main", PROJ, 90))) for i in range(10)]
+    main, others, tasks = hung(SPIN_STUCK_S + 1.0, start=T0 + 2.0)
+    ranks = {PID: 0, peer: 1}
+    v = judge(moving + main, main[-1].ts, 30.0, others=others, tasks=tasks, ranks=ranks,
+              spin_pids=frozenset({peer}))
+    assert v.stuck and not v.early and "while the other ranks wait for it in a collective" in v.reason, v.reason
+    # not while a peer's GPU works (a straggler's case), nor before SPIN_STUCK_S, nor when it works
+    assert not judge(moving + main, main[-1].ts, 30.0, others=others, tasks=tasks, ranks=ranks).stuck
+    short = [s for s in main if s.ts <= main[0].ts + SPIN_STUCK_S - 1.0]
+    assert not judge(moving + short, short[-1].ts, 30.0, others=others, tasks=tasks, ranks=ranks,
+                     spin_pids=frozenset({peer})).stuck
+    busy = {PID: [task(T0 + 2.0 + i, cpu_ns=(1_000_000 + i * 900_000_000, 2_000_000)) for i in range(8)]}
+    assert not judge(moving + main, main[-1].ts, 30.0, others=others, tasks=busy, ranks=ranks,
+                     spin_pids=frozenset({peer})).stuck
+
+
 def test_a_main_thread_that_sleeps_on_purpose_is_not_stuck_at_attach():
     for code in ("time.sleep(5)", "time.sleep(interval)", "time.sleep(30)", "time.sleep(1e1)"):
         main = [stack(T0 + i / 5, (Frame("main", PROJ, 9, code=code),)) for i in range(40)]

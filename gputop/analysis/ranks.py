@@ -498,8 +498,8 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
     A rank that waits in the same all_reduce line at every sample is not hung while another rank
     works: each step it waits again, for a straggler. One that moved when the target stopped and
     has stood still since (a desync: each rank in its own collective) does not work. A rank whose
-    GPU spins (``spin_pids``) is not working by being on a CPU: the CUDA driver yields in a loop
-    while it waits. ``works_between(pid, samples)``: whether the OS shows a rank whose sparse
+    GPU spins now (``spin_pids``) does not work, whatever its host thread runs: the CUDA driver
+    yields in a loop while it waits, or it launches into a queue that waits behind the collective. ``works_between(pid, samples)``: whether the OS shows a rank whose sparse
     samples sit at one place working between them (a straggler asleep most of each step in its own
     code: at ~1 stack/s its last few samples can all land in the sleep)."""
     by_pid: dict[int, list[StackSample]] = {}
@@ -508,6 +508,11 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
             by_pid.setdefault(s.pid, []).append(s)
     out = []
     for p, ss in by_pid.items():
+        if p in spin_pids:
+            # Its GPU spins in a collective now: whatever its host thread runs (the next step's
+            # launches into the queue, the driver yielding) waits for a peer. A held-out job's rank
+            # waiting so for a rank blocked on a dead thread's queue read as "moves: a straggler".
+            continue
         ss.sort(key=lambda s: s.ts)
         newest = ss[-1].ts
         recent = [s for s in ss if s.ts >= newest - MOVING_RECENT_S]

@@ -444,6 +444,24 @@ def judge(
         return stuck(f"no progress for {held:.0f} s ({last.category.value}, {gpu_note})", held, True, False,
                      SPIN_CONFIDENCE, ev)
 
+    # ------------------------------------------------------------- the rank the others wait for
+    # NCCL waits on the GPU: when every other rank's GPU spins in a collective while this rank's
+    # main thread has stood still, outside any collective and with nothing that says it works
+    # (its CPU, its IO, its workers), for SPIN_STUCK_S, it is the rank that never arrives (a
+    # held-out job's rank 0 blocked on a dead writer thread's queue was "weighing" for 20 s, its
+    # peer spinning in the all-reduce from the hang's fifth second; NCCL's counts said the same
+    # 7 s later). A rank that works while they wait is a straggler, the rule's, not this.
+    peers = [p for p in (ranks or {}) if p != last.pid]
+    if (peers and not reaches_start and held >= SPIN_STUCK_S and why is None and gpu != "busy"
+            and last.category not in (Category.COLLECTIVE, Category.HOST_SYNC)
+            and all(p in spin_pids for p in peers)):
+        n = len([s for s in main if s.ts >= first.ts])
+        ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), outside any collective",
+              f"every other rank's GPU spins in a collective waiting for a peer ({len(peers)} of {len(peers)})"]
+        ev += _proc_lines(prog)
+        return stuck(f"no progress for {held:.0f} s ({last.category.value}) while the other ranks wait for it "
+                     "in a collective", held, True, False, SPIN_CONFIDENCE, ev)
+
     # ------------------------------------------------------------- the verdict at attach
     early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io)
     if isinstance(early, str):
