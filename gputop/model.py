@@ -91,6 +91,10 @@ class GpuSample:
     # up or when neither could be read. Last, so that a recording's older rows decode as a prefix.
     nvlink_tx_bps: float | None = None
     nvlink_rx_bps: float | None = None
+    # GPM's FP64 readings: the FP64 tensor cores (DMMA, a float64 matmul on Hopper) and the FP64
+    # pipes. After the NVLink rates, for the same reason.
+    dfma_active: float | None = None
+    fp64_active: float | None = None
 
     @property
     def mem_fraction(self) -> float | None:

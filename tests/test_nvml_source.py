@@ -24,6 +24,8 @@ from fake_pynvml import (
     NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     NVML_GPM_METRIC_DRAM_BW_UTIL,
     NVML_GPM_METRIC_FP16_UTIL,
+    NVML_GPM_METRIC_DFMA_TENSOR_UTIL,
+    NVML_GPM_METRIC_FP64_UTIL,
     NVML_GPM_METRIC_FP32_UTIL,
     NVML_GPM_METRIC_SM_OCCUPANCY,
     NVML_GPM_METRIC_SM_UTIL,
@@ -565,6 +567,8 @@ def test_gpm_metrics_mapped_between_consecutive_polls():
         NVML_GPM_METRIC_DRAM_BW_UTIL: 6.5,
         NVML_GPM_METRIC_FP32_UTIL: 77.4,
         NVML_GPM_METRIC_FP16_UTIL: 1.5,
+        NVML_GPM_METRIC_DFMA_TENSOR_UTIL: 54.0,
+        NVML_GPM_METRIC_FP64_UTIL: 9.5,
     }
     src, fake, clock = make([FakeGpu(gpm=gpm)])
     t0 = clock()
@@ -573,6 +577,7 @@ def test_gpm_metrics_mapped_between_consecutive_polls():
     assert s0.sm_active is None and s0.tensor_active is None  # one sample is not a rate
     assert (s1.sm_active, s1.sm_occupancy, s1.tensor_active) == (96.9, 12.1, 0.0)
     assert (s1.dram_active, s1.fp32_active, s1.fp16_active) == (6.5, 77.4, 1.5)
+    assert (s1.dfma_active, s1.fp64_active) == (54.0, 9.5)  # the FP64 tensor cores and pipes
     assert s2.sm_active == 96.9
     assert fake.gpm_pairs == [(t0, t0 + 1), (t0 + 1, t0 + 2)]  # previous -> current
     assert fake.calls["nvmlGpmSampleAlloc"] == 2  # two per GPU, reused

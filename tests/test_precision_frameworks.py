@@ -139,3 +139,22 @@ def test_a_job_whose_stacks_show_autocast_is_not_told_to_use_it_whatever_the_fp3
     assert "no-tensor-cores" not in found and "mixed-precision" not in found
     # the same GPU reading with the fp32 forward's stacks is still named
     assert "no-tensor-cores" in rule_findings(framework_job("fw-hf-trainer-forward", busy_fp32))[0]
+
+
+FLOAT64 = {"sm_active": 93.0, "sm_occupancy": 20.0, "tensor_active": 55.0, "fp32_active": 0.1,
+           "dfma_active": 54.0, "fp64_active": 9.0}
+
+
+def test_a_gpu_busy_with_fp64_tensor_cores_and_pipes_is_told_to_leave_float64():
+    # A held-out job (model.double() on float64 batches) read like a bf16 one on GPM's any-tensor and
+    # fp32 metrics (55 % and 0.1 %), and was told nothing; float32 + bf16 autocast measured 5.85x.
+    found = rule_findings(framework_job(None, FLOAT64))[0]
+    f = found["float64-math"]
+    assert "FP64 tensor cores 54 %" in f.evidence[0] and "FP64 pipes 9 %" in f.evidence[0]
+    assert "model.double()" in f.action and "float32" in f.action and "autocast" in f.action
+    assert 1.5 < f.gain_predicted <= 14.8
+    # bf16 and float32 jobs read no FP64 work; GPUs without the readings (older GPM) say nothing
+    for gpm in (BF16, TF32_CONVS, {**BF16, "dfma_active": 0.0, "fp64_active": 0.3}):
+        assert "float64-math" not in rule_findings(framework_job(None, gpm))[0]
+    # a float64 job on a starved GPU: the idle time's cause comes first
+    assert "float64-math" not in rule_findings(framework_job(None, FLOAT64, util=20.0))[0]

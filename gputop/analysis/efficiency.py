@@ -55,6 +55,8 @@ class GpuEfficiency:
     fp32_active: float | None = None
     fp16_active: float | None = None
     dram_active: float | None = None
+    dfma_active: float | None = None  # the FP64 tensor cores (a float64 matmul)
+    fp64_active: float | None = None  # the FP64 pipes
     util_busy_mean: float | None = None  # utilisation over the same busy polls
     mem_used_peak: int | None = None
     mem_total: int | None = None
@@ -124,6 +126,8 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         fp32_active=_mean(s.fp32_active for s in work),
         fp16_active=_mean(s.fp16_active for s in work),
         dram_active=_mean(s.dram_active for s in work),
+        dfma_active=_mean(s.dfma_active for s in work),
+        fp64_active=_mean(s.fp64_active for s in work),
         util_busy_mean=_mean(s.util_gpu for s in work),
         mem_used_peak=max(mems) if mems else None,
         mem_total=(totals[-1] if totals else (info.memory_total if info else None)),

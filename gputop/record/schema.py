@@ -35,9 +35,12 @@ APPLICATION_ID = 0x67705452
 # workers' private memory (ProcSample.uss / pss, after `io_write_bps`): this gputop reads version 1
 # files with the narrower layouts (those fields None) and appends to one in them, so it stays
 # version 1.
-SCHEMA_VERSION = 3
+# Version 4 added the GPU samples' FP64 readings (GpuSample.dfma_active / fp64_active, after the
+# NVLink rates): a model in float64 runs its matmuls on the FP64 tensor cores, which GPM's
+# any-tensor reading cannot tell from bf16's.
+SCHEMA_VERSION = 4
 # The versions this gputop appends to, each in its own layout (see series_layouts).
-APPENDABLE_VERSIONS = (1, 2, 3)
+APPENDABLE_VERSIONS = (1, 2, 3, 4)
 FORMAT_NAME = "gputop-recording"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -123,9 +126,13 @@ GPU_FIELDS: tuple[Field, ...] = (
     Field("error", "s"),
     Field("nvlink_tx_bps", "f", 1),
     Field("nvlink_rx_bps", "f", 1),
+    Field("dfma_active"),
+    Field("fp64_active"),
 )
-# The GPU fields a version 1 file holds: every field of version 2 before the NVLink rates.
-GPU_FIELDS_V1 = GPU_FIELDS[: len(GPU_FIELDS) - 2]
+# The GPU fields a version 1 file holds: every field of version 2 before the NVLink rates; a
+# version 2 or 3 file's, every field before the FP64 readings.
+GPU_FIELDS_V3 = GPU_FIELDS[: len(GPU_FIELDS) - 2]
+GPU_FIELDS_V1 = GPU_FIELDS_V3[: len(GPU_FIELDS_V3) - 2]
 
 # HostSample after ts; the per-core times follow as one byte string (see pack_cores).
 HOST_FIELDS: tuple[Field, ...] = (
@@ -199,6 +206,8 @@ def series_layouts(version: int) -> dict[str, str]:
     """Each series' block layout in a file of schema ``version`` (one layout per file: an
     --append writes the file's own)."""
     layouts = {name: s.layout for name, s in SERIES.items()}
+    if version < 4:
+        layouts["gpu"] = "ti" + "i" * len(GPU_FIELDS_V3)
     if version < 2:
         layouts["gpu"] = "ti" + "i" * len(GPU_FIELDS_V1)
         layouts["procs"] = "ti" + "i" * len(PROC_FIELDS_V1)

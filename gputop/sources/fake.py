@@ -162,6 +162,8 @@ class FakeGpuSource:
             dram_active=max(0.0, (52 if kind == 0 else 6.5) * busy + noise),
             fp32_active=max(0.0, (8 if kind == 0 else 77) * busy),
             fp16_active=max(0.0, (30 if kind == 0 else 0) * busy),
+            dfma_active=0.0,
+            fp64_active=0.0,
         )
 
     def _processes(self, i: int, ts: float) -> list[object]:

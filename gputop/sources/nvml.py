@@ -371,6 +371,8 @@ class NvmlSource:
                 dram_active=gpm.get("dram_active"),
                 fp32_active=gpm.get("fp32_active"),
                 fp16_active=gpm.get("fp16_active"),
+                dfma_active=gpm.get("dfma_active"),
+                fp64_active=gpm.get("fp64_active"),
                 nvlink_tx_bps=nvl_tx,
                 nvlink_rx_bps=nvl_rx,
             )

@@ -38,6 +38,8 @@ _GPM_METRICS: tuple[tuple[str, str, int], ...] = (
     ("dram_active", "NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
     ("fp32_active", "NVML_GPM_METRIC_FP32_UTIL", 12),
     ("fp16_active", "NVML_GPM_METRIC_FP16_UTIL", 13),
+    ("dfma_active", "NVML_GPM_METRIC_DFMA_TENSOR_UTIL", 6),
+    ("fp64_active", "NVML_GPM_METRIC_FP64_UTIL", 11),
     ("pcie_tx_mib", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20),
     ("pcie_rx_mib", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21),
 )

@@ -43,7 +43,7 @@ from .memory import (check_memory_growth, check_memory_headroom, check_memory_ne
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
-from .precision import check_fp32_training, check_no_tensor_cores
+from .precision import check_float64_math, check_fp32_training, check_no_tensor_cores
 from .recompute import check_activation_checkpointing
 from .stuck import check_stuck
 from .system import (
@@ -80,6 +80,7 @@ THROUGHPUT_IDS = (
     "cudnn-retune",
     "launch-bound",
     "unfused-optimizer",
+    "float64-math",
     "no-tensor-cores",
     "mixed-precision",
     "activation-checkpointing",
@@ -141,6 +142,9 @@ RULES: tuple[Rule, ...] = (
     Rule("cudnn-retune", "cuDNN re-tunes convolutions for each new input shape", W, check_cudnn_retune,
          supersedes=("launch-bound",)),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
+    # float64 is the cause before any precision knob: autocast does not touch it.
+    Rule("float64-math", "The GPU computes in float64", W, check_float64_math,
+         supersedes=("no-tensor-cores", "mixed-precision")),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),
     Rule("throttling", "GPU clocks throttled", W, check_throttling),

@@ -186,3 +186,67 @@ def check_fp32_training(ctx: AnalysisContext) -> Hit | None:
         gpu_index=g.index,
         title=f"{g.name} compute-bound in fp32: bf16 mixed precision",
     )
+
+
+# ---------------------------------------------------------------------- float64 math
+
+# The FP64 tensor cores and FP64 pipes together at least this active while the GPU is busy: the
+# model's math runs in float64 (`model.double()`, float64 batches from numpy or pandas), which
+# autocast leaves alone. Training in float64 is almost never meant; bf16 and float32 jobs read 0.
+# A held-out float64 job on an H200 read 55 % on GPM's any-tensor metric (its DMMA matmuls) and
+# 0.1 % on the fp32 pipes, like a bf16 job: the FP64 readings are what tell them apart. Judgement,
+# as FP32_BUSY_PCT; the FP64 readings themselves not yet measured on a real float64 job.
+FP64_BUSY_PCT = Threshold(
+    20.0, "%", JUDGEMENT,
+    "The FP64 tensor cores and FP64 pipes together at least this active while busy: the math runs in float64 "
+    "(bf16 and float32 jobs read 0; not yet measured on a real float64 job).")
+# The most leaving float64 can give: bf16 dense tensor cores against the FP64 tensor cores, NVIDIA's
+# H100 SXM datasheet 989 / 67 TFLOPS; the upper bound takes all of the busy time as such math.
+FP64_MAX_SPEEDUP = Threshold(
+    14.8, "x", DOCUMENTED,
+    "The most float64 math gains in bf16: the tensor cores' 989 against the FP64 tensor cores' 67 dense TFLOPS; "
+    "the upper bound takes all of the busy time as such math.", "NVIDIA H100 SXM datasheet")
+
+
+@uses(FP64_BUSY_PCT, FP64_MAX_SPEEDUP, TENSOR_CORE_SAVING, GPM_BUSY_UTIL_PCT, SPIN_EXPLAINS, CONFIDENT_BUSY_POLLS)
+def check_float64_math(ctx: AnalysisContext) -> Hit | None:
+    def fp64(g: GpuView) -> float:
+        e = g.efficiency
+        if e.dfma_active is None and e.fp64_active is None:
+            return 0.0
+        return (e.dfma_active or 0.0) + (e.fp64_active or 0.0)
+
+    def cost(g: GpuView) -> float:
+        e = g.efficiency
+        if e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT or spinning(g):
+            return 0.0
+        if fp64(g) < FP64_BUSY_PCT:
+            return 0.0
+        return g.breakdown.busy_s * TENSOR_CORE_SAVING
+
+    found = worst(ctx, cost, gpu_only=True)
+    if found is None or found[1] <= 0:
+        return None
+    g, c = found
+    e, bd = g.efficiency, g.breakdown
+    bound = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * (1 - 1 / FP64_MAX_SPEEDUP))
+    estimate = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * TENSOR_CORE_SAVING)
+    return Hit(
+        evidence=(
+            f"{g.name} busy {e.util_busy_mean:.0f} % with its FP64 tensor cores {e.dfma_active or 0:.0f} % and FP64 "
+            f"pipes {e.fp64_active or 0:.0f} % active (GPM, {e.busy_polls} busy poll{'' if e.busy_polls == 1 else 's'}): "
+            "the math runs in float64",
+            "autocast leaves float64 tensors in float64, and no fused attention kernel takes them",
+        ),
+        action=("keep the model and its inputs in float32: drop model.double() (or .to(torch.float64)), cast "
+                "float64 arrays once when loading (torch.from_numpy(x).float(), df.to_numpy(dtype='float32')), and "
+                'train under with torch.autocast("cuda", dtype=torch.bfloat16):'),
+        expected_gain=f"about {times(estimate)} steps/s (an estimate: half of the busy time back); at most "
+                      f"{times(bound)} (an upper bound: all of the busy time float64 math, "
+                      f"{FP64_MAX_SPEEDUP:.0f}x faster in bf16)",
+        gain_bound=bound,
+        cost_s=c,
+        confidence=0.9 if e.busy_polls >= CONFIDENT_BUSY_POLLS else 0.7,
+        gpu_index=g.index,
+        title=f"{g.name} computes in float64",
+    )
