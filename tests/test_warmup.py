@@ -109,9 +109,18 @@ def test_a_job_that_has_ended_is_not_warming_up():
     from gputop.advisor.context import warming_up
 
     procs = [ProcSample(ts=99.0 + k, pid=7, ppid=1, create_time=98.0) for k in range(2)]
-    assert warming_up(101.0, procs, [], []) == "the job started 3 s ago (first steps)"
+    main = [stack(100.0, C.FORWARD)]
+    assert warming_up(101.0, procs, main, []) == "the job started 3 s ago (first steps)"
     ended = procs + [replace(procs[-1], ts=101.0, status="exited")]
-    assert warming_up(104.0, ended, [], []) is None  # 6 s after its start, 3 s after its exit
+    assert warming_up(104.0, ended, main, []) is None  # 6 s after its start, 3 s after its exit
+
+
+def test_a_young_job_whose_stacks_are_not_read_is_young_with_no_claim_of_steps():
+    # A report of a `sleep` (not Python) said "warming up: first steps"; nothing is known of steps.
+    from gputop.advisor.context import warming_up
+
+    procs = [ProcSample(ts=99.0 + k, pid=7, ppid=1, create_time=98.0) for k in range(2)]
+    assert warming_up(101.0, procs, [], []) == "the job started 3 s ago"
 
 
 def test_a_long_compile_holds_until_the_age_limit():

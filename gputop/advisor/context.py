@@ -313,7 +313,10 @@ def warming_up(now: float, target: Sequence[ProcSample], main: Sequence[StackSam
             what = kinds.most_common(1)[0][0]
             return (f"DataLoader workers {what}" if who else what) + (f", job {age:.0f} s old" if age is not None else "")
     if age is not None and age < WARMUP_AGE_S:
-        return f"the job started {age:.0f} s ago (first steps)"
+        # "First steps" only where the stacks show a Python job at all: a target whose stacks are
+        # not read (not Python, or not yet) is young, and no more is known (a report of a `sleep`
+        # said "warming up: first steps").
+        return f"the job started {age:.0f} s ago" + (" (first steps)" if main else "")
     return None
 
 
