@@ -509,6 +509,13 @@ def test_recording_a_pid_stops_within_a_poll_of_its_exit(tmp_path):
     assert f"process {job.pid} exited" in err
     # A 0.2 s poll, the check for the exit, the file's close; it went on ~7 s after the exit.
     assert done - exited < 1.5, done - exited
+    # The file keeps the exit itself, which the report says (a recording cut at the last time the
+    # job was seen alive lost it, and the report said nothing of how the job ended).
+    from gputop.record.reader import Reader
+
+    with Reader(out) as r:
+        said = [e.message for e in r.events(r.start_ts - 1, r.end_ts + 1)]
+    assert f"process {job.pid} has exited" in said, said
 
 
 def test_list_says_cpu_only_and_lists_a_recording_it_cannot_read_with_why(tmp_path, capsys, monkeypatch):

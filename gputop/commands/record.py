@@ -101,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
             if args.pid is not None:
                 if not _alive(args.pid):
                     why.append(f"process {args.pid} exited")
-                    until = seen_alive
+                    # Through the next poll, which says it exited (the host source's event): a
+                    # file cut at the last time it was seen alive lost the exit, and with it the
+                    # report's only word of how the job ended (a worker killed, then the job).
+                    until = session.clock()
                     break
                 seen_alive = session.clock()
             if elapsed >= next_status:
