@@ -290,12 +290,18 @@ class HostSource:
     def _busiest(self, n: int) -> set[int]:
         # process_iter keeps its Process objects between calls, so cpu_percent is a real rate.
         usage = []
-        for p in psutil.process_iter(["cpu_percent"]):
+        for p in psutil.process_iter(["cpu_percent", "ppid"]):
             cpu = p.info.get("cpu_percent")
-            if cpu:
+            # Linux kernel threads (kthreadd, pid 2, and its children: rcu_preempt, kworker/...)
+            # have no memory or command line to show: rows of "n/a" and 0 B that crowded the
+            # table on an idle host (a new user's report).
+            if cpu and p.pid != KTHREADD_PID and p.info.get("ppid") != KTHREADD_PID:
                 usage.append((cpu, p.pid))
         usage.sort(reverse=True)
         return {pid for _, pid in usage[:n]}
+
+
+KTHREADD_PID = 2  # Linux: the parent of every kernel thread
 
 
 class PrivateMemory:
