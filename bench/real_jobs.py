@@ -84,6 +84,14 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     # Built after the sixth set's first measurement (2026-11-28), from its held-out miss: the job is
     # in-sample for it from then on.
     "cudnn-retune": ("cudnn-retune",),
+    # The eighth fresh set's (mapped 2026-11-28, before any measurement; bench/jobs/fresh8_spec.py):
+    # a fused Adam is unfused-optimizer's action; an EMA kept on the CPU is CPU work in the loop,
+    # whose action names the function and doing tensor math on the GPU. No finding's action is
+    # sparse embeddings, freezing the encoder, or turning anomaly detection off: misses until built.
+    "sparse-embeddings": (),
+    "frozen-encoder": (),
+    "detect-anomaly": (),
+    "ema-on-cpu": ("cpu-work-in-loop",),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -341,6 +349,30 @@ JOBS: tuple[Job, ...] = (
                 "full logits copied to the CPU and argmax'ed in numpy every step", ("--gpu-metrics",)),),
         fresh=True, note=FRESH),
     Job("fresh6-torch-healthy-gpt", "torch", True, "fresh6_healthy_gpt.py",
+        ("--batch", "4", "--context", "2048", "--workers", "4"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "batch 8 instead of 4 (samples/s; the knob a false alarm would name)", ("--batch", "8")),
+         Change("launch", "torch.compile(model) (the knob a false alarm would name)", ("--compile",))),
+        fresh=True, note=FRESH),
+    # The eighth fresh set, written 2026-11-28 by a helper that read no rule and no result (its
+    # truths and gains reasoned in bench/jobs/fresh8_spec.py before any measurement).
+    Job("fresh8-torch-dlrm-dense-adam", "torch", True, "fresh8_dlrm_dense_adam.py", ("--batch", "8192"),
+        (Change("sparse-embeddings", "nn.Embedding(sparse=True) tables trained with torch.optim.SparseAdam (the dense "
+                "layers keep Adam) instead of one dense Adam over every embedding row each step", ("--sparse",)),
+         Change("optimizer", "Adam(fused=True) over the same dense update (a partial fix)", ("--fused-adam",))),
+        fresh=True, note=FRESH),
+    Job("fresh8-transformers-unfrozen-encoder", "transformers", True, "fresh8_unfrozen_encoder.py",
+        ("--batch", "64", "--seq-len", "256"),
+        (Change("frozen-encoder", "model.bert.requires_grad_(False): no backward through an encoder the head-only "
+                "optimizer never updates", ("--freeze-encoder",)),), fresh=True, note=FRESH),
+    Job("fresh8-lightning-detect-anomaly", "lightning", True, "fresh8_detect_anomaly.py",
+        ("--batch", "16", "--context", "1024", "--workers", "4"),
+        (Change("detect-anomaly", "Trainer(detect_anomaly=False) (the default) instead of anomaly detection left on",
+                ("--no-detect-anomaly",)),), fresh=True, note=FRESH),
+    Job("fresh8-timm-ema-cpu", "timm", True, "fresh8_ema_cpu.py", ("--batch", "128", "--workers", "8"),
+        (Change("ema-on-cpu", "ModelEmaV3(model, decay) on the GPU instead of device='cpu' (every step copied the "
+                "weights to the host and averaged them there)", ("--ema-on-gpu",)),), fresh=True, note=FRESH),
+    Job("fresh8-accelerate-healthy-lm", "accelerate", True, "fresh8_healthy_accelerate.py",
         ("--batch", "4", "--context", "2048", "--workers", "4"),
         (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
          Change("launch", "batch 8 instead of 4 (samples/s; the knob a false alarm would name)", ("--batch", "8")),
