@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from . import __version__
+from .commands import startup_signals
 from .commands.options import DEFAULT_INTERVAL, add_live_options, add_stuck_after, force_problem, require_terminal
 from .errors import UserError
 
@@ -127,11 +128,18 @@ def main(argv: list[str] | None = None) -> int:
         own = _typed_before_command(argv, args.command, "--force")
         (parser if own else command_parser(parser, args.command)).error(problem)
     try:
+        # A Ctrl-C held while gputop loaded (startup_signals) ends it here, as one in the command
+        # does; a command that stops cleanly on it (`record`) takes it instead.
+        if not getattr(args, "takes_interrupt", False) and startup_signals.release_interrupt():
+            raise KeyboardInterrupt
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"gputop: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        # One line, never a traceback (the README's promise); 130 is the status a shell gives a
+        # command Ctrl-C ended.
+        print("gputop: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

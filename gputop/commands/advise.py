@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace, signals) -> int:
         # Checked before anything runs: a name that exists is refused, never written over.
         try:
             session.start_recording(Path(args.record), force=args.force)
-        except UserError:
+        except BaseException:  # a name refused, or Ctrl-C while the file is made: closed all the same
             session.stop()
             raise
     stage, advisor = session.stage, session.advisor
@@ -82,8 +82,8 @@ def _run(args: argparse.Namespace, signals) -> int:
     interrupted = False
     ended = None
     progress = _Progress(session, args.duration, start)
-    session.start()
     try:
+        session.start()  # in the try: a Ctrl-C while the sources start is one in the watch
         ended = session.run_for(args.duration, tick=progress,
                                 should_stop=lambda: signals.why or _target_exited(session, start))
     except KeyboardInterrupt:

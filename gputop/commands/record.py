@@ -52,11 +52,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-advisor", action="store_true", help="do not run the advisor (no findings in the file)")
     p.add_argument("-l", "--list", nargs="?", const=".", metavar="DIR",
                    help="list the recordings in DIR (default: the current directory) and exit")
-    p.set_defaults(func=run)
+    # A Ctrl-C while gputop starts is this command's to take: the recording is still written.
+    p.set_defaults(func=run, takes_interrupt=True)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list is not None:
+        from . import startup_signals
+
+        if startup_signals.release_interrupt():
+            raise KeyboardInterrupt  # Ctrl-C while gputop started: nothing to list (as any command)
         return list_recordings(Path(args.list))
     if not args.output:
         raise UserError("record needs an output file: gputop record -o run.gputop")
@@ -205,12 +210,13 @@ def _install_signals(stop: threading.Event, why: list[str]):
             if prev is signal.SIG_IGN and sig != signal.SIGINT:
                 continue
             # Held since start-up: once recording ends, the signal does what it does by default.
-            old[sig] = signal.SIG_DFL if prev is None or startup_signals.holding(prev) else prev
+            old[sig] = startup_signals.unheld(sig, prev)
             if sig not in startup_signals.HELD:
                 signal.signal(sig, handler)
         except (ValueError, OSError):
             pass
-    startup_signals.take(handler)
+    # A Ctrl-C while gputop started stops it too, the file still written (as SIGTERM then).
+    startup_signals.take(handler, interrupt=True)
 
     def restore() -> None:
         for sig, h in old.items():

@@ -8,6 +8,13 @@ held: a command that ends cleanly on them (`record`) takes them with ``take`` an
 soon as it can; any other command gets the signal again once it is started (``HOLD_S``), by then
 to its own handler or the default one, so nothing is ever swallowed. A signal the process
 ignores (SIGHUP under nohup) stays ignored. Importing gputop as a library changes no handler.
+
+SIGINT (Ctrl-C) is held too: left to Python it raised KeyboardInterrupt wherever the imports had got
+to, a 30-line traceback, and `record` left no file. It is not delivered again later: the command
+line settles it as soon as it knows the command (``release_interrupt``): `record` takes it (a
+recording with what there is, as for SIGTERM), any other command ends there in one line with the
+status a Ctrl-C gives (130). One that comes before gputop's first module runs (Python's own
+start-up, up to ~0.1 s) is still Python's.
 """
 
 from __future__ import annotations
@@ -20,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-# SIGINT is left to Python: during start-up it raises KeyboardInterrupt, which the CLI turns into
-# its exit status without a traceback.
 HELD = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
 # How long a held signal waits for a command to take it before it is delivered again (to the
 # command's own handler if it has one by then, else with its default action). Judgement: gputop
@@ -32,6 +37,7 @@ _pending: list[int] = []
 _since: float | None = None  # when holding began (monotonic); None: not holding
 _timer: threading.Timer | None = None
 _lock = threading.Lock()
+_interrupted = False  # a SIGINT came while held, not yet taken
 
 
 def is_gputop_process(argv0: str | None = None) -> bool:
@@ -53,12 +59,21 @@ def hold() -> None:
                 signal.signal(sig, _held)
         except (ValueError, OSError):
             pass
+    try:
+        # Python's own handler, which raises KeyboardInterrupt; one the process ignores (a job
+        # started in the background by a script) stays ignored.
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _held_interrupt)
+    except (ValueError, OSError):
+        pass
 
 
-def take(handler: Callable[[int, object], None]) -> None:
+def take(handler: Callable[[int, object], None], interrupt: bool = False) -> None:
     """For a command that ends cleanly on SIGTERM and SIGHUP: ``handler`` handles them from now on
-    (not one the process ignores), and is called at once for each that came while it started."""
-    global _timer
+    (not one the process ignores), and is called at once for each that came while it started.
+    With ``interrupt`` it is called too for a SIGINT that came while gputop started (the command
+    installs its own SIGINT handler)."""
+    global _timer, _interrupted
     for sig in HELD:
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
@@ -70,13 +85,34 @@ def take(handler: Callable[[int, object], None]) -> None:
         if _timer is not None:
             _timer.cancel()
             _timer = None
+        if interrupt and _interrupted:
+            came.append(signal.SIGINT)
+            _interrupted = False
     for sig in came:
         handler(sig, None)
 
 
-def holding(handler: object) -> bool:
-    """Whether ``handler`` (from ``signal.getsignal``) is this module's: the signal is held."""
-    return handler is _held
+def release_interrupt() -> bool:
+    """SIGINT is Python's again (KeyboardInterrupt) unless a command installed its own; returns
+    whether one came while gputop started (the caller ends as on Ctrl-C)."""
+    global _interrupted
+    try:
+        if signal.getsignal(signal.SIGINT) is _held_interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):
+        pass
+    with _lock:
+        came, _interrupted = _interrupted, False
+    return came
+
+
+def unheld(signum: int, handler: object) -> object:
+    """What ``signum`` should do once a command that took it is done: ``handler`` (from
+    ``signal.getsignal``), or where that is this module's, what it does by default (Python's
+    KeyboardInterrupt for SIGINT)."""
+    if handler is None or handler is _held or handler is _held_interrupt:
+        return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+    return handler
 
 
 def _held(signum: int, _frame: object) -> None:
@@ -96,6 +132,12 @@ def _held(signum: int, _frame: object) -> None:
             _timer.start()
 
 
+def _held_interrupt(_signum: int, _frame: object) -> None:
+    global _interrupted
+    # Only noted: the command line acts on it once it knows the command (``release_interrupt``).
+    _interrupted = True
+
+
 def _again() -> None:
     """Deliver the held signals again: to the handler the command installed meanwhile, or (still
     ours, now past HOLD_S) with their default action."""
@@ -107,4 +149,4 @@ def _again() -> None:
         os.kill(os.getpid(), sig)
 
 
-__all__ = ["HELD", "HOLD_S", "hold", "holding", "is_gputop_process", "take"]
+__all__ = ["HELD", "HOLD_S", "hold", "is_gputop_process", "release_interrupt", "take", "unheld"]

@@ -42,7 +42,7 @@ class StopSignals:
             if prev is signal.SIG_IGN:
                 continue
             # Held since start-up: afterwards the signal does what it does by default.
-            self._old[sig] = signal.SIG_DFL if prev is None or startup_signals.holding(prev) else prev
+            self._old[sig] = startup_signals.unheld(sig, prev)
         startup_signals.take(self._handler)
         return self
 
