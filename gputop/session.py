@@ -86,6 +86,10 @@ class Session:
     stuck_after: float = DEFAULT_STUCK_AFTER_S
     target_pid: int | None = None
     attach_error: str | None = None  # why the target's stacks cannot be sampled
+    # A replay of a cut copy: what the cut took of the recorded findings and of the stacks' frames
+    # ("lost", "partly"; None: nothing), as ``Reader.lost`` says it, so the UI says it too.
+    findings_lost: str | None = None
+    frames_lost: str | None = None
     advisor_idle_every: float = 0.0
     gpu: Source | None = None  # NVML or the fake
     host: HostSource | None = None
@@ -452,6 +456,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
             # A cut copy that ends before its stacks: none will come, so the panes say so rather
             # than "collecting evidence: 0 of ~20 stacks" for the whole replay.
             session.attach_error = "the recording's stacks were lost (the file is cut before them)"
+        session.findings_lost, session.frames_lost = reader.lost("findings"), reader.lost("frames")
     except BaseException:
         reader.close()
         raise

@@ -333,13 +333,24 @@ def finding_starts(lines: Sequence[Line]) -> list[int]:
 UNEXPLAINED_SHARE = 0.25
 
 
+def cut_findings_text(findings_lost: str | None) -> str | None:
+    """What a replay with no finding of its own says of a cut copy's recorded findings, in the
+    words info and the report use (``findings_lost``: ``Reader.lost("findings")``); None for a
+    whole file. "Nothing costs the job" would claim what the cut took could not be checked."""
+    if findings_lost == "lost":
+        return "no findings in what survived the cut: the recorded ones were lost in the cut"
+    if findings_lost == "partly":
+        return "no findings in what survived the cut (more may have been lost in the cut)"
+    return None
+
+
 def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Finding] = (),
                  collecting: Evidence | None = None, exited: str | None = None,
-                 no_stacks: str | None = None) -> Line:
+                 no_stacks: str | None = None, findings_lost: str | None = None) -> Line:
     """The attached job's verdict in one line, for every screen: the Advisor tab's top finding
     (never another), or what it is still weighing or collecting. ``no_stacks``: why the job's
     stacks cannot be read (not Python, no permission): said rather than "collecting" stacks that
-    never come."""
+    never come. ``findings_lost``: a cut recording's findings were lost (``cut_findings_text``)."""
     if exited is not None:
         text, style = f"the attached job exited ({exited})", "warn"
         if findings:
@@ -362,6 +373,9 @@ def verdict_line(findings: Sequence[Finding], width: int, pending: Sequence[Find
     if no_stacks is not None:
         return ((truncate(f"no stacks ({no_stacks}): GPU and host monitoring only, no cause can be named", width),
                  "warn"),)
+    cut = cut_findings_text(findings_lost)
+    if cut is not None:
+        return ((truncate(cut, width), "warn"),)
     return (("no findings: nothing costs the job a visible share of its time", "dim"),)
 
 
@@ -369,12 +383,13 @@ def advice_pane_lines(
     findings: Sequence[Finding], breakdowns: Sequence[Breakdown], width: int = 100, attached: bool = True,
     has_gpu: bool = True, pending: Sequence[Finding] = (), no_stacks: str | None = None,
     exited: str | None = None, collecting: Evidence | None = None, session_start: float | None = None,
+    findings_lost: str | None = None,
 ) -> list[Line]:
     """``exited``: the attached job has ended ("PID N at HH:MM:SS"): said first, and the findings
     read as what was showing while it ran. ``collecting``: the advisor has not yet had enough
     evidence for a verdict (``Verdict.collecting``): said instead of "no findings".
     ``session_start``: when the session's polls began (``session_start_in``): a window reaching
-    before it says how much."""
+    before it says how much. ``findings_lost``: as for ``verdict_line``."""
     out: list[Line] = []
     if exited is not None:
         end = ("the findings below are from while it ran." if findings
@@ -421,6 +436,11 @@ def advice_pane_lines(
     named = unnamed_wait(shown)
     if not findings and named:
         out.extend(_wrapped(named, width, "", "", "dim"))
+        return out
+    cut = cut_findings_text(findings_lost)
+    if not findings and cut is not None:
+        out.extend(_wrapped(f"{cut[0].upper()}{cut[1:]}. This replay judges again the samples that survived; what "
+                            "the cut took, it cannot.", width, "", "", "warn"))
         return out
     if not findings:
         msg = "No findings: nothing costs the job a visible share of its time."

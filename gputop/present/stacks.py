@@ -83,14 +83,19 @@ def thread_header(s: StackSample) -> Line:
     return tuple(segs)
 
 
-def stack_lines(s: StackSample, max_frames: int | None = MAX_MAIN_FRAMES) -> list[Line]:
+# In place of a stack's frames when a cut copy of a recording lost them (``Reader.lost("frames")``):
+# an empty stack there is the cut's doing, not a measurement of the job.
+FRAMES_LOST = {"lost": "frames lost in the cut", "partly": "no Python frames, or lost in the cut"}
+
+
+def stack_lines(s: StackSample, max_frames: int | None = MAX_MAIN_FRAMES, frames_lost: str | None = None) -> list[Line]:
     """A thread: header, then its frames newest first (project frames marked ▸). A forked
     worker's frames inherited from its parent are left out."""
     out = [thread_header(s)]
     own = own_frames(s.frames)
     frames = own if max_frames is None else own[:max_frames]
     if not own:
-        out.append(line(("    (no Python frames)", "dim")))
+        out.append(line((f"    ({FRAMES_LOST.get(frames_lost or '', 'no Python frames')})", "dim")))
     for f in frames:
         out.append(frame_line(f, "  ▸ " if not is_library(f.filename) else "    "))
     if len(frames) < len(own):
@@ -131,13 +136,17 @@ def category_bar(shares: Sequence[tuple[Category, float]], width: int) -> list[L
     return [tuple(segs), tuple(legend)]
 
 
-def hot_lines(hot: Sequence[Hot]) -> list[Line]:
+def hot_lines(hot: Sequence[Hot], frames_lost: str | None = None) -> list[Line]:
     out: list[Line] = []
     for h in hot:
         segs: list[Seg] = [
             (f"{h.share * 100:5.1f}%  ", "num"),
             (h.category.value.ljust(13), f"cat.{h.category.value}"),
         ]
+        if not h.frame.filename:  # the samples with no frame (the summary's "<no Python frames>")
+            segs.append((f"<{FRAMES_LOST[frames_lost]}>" if frames_lost in FRAMES_LOST else h.frame.name, "dim"))
+            out.append(tuple(segs))
+            continue
         proj = not is_library(h.frame.filename)
         segs.append((f"{h.frame.name} ({short_path(h.frame.filename)}:{h.frame.line})", "project" if proj else "lib"))
         if h.via is not None:
@@ -224,9 +233,16 @@ def stacks_waiting_lines(pid: int, native: Sequence[str] = ()) -> list[Line]:
     return out
 
 
-def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = ()) -> list[Line]:
-    """Everything the stacks pane shows, top to bottom."""
+def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] = (),
+                      frames_lost: str | None = None) -> list[Line]:
+    """Everything the stacks pane shows, top to bottom. ``frames_lost``: a cut recording's frames
+    were lost (``Reader.lost("frames")``): said, and a stack without frames read as the cut's."""
     out: list[Line] = [target_line(view.target, view.pid)]
+    if frames_lost in FRAMES_LOST:
+        which = "The" if frames_lost == "lost" else "Part of the"
+        text = (f"{which} recording's stack frames were lost in the cut: each sample's category is as recorded, "
+                "where in the code it was is not known.")
+        out.extend(line((t, "warn")) for t in textwrap.wrap(text, max(20, width), break_on_hyphens=False))
     if view.fault is not None:
         # Wrapped, not cut at the pane's edge: why there are no stacks, and its remedy, is the
         # end of the message.
@@ -250,16 +266,16 @@ def stacks_pane_lines(view: StacksView, width: int = 100, native: Sequence[str] 
     if main:
         out.append(())
         out.append(line(("Current stack", "head"), (f"  {fmt_clock(main[0].ts)}", "dim")))
-        out.extend(stack_lines(main[0]))
+        out.extend(stack_lines(main[0], frames_lost=frames_lost))
     if view.hot:
         out.append(())
         out.append(line(("Hottest frames (main thread)", "head")))
-        out.extend(hot_lines(view.hot))
+        out.extend(hot_lines(view.hot, frames_lost))
     if others:
         out.append(())
         out.append(line((f"Other threads ({len(others)})", "head")))
         for s in others:
-            out.extend(stack_lines(s, MAX_OTHER_FRAMES))
+            out.extend(stack_lines(s, MAX_OTHER_FRAMES, frames_lost))
     out.append(())
     out.append(line((f"Workers ({len(view.workers)})", "head")))
     out.extend(worker_lines(view.workers))

@@ -71,7 +71,7 @@ class AdvisorPane(LinesPane):
         # replay, from the file): the findings are then what was showing while it ran.
         last = store.procs_latest().get(pid) if pid is not None else None
         exited = last.ts if last is not None and last.status == "exited" else None
-        key = (store.analysis_version, self.size.width, attached, has_gpu, no_stacks, exited, pid)
+        key = (store.analysis_version, self.size.width, attached, has_gpu, no_stacks, exited, pid, ctx.findings_lost)
         if key == self._last:
             return
         self._last = key
@@ -82,7 +82,7 @@ class AdvisorPane(LinesPane):
         lines = advice_pane_lines(self._findings, breakdowns, self.text_width, attached, has_gpu,
                                   pending=pending, no_stacks=no_stacks, collecting=collecting,
                                   exited=None if exited is None else f"PID {pid} at {fmt_clock(exited)}",
-                                  session_start=session_start_in(store, breakdowns))
+                                  session_start=session_start_in(store, breakdowns), findings_lost=ctx.findings_lost)
         self._starts = finding_starts(lines)
         self.show(lines)
 

@@ -326,7 +326,7 @@ class GputopApp(ReplayControls, App[int]):
         last = self.store.procs_latest().get(pid)
         exited = f"PID {pid} at {fmt_clock(last.ts)}" if last is not None and last.status == "exited" else None
         line = verdict_line(findings, width, pending=pending, collecting=collecting, exited=exited,
-                            no_stacks=self.session.attach_error)
+                            no_stacks=self.session.attach_error, findings_lost=self.session.findings_lost)
         view.set_lines(lines_to_texts([line], ADVICE_STYLES, width))
 
     def _update_header(self) -> None:
@@ -374,7 +374,8 @@ class GputopApp(ReplayControls, App[int]):
     def pane_context(self) -> PaneContext:
         """What the panes draw from this tick: the store, and the session's facts about its job."""
         session = self.session
-        return PaneContext(self.store, session.target_pid, no_stacks=session.attach_error, nvlink_bps=session.nvlink_bps)
+        return PaneContext(self.store, session.target_pid, no_stacks=session.attach_error, nvlink_bps=session.nvlink_bps,
+                           findings_lost=session.findings_lost, frames_lost=session.frames_lost)
 
     def _update_panes(self, tab: str) -> None:
         pane = self._panes.get(tab)

@@ -23,6 +23,10 @@ class PaneContext:
     store: Store
     target_pid: int | None = None  # the attached job, None: nothing attached
     no_stacks: str | None = None  # why the job's stacks could not be sampled at attach
+    # A cut recording's replay: what the cut took of its findings and of its stacks' frames
+    # (``Session.findings_lost``, ``Session.frames_lost``).
+    findings_lost: str | None = None
+    frames_lost: str | None = None
     # GPU -> (tx, rx) NVLink bytes/s of the store's latest GPU samples (live and replay alike).
     nvlink_bps: Mapping[int, tuple[float, float]] | None = None
 

@@ -84,7 +84,7 @@ class StacksPane(LinesPane):
         # Redraw when the views stage published (each second while data comes; durations such as
         # "stuck for" are its, by the store's clock), or the native dump or the width changed.
         views = store.pane_views()
-        key = (id(views), target_pid, len(self._native), self._native_busy, self.size.width)
+        key = (id(views), target_pid, len(self._native), self._native_busy, self.size.width, ctx.frames_lost)
         if key == self._last:
             return
         self._last, self._views = key, views
@@ -100,7 +100,7 @@ class StacksPane(LinesPane):
             if views is None or views.target_pid != target_pid or views.stacks is None:
                 lines = stacks_waiting_lines(target_pid, native)  # just attached: the stage looks within a second
             else:
-                lines = stacks_pane_lines(views.stacks, self.text_width, native)
+                lines = stacks_pane_lines(views.stacks, self.text_width, native, ctx.frames_lost)
         self.show(lines)
 
     # ----------------------------------------------------------------- native dump
