@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -502,7 +502,20 @@ class GputopApp(ReplayControls, App[int]):
         box = self.query_one("#filter", Input)
         self._filter_visible = True
         self._show_panes()
-        box.focus()
+        # Focused now: ``box.focus()`` focuses it only after the keys already queued are handled,
+        # so a word typed or pasted right after '/' went to the app's keys ('r' of "secret" started
+        # a recording) and the box opened empty.
+        self.set_focus(box)
+
+    def on_key(self, event: events.Key) -> None:
+        # Keys typed in one burst with '/' (a paste, a fast typist) were already on their way to
+        # the widget focused before it, and reach the app here once the filter box has the focus
+        # (Textual then skips the app's bindings for printable keys): they are the filter's words.
+        box = self.query_one("#filter", Input)
+        if self.focused is box and event.is_printable and event.character:
+            box.insert_text_at_cursor(event.character)
+            event.stop()
+            event.prevent_default()
 
     @on(Input.Changed, "#filter")
     def _on_filter_changed(self, event: Input.Changed) -> None:
@@ -559,7 +572,9 @@ class GputopApp(ReplayControls, App[int]):
         self.query_one("#tabs", TabBar).active = tab
         self._show_panes()
         if tab == "processes":
-            self.query_one(ProcessTable).focus()
+            # At once, not with Widget.focus (which focuses after the keys already queued): see
+            # action_filter.
+            self.set_focus(self.query_one(ProcessTable))
         self.tick(force=True)
         # A pane that was hidden has no width yet: lay it out again once it has one.
         self.call_after_refresh(self.tick, True)
