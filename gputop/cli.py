@@ -94,15 +94,35 @@ def _run_live(args: argparse.Namespace) -> int:
     return run_live(args)
 
 
-def _glue_negative_values(argv: list[str]) -> list[str]:
-    """``--start -5m`` means a time before the end, not an option: pass it as ``--start=-5m``."""
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option, of gputop and of its commands, that takes exactly one value."""
+    out: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _value_options(sub)
+        elif action.option_strings and action.nargs is None:
+            out.update(action.option_strings)
+    return out
+
+
+def _glue_negative_values(argv: list[str], options: set[str] = frozenset({"--start"})) -> list[str]:
+    """A value that starts with '-' and a digit is the option's value, not an option: ``--start
+    -5m`` (a time before the end) is passed as ``--start=-5m``; ``--max-size -1G`` or ``-d -5s``
+    then get their type's message ("must be greater than 0") instead of argparse's "expected one
+    argument" (which it gives for any such value but a bare number: ``-d -5``)."""
     out: list[str] = []
     it = iter(argv)
     for arg in it:
-        if arg == "--start":
+        if arg == "--":
+            out.append(arg)
+            out.extend(it)
+            break
+        if arg in options:
             nxt = next(it, None)
-            if nxt is not None and nxt.startswith("-") and len(nxt) > 1 and nxt[1].isdigit():
-                out.append(f"--start={nxt}")
+            if nxt is not None and nxt.startswith("-") and len(nxt) > 1 and (nxt[1].isdigit() or nxt[1] == "."):
+                # A short option takes its value joined to it (-d-5s); a long one after '='.
+                out.append(f"{arg}={nxt}" if arg.startswith("--") else f"{arg}{nxt}")
                 continue
             out.append(arg)
             if nxt is not None:
@@ -121,7 +141,7 @@ def _typed_before_command(argv: list[str], command: str | None, option: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv))
+    argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv), _value_options(parser))
     args = parser.parse_args(argv)
     problem = force_problem(args)
     if problem:

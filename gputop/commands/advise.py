@@ -188,7 +188,7 @@ def _run(args: argparse.Namespace, signals) -> int:
         print(step_line(step))
     print()
     print(findings_text(findings, since=start, collecting=store.collecting(), breakdowns=breakdowns,
-                        pid=args.pid))
+                        pid=args.pid, attached=args.pid is not None))
     return 0
 
 

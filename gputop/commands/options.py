@@ -54,6 +54,10 @@ def _seconds(text: str) -> float:
     try:
         return float(t)
     except ValueError:
+        if t.startswith("-") and t[1:2].isdigit():
+            # A negative span (-5s, as -5 already was): the range check says what it must be,
+            # not "not a duration".
+            return -_seconds(t[1:])
         parts = re.findall(_PART, t)
         if not parts or re.sub(_PART, "", t).strip():
             raise ValueError(text) from None
@@ -102,10 +106,12 @@ positive_float = parse_duration
 
 def parse_size(text: str) -> int:
     """'500M', '2G', '1.5GB' or plain bytes; at least a megabyte (a smaller cap stops at once)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
+    m = re.fullmatch(r"\s*(-?)(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)")
-    v = int(float(m.group(1)) * _SIZES[m.group(2)])
+    if m.group(1):  # said as a negative duration is (-d -5)
+        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+    v = int(float(m.group(2)) * _SIZES[m.group(3)])
     if v < MIN_MAX_SIZE:
         raise argparse.ArgumentTypeError(f"size too small for a recording: {text!r} (at least 1M)")
     return v

@@ -20,7 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Dump all threads of a Python process and of its child processes (DataLoader "
         "workers), each with what it is doing (data-wait, forward, host-sync, ...).",
     )
-    p.add_argument("-p", "--pid", type=pid_arg, default=argparse.SUPPRESS, help="process id (required)")
+    # Not required by the parser: `gputop --pid PID stacks` gives it before the command. The usage
+    # line is written out so that it says it is needed, as the help does (argparse's own showed
+    # "[-p PID]", read as optional).
+    p.usage = "%(prog)s [-h] -p PID [--json] [--native]"
+    p.add_argument("-p", "--pid", type=pid_arg, default=argparse.SUPPRESS,
+                   help="process id (required; also taken before the command: gputop --pid PID stacks)")
     p.add_argument("--json", action="store_true", help="JSON instead of text")
     p.add_argument(
         "--native",

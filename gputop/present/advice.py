@@ -77,9 +77,13 @@ def before_start_s(bd: Breakdown, session_start: float | None) -> float:
 
 
 def before_start_note(bd: Breakdown, session_start: float | None) -> str:
-    """', 14 s of it from before the session (the GPU's buffer)' where that is so, else ''."""
+    """', 14 s of it from before the session (the GPU's buffer)' where that is so, else ''. Said
+    too for less than BEFORE_START_NOTE_S where it is what makes the window's whole seconds more
+    than the session's: `advise -d 15` read "watched 15 s", then "over the last 16 s" unexplained."""
     pre = before_start_s(bd, session_start)
-    return f", {fmt_seconds(pre)} of it from before the session (the GPU's buffer)" if pre >= BEFORE_START_NOTE_S else ""
+    longer = pre > 0 and fmt_seconds(bd.total_s) != fmt_seconds(max(0.0, bd.total_s - pre))
+    return (f", {fmt_seconds(pre)} of it from before the session (the GPU's buffer)"
+            if pre >= BEFORE_START_NOTE_S or longer else "")
 
 
 # How far before a window a poll is looked for, to tell a session older than the window from one
@@ -207,15 +211,23 @@ _WEIGHED = {
 }
 
 
+_NO_JOB_GPUS = ("No findings: no job is attached (--pid PID), so none is judged, and no GPU was idle a visible "
+                "share of this window.")
+_NO_JOB_NO_GPU = ("No findings: no job is attached (--pid PID) and no GPU was read: there is nothing to judge. "
+                  "Attach to the training process with --pid PID.")
+
+
 def findings_text(findings: Sequence[Finding], width: int = 100, since: float | None = None,
                   collecting: Evidence | None = None, breakdowns: Sequence[Breakdown] = (),
-                  pid: int | None = None) -> str:
+                  pid: int | None = None, attached: bool = True) -> str:
     """``collecting``: the advisor had too little to go on for a verdict (``Verdict.collecting``):
     said instead of "no findings". ``breakdowns``: a wait they show past the cost bar is said
-    (``unnamed_wait``) instead of "nothing costs the job"."""
+    (``unnamed_wait``) instead of "nothing costs the job". ``attached``: False when no job is
+    (`advise` without --pid): "no job attached" rather than a claim about a job there is not."""
     if not findings:
         wait = unnamed_wait(breakdowns, pid)
         return (collecting_text(collecting) or (textwrap.fill(wait, width) if wait else None)
+                or (None if attached else textwrap.fill(_NO_JOB_GPUS if breakdowns else _NO_JOB_NO_GPU, width))
                 or "No findings: nothing in this window costs the job a visible share of its time.")
     blocks = ["\n".join(finding_lines(f, i + 1, width, since)) for i, f in enumerate(findings)]
     return "\n\n".join(blocks)
