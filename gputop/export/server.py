@@ -222,8 +222,10 @@ def serve(
         session.pipeline.stop()
         raise
     stop = threading.Event()
+    came: list[int] = []
 
     def on_signal(signum, frame):
+        came.append(signum)
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -245,4 +247,6 @@ def serve(
         httpd.server_close()
         session.pipeline.stop()
         print(f"gputop export: stopped ({time.monotonic() - t:.1f} s to close)", file=sys.stderr, flush=True)
-    return 0
+    # As `record` and `advise`: ended by SIGTERM (systemd's stop, Kubernetes, `timeout`) is 143, the
+    # status that says "terminated"; Ctrl-C, the way to end it by hand, is 0.
+    return 128 + signal.SIGTERM if signal.SIGTERM in came else 0
