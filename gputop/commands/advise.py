@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from ..advisor import DEFAULT_WINDOW_S, STATE_IDS, WARMUP_ID
-from ..errors import UserError
 from ..units import fmt_seconds
 from .options import add_live_options, add_stuck_after, parse_duration
 
