@@ -48,24 +48,25 @@ def is_gputop_process(argv0: str | None = None) -> bool:
 
 
 def hold() -> None:
-    """Hold SIGTERM and SIGHUP until a command takes them (see the module's docstring)."""
+    """Hold SIGINT, SIGTERM and SIGHUP until a command takes them (see the module's docstring)."""
     global _since
     if threading.current_thread() is not threading.main_thread() or _since is not None:
         return
     _since = time.monotonic()
+    try:
+        # First, so that by the time SIGTERM is seen held (a test reads /proc) SIGINT is too.
+        # Python's own handler is replaced, which raises KeyboardInterrupt; one the process ignores
+        # (a job started in the background by a script) stays ignored.
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _held_interrupt)
+    except (ValueError, OSError):
+        pass
     for sig in HELD:
         try:
             if signal.getsignal(sig) is signal.SIG_DFL:  # ignored (nohup) or handled: not ours
                 signal.signal(sig, _held)
         except (ValueError, OSError):
             pass
-    try:
-        # Python's own handler, which raises KeyboardInterrupt; one the process ignores (a job
-        # started in the background by a script) stays ignored.
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _held_interrupt)
-    except (ValueError, OSError):
-        pass
 
 
 def take(handler: Callable[[int, object], None], interrupt: bool = False) -> None:
