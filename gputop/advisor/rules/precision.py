@@ -46,6 +46,22 @@ CONFIDENT_BUSY_POLLS = IntThreshold(
     5, "polls", JUDGEMENT, "The finding is sure (0.9, else 0.7) once GPM has averaged this many busy polls.")
 
 
+def _computing(g: GpuView) -> bool:
+    """Busy by GPM's polls and not waiting in a spinning kernel: its pipes' readings are work."""
+    e = g.efficiency
+    return e.util_busy_mean is not None and e.util_busy_mean >= GPM_BUSY_UTIL_PCT and not spinning(g)
+
+
+def _faster_math(g: GpuView, max_speedup: float) -> tuple[float, float]:
+    """(upper bound, estimate) of steps/s when the busy time's math moves to faster units: at
+    most all of the busy time ``max_speedup`` times faster; about TENSOR_CORE_SAVING of it back.
+    The idle time stays."""
+    bd = g.breakdown
+    bound = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * (1 - 1 / max_speedup))
+    estimate = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * TENSOR_CORE_SAVING)
+    return bound, estimate
+
+
 @uses(FP32_BUSY_PCT, TENSOR_CORE_SAVING, TENSOR_CORE_MAX_SPEEDUP, CONFIDENT_BUSY_POLLS, GPM_BUSY_UTIL_PCT,
       SPIN_EXPLAINS)
 def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
@@ -58,10 +74,9 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
 
     def cost(g: GpuView) -> float:
         e = g.efficiency
-        if e.tensor_active is None or e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT:
+        # 'busy' waiting in a spinning kernel has no math to move to tensor cores
+        if e.tensor_active is None or not _computing(g):
             return 0.0
-        if spinning(g):
-            return 0.0  # 'busy' waiting in a spinning kernel: no math to move to tensor cores
         fp32 = e.fp32_active or 0.0
         if fp32 < FP32_BUSY_PCT or fp32 <= e.tensor_active:
             return 0.0
@@ -98,11 +113,8 @@ def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
     knob = precision_knob(fw.name, bf16=tf32)
     if knob and fw.precision not in (MIXED, HALF):
         action = f"{knob}; in plain PyTorch: {action}"
-    bd = g.breakdown
-    # Upper bound: every busy second were fp32 math and ran TENSOR_CORE_MAX_SPEEDUP times faster;
-    # the idle time stays. The estimate: TENSOR_CORE_SAVING of the busy time back.
-    bound = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * (1 - 1 / TENSOR_CORE_MAX_SPEEDUP))
-    estimate = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * TENSOR_CORE_SAVING)
+    # Upper bound: every busy second were fp32 math and ran TENSOR_CORE_MAX_SPEEDUP times faster.
+    bound, estimate = _faster_math(g, TENSOR_CORE_MAX_SPEEDUP)
     return Hit(
         evidence=tuple(ev),
         action=action,
@@ -217,10 +229,7 @@ def check_float64_math(ctx: AnalysisContext) -> Hit | None:
         return (e.dfma_active or 0.0) + (e.fp64_active or 0.0)
 
     def cost(g: GpuView) -> float:
-        e = g.efficiency
-        if e.util_busy_mean is None or e.util_busy_mean < GPM_BUSY_UTIL_PCT or spinning(g):
-            return 0.0
-        if fp64(g) < FP64_BUSY_PCT:
+        if not _computing(g) or fp64(g) < FP64_BUSY_PCT:
             return 0.0
         return g.breakdown.busy_s * TENSOR_CORE_SAVING
 
@@ -228,9 +237,8 @@ def check_float64_math(ctx: AnalysisContext) -> Hit | None:
     if found is None or found[1] <= 0:
         return None
     g, c = found
-    e, bd = g.efficiency, g.breakdown
-    bound = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * (1 - 1 / FP64_MAX_SPEEDUP))
-    estimate = bd.total_s / max(1e-9, bd.total_s - bd.busy_s * TENSOR_CORE_SAVING)
+    e = g.efficiency
+    bound, estimate = _faster_math(g, FP64_MAX_SPEEDUP)
     return Hit(
         evidence=(
             f"{g.name} busy {e.util_busy_mean:.0f} % with its FP64 tensor cores {e.dfma_active or 0:.0f} % and FP64 "
