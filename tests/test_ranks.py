@@ -75,9 +75,13 @@ DURATION_S = {"straggler": 10, "hang": 10, "healthy": 8, "accum": 8}
 PAST_WARMUP = {"straggler", "accum"}
 
 
-def _start_job(mode: str, tmp: Path) -> tuple[subprocess.Popen, Path, float]:
+def _start_job(mode: str, tmp: Path, go: Path | None = None) -> tuple[subprocess.Popen, Path, float]:
+    """``go``: the ranks warm up, say ready, then wait for this file before their loop starts
+    (rank_job.py, ``RANK_JOB_GO``)."""
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                OMP_NUM_THREADS="1")
+    if go is not None:
+        env["RANK_JOB_GO"] = str(go)
     log = tmp / f"{mode}.log"
     with open(log, "w") as out:
         job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -104,18 +108,24 @@ def advised(tmp_path_factory):
     """``advise`` attached to the launcher of each 2-rank job: mode -> (report, seconds it took).
 
     The hung job and the straggler start together (starting torch is most of a job's cost) and
-    are watched side by side: the hung job is idle. The healthy job is started and watched last,
+    are watched side by side: the hung job is idle. The healthy job is started and watched next,
     alone, once the straggler (which keeps a core busy) is gone, and as young as before: its
-    watch starts when it is ready. A mode whose job or watch failed gives its exception, raised
-    by the test that reads it."""
+    watch starts when it is ready. The accumulation job is watched last, alone too (its
+    all-reduces' share is what it is judged on), but started with the first two: it warms up and
+    then waits, idle, for its go file, so by its watch it is past its warm-up age with no wait
+    left, and its loop starts as its watch does. A mode whose job or watch failed gives its
+    exception, raised by the test that reads it."""
     tmp = tmp_path_factory.mktemp("ranks")
     jobs: dict[str, tuple[subprocess.Popen, Path, float]] = {}
     results: dict[str, object] = {}
+    go = tmp / "accum.go"
 
     def watch(mode: str) -> None:
         job, log, t0 = jobs[mode]
         try:
             _wait_ready(job, log, t0)
+            if mode == "accum":
+                go.touch()  # its ranks leave their wait and start the loop
             if mode in PAST_WARMUP:
                 time.sleep(max(0.0, t0 + WARMUP_AGE_S + 0.5 - time.monotonic()))
             results[mode] = _advise(job, DURATION_S[mode])
@@ -131,13 +141,14 @@ def advised(tmp_path_factory):
     try:
         for mode in ("hang", "straggler"):
             jobs[mode] = _start_job(mode, tmp)
+        # Started now, its start-up over before the straggler's watch begins; idle until its own.
+        jobs["accum"] = _start_job("accum", tmp, go=go)
         with ThreadPoolExecutor(max_workers=2) as pool:
             for f in [pool.submit(watch, "hang"), pool.submit(watch, "straggler")]:
                 f.result()
         jobs["healthy"] = _start_job("healthy", tmp)
         watch("healthy")
-        jobs["accum"] = _start_job("accum", tmp)  # alone too: its all-reduces' share is what it is judged on
-        watch("accum")
+        watch("accum")  # alone too: its all-reduces' share is what it is judged on
         yield results
     finally:
         for job, _, _ in jobs.values():
