@@ -17,6 +17,19 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """What is still alive once a test module is done and its fixtures are torn down (the caches
+    and imports its tests left: the count of such objects grows from ~60k to ~200k over the run)
+    is set aside the same way, so each later full collection walks only what came after it: the
+    full collections took ~10 s of the in-process tests on 2 cores, ~4 s with this. The young
+    generations are collected first, so that little garbage is set aside with it."""
+    yield
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
+        gc.collect(1)
+        gc.freeze()
+
+
 class FakeClock:
     """A clock tests move by hand, so time-based logic is deterministic."""
 
