@@ -11,7 +11,10 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from gputop.record.reader import Reader
 
@@ -33,18 +36,42 @@ def _wait_for_progress(p: subprocess.Popen, timeout: float = 60.0) -> None:
         line = p.stderr.readline()
 
 
-def test_sigterm_prints_the_json_complete_and_exits_143(tmp_path):
-    rec = tmp_path / "a.gputop"
-    p = _advise("--json", "--record", str(rec))
+def _stopped_by(sig: int, extra: tuple[str, ...], watch_s: float = 0.0) -> tuple[int, str, str]:
+    """An advise run stopped by ``sig`` once it watches (and ``watch_s`` later): (exit status,
+    stdout, stderr)."""
+    p = _advise(*extra)
     try:
         _wait_for_progress(p)
-        time.sleep(2.0)
-        p.send_signal(signal.SIGTERM)
+        time.sleep(watch_s)
+        p.send_signal(sig)
         out, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 128 + signal.SIGTERM, err
+            p.wait()
+    return p.returncode, out, err
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The three runs below, side by side (each mostly waits on its fake GPU's polls): signal ->
+    a future of ``_stopped_by``; the SIGTERM run records to ``stopped["record"]``."""
+    rec = tmp_path_factory.mktemp("advise") / "a.gputop"
+    runs = {signal.SIGTERM: (("--json", "--record", str(rec)), 2.0), signal.SIGHUP: ((), 0.0),
+            signal.SIGINT: (("--json",), 0.0)}
+    pool = ThreadPoolExecutor(max_workers=len(runs))
+    try:
+        out: dict = {sig: pool.submit(_stopped_by, sig, extra, watch_s) for sig, (extra, watch_s) in runs.items()}
+        out["record"] = rec
+        yield out
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_sigterm_prints_the_json_complete_and_exits_143(stopped):
+    rec = stopped["record"]
+    returncode, out, err = stopped[signal.SIGTERM].result()
+    assert returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err
     report = json.loads(out)  # complete, not cut
     assert report["interrupted"] is True and report["terminated_by"] == "terminated"
@@ -53,29 +80,15 @@ def test_sigterm_prints_the_json_complete_and_exits_143(tmp_path):
         assert r.state == "closed" and r.damage is None
 
 
-def test_sighup_prints_the_text_with_the_reason(tmp_path):
-    p = _advise()
-    try:
-        _wait_for_progress(p)
-        p.send_signal(signal.SIGHUP)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 128 + signal.SIGHUP, err
+def test_sighup_prints_the_text_with_the_reason(stopped):
+    returncode, out, err = stopped[signal.SIGHUP].result()
+    assert returncode == 128 + signal.SIGHUP, err
     first = out.splitlines()[0]
     assert first.startswith("gputop advise: ") and first.endswith("(hung up)")
 
 
-def test_ctrl_c_keeps_its_status(tmp_path):
-    p = _advise("--json")
-    try:
-        _wait_for_progress(p)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 0, err
+def test_ctrl_c_keeps_its_status(stopped):
+    returncode, out, err = stopped[signal.SIGINT].result()
+    assert returncode == 0, err
     report = json.loads(out)
     assert report["interrupted"] is True and report["terminated_by"] is None
