@@ -499,8 +499,9 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
     works: each step it waits again, for a straggler. One that moved when the target stopped and
     has stood still since (a desync: each rank in its own collective) does not work. A rank whose
     GPU spins now (``spin_pids``) does not work, whatever its host thread runs: the CUDA driver
-    yields in a loop while it waits, or it launches into a queue that waits behind the collective. ``works_between(pid, samples)``: whether the OS shows a rank whose sparse
-    samples sit at one place working between them (a straggler asleep most of each step in its own
+    yields in a loop while it waits, or it launches into a queue that waits behind the collective.
+    ``works_between(pid, samples)``: whether the OS shows a rank whose sparse samples sit at one
+    place working between them (a straggler asleep most of each step in its own
     code: at ~1 stack/s its last few samples can all land in the sleep)."""
     by_pid: dict[int, list[StackSample]] = {}
     for s in stacks:
