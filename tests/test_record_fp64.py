@@ -5,7 +5,6 @@ readings None, and an --append to it keeps it version 3."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from pathlib import Path
 
 from gputop.model import GpuSample
@@ -19,11 +18,8 @@ OLD = Path(__file__).parent / "fixtures" / "recordings" / "h200-lightning-cudnn-
 
 
 def _version(p: Path) -> int:
-    c = sqlite3.connect(p)
-    try:
-        return c.execute("PRAGMA user_version").fetchone()[0]
-    finally:
-        c.close()
+    with Reader(p) as r:
+        return r.schema_version
 
 
 def _samples(t0: float, n: int, **kw) -> list[GpuSample]:
