@@ -64,3 +64,4 @@ def test_a_version_3_recording_opens_and_an_append_keeps_its_layout(tmp_path):
         new = [s for s in got if s.ts >= later]
         assert [s.tensor_active for s in new] == [55.0] * 3
         assert all(s.fp64_active is None for s in new)  # a version 3 file has no place for them
+

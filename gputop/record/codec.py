@@ -286,6 +286,10 @@ def category_of(flags: int):
 
 
 def frame_from_row(row: tuple) -> Frame:
+    # A NUL in a name or a path is a short read's zero fill past a cut (no Python name or path
+    # holds one): the row is damage, not a frame ("site-pack????…" was shown as a real path).
+    if any(isinstance(v, str) and "\x00" in v for v in row[1:3]):
+        raise ValueError("frame text cut off")
     return Frame(
         name=clean_text(row[1], 512),
         filename=clean_text(row[2], 1024),
