@@ -17,13 +17,13 @@ sampled inside the call this often is doing work in it, and the kernels that do 
 from __future__ import annotations
 
 from ...analysis import LIGHTNING
+from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
     GPM_BUSY_UTIL_PCT, MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, spinning,
     training_share, uses, worst,
 )
 from .threshold import JUDGEMENT, Threshold
-from ...model import Category
 
 # The main thread on the CPU inside a convolution call in at least this share of its samples.
 # Measured: the re-tuning job 42 %; healthy conv nets 5-11 % (a bf16 ResNet-50, a ConvNeXt, a
@@ -92,6 +92,8 @@ def check_cudnn_retune(ctx: AnalysisContext) -> Hit | None:
                        "kernels count as busy time too, so no upper bound is stated"),
         gain_bound=None,
         cost_s=c,
+        # Below the sampling's own confidence: the stacks cannot show that benchmark mode is on, only
+        # that the CPU time is inside the calls.
         confidence=confidence(share, len(main)) * 0.8,
         gpu_index=g.index,
         title=f"cuDNN re-tunes convolutions: {g.name} idle {pct(bd.idle_s / bd.total_s)} while the main thread "

@@ -223,9 +223,7 @@ FP64_MAX_SPEEDUP = Threshold(
 @uses(FP64_BUSY_PCT, FP64_MAX_SPEEDUP, TENSOR_CORE_SAVING, GPM_BUSY_UTIL_PCT, SPIN_EXPLAINS, CONFIDENT_BUSY_POLLS)
 def check_float64_math(ctx: AnalysisContext) -> Hit | None:
     def fp64(g: GpuView) -> float:
-        e = g.efficiency
-        if e.dfma_active is None and e.fp64_active is None:
-            return 0.0
+        e = g.efficiency  # no FP64 readings (older GPM): 0, nothing said
         return (e.dfma_active or 0.0) + (e.fp64_active or 0.0)
 
     def cost(g: GpuView) -> float:
