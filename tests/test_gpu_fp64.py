@@ -36,7 +36,7 @@ def _readings(dtype: str) -> list:
     if importlib.util.find_spec("torch") is None:
         pytest.skip("needs torch")
     try:
-        src = NvmlSource()
+        src = NvmlSource.open(interval=0.5)
     except NvmlUnavailable as exc:
         pytest.skip(str(exc))
     p = subprocess.Popen([sys.executable, "-c", _LOOP, dtype, str(LOOP_S)], stdout=subprocess.PIPE, text=True)

@@ -72,7 +72,8 @@ class GpuEfficiency:
     pcie_degraded_fraction: float = 0.0
     pcie_link: tuple[int | None, int | None] = (None, None)  # gen, width while degraded
     pcie_max: tuple[int | None, int | None] = (None, None)
-    pcie_rx_mean: float | None = None
+    pcie_rx_mean: float | None = None  # bytes/s the GPU receives (host to device)
+    pcie_tx_mean: float | None = None  # bytes/s it sends (device to host)
     ecc_uncorrected: int | None = None
     ecc_corrected_delta: int | None = None
     compute_capability: tuple[int, int] | None = None
@@ -142,6 +143,7 @@ def gpu_efficiency(index: int, samples: Sequence[GpuSample], info: GpuInfo | Non
         pcie_link=(last.pcie_gen, last.pcie_width) if last else (None, None),
         pcie_max=_pcie_max(last, info),
         pcie_rx_mean=_mean(s.pcie_rx_bps for s in ok),
+        pcie_tx_mean=_mean(s.pcie_tx_bps for s in ok),
         ecc_uncorrected=max(uncorrected) if uncorrected else None,
         ecc_corrected_delta=(corrected[-1] - corrected[0]) if len(corrected) >= 2 else None,
         compute_capability=info.compute_capability if info else None,

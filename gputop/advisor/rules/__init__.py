@@ -7,7 +7,7 @@ row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
-``checkpoint`` (saves), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
+``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
 optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
@@ -23,6 +23,7 @@ from ...model import Severity
 from .base import Check, Hit, Rule
 from .checkpoint import check_checkpoint_stall
 from .convolution import check_cudnn_retune
+from .debug_modes import check_anomaly_detection
 from .data import (
     check_cpu_oversubscribed,
     check_data_starved,
@@ -38,7 +39,8 @@ from .distributed import (
     check_manual_gradient_sync, check_rank_straggler,
 )
 from .evaluation import check_eval_every_step
-from .host import check_blocking_in_loop, check_cpu_work_in_loop, check_host_sync, check_launch_bound, check_pageable_h2d, sync_pattern
+from .host import (check_blocking_in_loop, check_copies_to_host, check_cpu_work_in_loop, check_host_sync, check_launch_bound,
+                   check_pageable_h2d, sync_pattern)
 from .memory import (check_memory_growth, check_memory_headroom, check_memory_near_limit, check_memory_rising,
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
@@ -67,6 +69,7 @@ THROUGHPUT_IDS = (
     "workers-blocked",
     "host-sync",
     "pageable-h2d",
+    "copies-to-host",
     "checkpoint-stall",
     "collective-wait",
     "rank-straggler",
@@ -78,6 +81,7 @@ THROUGHPUT_IDS = (
     "eval-every-step",
     "blocking-in-loop",
     "cudnn-retune",
+    "anomaly-detection",
     "launch-bound",
     "unfused-optimizer",
     "float64-math",
@@ -105,6 +109,9 @@ RULES: tuple[Rule, ...] = (
     Rule("io-bound", "GPU waits for storage: input is IO-bound", W, check_io_bound),
     Rule("workers-blocked", "GPU waits for data: loader workers blocked, not computing", W, check_workers_blocked),
     Rule("pageable-h2d", "GPU waits for host-to-device copies", W, check_pageable_h2d),
+    # The same wait with PCIe saying the bytes go the other way: pinning the batches would not touch it.
+    Rule("copies-to-host", "GPU waits while the loop copies tensors to the host", W, check_copies_to_host,
+         supersedes=("host-sync",)),
     Rule("host-sync", "Host-device syncs every step", W, check_host_sync),
     Rule("checkpoint-stall", "Checkpoint saves stall the GPU", W, check_checkpoint_stall),
     # The straggler's phase (its checkpoint save) is named in it, and the others' wait in
@@ -141,6 +148,10 @@ RULES: tuple[Rule, ...] = (
     # compile or a larger batch would not touch it.
     Rule("cudnn-retune", "cuDNN re-tunes convolutions for each new input shape", W, check_cudnn_retune,
          supersedes=("launch-bound",)),
+    # The forward's launches wait behind a Python stack walk each: compile, a larger batch or more
+    # workers would not touch it.
+    Rule("anomaly-detection", "Autograd anomaly detection left on", W, check_anomaly_detection,
+         supersedes=("launch-bound", "cpu-work-in-loop", "host-sync", "no-tensor-cores", "mixed-precision")),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     # float64 is the cause before any precision knob: autocast does not touch it.
     Rule("float64-math", "The GPU computes in float64", W, check_float64_math,

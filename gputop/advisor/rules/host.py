@@ -7,6 +7,7 @@ sync, in a copy, dispatching) and GPM's SM activity tell them apart.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
@@ -32,6 +33,7 @@ from .base import (
     enough_stacks,
     gain,
     idle_line,
+    window_text,
     in_evaluation,
     labels_line,
     pct,
@@ -239,9 +241,32 @@ def sync_site_kind(label: str) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- copies
 
 
-@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES)
+# The GPU sends at least this many times what it receives over PCIe: the copies the main thread
+# waits in go to the host, not to the GPU. A training step's uploads (its batches) dwarf its
+# downloads (a loss scalar), so a step that downloads three times what it uploads is copying
+# tensors back: a held-out job keeping its EMA weights on the host sent 16x what it received
+# (2.4 GB/s against 0.15); the uploading jobs recorded send 0.01-0.5x. Judgement between them.
+COPY_DOWNLOAD_RATIO = Threshold(
+    3.0, "x", JUDGEMENT,
+    "PCIe transmit (device to host) at least this many times receive: the copies waited in go to the host (an EMA "
+    "kept on the host 16x; uploading jobs 0.01-0.5x).", "bench/results/real_jobs_fresh8.md")
+
+
+def copies_to_host(g: GpuView) -> bool:
+    """Whether the copies the window sees go from the GPU to the host (PCIe says which way)."""
+    e = g.efficiency
+    if e.pcie_tx_mean is None or e.pcie_rx_mean is None:
+        return False
+    return e.pcie_tx_mean >= COPY_DOWNLOAD_RATIO * max(e.pcie_rx_mean, 1.0)
+
+
+def _copy_wait(g: GpuView) -> float:
+    return g.breakdown.get(Bucket.H2D)
+
+
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO)
 def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
-    found = worst(ctx, lambda g: g.breakdown.get(Bucket.H2D), gpu_only=True)
+    found = worst(ctx, lambda g: 0.0 if copies_to_host(g) else _copy_wait(g), gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
         return None
     g, cost = found
@@ -267,6 +292,57 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.H2D) or frac, g.breakdown.idle_samples),
         gpu_index=g.index,
         title=f"{g.name} waits for host-to-device copies {pct(frac)} of the time",
+    )
+
+
+# A weight average kept beside the model (EMA, SWA): its update's function names say so.
+_AVERAGE = re.compile(r"(?i)(^|[._])(model_?)?ema(v\d)?([._]|$)|modelema|averagedmodel|update_parameters|swa|"
+                      r"exponential_?moving|moving_?average")
+
+
+def _averaging(samples: Sequence[StackSample]) -> bool:
+    return any(_AVERAGE.search(f.name) for s in samples for f in s.frames)
+
+
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO)
+def check_copies_to_host(ctx: AnalysisContext) -> Hit | None:
+    found = worst(ctx, lambda g: _copy_wait(g) if copies_to_host(g) else 0.0, gpu_only=True)
+    if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
+        return None
+    g, cost = found
+    e, bd = g.efficiency, g.breakdown
+    frac = cost / bd.total_s
+    copying = [s for s in ctx.main_stacks if s.category is Category.H2D_COPY]
+    place = hot_place(copying) if copying else None
+    ev = [f"{g.name} idle {pct(bd.idle_fraction)} of {window_text(g)}; {pct(frac)} while the main thread copies",
+          f"PCIe transmit (GPU to host) {fmt_rate(e.pcie_tx_mean)} against receive {fmt_rate(e.pcie_rx_mean)}: "
+          "the copies bring GPU tensors to the host, not batches to the GPU"]
+    line = labels_line(g, Bucket.H2D)
+    if line:
+        ev.append(line)
+    where = f" ({place[0]})" if place else ""
+    if _averaging(copying):
+        what = "a weight average (EMA) kept on the host"
+        action = (f"keep the EMA on the GPU{where}: timm ModelEmaV3(model, decay) without device='cpu' (or "
+                  "AveragedModel / your EMA's copy built on the model's device), updated with torch._foreach_lerp_ "
+                  "on GPU tensors; if GPU memory is short, update it every N steps instead of every step")
+    else:
+        what = "GPU tensors copied to the host"
+        action = (f"keep these tensors on the GPU{where}: do the math there and copy only what must leave, every N "
+                  "steps; a copy that must run each step goes into a pinned buffer with non_blocking=True "
+                  "(buf = torch.empty(shape, pin_memory=True); buf.copy_(t, non_blocking=True)) and is read after "
+                  "a later step")
+    idle = bd.idle_s / bd.total_s
+    return Hit(
+        evidence=tuple(ev),
+        action=action,
+        expected_gain=(gain(frac) + f"; up to {times(bounded(idle))} if the CPU work around the copies (the "
+                       "host-side math on them) goes with them"),
+        gain_bound=bounded(idle),
+        cost_s=cost,
+        confidence=confidence(bd.idle_sample_share(Bucket.H2D) or frac, bd.idle_samples),
+        gpu_index=g.index,
+        title=f"{g.name} waits while the loop copies {what}, {pct(frac)} of the time",
     )
 
 

@@ -1,0 +1,93 @@
+"""Debugging modes left on in the training code: autograd's anomaly detection.
+
+``torch.autograd.set_detect_anomaly(True)`` (``with torch.autograd.detect_anomaly():``, Lightning's
+``Trainer(detect_anomaly=True)``) makes every op of the forward record the Python stack that
+created it, so a NaN in the backward can name its line, and checks every backward node's output
+for NaNs. The forward's op launches then wait behind a Python stack walk each: the main thread is
+seen inside ``torch.fx.traceback.format_stack`` (the stack formatter autograd calls) under the
+model's own forward, and the GPU idles. A held-out Lightning GPT on an H200 ran this way (the main
+thread in the formatter in ~40 % of its samples, the GPU busy 16 %) and was told launch-bound;
+``detect_anomaly=False`` measured 8.3x (bench/results/real_jobs_fresh8.md).
+
+What tells it apart: nothing else in a training step formats the Python stack op by op. torch.compile's
+tracing also records stacks, under dynamo's and FX's own frames: those samples are left out.
+"""
+
+from __future__ import annotations
+
+from ...analysis import LIGHTNING
+from ..context import AnalysisContext, GpuView
+from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, spinning, uses, worst
+from .threshold import JUDGEMENT, Threshold
+
+# The main thread inside autograd's stack formatter, under the model's forward, in at least this
+# share of its samples. Anomaly mode calls it for every op, so a forward of a few dozen ops puts it
+# in a large share (the held-out job ~40 %); nothing else a step does calls it at all, so the bar
+# only needs to stand above a stray sample or two of sampling noise. Judgement.
+ANOMALY_STACK_SHARE = Threshold(
+    0.10, "share", JUDGEMENT,
+    "The main thread inside autograd's per-op stack formatter (anomaly mode) at least this share of its samples: "
+    "nothing else in a step formats stacks op by op (the held-out anomaly-mode job ~40 %).",
+    "bench/results/real_jobs_fresh8.md")
+
+# The formatter autograd's anomaly mode calls for each op's node (torch/csrc/autograd/python_anomaly_mode.cpp).
+_FORMATTER = ("format_stack", "/torch/fx/traceback.py")
+# Whose stacks are tracing's, not anomaly mode's: torch.compile records the stack of each traced op too.
+_TRACING = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/torch/export/")
+
+
+def _path(f) -> str:
+    return f.filename.replace("\\", "/")
+
+
+def recording_op_stacks(frames) -> bool:
+    """A sample inside autograd's per-op stack recording: ``torch.fx.traceback.format_stack``
+    called from the model's code, with no compiler's tracing below it."""
+    at = next((i for i, f in enumerate(frames) if f.name == _FORMATTER[0] and _path(f).endswith(_FORMATTER[1])), None)
+    if at is None or at + 1 >= len(frames):
+        return False
+    return not any(t in _path(f) for f in frames[at + 1:] for t in _TRACING)
+
+
+def _lost(g: GpuView) -> float:
+    """The GPU's idle seconds in the window, unless it spins (a collective waiting is not idle)."""
+    return 0.0 if spinning(g) else g.breakdown.idle_s
+
+
+@uses(ANOMALY_STACK_SHARE, MIN_COST_FRACTION, MIN_COST_S)
+def check_anomaly_detection(ctx: AnalysisContext) -> Hit | None:
+    if not enough_stacks(ctx):
+        return None
+    main = ctx.main_stacks
+    k = sum(1 for s in main if recording_op_stacks(s.frames))
+    share = k / len(main)
+    if share < ANOMALY_STACK_SHARE:
+        return None
+    found = worst(ctx, _lost, gpu_only=True)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    bd = g.breakdown
+    idle = bd.idle_s / bd.total_s
+    busy = 1.0 - idle
+    off = ("Trainer(detect_anomaly=False) (the default)" if ctx.framework.name == LIGHTNING else
+           "remove torch.autograd.set_detect_anomaly(True) (or the `with torch.autograd.detect_anomaly():` around "
+           "the step)")
+    at_least = f"at least {1.0 / busy:.1f}x" if busy > 0.0 else "large"
+    return Hit(
+        evidence=(
+            f"main thread inside autograd's per-op stack recording (torch.fx.traceback.format_stack under the "
+            f"model's forward) in {pct(share)} of its samples: anomaly detection is on",
+            f"{g.name} idle {pct(idle)} of the last {bd.total_s:.0f} s while each op waits for its stack to be "
+            "formatted",
+        ),
+        action=(f"{off}; turn it on only to find the op that makes a NaN, then off again (it records a Python "
+                "stack for every op and checks every backward output for NaNs)"),
+        expected_gain=(f"{at_least}: the {pct(idle)} the GPU idles comes back, and anomaly mode's NaN checks in "
+                       "the backward are GPU work of their own, so more is likely"),
+        gain_bound=None,
+        cost_s=cost,
+        confidence=confidence(share, len(main)),
+        gpu_index=g.index,
+        title=f"Anomaly detection is on: every op records its Python stack ({g.name} idle {pct(idle)})",
+    )
