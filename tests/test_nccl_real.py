@@ -179,3 +179,14 @@ def test_the_target_blocked_in_its_own_code_while_its_peer_spins_is_the_rank_tha
     assert "rank 0 (pid 2369), which never arrives" in f.title and "record_metrics" in f.title
     assert any("every other rank's GPU spins in a collective" in e for e in f.evidence)
     assert all(shown[0].id == "stuck" for t, _, shown in runs if t >= first)
+
+
+def test_a_rank_whose_gpu_waits_for_its_peer_is_not_called_launch_bound():
+    # A held-out DDP job (2 x H200) accumulating 8 micro-batches without no_sync(): rank 0's GPU
+    # 'busy' 100 % with SMs 26 %, waiting 73 % beside its peer in the per-micro-batch all-reduce,
+    # read as "kernels too small" and was told launch-bound for a second before the accumulation
+    # was named. A GPU waiting for its peers has few SMs busy because a kernel waits.
+    runs = replay_findings("ticket_router-h200x2.gputop", every_s=1.0)
+    warned = [(t, shown[0].id) for t, _, shown in runs if shown and shown[0].severity.value == "warning"]
+    assert warned and all(fid == "accumulation-sync" for _, fid in warned), warned
+    assert warned[0][0] <= 5.0

@@ -427,6 +427,15 @@ def spinning(g: GpuView) -> bool:
     return g.spin >= SPIN_EXPLAINS
 
 
+def waits_for_peers(ctx: AnalysisContext, g: GpuView) -> bool:
+    """A rank's GPU that waits for its peers (spinning, or computing less than its busiest peer
+    while 'busy': analysis.spin's wait per poll) SPIN_EXPLAINS of the window: NCCL's kernel
+    waiting for a peer keeps a few SMs busy, which reads like small kernels. A held-out DDP job's
+    rank 0 (its GPU 'busy' 100 %, SMs 26 %, waiting 73 % beside its peer) was told launch-bound for a
+    second before its accumulation without no_sync() was named (2 x H200)."""
+    return any(v.gpu == g.index and (v.gpu_wait or 0.0) >= SPIN_EXPLAINS for v in ctx.ranks)
+
+
 def enough_stacks(ctx: AnalysisContext) -> bool:
     return len(ctx.main_stacks) >= MIN_MAIN_SAMPLES
 

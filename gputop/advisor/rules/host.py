@@ -44,6 +44,7 @@ from .base import (
     times,
     training_share,
     uses,
+    waits_for_peers,
     worst,
 )
 from .threshold import DERIVED, JUDGEMENT, IntThreshold, Threshold
@@ -645,7 +646,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         return None
 
     def cost(g: GpuView) -> float:
-        if spinning(g):
+        if spinning(g) or waits_for_peers(ctx, g):
             return 0.0  # its SMs are few because a kernel waits, not because kernels are small
         return starved_sm_s(g) + (0.0 if synced else g.breakdown.get(Bucket.CPU))
 
