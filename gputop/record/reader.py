@@ -30,6 +30,7 @@ from .sessions import session_spans
 from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
+    ADVISOR_PREFIX,
     STATE_EVENT_SOURCES,
     FINDINGS_OPTIONAL,
     FRAMES_KEEPS,
@@ -721,6 +722,15 @@ class Reader:
 
     # ----------------------------------------------------------------- summary for `info`
 
+    def advisor_fingerprints(self) -> dict[int, str]:
+        """Each session's advisor fingerprint (writer.start_session), by session id; a session
+        written before they were kept has none."""
+        out = {}
+        for k, v in self.meta.items():
+            if k.startswith(ADVISOR_PREFIX) and k[len(ADVISOR_PREFIX):].isdigit():
+                out[int(k[len(ADVISOR_PREFIX):])] = codec.clean_text(v, 64)
+        return out
+
     def session_list(self) -> list[dict[str, Any]]:
         """Every recording session (``record --append`` adds one) with its span and its target:
         what `info` and `report` say of each (``sessions.session_spans``)."""
@@ -780,8 +790,8 @@ class Reader:
 # What info and report say of findings a cut took whole. A replay judges the samples that survived
 # again (its Advisor is derived, never read back), so it may show a verdict: said, so that the
 # replay and the report do not read as contradicting each other.
-LOST_FINDINGS = ("the recorded ones were lost in the cut (the file ends before them); a replay judges the "
-                 "samples that survived again")
+LOST_FINDINGS = ("the recorded ones were lost in the cut (the file ends before them); a report or replay judges "
+                 "the samples that survived again")
 
 # The tables a stack sample is read from: its row, its stack, that stack's frames, its thread.
 STACK_TABLES = ("stack_samples", "stacks", "frames", "threads")

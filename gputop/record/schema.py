@@ -280,6 +280,14 @@ DDL = "\n".join(
 OPEN_SESSION_PREFIX = "open_session:"
 
 
+ADVISOR_PREFIX = "advisor."
+
+
+def advisor_key(session_id: int) -> str:
+    """The meta key holding the fingerprint of the advisor that judged a session's findings."""
+    return f"{ADVISOR_PREFIX}{session_id}"
+
+
 def open_session_key(session_id: int) -> str:
     return f"{OPEN_SESSION_PREFIX}{session_id}"
 

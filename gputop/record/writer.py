@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import __version__
+from ..advisor import advisor_fingerprint
 from ..errors import UserError
 from ..model import (
     Event,
@@ -48,6 +49,7 @@ from .schema import (
     APPENDABLE_VERSIONS,
     FRAMES_KEEPS,
     APPLICATION_ID,
+    advisor_key,
     open_session_key,
     DDL,
     FORMAT_NAME,
@@ -514,6 +516,10 @@ class RecordWriter:
             (time.time(), meta.host, __version__, meta.mode, argv, meta.target_pid, cmd, meta.interval),
         )
         self.session_id = cur.lastrowid
+        # Which advisor judges this session's findings: a report by another one judges the samples
+        # again rather than print an older verdict as its own (report.rejudge).
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                          (advisor_key(self.session_id), advisor_fingerprint()))
         # Removed by finish(): a session whose mark is still there was not closed cleanly.
         self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                           (open_session_key(self.session_id), repr(time.time())))

@@ -59,6 +59,11 @@ def summary_dict(s: Summary) -> dict:
         # A cut copy: the findings table was lost (whole or past the cut), so "findings" below is
         # what survived, not all there were; lost_tables names every table the cut took.
         "findings_lost": s.findings_lost,
+        # The findings below were judged again from the samples by this gputop's advisor (the file's
+        # were another version's, or lost in a cut): the step between evaluations, and the ids the
+        # file's own findings held; null / [] when the findings are the file's.
+        "judged_again_step_s": s.judged_step_s,
+        "recorded_finding_ids": list(s.recorded_ids),
         "lost_tables": list(s.lost_tables),
         "findings": [
             {

@@ -12,6 +12,7 @@ from ..analysis import as_ranks, rank_map
 from ..model import GpuProcess, GpuSample, ProcSample, StackSample, UtilPoint
 from ..record import Reader, session_spans
 from .ranks import collect_ranks
+from .rejudge import needs_rejudging, rejudge
 from .summary import HELD_NO_GPU, RunAccumulator, SessionSummary, Summary, finding_ends, summarise_findings
 
 # Work in chunks so a day-long recording never sits in memory at once.
@@ -118,8 +119,11 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     ):
         cpu_why = HELD_NO_GPU
     sysinfo = reader.system_info()
-    findings = summarise_findings(reader.finding_rows())
-    finding_ends(findings, all_events, session_spans(reader.sessions, start, acc.end))
+    # The file's findings when this advisor showed them; else the samples judged again, as a
+    # replay judges them, so a report and a replay of one file reach one verdict.
+    judged = rejudge(reader) if needs_rejudging(reader) else None
+    findings = summarise_findings(judged.rows if judged else reader.finding_rows())
+    finding_ends(findings, judged.clears if judged else all_events, session_spans(reader.sessions, start, acc.end))
     # The advisor's "warming up" is the job's phase, recorded as a finding row so a replay's
     # advisor pane shows it: the report says it as the phase and counts it as no finding.
     phases = [fs for fs in findings if fs.finding.id == WARMUP_ID]
@@ -141,7 +145,9 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         cpu_why=cpu_why,
         backfill_s=reader.span.backfill_s,
         ranks=collect_ranks(reader, chunk_s),
-        gain_predicted_recorded=_has_column(reader, "findings", "gain_predicted"),
+        gain_predicted_recorded=True if judged else _has_column(reader, "findings", "gain_predicted"),
+        judged_step_s=judged.step_s if judged else None,
+        recorded_ids=judged.recorded if judged else (),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )
 

@@ -30,7 +30,7 @@ from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line, wor
 from .ranks import rank_html
 from .summary import (
     HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
-    in_session, phase_text, session_cpu_line, session_line, several_targets,
+    in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
 )
 
 BUCKET_COLORS = {
@@ -260,8 +260,13 @@ def render_html(s: Summary) -> str:
     if ended is not None and exit_gpu(ended) is None:
         out += _told_html(ended, "How the job ended", e, evidence_only=True)
     out += rank_html(s.ranks, e)
-    out.append(f"<h2>Findings ({len(s.findings)})</h2>" if s.findings or not s.findings_lost else "<h2>Findings</h2>")
-    if s.findings_lost:
+    note = judged_note(s)
+    out.append(f"<h2>Findings ({len(s.findings)})</h2>" if s.findings or not s.findings_lost or note else "<h2>Findings</h2>")
+    if note:
+        out.append(f"<p>Findings {e(note)}.</p>")
+        if not s.findings:
+            out.append("<p>None.</p>")
+    elif s.findings_lost:
         # LOST_FINDINGS is fixed text: nothing to escape.
         out.append("<p class=\"warn\">" + ("More findings may have been lost in the cut." if s.findings else
                                           f"Findings: {LOST_FINDINGS}.") + "</p>")

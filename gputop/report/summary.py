@@ -286,6 +286,10 @@ class Summary:
     lost_tables: tuple[str, ...] = ()
     # The job's phases the advisor named (warming up): when they were, never counted as findings.
     phases: list[FindingSummary] = field(default_factory=list)
+    # The findings were judged again from the samples (report.rejudge: the file's were another
+    # advisor's, or lost in a cut), one evaluation every this many seconds; None: as recorded.
+    judged_step_s: float | None = None
+    recorded_ids: tuple[str, ...] = ()  # judged again: the ids the file's own findings held
     # The attached job's DataLoader workers' private memory (None: no worker's USS recorded, as in
     # a recording from before schema version 2 or of a job without workers).
     workers_memory: WorkersMemory | None = None
@@ -296,6 +300,10 @@ class Summary:
     def targets(self) -> list[tuple[int | None, str | None]]:
         """The processes the sessions followed, each once, in order."""
         return list(dict.fromkeys(x.target for x in self.sessions))
+
+    @property
+    def judged_again(self) -> bool:
+        return self.judged_step_s is not None
 
     @property
     def findings_lost(self) -> bool:
@@ -870,3 +878,17 @@ def finding_when(fs: FindingSummary, clock, last_session_end: float | None = Non
             return f"{first}, until the end ({clock(fs.session_end)})"
         return f"{first}, until its recording session ended ({clock(fs.session_end)})"
     return f"{first}, last reported {clock(fs.last_seen)} (no record of when it cleared)"
+
+
+def judged_note(s: Summary) -> str | None:
+    """What a report says of findings it judged again (report.rejudge), one line; None when it
+    prints the file's own."""
+    if not s.judged_again:
+        return None
+    why = ("the file's findings were lost in the cut" if s.findings_lost else
+           "the file's findings were shown by another version of gputop's advisor")
+    every = f", every {s.judged_step_s:g} s" if s.judged_step_s and s.judged_step_s > 1.0 else ""
+    was = ", ".join(s.recorded_ids) if s.recorded_ids else "none"
+    lost = "" if s.findings_lost else f"; recorded then: {was}"
+    return f"judged again from the recorded samples by this gputop (as `gputop replay` judges them{every}): {why}{lost}"
+

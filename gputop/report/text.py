@@ -14,7 +14,7 @@ from .memory import (
 from .ranks import rank_text_lines
 from .summary import (
     HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
-    in_session, phase_text, session_cpu_line, session_line, several_targets,
+    in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
 )
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -226,8 +226,11 @@ def render_text(s: Summary, width: int = 100) -> str:
     out.append("")
     if s.ranks:
         out += rank_text_lines(s.ranks) + [""]
+    note = judged_note(s)
+    if note:
+        out.extend(textwrap.wrap(f"findings {note}", width=width, subsequent_indent="  ", break_on_hyphens=False))
     if s.findings:
-        more = "; more may have been lost in the cut" if s.findings_lost else ""
+        more = "; more may have been lost in the cut" if s.findings_lost and not note else ""
         out.append(f"findings ({len(s.findings)}{more})")
         def wrapped(lead: str, body: str) -> list[str]:
             # A hanging indent: continuation lines line up with the text after the lead ("→ ").
@@ -248,6 +251,8 @@ def render_text(s: Summary, width: int = 100) -> str:
                 out.extend(wrapped("→ ", f.action))
             if f.expected_gain:
                 out.extend(wrapped("  expected: ", f.expected_gain))
+    elif note:
+        out.append("findings: none")
     elif s.findings_lost:
         # The recorded verdicts are gone; a replay's Advisor judges the samples that survived
         # again, so it may show one: said here, so the two do not read as contradicting.
