@@ -357,8 +357,13 @@ class AdvisorSource:
         ):
             return []
         if self.store.resets != self._resets_seen:
+            # A replay jumped: what held before the jump does not hold after,
+            # and nothing "cleared" or appeared at the new position because of the jump: what was
+            # shown before it is forgotten, not reported cleared (a seek to the recording's start
+            # said "cleared: ..." of a finding that appeared only a minute later).
             self._resets_seen = self.store.resets
-            self.advisor.reset()  # a replay jumped: what held before the jump does not hold after
+            self.advisor.reset()
+            self._emitted.clear()
             self._enough = False
         if self.advisor.fresh:
             self._look_back(window_at)

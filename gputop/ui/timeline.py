@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from ..model import Event
 from ..units import fmt_clock, fmt_length, fmt_time
 
 if TYPE_CHECKING:  # assembled above the UI (the session) or read through it (the replay source)
@@ -238,7 +239,13 @@ def replay_action(source, name: str) -> str | None:
     if name in targets:
         fn, missing = targets[name]
         ts = fn()
-        if ts is None:
+        here = source.position
+        # A "next" jump goes forward and a "previous" one back, or nowhere: at a recording's end
+        # `x` moved back a second, which reads as a jump to a stall that is not there.
+        ahead = name.startswith("next")
+        if ts is not None:
+            ts = min(source.end_ts, max(source.start_ts, ts))
+        if ts is None or (ts <= here if ahead else ts >= here):
             return missing
         source.seek(ts)
         return f"at {fmt_clock(ts)}"
@@ -278,6 +285,17 @@ class ReplayControls:
         msg = replay_action(self._replay_source(), name)
         if msg:
             self.notify(msg, timeout=2)  # type: ignore[attr-defined]
+            self._say(msg)
+
+    def _say(self, msg: str) -> None:
+        """The control's answer on the status line too, as an event of the replay: a toast alone
+        went unseen (`x` at the start of a CPU-only recording looked like a key that did nothing)."""
+        session = self.session
+        if session.replay is None:
+            return
+        store = session.store
+        # Said at the store's clock (the position's data): the status line fades events by it.
+        session.pipeline.publish([Event(store.now or session.replay.position, "replay", msg)])
 
     def action_replay_goto(self) -> None:
         source = self._replay_source()
