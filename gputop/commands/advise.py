@@ -146,6 +146,8 @@ def _run(args: argparse.Namespace, signals) -> int:
             # then 128 + the signal's number.
             "terminated_by": signals.why,
             "target_exited": ended,
+            # "code N" / "signal NAME" where it could be read (None: unknown, or still running).
+            "target_exit_status": state.exit_status if ended and state is not None else None,
             "nvml_error": nvml_error,
             "attach_errors": attach_errors,
             "step": None if step is None else step_dict(step),
@@ -212,7 +214,24 @@ def sampling_cost_text(cost) -> str:
 def _target_exited(session, start: float) -> str | None:
     state = session.target_state
     exited = state.exited_at if state is not None else None
-    return f"the target exited after {fmt_seconds(max(0.0, exited - start))}" if exited is not None else None
+    if exited is None:
+        return None
+    # How it ended, from the sampler's reading of its wait status (the one the recording's
+    # "exited ... with code 1" comes from): a job that crashed must not read like one that finished.
+    after = fmt_seconds(max(0.0, exited - start))
+    if state.exit_status is None:
+        return f"the target exited after {after} (exit status unknown: its parent reaped it before gputop read it)"
+    return f"the target {exit_words(state.exit_status)} after {after}"
+
+
+def exit_words(status: str) -> str:
+    """'exited with status 1 (an error)' from the sampler's "code 1" / "signal SIGKILL"."""
+    kind, _, value = status.partition(" ")
+    if kind == "signal":
+        return f"was killed by {value}" if value.startswith("SIG") else f"was killed by signal {value}"
+    if kind == "code" and value.lstrip("-").isdigit():
+        return f"exited with status {value} ({'success' if int(value) == 0 else 'an error'})"
+    return f"exited with {status}"
 
 
 class _Progress:
