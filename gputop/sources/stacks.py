@@ -113,6 +113,12 @@ PROC_INTERVAL_S = 1.0
 # After a py-spy failure that may pass (target busy forking, a timeout), try again this often.
 RETRY_AFTER_S = 2.0
 MAX_WORKERS = 64  # children followed at once (torch.compile can start dozens)
+# A job this young (seconds since its process started) that py-spy cannot read yet is starting
+# up, not failing: while Python imports torch and CUDA initialises, py-spy's "Failed to get stack
+# traces" is routine and the next dumps succeed. Such a miss is not reported unless it lasts past
+# this age (a recording of a job attached at its start led with "warning stacks: py-spy failed",
+# followed by 10 s of good samples). Judgement: importing torch with CUDA takes 5-20 s.
+STARTUP_GRACE_S = 30.0
 
 
 # --------------------------------------------------------------------------- the source
@@ -171,8 +177,10 @@ class PySpySource:
         source = self._source = SourceLines(pid)
         self._parser = StackParser(source.line, classify, is_library, source.facts)
         self._proc: psutil.Process | None
+        self._born: float | None = None  # when the target's process started (epoch seconds)
         try:
             self._proc = psutil.Process(pid)
+            self._born = self._proc.create_time()
         except psutil.Error:
             self._proc = None
         self._env: tuple[tuple[str, str], ...] | None = None
@@ -526,10 +534,16 @@ class PySpySource:
             self.interval = PROC_INTERVAL_S
         else:
             self._retry_at = now + RETRY_AFTER_S
+        if exc.kind == "pyspy-failed" and self._starting_up(now):
+            return []  # tried again in RETRY_AFTER_S; said if it is still failing once the job is older
         if self._fault == exc.kind:
             return []
         self._fault = exc.kind
         return [Event(now, self.name, str(exc), "error" if self._stacks_off else "warning")]
+
+    def _starting_up(self, now: float) -> bool:
+        """The target is in its first STARTUP_GRACE_S and no stack has been read from it yet."""
+        return self._totals.main == 0 and self._born is not None and now - self._born < STARTUP_GRACE_S
 
     # ----------------------------------------------------------------- process details
 
@@ -660,7 +674,7 @@ __all__ = [
     "COST_EVENT_AFTER_S", "COST_EVERY_S", "COST_WINDOW_S", "CPU_BURST_S", "DEFAULT_CPU_BUDGET", "HELD_BACK_SHARE",
     "DEFAULT_NONBLOCKING", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "DUMP_TIMEOUT_S", "MAX_INTERVAL_S",
     "MAX_WORKERS", "NATIVE_TIMEOUT_S", "NONBLOCKING_FAILS", "PAUSE_BURST_S", "PROC_INTERVAL_S", "PYSPY_ENV",
-    "RETRY_AFTER_S", "WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
+    "RETRY_AFTER_S", "STARTUP_GRACE_S", "WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
     "PtraceFacts", "PySpySource", "SourceLines", "StackParser", "attach_policy", "check_attachable", "dump_json",
     "exit_status",
     "find_pyspy", "job_cost_pct", "native_dump", "permission_advice", "ptrace_facts", "thread_on_cpu",
