@@ -239,6 +239,26 @@ def test_list_and_info(tmp_path, capsys):
     assert d["bad_blocks"] == 0 and d["counts"]["gpu_samples"] == 120 and d["gpu_indices"] == [0]
 
 
+def test_list_shows_each_jobs_script_not_the_shared_interpreter_path(tmp_path, capsys):
+    # Two jobs of one virtualenv: the first 40 characters of their command lines were the same
+    # interpreter path, so the list could not tell them apart.
+    venv = "/root/.pyenv/versions/3.11.7/bin/python"
+    for name, cmd in (("a.gputop", f"{venv} plain.py --api-key ***"),
+                      ("b.gputop", f"{venv} loader.py --data /datasets/imagenet/train --workers 8 --epochs 90")):
+        w = RecordWriter.create(tmp_path / name)
+        w.start_session(SessionMeta(mode="fake", target_pid=42, target_cmdline=cmd))
+        for b in SyntheticSession(t0=T0).seconds(5):
+            w.flush(b)
+        w.finish()
+    assert main(["record", "--list", str(tmp_path)]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["a.gputop"].endswith("  python plain.py --api-key ***")
+    # cut at the end, to the column's 40 characters: the script and the first arguments stay
+    cut = "python loader.py --data /datasets/image…"
+    assert len(cut) == 40 and rows["b.gputop"].endswith("  " + cut)
+    assert venv not in rows["a.gputop"] + rows["b.gputop"]
+
+
 def test_info_bad_inputs(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.gputop")]) == 2
     assert capsys.readouterr().err.strip() == f"gputop: error: {tmp_path / 'missing.gputop'}: no such file"

@@ -302,6 +302,19 @@ def _size_of(p: Path) -> str:
         return "?"
 
 
+# The TARGET column's width: the command is cut at its end to fit.
+TARGET_W = 40
+
+
+def target_text(cmdline: str | None) -> str:
+    """The recorded target as the list shows it: the interpreter by its name, then the script and
+    its (already redacted) arguments, cut at the end. The first 40 characters of the command line
+    were the interpreter's path, the same for every job of a virtualenv."""
+    from ..present import shown_command
+
+    return truncate(shown_command(cmdline or ""), TARGET_W)
+
+
 def list_recordings(folder: Path) -> int:
     from ..record import Reader
     from ..record import looks_like_recording
@@ -340,7 +353,7 @@ def list_recordings(folder: Path) -> int:
             state = "" if d["state"] == "closed" else f" [{d['state']}]"
             rows.append((p.name, d["host"] or "?", f"{len(d['gpus'])}× {gpus}" if gpus else "CPU only", fmt_time(d["start"]),
                          fmt_length(d["duration_s"]), fmt_size(d["size_bytes"]),
-                         (d["target_cmdline"] or "")[:40] + (" [damaged]" if d["damage"] else "") + state))
+                         target_text(d["target_cmdline"]) + (" [damaged]" if d["damage"] else "") + state))
         except (UserError, OSError) as exc:
             # The row names the file already: the reason without it, whole up to a long line.
             why = str(exc)

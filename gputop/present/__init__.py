@@ -35,7 +35,7 @@ from .panels import (
     hidden_gpus_line, host_panel_lines, index_width, sampling_text,
 )
 from .process_table import (
-    COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows, row_cells, table_columns,
+    COLUMNS, DESCENDING_BY_DEFAULT, SORT_KEYS, ProcRow, attachable, build_rows, row_cells, shown_command, table_columns,
 )
 from .ranks import ranks_pane_lines, ranks_waiting_lines
 from .rules import rules_dict, rules_text
@@ -47,7 +47,7 @@ __all__ = [
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
     "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text", "no_gpu_text",
     "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
-    "ranks_waiting_lines", "report_dict", "row_cells", "rules_dict", "rules_text", "sampling_text", "session_start_in", "split_width", "stacks_pane_lines",
+    "ranks_waiting_lines", "report_dict", "row_cells", "rules_dict", "rules_text", "sampling_text", "session_start_in", "shown_command", "split_width", "stacks_pane_lines",
     "stacks_waiting_lines", "table_columns",
     "verdict_line", "verdict_lines",
 ]
