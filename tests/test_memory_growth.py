@@ -2,6 +2,7 @@
 and the rules (memory-growth, oom-exit, memory-headroom held back) through the advisor."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -360,3 +361,57 @@ def test_growth_under_a_minute_and_far_from_the_limit_is_weighed_not_judged():
     assert "out of memory in" not in f.title + " ".join(f.evidence)
     found, _ = rule_findings(job(90))
     assert "memory-growth" in found and "memory-rising" not in found
+
+
+def _cpu_loop_frames(t):
+    """A CPU job's module-level loop (the new user's): `out = torch.randn(256, 1024) @ w`,
+    `history.append(out)`, `time.sleep(0.02)` in turn; no forward, backward or optimizer."""
+    line = (7, 8, 11)[int(t * 5) % 3]
+    return (Frame("<module>", "/home/u/leak.py", line, code="x", loop=6),)
+
+
+def _cpu_leak(seconds, main_frames=_cpu_loop_frames):
+    # RSS 0.5 GB -> 1.8 GB over the watch: ~27 MiB/s, a 23 GiB host far from its limit
+    rss = lambda t: 512 * MiB + 27 * MiB * t  # noqa: E731
+    return Job(seconds=seconds, util=None, workers=0, host_mem_total=23 * GiB,
+               host_available=lambda t: 21 * GiB - 27 * MiB * t, target_rss=rss,
+               main=lambda t: C.IDLE if int(t * 5) % 3 == 2 else C.OTHER, main_frames=main_frames)
+
+
+def test_a_cpu_jobs_host_leak_in_a_short_watch_is_weighed():
+    # A new user's 35 s advise on a CPU job leaking 1.6 GB/min said nothing of memory: the job's
+    # loop does no forward/backward/optimizer, so no training loop was known and nothing was
+    # weighed; and the host's growth, being the job's own RSS, dropped what that RSS rose at.
+    found, ctx = rule_findings(_cpu_leak(35))
+    assert not ctx.step.stepping and ctx.step.loop_at == ("<module>", "u/leak.py")
+    f = found.get("memory-rising")
+    assert f is not None, sorted(found)
+    assert f.severity is Severity.INFO and "memory-growth" not in found
+    assert f.title.startswith("Weighing: host memory rises about 1.6 GB/min"), f.title
+    assert "`<module> (u/leak.py" in f.evidence[0] and "training loop" not in f.evidence[0], f.evidence
+    # judged once it has the minute: named as growth, no longer weighed
+    found, _ = rule_findings(_cpu_leak(90))
+    assert "memory-growth" in found and "memory-rising" not in found
+    # a job whose main thread stays on one line (loading, or not a loop of its own) is not weighed
+    found, _ = rule_findings(_cpu_leak(35, main_frames=lambda t: (Frame("<module>", "/home/u/leak.py", 7),)))
+    assert "memory-rising" not in found
+
+
+def test_the_hosts_growth_keeps_what_the_jobs_own_rss_is_seen_rising_at():
+    # The host's growth is the job's own (its RSS): too short to judge, the rate that RSS rises
+    # at since the training loop began is kept for memory-rising, not dropped for "too short".
+    from gputop.analysis.memory_window import memory_view
+
+    host = [HostSample(ts=T0 + k, cpu_percent=0, mem_total=23 * GiB, mem_available=21 * GiB - 27 * MiB * k)
+            for k in range(36)]
+    rss = {TARGET: [ProcSample(ts=T0 + k, pid=TARGET, ppid=1, name="python", rss=512 * MiB + 27 * MiB * k)
+                    for k in range(36)]}
+    view = memory_view((), {}, [], host, rss, {TARGET}, early_since=T0 + 5)
+    assert not view.host.judged
+    assert view.host.rising == pytest.approx(27 * MiB, rel=0.05) and view.host.rising_in_loop
+    # no loop known: still measured, said as outside one
+    view = memory_view((), {}, [], host, rss, {TARGET})
+    assert view.host.rising == pytest.approx(27 * MiB, rel=0.05) and not view.host.rising_in_loop
+    # the job's RSS flat while the host's used memory rises (a neighbour): nothing the job's
+    flat = {TARGET: [replace(s, rss=512 * MiB) for s in rss[TARGET]]}
+    assert memory_view((), {}, [], host, flat, {TARGET}, early_since=T0 + 5).host.rising == 0

@@ -101,6 +101,10 @@ class Growth:
     # it rising at (bytes/s; 0: not rising), too far from the limit to judge before the minute.
     # What is being weighed, said as such: never a forecast.
     rising: float = 0.0
+    # ``rising`` was measured since the training loop began (``early``); False: over the whole
+    # short series of a job whose training loop is not known (``weigh``: a CPU job's loop does no
+    # forward, backward or optimizer step), which the advisor says as such.
+    rising_in_loop: bool = False
 
     @property
     def growing(self) -> bool:
@@ -149,24 +153,26 @@ def _since(points: Sequence[tuple[float, float]], t: float) -> list[tuple[float,
 
 
 def growth(points: Sequence[tuple[float, float]], limit: float | None = None,
-           used_now: float | None = None, early: bool = False) -> Growth:
+           used_now: float | None = None, early: bool = False, weigh: bool = False) -> Growth:
     """The verdict on one series (time order). ``limit``: what it may reach; ``used_now``: what
     counts against the limit now when more than the series itself does (a card shared with
     other processes: its whole used memory). Only steady growth gets a rate and a forecast.
     ``early``: the job is in its training loop, so EARLY_SPAN_S of history may judge growth that
-    reaches the limit soon (see EARLY_HORIZON); anything else that short stays SHORT."""
+    reaches the limit soon (see EARLY_HORIZON); anything else that short stays SHORT.
+    ``weigh``: no training loop is known, yet EARLY_SPAN_S of steady growth is measured as
+    ``rising`` (never judged early: what grew may be loading)."""
     pts = sorted((float(t), float(v)) for t, v in points)
     span = pts[-1][0] - pts[0][0] if pts else 0.0
     short = Growth(SHORT, used=pts[-1][1] if pts else 0.0, limit=limit, span_s=span)
-    if len(pts) < MIN_POINTS or span < (EARLY_SPAN_S if early and limit is not None else MIN_SPAN_S):
+    if len(pts) < MIN_POINTS or span < (EARLY_SPAN_S if (early and limit is not None) or weigh else MIN_SPAN_S):
         return short
     g = _judge(pts, limit, used_now)
     if span >= MIN_SPAN_S:
         return g
     # Early: only urgent, steady growth; the rest waits for the minute.
-    if g.growing and g.eta_high_s is not None and g.eta_high_s <= EARLY_HORIZON * span:
+    if early and g.growing and g.eta_high_s is not None and g.eta_high_s <= EARLY_HORIZON * span:
         return replace(g, early=True)
-    return replace(short, rising=g.rate) if g.growing else short
+    return replace(short, rising=g.rate, rising_in_loop=early) if g.growing else short
 
 
 def _judge(pts: list[tuple[float, float]], limit: float | None, used_now: float | None) -> Growth:

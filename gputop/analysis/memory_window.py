@@ -17,7 +17,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from ..model import GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample
 from .efficiency import WORKER_MAX_HOPS
 from .memory_cause import LeakLine
-from .memory_growth import FLAT, Growth, forecast_of, growth
+from .memory_growth import FLAT, SHORT, Growth, forecast_of, growth
 from .threshold import JUDGEMENT, Threshold
 
 # The forecast looks back this far: long enough that a leak of a few MB a step stands out of an
@@ -245,13 +245,23 @@ def _job_on_host(whole: Growth, main: Growth | None, ws: Sequence[WorkerMemory],
                            early=any(g.early for g in parts))
     if whole.growing and ws and not any(w.uss is not None and w.uss.judged for w in ws):
         return whole
+    # Too short to judge, the job's own memory may already be seen rising (memory-rising weighs
+    # it): kept, or a 35 s watch of a job leaking 1.6 GB/min in its RSS said nothing of memory.
+    rising = [g for g in [main, *(w.uss for w in ws)] if g is not None and not g.judged and g.rising > 0]
+    if rising:
+        return Growth(SHORT, used=used_now, limit=total, span_s=max(g.span_s for g in rising),
+                      rising=sum(g.rising for g in rising), rising_in_loop=all(g.rising_in_loop for g in rising))
+    if whole.rising > 0 and ws and not any(w.uss is not None and w.uss.judged for w in ws):
+        return whole  # the workers' private memory not yet read: the whole host stands in, as above
     return Growth(FLAT if whole.judged else whole.kind, used=used_now, limit=total, span_s=whole.span_s)
 
 
 def _judged(series: Sequence[tuple[float, float]], limit: float | None, used_now: float | None,
             early_since: float | None) -> Growth:
-    """A minute of history judged as ever; less, only its part since the loop began, and early."""
-    g = growth(series, limit, used_now)
+    """A minute of history judged as ever; less, only its part since the loop began, and early.
+    With no training loop known (``early_since`` None: a CPU job's loop does no model step, or
+    the job is loading), less than a minute is only weighed: how fast it rises, never a verdict."""
+    g = growth(series, limit, used_now, weigh=early_since is None)
     if g.judged or early_since is None:
         return g
     return growth([p for p in series if p[0] >= early_since], limit, used_now, early=True)

@@ -337,25 +337,39 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
 @uses()
 def check_memory_rising(ctx: AnalysisContext) -> Hit | None:
     """What is weighed before memory-growth can judge: the job's memory rises in its training
-    loop, but less than a minute of history says nothing of when it would run out unless that is
-    soon (then memory-growth speaks early). Said, so a watch shorter than the minute is not taken
-    for "memory is fine"; never a forecast, never a warning."""
+    loop (or, with none known, while its main thread goes round a loop of its code: a CPU job's),
+    but less than a minute of history says nothing of when it would run out unless that is soon
+    (then memory-growth speaks early). Said, so a watch shorter than the minute is not taken for
+    "memory is fine"; never a forecast, never a warning."""
     mem = ctx.memory
     if mem is None:
         return None
+    # Rising outside a known training loop (a CPU job's loop does no forward, backward or
+    # optimizer step, so none is known) is weighed only while the main thread goes round a loop
+    # of its own code, line to line, and warms up on nothing: one line held (a load, a read) or
+    # an import or compile grows memory and then stops.
+    own_loop = (not ctx.step.stepping and ctx.step.loop is not None and ctx.step.loop_lines >= 2
+                and ctx.warmup is None)
+
+    def weighed(gr: Growth) -> bool:
+        return not gr.judged and gr.rising > 0 and (gr.rising_in_loop or own_loop)
+
     rising: list[tuple[str, Growth, int | None]] = []
     for gm in mem.gpus:
-        if not gm.growth.judged and gm.growth.rising > 0:
+        if weighed(gm.growth):
             rising.append((f"GPU {gm.index}", gm.growth, gm.index))
-    if mem.host is not None and not mem.host.judged and mem.host.rising > 0:
+    if mem.host is not None and weighed(mem.host):
         rising.append(("the job's cgroup" if mem.host_cgroup else "host", mem.host, None))
     if not rising:
         return None
     who, gr, gpu = max(rising, key=lambda r: r[1].rising)
     need = max(0.0, MIN_SPAN_S - gr.span_s)
+    where = ("of its training loop" if gr.rising_in_loop else
+             f"while its main thread went round the loop at `{ctx.step.loop}` (no forward, backward or optimizer "
+             "step seen: a loop on the CPU, or one loading)")
     return Hit(
-        evidence=(f"{who}: the job's memory rose at about {rate_text(gr.rising)} over the last {gr.span_s:.0f} s of its "
-                  "training loop",
+        evidence=(f"{who}: the job's memory rose at about {rate_text(gr.rising)} over the last {gr.span_s:.0f} s "
+                  f"{where}",
                   f"less than {MIN_SPAN_S:.0f} s of history says nothing of a trend (an allocator warms up, a cache "
                   f"fills) unless the limit is minutes away: judged in about {need:.0f} s more, with a forecast if it "
                   "keeps rising"),
