@@ -112,7 +112,8 @@ def test_the_job_stage_publishes_the_memory_view_and_says_the_forecast_once():
     assert job_memory(paused, TARGET) is views.memory  # paused: the forecast of the paused moment
     told = [x for x in stage.poll() if isinstance(x, Event)]
     assert len(told) == 1 and told[0].level == "warning" and told[0].source == "memory"
-    assert told[0].message == "GPU 0 out of memory in ~23 min: the job's memory grows 2.9 GB/min (Advisor tab)"
+    # A sentence with its verb, and no pointer to a tab: a text report prints this event too.
+    assert told[0].message == "GPU 0 runs out of memory in ~23 min: the job's memory grows 2.9 GB/min"
     assert not [x for x in stage.poll() if isinstance(x, Event)]  # once
 
 
@@ -126,6 +127,22 @@ def test_memory_watch_is_quiet_for_far_or_flat_growth_and_tells_a_new_target_aga
     assert w.events_for(soon, 1, 0.0) == [] and len(w.events_for(soon, 1, 1.0)) == 1
     assert w.events_for(soon, 1, 2.0) == []
     assert w.events_for(soon, 2, 3.0) == [] and len(w.events_for(soon, 2, 4.0)) == 1
+
+
+def test_memory_watch_says_the_hosts_forecast_as_a_sentence_and_whose_memory_grows():
+    # A new user's text report read "the host out of memory in ~62 min (61-63): its used memory
+    # grows 356 MB/min (Advisor tab)": no verb, the job's growth called the host's used memory,
+    # and a tab a text report does not have.
+    host = growing(eta=62 * 60.0, low=61 * 60.0, high=63 * 60.0).growth
+    w = MemoryWatch()
+    w.events_for(MemoryView(host=host), 1, 0.0)
+    told = w.events_for(MemoryView(host=host), 1, 1.0)
+    assert [e.message for e in told] == ["the host runs out of memory in ~62 min (61-63): the job's memory grows "
+                                         "310 MB/min"]
+    w = MemoryWatch()
+    w.events_for(MemoryView(host=host, host_cgroup=True), 1, 0.0)
+    told = w.events_for(MemoryView(host=host, host_cgroup=True), 1, 1.0)
+    assert told[0].message.startswith("the job's control group runs out of memory in ~62 min")
 
 
 # --------------------------------------------------------------------------- the report

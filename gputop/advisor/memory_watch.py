@@ -43,7 +43,10 @@ class MemoryWatch:
             whose = "the job's memory" if gm.source == "process" else "the whole card's memory"
             soon.append((f"gpu{gm.index}", self._line(f"GPU {gm.index}", whose, g)))
         if memory.host is not None:
-            soon.append(("host", self._line("the host", "its used memory", memory.host)))
+            # The host's growth is the job's own (its processes', memory_window), not the host's
+            # used memory; in a container, against the job's control group's limit.
+            where = "the job's control group" if memory.host_cgroup else "the host"
+            soon.append(("host", self._line(where, "the job's memory", memory.host)))
         out = []
         for key, line in soon:
             if not line:
@@ -58,10 +61,12 @@ class MemoryWatch:
     @staticmethod
     def _line(device: str, whose: str, g) -> str:
         """The message when ``g`` grows to its limit within WARN_WITHIN_S, else ''. The time
-        comes first: the status line is one line, cut at the terminal's width."""
+        comes first: the status line is one line, cut at the terminal's width. No pointer to the
+        Advisor tab: the event is also recorded, and read back in a report or a replay, where no
+        tab is."""
         if not g.growing or g.eta_s is None or g.eta_s > WARN_WITHIN_S:
             return ""
-        return f"{device} out of memory in {eta_text(g)}: {whose} grows {rate_text(g.rate)} (Advisor tab)"
+        return f"{device} runs out of memory in {eta_text(g)}: {whose} grows {rate_text(g.rate)}"
 
 
 __all__ = ["AGREE", "MemoryWatch"]
