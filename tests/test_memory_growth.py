@@ -415,3 +415,15 @@ def test_the_hosts_growth_keeps_what_the_jobs_own_rss_is_seen_rising_at():
     # the job's RSS flat while the host's used memory rises (a neighbour): nothing the job's
     flat = {TARGET: [replace(s, rss=512 * MiB) for s in rss[TARGET]]}
     assert memory_view((), {}, [], host, flat, {TARGET}, early_since=T0 + 5).host.rising == 0
+
+
+def test_host_growth_evidence_says_the_hosts_used_memory_and_the_jobs_apart():
+    # A new user read "the job's memory on the host ... grows 368 MB/min ...; 2.0G of 23.5G used"
+    # as the job's 2.0G; its RSS was 1.0G. Each is named.
+    rss = lambda t: 1 * GiB - 6 * MiB * (120 - t)  # noqa: E731  (1.0G at the end)
+    job = Job(seconds=120, workers=0, host_mem_total=int(23.5 * GiB),
+              host_available=lambda t: 21.5 * GiB - 6 * MiB * (t - 120), target_rss=rss)
+    f = rule_findings(job)[0]["memory-growth"]
+    first = f.evidence[0]
+    assert first.startswith("the job's memory on the host"), first
+    assert first.endswith("; the host: 2.0G of 23.5G used; the job 1.0G (its main process's RSS)"), first

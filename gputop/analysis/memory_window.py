@@ -120,6 +120,10 @@ class MemoryView:
     # The host's growth is the job's control group against its memory limit (a container's, where
     # the OOM killer acts first), not the whole host against its total.
     host_cgroup: bool = False
+    # The job's own memory on the host now, bytes: its main process's RSS and its workers' private
+    # memory (USS) where read (a forked worker's RSS counts the pages it shares). Beside the
+    # host's used memory, which ``host.used`` is, so neither is read as the other. None: no RSS.
+    job_host: float | None = None
 
     @property
     def uss_read(self) -> tuple[WorkerMemory, ...]:
@@ -215,9 +219,14 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
         if series:
             ws.append(WorkerMemory(pid, growth(series), growth(private) if private else None))
     main = None
+    job_host = None
     for pid in set(family) - set(workers):  # the target (family is the target and its workers)
         series = [(s.ts, float(s.rss)) for s in procs.get(pid, ()) if s.rss is not None]
         if series:
+            # Each worker's latest USS read (its series' last point), not a fit's figure.
+            job_host = series[-1][1] + sum(
+                next(float(s.uss) for s in reversed(procs.get(w.pid, ())) if s.uss is not None)
+                for w in ws if w.uss is not None)
             # Against what the host has free: its forecast is the job's own.
             main = _judged(series, total, used_now, early_since) if total else growth(series)
     if cgroup:
@@ -227,7 +236,7 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
     elif total:
         hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
         host_growth = _job_on_host(_judged(hs, total, None, early_since), main, ws, total, used_now)
-    return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup)
+    return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup, job_host=job_host)
 
 
 def _job_on_host(whole: Growth, main: Growth | None, ws: Sequence[WorkerMemory], total: float,

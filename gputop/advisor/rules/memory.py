@@ -191,10 +191,26 @@ _COPY_ON_READ = ("a Dataset holding Python lists or dicts is copied page by page
                  "workers")
 
 
-def _growth_line(who: str, gr: Growth) -> str:
-    used = f"{fmt_bytes(int(gr.used))} of {fmt_bytes(int(gr.limit))} used" if gr.limit else f"{fmt_bytes(int(gr.used))} used"
+def _growth_line(who: str, gr: Growth, used: str | None = None) -> str:
+    """``used``: what is used, said where ``gr.used`` is not ``who``'s own (the host's)."""
+    if used is None:
+        used = (f"{fmt_bytes(int(gr.used))} of {fmt_bytes(int(gr.limit))} used" if gr.limit else
+                f"{fmt_bytes(int(gr.used))} used")
     return (f"{who} grows {rate_text(gr.rate)} (95 %: {rate_text(gr.rate_low)}-{rate_text(gr.rate_high)}) "
             f"over the last {gr.span_s / 60:.0f} min; {used}")
+
+
+def _host_used(gr: Growth, mem: MemoryView) -> str:
+    """The host's used memory and the job's, each named: the forecast is the job's growth against
+    what the host has free, and "2.0G of 23.5G used" beside the job's rate read as the job's own
+    (its RSS was 1.0G)."""
+    host = f"the host: {fmt_bytes(int(gr.used))} of {fmt_bytes(int(gr.limit))} used" if gr.limit else \
+        f"the host: {fmt_bytes(int(gr.used))} used"
+    if mem.job_host is None:
+        return host
+    what = ("its main process's RSS and its workers' private memory (USS)" if any(w.uss is not None for w in mem.workers)
+            else "its main process's RSS")
+    return f"{host}; the job {fmt_bytes(int(mem.job_host))} ({what})"
 
 
 def _median_rate(growths: list[Growth]) -> str:
@@ -307,7 +323,7 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
                         "ends a process in it, whatever the host has free"]
         else:
             evidence = [_growth_line("the job's memory on the host (its own processes: other processes' use is "
-                                     "left out)", gr),
+                                     "left out)", gr, _host_used(gr, mem)),
                         f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
         evidence.extend(_host_evidence(mem))
         # The workers' USS tells copy-on-read from a leak elsewhere (the main process): growing,
