@@ -142,6 +142,17 @@ def test_stack_label_names_the_call_the_users_code_made():
     assert stack_label(stack(T, C.OTHER, frames=())) == "?"
 
 
+def test_stack_label_names_the_function_a_decorator_wraps_not_its_wrapper():
+    # timm's ModelEmaV3.update under torch.no_grad(): the frame the user's line calls is the
+    # decorator's decorate_context, which says nothing of what runs.
+    site = "/venv/lib/python3.12/site-packages"
+    frames = (Frame("ModelEmaV3.apply_update_", f"{site}/timm/utils/model_ema.py", 235),
+              Frame("ModelEmaV3.update", f"{site}/timm/utils/model_ema.py", 213),
+              Frame("context_decorator.<locals>.decorate_context", f"{site}/torch/utils/_contextlib.py", 124),
+              Frame("main", "/home/u/train.py", 108))
+    assert stack_label(stack(T, C.OTHER, frames=frames)) == "ModelEmaV3.update (train.py:108)"
+
+
 def test_the_cpu_device_time_line_comes_from_the_stacks():
     cats = [C.FORWARD, C.BACKWARD, C.OPTIMIZER, C.DATA_FETCH, C.DATA_FETCH, C.CHECKPOINT_IO, C.OTHER]
     main = [stack(T + (k + 1) * 0.2, c) for k, c in enumerate(cats)]

@@ -11,6 +11,7 @@ of the window lands in exactly one bucket, so the percentages add up to 100.
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,7 +41,9 @@ BUCKET_LABELS: dict[Bucket, str] = {
     Bucket.DATA: "waiting for data",
     Bucket.CPU: "CPU work in main process",
     Bucket.SYNC: "host-device sync",
-    Bucket.H2D: "host-to-device copies",
+    # Either way: a `.to(x)` line does not say which, and PCIe's counters decide the finding
+    # (copies-to-host or pageable-h2d), not the bucket (an EMA's downloads read "host-to-device").
+    Bucket.H2D: "host-device copies",
     Bucket.IO: "IO wait",
     Bucket.COLLECTIVE: "collective/communication wait",
     Bucket.CHECKPOINT: "checkpoint save",
@@ -125,6 +128,10 @@ def bucket_of(sample: StackSample) -> Bucket:
     return CATEGORY_BUCKET.get(sample.category, Bucket.UNKNOWN)
 
 
+# A decorator's generic wrapper frame: it says nothing of what the call does.
+_WRAPPER = re.compile(r"(^|\.)(wrapper|wrapped|inner|_fn|decorate_context|_no_grad_wrapper|_use_grad|maybe_fallback)$")
+
+
 def stack_label(sample: StackSample) -> str:
     """A short name for what the thread was doing: the call its own code was making.
 
@@ -139,7 +146,12 @@ def stack_label(sample: StackSample) -> str:
         if not is_library(f.filename):
             where = f"{_basename(f.filename)}:{f.line}"
             if i > 0:
-                return f"{frames[i - 1].name} ({where})"
+                # Past a decorator's wrapper (torch.no_grad's decorate_context, functools-style
+                # wrappers) to the function it wraps: "ModelEmaV3.update", not "decorate_context".
+                j = i - 1
+                while j > 0 and _WRAPPER.search(frames[j].name):
+                    j -= 1
+                return f"{frames[j].name} ({where})"
             # The newest frame is the user's own line: its text names the C call (.item()).
             return f"`{f.code}` ({where})" if f.code else f"{f.name} ({where})"
     return frames[0].name
