@@ -95,6 +95,14 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     # jobs are in-sample for them from then on. The EMA's copies to the host are copies-to-host's.
     "detect-anomaly": ("anomaly-detection",),
     "ema-on-cpu": ("cpu-work-in-loop", "copies-to-host"),
+    # The ninth fresh set's (mapped 2026-11-28, before any measurement; bench/jobs/fresh9_spec.py):
+    # a permutation drawn on the CPU every step is CPU work in the loop, whose action names the
+    # function and moving the tensor work onto the GPU. No finding's action is stopping a
+    # profiler, channels_last or computing logits for the last position only: misses until built.
+    "randperm-per-step": ("cpu-work-in-loop",),
+    "profiler": (),
+    "channels-last": (),
+    "full-vocab-logits": (),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -380,6 +388,30 @@ JOBS: tuple[Job, ...] = (
         (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
          Change("launch", "batch 8 instead of 4 (samples/s; the knob a false alarm would name)", ("--batch", "8")),
          Change("launch", "torch.compile(model) (the knob a false alarm would name)", ("--compile",))),
+        fresh=True, note=FRESH),
+    # The ninth fresh set, written 2026-11-28 by a helper that read no rule and no result (its
+    # truths and gains reasoned in bench/jobs/fresh9_spec.py before any measurement).
+    Job("fresh9-torch-randperm-per-step", "torch", True, "fresh9_randperm_sampler.py", ("--batch", "1024"),
+        (Change("randperm-per-step", "one permutation per epoch, drawn on the GPU, sliced into batches, instead of "
+                "a 2.5M-element torch.randperm on the CPU every step", ("--epoch-permutation",)),),
+        fresh=True, note=FRESH),
+    Job("fresh9-torch-profiler-cycles", "torch", True, "fresh9_profiler_cycles.py",
+        ("--batch", "48", "--workers", "6"),
+        (Change("profiler", "the profiler schedule with repeat=1 (one cycle, then stop) instead of cycling for ever",
+                ("--profile-cycles", "1")),
+         Change("profiler", "no profiler around the loop", ("--no-profile",))), fresh=True, note=FRESH),
+    Job("fresh9-timm-nchw-amp", "timm", True, "fresh9_timm_nchw.py", ("--batch", "256", "--workers", "10"),
+        (Change("channels-last", "model and batches in channels_last (NHWC) under the same bf16 autocast",
+                ("--channels-last",)),), fresh=True, note=FRESH),
+    Job("fresh9-transformers-full-vocab-logits", "transformers", True, "fresh9_full_vocab_logits.py",
+        ("--batch", "32", "--seq-len", "256"),
+        (Change("full-vocab-logits", "the model called with logits_to_keep=1: the LM head and the log-softmax on the "
+                "last position only", ("--logits-to-keep", "1")),), fresh=True, note=FRESH),
+    Job("fresh9-lightning-healthy-protein-mlm", "lightning", True, "fresh9_healthy_protein_mlm.py",
+        ("--batch", "8", "--context", "1024", "--workers", "4"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "batch 16 instead of 8 (samples/s; the knob a false alarm would name)", ("--batch", "16")),
+         Change("launch", "torch.compile (the knob a false alarm would name)", ("--compile",))),
         fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
         ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
