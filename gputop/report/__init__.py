@@ -36,6 +36,9 @@ def summary_dict(s: Summary) -> dict:
                 "index": g.index,
                 "name": g.name,
                 "busy_fraction": round(g.busy_fraction, 4),
+                # false: NVML never listed the attached job (target, workers, ranks) on it; its
+                # idle time is then measured, not attributed ("seconds": busy and other/unknown).
+                "used_by_job": g.job_used,
                 "measured_s": round(g.breakdown.total_s, 1),
                 "seconds": {BUCKET_LABELS[b]: round(v, 1) for b, v in g.breakdown.seconds.items()},
                 "idle_periods": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 from ..advisor import STATE_IDS, WARMUP_ID, holds_no_gpu
 from ..analysis import stack_slices
@@ -31,6 +32,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
     carry: dict[int, UtilPoint] = {}
     latest_proc: dict[int, ProcSample] = {}
     latest_gpu_proc: dict[int, GpuProcess] = {}
+    listed: dict[int, set[int]] = {}  # GPU -> every PID NVML listed on it so far
     ranks = rank_map(reader.events(float("-inf"), float("inf")))
     has_gpus = bool(reader.gpu_indices())
     # Each recording session is read for its own target (an appended session may follow another
@@ -84,6 +86,7 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
                 latest_proc[p.pid] = p
             for gp in gprocs:
                 latest_gpu_proc[gp.pid] = gp
+                listed.setdefault(gp.gpu_index, set()).add(gp.pid)
             parents = parents_of(latest_proc.values())
             family = ({job_pid} | {pid for pid, p in latest_proc.items() if is_worker(p, job_pid, parents=parents)}
                       if job_pid else set())
@@ -94,7 +97,10 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
             theirs = first is not None and holds_no_gpu(
                 job_pid, family, ranks, list(latest_gpu_proc.values()),
                 {pid: [p] for pid, p in latest_proc.items()}, [first])
-            acc.add_chunk(slices, polls, () if theirs else stacks, host, procs)
+            # A launcher's ranks are its children; a rank started apart is known by its rank alone.
+            own = family | set(ranks) | {pid for pid, p in latest_proc.items() if job_pid and p.ppid == job_pid}
+            mine = frozenset() if theirs else job_gpus(listed, own) if job_pid else None
+            acc.add_chunk(slices, polls, () if theirs else stacks, host, procs, job_gpus=mine)
             if family:
                 acc.add_job_memory(gprocs, family)
             if job_pid:
@@ -150,6 +156,17 @@ def collect(reader: Reader, chunk_s: float = CHUNK_S) -> Summary:
         recorded_ids=judged.recorded if judged else (),
         sample_interval=max((x["interval"] or 0.0 for x in reader.sessions), default=0.0) or None,
     )
+
+
+def job_gpus(listed: Mapping[int, Iterable[int]], own: Iterable[int]) -> frozenset[int] | None:
+    """Which GPUs are the job's, from the PIDs NVML listed on each (``listed``) and the job's own
+    (``own``: its target, workers, ranks): those it was listed on, as the live window takes the
+    target's; failing that (another PID namespace, or the job not on a GPU yet) those with any
+    process listed; None where nothing was listed (nothing tells: every GPU is taken for the job's).
+    A GPU the job never touched beside the one it trained on was charged with its CPU work."""
+    own = set(own)
+    mine = frozenset(g for g, pids in listed.items() if own & set(pids))
+    return mine or frozenset(g for g, pids in listed.items() if pids) or None
 
 
 def _sessions(reader: Reader, end: float) -> list[SessionSummary]:

@@ -13,7 +13,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from ..analysis import BUCKET_LABELS, CPU_DEVICE, Breakdown, Bucket, attribute, bucket_of
 from ..analysis import PRIVATE_GONE_S, Growth, MemoryView, WorkerMemory, WorkersPrivate, growth
@@ -110,6 +110,10 @@ class GpuSummary:
     sm_active_mean: float | None
     throttled_fraction: float | None  # polls with a slowdown reason other than idle
     chart: list[tuple[float, ChartBucket]]
+    # False: NVML never listed the attached job (its target, workers, ranks) on this GPU while it
+    # was recorded: its busy and idle time are measured, its idle time not put down to the job's
+    # stacks (someone else's GPU, or a spare one, is not idle because of the job's CPU work).
+    job_used: bool = True
 
     @property
     def busy_fraction(self) -> float:
@@ -156,6 +160,10 @@ class WorkersMemory:
     @property
     def total_peak(self) -> float | None:
         return max(self._total(), default=None)
+
+
+# A GPU the attached job never used (GpuSummary.job_used), said in place of its idle breakdown.
+NOT_THE_JOBS = "not used by the attached job: NVML listed none of its processes on it"
 
 
 # CpuSummary.why when the job ran beside GPUs NVML listed only others on (analysis.window.holds_no_gpu).
@@ -374,6 +382,7 @@ class _GpuAcc:
     sm_n: int = 0
     throttled: int = 0
     polls: int = 0
+    job_used: bool = False  # a chunk took it for one of the job's GPUs (``add_chunk``'s job_gpus)
 
 
 # NVML clocks-event bits that mean "slowed down" rather than "nothing to do" (0x1 is GPU idle,
@@ -532,7 +541,10 @@ class RunAccumulator:
         main_stacks: Sequence[StackSample],
         host: Sequence[HostSample],
         procs: Sequence[ProcSample] = (),
+        job_gpus: Collection[int] | None = None,
     ) -> None:
+        """One chunk of the run. ``job_gpus``: the GPUs that were the job's in it (None: not
+        known, every GPU taken for the job's); the others' time is only measured, busy or idle."""
         if main_stacks:
             self.attributed = True
         for h in host:
@@ -556,8 +568,13 @@ class RunAccumulator:
             slices = list(gpu_slices.get(gpu, ()))
             samples = list(gpu_samples.get(gpu, ()))
             chart = self._chart(gpu)
+            mine = job_gpus is None or gpu in job_gpus
+            acc.job_used = acc.job_used or mine
             if slices:
-                bd = attribute(gpu, slices, main_stacks, host, samples, procs, self.cores)
+                # Not the job's: busy or idle alone. Neither its stacks nor the host's or this
+                # GPU's own evidence (iowait, PCIe traffic) say why another process's GPU was idle.
+                bd = (attribute(gpu, slices, main_stacks, host, samples, procs, self.cores) if mine
+                      else attribute(gpu, slices))
                 acc.breakdown = _merge(acc.breakdown, bd)
                 for s in slices:
                     cb = chart[self._bucket(s.mid)]
@@ -567,7 +584,7 @@ class RunAccumulator:
                         cb.low_s += s.duration
                     cb.util_min = s.util if cb.util_min is None else min(cb.util_min, s.util)
                 stack_ts = [x.ts for x in main_stacks]
-                for iv in idle_intervals(slices):
+                for iv in idle_intervals(slices) if mine else ():
                     self._add_idle(gpu, acc, iv.start, iv.end, main_stacks, stack_ts)
             for s in samples:
                 acc.polls += 1
@@ -664,6 +681,7 @@ class RunAccumulator:
                     sm_active_mean=acc.sm_sum / acc.sm_n if acc.sm_n else None,
                     throttled_fraction=acc.throttled / acc.polls if acc.polls else None,
                     chart=chart,
+                    job_used=acc.job_used,
                 )
             )
         host_chart = [(self.start + (i + 0.5) * self.step, b) for i, b in enumerate(self.host_chart)]
