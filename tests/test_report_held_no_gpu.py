@@ -41,5 +41,7 @@ def test_fake_gpus_idle_time_is_not_the_cpu_jobs(tmp_path):
         # Busy, and idle left unexplained: no bucket of the job's own (its CPU work, syncs, data).
         assert set(g["seconds"]) <= {"busy", "other/unknown"}, g["seconds"]
     text = _gputop("report", str(rec)).stdout
-    assert "(the job held none of the GPUs: unattributed)" in text and "CPU work in main process" not in text.split(
-        "CPU (no GPU)")[0]
+    gpus = text.split("CPU (no GPU)")[0]
+    # Each GPU is said to be none of the job's, in place of an idle breakdown.
+    assert gpus.count("not used by the attached job") == 2 and "CPU work in main process" not in gpus
+    assert all(g["used_by_job"] is False for g in doc["gpus"])

@@ -29,8 +29,8 @@ _BUCKET_OF = {label: b for b, label in BUCKET_LABELS.items()}
 from .memory import exit_gpu, exit_of, forecast_of, job_memory, memory_line, worker_trend, workers_line
 from .ranks import rank_html
 from .summary import (
-    HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
-    in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
+    HELD_NO_GPU, MIN_IDLE_PERIOD_S, NOT_THE_JOBS, Summary, cost_text, coverage_note, finding_device, finding_when,
+    gpus_text, in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
 )
 
 BUCKET_COLORS = {
@@ -177,7 +177,10 @@ def render_html(s: Summary) -> str:
         out.append("<div class=\"big\">")
         out.append(f"<div><b>{100 * g.busy_fraction:.1f}%</b>busy</div>")
         out.append(f"<div><b>{e(fmt_length(bd.idle_s))}</b>idle ({100 * (1 - g.busy_fraction):.1f}%)</div>")
-        out.append(f"<div><b>{g.idle_period_count}</b>idle periods ≥ {MIN_IDLE_PERIOD_S:.0f} s</div>")
+        if g.job_used:
+            out.append(f"<div><b>{g.idle_period_count}</b>idle periods ≥ {MIN_IDLE_PERIOD_S:.0f} s</div>")
+        else:
+            out.append("<div><b>not the job's</b>GPU</div>")
         if g.tensor_mean is not None:
             out.append(f"<div><b>{g.tensor_mean:.0f}%</b>tensor cores active</div>")
         if g.mem_max is not None:
@@ -198,7 +201,10 @@ def render_html(s: Summary) -> str:
         out.append("<div class=\"small\">green: mean utilisation per interval; thin red line: its lowest "
                    "200 ms sample; bands: the longest idle periods, coloured by their cause"
                    + (f" ({legend})" if legend else "") + " (hover for the detail); triangles: findings.</div>")
-        if bd.total_s > 0:
+        if bd.total_s > 0 and not g.job_used:
+            # Its idle time is no cause of the job's: a breakdown here read as the job's stalls.
+            out.append(f"<p class=\"small\">This GPU was {e(NOT_THE_JOBS)}.</p>")
+        elif bd.total_s > 0:
             out.append("<h3>Where the time went</h3>")
             out += _breakdown_table(bd, e)
             if not bd.attributed and s.stacks_lost:

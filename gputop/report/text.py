@@ -13,8 +13,8 @@ from .memory import (
 )
 from .ranks import rank_text_lines
 from .summary import (
-    HELD_NO_GPU, MIN_IDLE_PERIOD_S, Summary, cost_text, coverage_note, finding_device, finding_when, gpus_text,
-    in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
+    HELD_NO_GPU, MIN_IDLE_PERIOD_S, NOT_THE_JOBS, Summary, cost_text, coverage_note, finding_device, finding_when,
+    gpus_text, in_session, judged_note, phase_text, session_cpu_line, session_line, several_targets,
 )
 
 SEVERITY_TAG = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -168,7 +168,10 @@ def render_text(s: Summary, width: int = 100) -> str:
             out.append(f"  busy {100 * g.busy_fraction:.1f}%   idle {100 * (1 - g.busy_fraction):.1f}% "
                        f"({fmt_length(bd.idle_s)} of {fmt_length(bd.total_s)} measured)")
             rows = [(b, sec, p) for b, sec, p in breakdown_rows(bd) if b is not Bucket.BUSY]
-            if rows:
+            if not g.job_used:
+                # Its idle time is no cause of the job's: a breakdown here read as the job's stalls.
+                out.append(f"  {NOT_THE_JOBS}")
+            elif rows:
                 why = ("stack samples lost in the cut" if s.stacks_lost
                        else HELD_NO_GPU if s.cpu is not None and s.cpu.why == HELD_NO_GPU
                        else "no stack samples")
