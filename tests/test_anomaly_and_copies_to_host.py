@@ -129,3 +129,47 @@ def test_the_held_out_timm_job_with_its_ema_on_the_host_is_not_told_to_pin_batch
     assert "pageable-h2d" not in seen
     assert "copies-to-host" in shown and seen["copies-to-host"] <= 5.0, seen
     assert "keep the EMA on the GPU" in shown["copies-to-host"].action
+
+
+# --------------------------------------------------------------------------- the ninth set's two
+# (bench/results/real_jobs_fresh9.md, H200): a profiler left cycling (told CPU work in the loop;
+# 4.68x without it) and a CPU randperm on the copy's line (told to pin its batches; 3.12x).
+
+PROFILER = (Frame("profile.export_chrome_trace", f"{SITE}/torch/profiler/profiler.py", 521),
+            Frame("profile.step", f"{SITE}/torch/profiler/profiler.py", 894), Frame("train", "/home/u/train.py", 73))
+
+
+def test_a_loop_inside_torch_profiler_while_the_gpu_idles_is_a_profiler_left_running():
+    from gputop.advisor.rules import RULES_BY_ID
+
+    def frames(t):
+        return PROFILER if t % 1.0 < 0.5 else LINEAR
+
+    found, _ = run_rules(Job(util=periodic(1.0, 0.2), main=lambda t: C.OTHER if frames(t) is PROFILER else C.FORWARD,
+                             main_frames=frames, seconds=20.0))
+    f = found["profiler-in-loop"]
+    assert "repeat=1" in f.action and f.title.startswith("A profiler runs in the training loop")
+    assert "cpu-work-in-loop" in RULES_BY_ID["profiler-in-loop"].supersedes
+
+
+def test_a_copy_line_whose_copy_pcie_shows_small_is_cpu_work_not_pageable_copies():
+    found, ctx = run_rules(copy_job(LOG_COPY, tx=5e6, rx=25e6))
+    assert "pageable-h2d" not in found and "copies-to-host" not in found
+    f = found["cpu-work-in-loop"]
+    assert any("the copies are small" in e for e in f.evidence)
+
+
+def test_big_uploads_on_the_copy_line_stay_pageable_h2d():
+    found, _ = run_rules(copy_job(LOG_COPY, tx=0.1e9, rx=6e9))
+    assert "pageable-h2d" in found
+
+
+def test_the_held_out_profiler_and_randperm_jobs_are_named_as_what_they_are():
+    from test_rule_evaluation import replay
+
+    shown, seen, _ = replay(RECORDINGS / "h200-torch-profiler-cycles.gputop")
+    assert "profiler-in-loop" in shown and seen["profiler-in-loop"] <= 5.0, seen
+    assert "cpu-work-in-loop" not in shown
+    shown, seen, _ = replay(RECORDINGS / "h200-torch-randperm-per-step.gputop")
+    assert "pageable-h2d" not in seen
+    assert "cpu-work-in-loop" in shown and "fresh9_randperm_sampler.py:117" in shown["cpu-work-in-loop"].evidence[0]

@@ -7,7 +7,7 @@ row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
-``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
+``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection, a profiler left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
 optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
@@ -23,7 +23,7 @@ from ...model import Severity
 from .base import Check, Hit, Rule
 from .checkpoint import check_checkpoint_stall
 from .convolution import check_cudnn_retune
-from .debug_modes import check_anomaly_detection
+from .debug_modes import check_anomaly_detection, check_profiler_in_loop
 from .data import (
     check_cpu_oversubscribed,
     check_data_starved,
@@ -82,6 +82,7 @@ THROUGHPUT_IDS = (
     "blocking-in-loop",
     "cudnn-retune",
     "anomaly-detection",
+    "profiler-in-loop",
     "launch-bound",
     "unfused-optimizer",
     "float64-math",
@@ -151,6 +152,10 @@ RULES: tuple[Rule, ...] = (
     # The forward's launches wait behind a Python stack walk each: compile, a larger batch or more
     # workers would not touch it.
     Rule("anomaly-detection", "Autograd anomaly detection left on", W, check_anomaly_detection,
+         supersedes=("launch-bound", "cpu-work-in-loop", "host-sync", "no-tensor-cores", "mixed-precision")),
+    # Its start/stop/export is Python of torch's own in the user's loop: CPU work in the loop
+    # would name the loop's line with a change that does not touch it.
+    Rule("profiler-in-loop", "A torch.profiler left running in the training loop", W, check_profiler_in_loop,
          supersedes=("launch-bound", "cpu-work-in-loop", "host-sync", "no-tensor-cores", "mixed-precision")),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     # float64 is the cause before any precision knob: autocast does not touch it.

@@ -1,4 +1,4 @@
-"""Debugging modes left on in the training code: autograd's anomaly detection.
+"""Debugging modes left on in the training code: autograd's anomaly detection, a profiler.
 
 ``torch.autograd.set_detect_anomaly(True)`` (``with torch.autograd.detect_anomaly():``, Lightning's
 ``Trainer(detect_anomaly=True)``) makes every op of the forward record the Python stack that
@@ -91,3 +91,57 @@ def check_anomaly_detection(ctx: AnalysisContext) -> Hit | None:
         gpu_index=g.index,
         title=f"Anomaly detection is on: every op records its Python stack ({g.name} idle {pct(idle)})",
     )
+
+
+# The main thread inside torch.profiler's own Python (starting, stopping, exporting a trace) at
+# least this share of its samples. A profiler run once (a schedule with repeat=1) is a few seconds
+# at start and never again; one that cycles for ever stops, exports and restarts its trace every
+# few steps (a held-out job: 69 % of its main thread's samples; without it 4.68x). Judgement: the
+# same bar as anomaly mode's, above a stray sample or two.
+PROFILER_SHARE = Threshold(
+    0.10, "share", JUDGEMENT,
+    "The main thread inside torch.profiler's start/stop/export at least this share of its samples: a profiler "
+    "left cycling in the loop (the held-out job 69 %).", "bench/results/real_jobs_fresh9.md")
+_PROFILER_DIRS = ("/torch/profiler/", "/torch/autograd/profiler.py", "/torch/autograd/profiler_util.py")
+
+
+def in_profiler(frames) -> bool:
+    """A sample inside torch.profiler's own Python: its step, trace start/stop, export."""
+    return any(d in _path(f) for f in frames for d in _PROFILER_DIRS)
+
+
+@uses(PROFILER_SHARE, MIN_COST_FRACTION, MIN_COST_S)
+def check_profiler_in_loop(ctx: AnalysisContext) -> Hit | None:
+    if not enough_stacks(ctx):
+        return None
+    main = ctx.main_stacks
+    k = sum(1 for s in main if in_profiler(s.frames))
+    share = k / len(main)
+    if share < PROFILER_SHARE:
+        return None
+    found = worst(ctx, _lost, gpu_only=True)
+    if found is None or not significant(found[0], found[1]):
+        return None
+    g, cost = found
+    bd = g.breakdown
+    idle = bd.idle_s / bd.total_s
+    busy = 1.0 - idle
+    at_least = f"at least {1.0 / busy:.1f}x" if busy > 0.0 else "large"
+    return Hit(
+        evidence=(
+            f"main thread inside torch.profiler (its step, trace start/stop and export) in {pct(share)} of its "
+            "samples: a profiler runs in the training loop",
+            f"{g.name} idle {pct(idle)} of the last {bd.total_s:.0f} s",
+        ),
+        action=("profile a few steps, then stop: torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1) "
+                "(without repeat the cycle runs for ever, exporting a trace each time), or take the "
+                "torch.profiler.profile(...) context off the training loop once the trace is taken"),
+        expected_gain=(f"{at_least}: the {pct(idle)} the GPU idles comes back, and the recording's own overhead on "
+                       "every op (shapes, stacks, memory) goes with it"),
+        gain_bound=None,
+        cost_s=cost,
+        confidence=confidence(share, len(main)),
+        gpu_index=g.index,
+        title=f"A profiler runs in the training loop ({g.name} idle {pct(idle)})",
+    )
+

@@ -262,10 +262,33 @@ def copies_to_host(g: GpuView) -> bool:
 
 
 def _copy_wait(g: GpuView) -> float:
-    return g.breakdown.get(Bucket.H2D)
+    return 0.0 if small_copies(g) else g.breakdown.get(Bucket.H2D)
 
 
-@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO)
+# While the main thread sits on a copy's line, PCIe carries at least this much: a pageable copy
+# runs at 2-13 GB/s (PCIe gen3-5, staged through a bounce buffer), a pinned one faster. A line
+# whose "copy" moves less is spending its time on the rest of the line: the tensor the copy
+# takes is made there (a held-out job's `torch.randperm(2.5M)[:1024].to(device)` each step:
+# 56 MB/s over the time on that line, 3.12x when the permutation moved to the GPU; it was told
+# to pin its batches). Judgement: half the slowest pageable copy.
+COPY_MIN_RATE_BPS = Threshold(
+    1e9, "B/s", JUDGEMENT,
+    "PCIe moves at least this much over the time the main thread sits on copy lines, or the time is the rest "
+    "of the line's (pageable copies run at 2-13 GB/s; a CPU randperm on the copy's line: 56 MB/s).",
+    "bench/results/real_jobs_fresh9.md")
+
+
+def small_copies(g: GpuView) -> bool:
+    """The copy lines' time moves too few bytes over PCIe to be the copy's (either way): the
+    line does other work (COPY_MIN_RATE_BPS). Unknown without PCIe counters: False."""
+    e, bd = g.efficiency, g.breakdown
+    share = bd.get(Bucket.H2D) / bd.total_s if bd.total_s else 0.0
+    if share <= 0.0 or e.pcie_rx_mean is None or e.pcie_tx_mean is None:
+        return False
+    return max(e.pcie_rx_mean, e.pcie_tx_mean) / share < COPY_MIN_RATE_BPS
+
+
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO, COPY_MIN_RATE_BPS)
 def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: 0.0 if copies_to_host(g) else _copy_wait(g), gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
@@ -305,7 +328,7 @@ def _averaging(samples: Sequence[StackSample]) -> bool:
     return any(_AVERAGE.search(f.name) for s in samples for f in s.frames)
 
 
-@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO)
+@uses(MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, COPY_DOWNLOAD_RATIO, COPY_MIN_RATE_BPS)
 def check_copies_to_host(ctx: AnalysisContext) -> Hit | None:
     found = worst(ctx, lambda g: _copy_wait(g) if copies_to_host(g) else 0.0, gpu_only=True)
     if found is None or not significant(found[0], found[1], buckets=(Bucket.H2D,)):
@@ -397,7 +420,12 @@ def cpu_work_place(ctx: AnalysisContext) -> tuple[str, float, float] | None:
     """(the user's function doing the main thread's CPU work outside the model, its share of the
     main thread's samples, the share of all 'other' work it holds) or None."""
     main = ctx.main_stacks
-    other = [s for s, ev in zip(main, in_evaluation(ctx)) if s.category is Category.OTHER and cpu_working(s) and not ev]
+    # A copy line whose copy PCIe shows too small to take its time does work of its own (the
+    # tensor it copies is made there): CPU work like any other (small_copies).
+    lines = any(small_copies(g) for g in ctx.gpus)
+    other = [s for s, ev in zip(main, in_evaluation(ctx))
+             if not ev and cpu_working(s)
+             and (s.category is Category.OTHER or (lines and s.category is Category.H2D_COPY and s.active))]
     if not main or len(other) / len(main) < CPU_WORK_MIN_SHARE:
         return None
     found = hot_place(other)
@@ -443,7 +471,11 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     where, share, of_other = found
     if one_rank_works_while_others_wait(ctx, where):
         return None
-    g = worst(ctx, lambda v: v.breakdown.get(Bucket.CPU), gpu_only=True)
+    def parts(v: GpuView) -> list[Bucket]:
+        # A copy line's time counts as the CPU work it is when PCIe shows the copy too small to take it.
+        return [Bucket.CPU, Bucket.H2D] if small_copies(v) else [Bucket.CPU]
+
+    g = worst(ctx, lambda v: sum(v.breakdown.get(b) for b in parts(v)), gpu_only=True)
     if g is None:
         return _cpu_only_work(ctx, where, share, of_other)
     g, cost = g
@@ -453,13 +485,18 @@ def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     fill = g.efficiency.sm_fill
     if fill is not None and fill < CPU_WORK_SM_FILL_MIN:
         return None  # tiny kernels: the dispatching is the work (launch-bound)
-    if not significant(g, cost, buckets=(Bucket.CPU,)):
+    if not significant(g, cost, buckets=tuple(parts(g))):
         return None
     frac = cost / bd.total_s
     model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
     ev = [f"main thread in `{where}` in {pct(share)} of its samples ({pct(of_other)} of its work outside the "
           f"model), forward/backward/optimizer {pct(model)}",
-          idle_line(g, [Bucket.CPU]),
+          idle_line(g, parts(g))]
+    if small_copies(g):
+        e = g.efficiency
+        ev.append(f"PCIe carries {fmt_rate(max(e.pcie_rx_mean or 0.0, e.pcie_tx_mean or 0.0))} while the main thread "
+                  "sits on copy lines: the copies are small, the time goes to making what they copy")
+    ev += [
           f"{g.name} busy only {pct(bd.busy_s / bd.total_s)}"
           + (f", its kernels filling the SMs while it runs (SM activity {fill:.2f} per point of utilisation)"
              if fill is not None else "")

@@ -350,7 +350,7 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     )
 
 
-@uses()
+@uses(HORIZON_S)
 def check_memory_rising(ctx: AnalysisContext) -> Hit | None:
     """What is weighed before memory-growth can judge: the job's memory rises in its training
     loop (or, with none known, while its main thread goes round a loop of its code: a CPU job's),
@@ -368,6 +368,10 @@ def check_memory_rising(ctx: AnalysisContext) -> Hit | None:
                 and ctx.warmup is None)
 
     def weighed(gr: Growth) -> bool:
+        # A rise that would not reach the limit within HORIZON_S could never be memory-growth's
+        # finding: nothing to weigh (a healthy NCCL job's host memory read 0.1 MB/min).
+        if gr.limit is not None and gr.rising > 0 and (gr.limit - gr.used) / gr.rising > HORIZON_S:
+            return False
         return not gr.judged and gr.rising > 0 and (gr.rising_in_loop or own_loop)
 
     rising: list[tuple[str, Growth, int | None]] = []
