@@ -15,7 +15,11 @@ tracing also records stacks, under dynamo's and FX's own frames: those samples a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
 from ...analysis import LIGHTNING
+from ...model import Frame
 from ..context import AnalysisContext, GpuView
 from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, spinning, uses, worst
 from .threshold import JUDGEMENT, Threshold
@@ -54,42 +58,66 @@ def _lost(g: GpuView) -> float:
     return 0.0 if spinning(g) else g.breakdown.idle_s
 
 
-@uses(ANOMALY_STACK_SHARE, MIN_COST_FRACTION, MIN_COST_S)
-def check_anomaly_detection(ctx: AnalysisContext) -> Hit | None:
+@dataclass(frozen=True)
+class _Seen:
+    """A debugging mode seen in the main thread's samples, and the GPU that idles for it."""
+
+    share: float  # of the main thread's samples inside the mode's own code
+    samples: int
+    g: GpuView
+    cost: float  # the GPU's idle seconds
+
+    @property
+    def idle(self) -> float:
+        return self.g.breakdown.idle_s / self.g.breakdown.total_s
+
+    @property
+    def at_least(self) -> str:
+        """Its gain's floor: the idle time back (the mode's own GPU work, if any, comes on top)."""
+        busy = 1.0 - self.idle
+        return f"at least {1.0 / busy:.1f}x" if busy > 0.0 else "large"
+
+
+def _seen(ctx: AnalysisContext, inside: Callable[[Sequence[Frame]], bool], bar: float) -> _Seen | None:
+    """The mode's share of the main thread's samples at or above ``bar``, with a GPU idling a
+    significant share of the window; None otherwise."""
     if not enough_stacks(ctx):
         return None
     main = ctx.main_stacks
-    k = sum(1 for s in main if recording_op_stacks(s.frames))
-    share = k / len(main)
-    if share < ANOMALY_STACK_SHARE:
+    share = sum(1 for s in main if inside(s.frames)) / len(main)
+    if share < bar:
         return None
     found = worst(ctx, _lost, gpu_only=True)
     if found is None or not significant(found[0], found[1]):
         return None
-    g, cost = found
-    bd = g.breakdown
-    idle = bd.idle_s / bd.total_s
-    busy = 1.0 - idle
+    return _Seen(share, len(main), found[0], found[1])
+
+
+@uses(ANOMALY_STACK_SHARE, MIN_COST_FRACTION, MIN_COST_S)
+def check_anomaly_detection(ctx: AnalysisContext) -> Hit | None:
+    m = _seen(ctx, recording_op_stacks, ANOMALY_STACK_SHARE)
+    if m is None:
+        return None
+    g, bd = m.g, m.g.breakdown
     off = ("Trainer(detect_anomaly=False) (the default)" if ctx.framework.name == LIGHTNING else
            "remove torch.autograd.set_detect_anomaly(True) (or the `with torch.autograd.detect_anomaly():` around "
            "the step)")
-    at_least = f"at least {1.0 / busy:.1f}x" if busy > 0.0 else "large"
     return Hit(
         evidence=(
             f"main thread inside autograd's per-op stack recording (torch.fx.traceback.format_stack under the "
-            f"model's forward) in {pct(share)} of its samples: anomaly detection is on",
-            f"{g.name} idle {pct(idle)} of the last {bd.total_s:.0f} s while each op waits for its stack to be "
+            f"model's forward) in {pct(m.share)} of its samples: anomaly detection is on",
+            f"{g.name} idle {pct(m.idle)} of the last {bd.total_s:.0f} s while each op waits for its stack to be "
             "formatted",
         ),
         action=(f"{off}; turn it on only to find the op that makes a NaN, then off again (it records a Python "
                 "stack for every op and checks every backward output for NaNs)"),
-        expected_gain=(f"{at_least}: the {pct(idle)} the GPU idles comes back, and anomaly mode's NaN checks in "
+        expected_gain=(f"{m.at_least}: the {pct(m.idle)} the GPU idles comes back, and anomaly mode's NaN checks in "
                        "the backward are GPU work of their own, so more is likely"),
         gain_bound=None,
-        cost_s=cost,
-        confidence=confidence(share, len(main)),
+        cost_s=m.cost,
+        confidence=confidence(m.share, m.samples),
         gpu_index=g.index,
-        title=f"Anomaly detection is on: every op records its Python stack ({g.name} idle {pct(idle)})",
+        title=f"Anomaly detection is on: every op records its Python stack ({g.name} idle {pct(m.idle)})",
     )
 
 
@@ -112,36 +140,25 @@ def in_profiler(frames) -> bool:
 
 @uses(PROFILER_SHARE, MIN_COST_FRACTION, MIN_COST_S)
 def check_profiler_in_loop(ctx: AnalysisContext) -> Hit | None:
-    if not enough_stacks(ctx):
+    m = _seen(ctx, in_profiler, PROFILER_SHARE)
+    if m is None:
         return None
-    main = ctx.main_stacks
-    k = sum(1 for s in main if in_profiler(s.frames))
-    share = k / len(main)
-    if share < PROFILER_SHARE:
-        return None
-    found = worst(ctx, _lost, gpu_only=True)
-    if found is None or not significant(found[0], found[1]):
-        return None
-    g, cost = found
-    bd = g.breakdown
-    idle = bd.idle_s / bd.total_s
-    busy = 1.0 - idle
-    at_least = f"at least {1.0 / busy:.1f}x" if busy > 0.0 else "large"
+    g, bd = m.g, m.g.breakdown
     return Hit(
         evidence=(
-            f"main thread inside torch.profiler (its step, trace start/stop and export) in {pct(share)} of its "
+            f"main thread inside torch.profiler (its step, trace start/stop and export) in {pct(m.share)} of its "
             "samples: a profiler runs in the training loop",
-            f"{g.name} idle {pct(idle)} of the last {bd.total_s:.0f} s",
+            f"{g.name} idle {pct(m.idle)} of the last {bd.total_s:.0f} s",
         ),
         action=("profile a few steps, then stop: torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1) "
                 "(without repeat the cycle runs for ever, exporting a trace each time), or take the "
                 "torch.profiler.profile(...) context off the training loop once the trace is taken"),
-        expected_gain=(f"{at_least}: the {pct(idle)} the GPU idles comes back, and the recording's own overhead on "
+        expected_gain=(f"{m.at_least}: the {pct(m.idle)} the GPU idles comes back, and the recording's own overhead on "
                        "every op (shapes, stacks, memory) goes with it"),
         gain_bound=None,
-        cost_s=cost,
-        confidence=confidence(share, len(main)),
+        cost_s=m.cost,
+        confidence=confidence(m.share, m.samples),
         gpu_index=g.index,
-        title=f"A profiler runs in the training loop ({g.name} idle {pct(idle)})",
+        title=f"A profiler runs in the training loop ({g.name} idle {pct(m.idle)})",
     )
 
