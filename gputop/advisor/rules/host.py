@@ -33,7 +33,6 @@ from .base import (
     enough_stacks,
     gain,
     idle_line,
-    window_text,
     in_evaluation,
     labels_line,
     pct,
@@ -45,6 +44,7 @@ from .base import (
     training_share,
     uses,
     waits_for_peers,
+    window_text,
     worst,
 )
 from .threshold import DERIVED, JUDGEMENT, IntThreshold, Threshold
@@ -320,7 +320,7 @@ def check_pageable_h2d(ctx: AnalysisContext) -> Hit | None:
 
 
 # A weight average kept beside the model (EMA, SWA): its update's function names say so.
-_AVERAGE = re.compile(r"(?i)(^|[._])(model_?)?ema(v\d)?([._]|$)|modelema|averagedmodel|update_parameters|swa|"
+_AVERAGE = re.compile(r"(?i)(^|[._])((model_?)?ema(v\d)?|swa)([._]|$)|modelema|averagedmodel|update_parameters|"
                       r"exponential_?moving|moving_?average")
 
 
