@@ -458,7 +458,7 @@ def one_rank_works_while_others_wait(ctx: AnalysisContext, where: str) -> bool:
 
 @uses(CPU_WORK_MIN_SHARE, CPU_WORK_ONE_PLACE, CPU_WORK_GPU_BUSY_MAX, CPU_WORK_SM_FILL_MIN, WORKER_MARGIN,
       MIN_MAIN_SAMPLES, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES, OTHERS_WAIT_MIN,
-      GPU_OTHERS_WAIT_MIN, CPU_ONLY_DWARFS)
+      GPU_OTHERS_WAIT_MIN, CPU_ONLY_DWARFS, COPY_MIN_RATE_BPS)
 def check_cpu_work_in_loop(ctx: AnalysisContext) -> Hit | None:
     """The training loop's own CPU work outside the model (augmentation, decoding, Python
     preprocessing of each batch in the main process) while the GPU waits: its fix is to move that
