@@ -34,3 +34,14 @@ def test_a_fix_that_pays_keeps_the_written_grade():
     assert multi_rank.measured_grade(row) == row
     assert "(< 1.10x: healthy)" in multi_rank.markdown({"machine": "m", "duration_s": 20, "results": [
         multi_rank.measured_grade(_row(1.05, [{"t_s": 0.0, "top": None, "severity": None}]))]})
+
+
+def test_every_held_out_mode_names_one_job():
+    # The truths are keyed by mode across every fresh script: a later set reusing a name (the ninth
+    # set's "code_lm" beside the seventh's) would silently take over the earlier job's truth.
+    from collections import Counter
+
+    import multi_rank
+
+    seen = Counter(mode for s in multi_rank.FRESH_SCRIPTS for mode in multi_rank._truths_of(s))
+    assert seen and not [m for m, n in seen.items() if n > 1]

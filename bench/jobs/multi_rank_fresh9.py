@@ -66,7 +66,7 @@ gain; the CPU figures were measured on the shared 2-core machine these jobs were
     but add up as-is, plus ~1 ms for the gather itself: ~8-9 ms, ~1.5-1.8x. CPU: no sync to lose
     there, only the pickling and two small gloo collectives (measured in ``TRUTHS``).
 
-``code_lm``
+``source_lm``
     Pre-training a small code-completion GPT (CPU: width 128, 2 layers, 2,048 vocabulary, 8 x 64
     tokens per rank; CUDA: GPT-2-small shape, width 768, 12 layers, 49,152 vocabulary, 124M
     parameters, 12 x 1024 tokens per rank), DDP, fused AdamW, clipping, packed token shards in
@@ -136,7 +136,7 @@ TRUTHS = {
         "note": "Per-step metric logging through .item() and all_gather_object: host-device syncs every step on a "
                 "small, launch-bound model. Both ranks alike; no straggler. The CPU cannot show it.",
     },
-    "code_lm": {
+    "source_lm": {
         "verdict": "healthy", "rank": None, "phase": None,
         "where": {0: "trains: GPT forward/backward on its packed shard, one gradient all-reduce per step overlapped "
                      "with the backward",
@@ -552,7 +552,7 @@ def job_ad_ctr(t: Trainer) -> None:
                 log(f"step {step}: loss {metrics['loss']:.4f} predicted ctr {metrics['ctr_pred']:.4f}")
 
 
-# --------------------------------------------------------------------------- code_lm
+# --------------------------------------------------------------------------- source_lm
 
 
 class CodeGPT(nn.Module):
@@ -574,7 +574,7 @@ class CodeGPT(nn.Module):
         return self.head(self.norm(x))
 
 
-def job_code_lm(t: Trainer) -> None:
+def job_source_lm(t: Trainer) -> None:
     if t.small:
         cfg = {"vocab": 2048, "ctx": 64, "width": 128, "layers": 2, "heads": 4, "batch": 8}
     else:
@@ -606,7 +606,7 @@ def job_code_lm(t: Trainer) -> None:
 
 
 JOBS = {"roof_segmentation": job_roof_segmentation, "news_topics": job_news_topics, "ad_ctr": job_ad_ctr,
-        "code_lm": job_code_lm}
+        "source_lm": job_source_lm}
 
 
 # --------------------------------------------------------------------------- main
