@@ -47,8 +47,11 @@ def replay(path: Path) -> dict:
         shown = []
         t = t0
         while t < reader.end_ts:
-            store.add(reader.samples(t, t + STEP_S))
-            t += STEP_S
+            # The last evaluation at the recording's end, not past it: a step beyond the last sample
+            # reads the job as standing still for the overshoot (a hang "forming" that was not).
+            nxt = min(reader.end_ts, t + STEP_S)
+            store.add(reader.samples(t, nxt))
+            t = nxt
             shown = advisor.evaluate(store, now=t)
             for f in shown:
                 seen.setdefault(f.id, round(t - t0, 1))

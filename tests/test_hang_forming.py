@@ -56,6 +56,7 @@ def test_the_engine_holds_the_steps_findings_and_says_what_it_weighs():
         forming = Forming(4.0, "train.py:70 in step", 0.4, 30.0)
         now = 100.0
         target_pid = 1234
+        ranks = ()
 
     seen = []
 

@@ -190,3 +190,22 @@ def test_a_rank_whose_gpu_waits_for_its_peer_is_not_called_launch_bound():
     warned = [(t, shown[0].id) for t, _, shown in runs if shown and shown[0].severity.value == "warning"]
     assert warned and all(fid == "accumulation-sync" for _, fid in warned), warned
     assert warned[0][0] <= 5.0
+
+
+def test_a_hang_weighed_names_only_the_ranks_still_moving_in_their_own_code():
+    # A held-out DDP job (2 x H200, eighth set): rank 1 busy-looped in `except Exception: continue`,
+    # never reaching the all-reduce rank 0 stood in; never-arrives wants that rank standing still.
+    # While a hang is weighed, a rank still moving outside the model and any collective is named.
+    from types import SimpleNamespace
+
+    from gputop.advisor.engine import _ranks_elsewhere
+    from gputop.model import Category, Frame, StackSample
+
+    def view(rank, pid, cat, works=True):
+        s = StackSample(ts=0.0, pid=pid, thread_id=1, thread_name="MainThread", is_main=True, active=True,
+                        category=cat, frames=(Frame("loop", "/home/u/train.py", 40),))
+        return SimpleNamespace(rank=rank, pid=pid, latest=s, works=works)
+
+    assert _ranks_elsewhere([view(1, 11, Category.BACKWARD), view(2, 12, Category.COLLECTIVE)], 10) == []
+    assert _ranks_elsewhere([view(1, 11, Category.OTHER, works=False)], 10) == []  # standing still: never-arrives'
+    assert len(_ranks_elsewhere([view(0, 10, Category.OTHER), view(1, 11, Category.OTHER)], 10)) == 1

@@ -277,8 +277,9 @@ def replay(path: Path, step_s: float = 1.0):
         seen: dict[str, float] = {}
         shown = []
         while t < reader.end_ts:
-            store.add(reader.samples(t, t + step_s))
-            t += step_s
+            nxt = min(reader.end_ts, t + step_s)  # never past the recording's end (bench/replay_advise.py)
+            store.add(reader.samples(t, nxt))
+            t = nxt
             shown = adv.evaluate(store, now=t)
             for f in shown:
                 seen.setdefault(f.id, round(t - t0, 1))

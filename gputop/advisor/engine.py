@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
-from ..model import Event, Evidence, Finding, Severity, Verdict
+from ..model import Category, Event, Evidence, Finding, Severity, Verdict
 from ..units import fmt_seconds
-from ..analysis import DEFAULT_STUCK_AFTER_S, Forming, JobWindow, read_window
+from ..analysis import DEFAULT_STUCK_AFTER_S, Forming, JobWindow, project_frame, read_window, short_path
 from .context import DEFAULT_WINDOW_S, AnalysisContext, context_of
 from .rules import RULES, THROUGHPUT_IDS, Rule
 
@@ -124,7 +124,7 @@ class Advisor:
         if warmup and not any(f.id == "stuck" for f in out):
             out.append(warmup_finding(warmup, ctx.now))
         if forming and not any(f.id == "stuck" for f in out):
-            out.append(weighing_finding(forming, ctx.now, ctx.target_pid))
+            out.append(weighing_finding(forming, ctx.now, ctx.target_pid, ctx.ranks))
         return out
 
     # ----------------------------------------------------------------- hysteresis
@@ -259,7 +259,7 @@ def warmup_finding(what: str, now: float) -> Finding:
     )
 
 
-def weighing_finding(f: Forming, now: float, pid: int | None = None) -> Finding:
+def weighing_finding(f: Forming, now: float, pid: int | None = None, ranks: Sequence = ()) -> Finding:
     """What the advisor weighs while the main thread stands still: a hang, or one long step."""
     before = (f"its longest earlier stretch in this window {fmt_seconds(f.longest_before_s)}"
               if f.longest_before_s > 0 else "no earlier stretch in this window to compare")
@@ -269,6 +269,7 @@ def weighing_finding(f: Forming, now: float, pid: int | None = None) -> Finding:
         severity=Severity.INFO,
         confidence=1.0,
         evidence=(f"main thread unchanged for {fmt_seconds(f.held_s)} at {f.where}; {before}",
+                  *_ranks_elsewhere(ranks, pid),
                   "the step's findings (data, syncs, launches, copies) wait until it moves: a hang's one wait "
                   "reads like a step's",
                   f"stuck is said at {fmt_seconds(f.stuck_at_s)} unchanged (--stuck-after)"),
@@ -276,6 +277,30 @@ def weighing_finding(f: Forming, now: float, pid: int | None = None) -> Finding:
                f"stack now: gputop stacks --pid {pid if pid is not None else 'PID'}",
         ts=now,
     )
+
+
+# What a peer rank's newest sample shows it doing that is not the step's model or communication:
+# its own code (a loop that never reaches the collective the target waits in looks like this).
+_MODEL_OR_COMM = (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.COLLECTIVE)
+
+
+def _ranks_elsewhere(ranks: Sequence, pid: int | None) -> list[str]:
+    """Of a multi-rank job whose target stands still, the other ranks that still move in code of
+    their own, outside the model and any collective: the one the others may be waiting for (a rank
+    busy-looping in `except Exception: continue` never arrives while it works, so the never-arrives
+    verdict, which wants it standing still, does not name it)."""
+    out = []
+    for v in ranks:
+        s = v.latest
+        if v.pid == pid or s is None or not v.works or s.category in _MODEL_OR_COMM:
+            continue
+        f = project_frame(s.frames)
+        if f is None:
+            continue
+        out.append(f"rank {v.rank} (pid {v.pid}) still moves, in its own code: `{f.name}` "
+                   f"({short_path(f.filename)}:{f.line}), no model step or collective in its newest sample: if it "
+                   "never reaches the collective, it is the rank the others wait for")
+    return out
 
 
 def _close(a: Finding, b: Finding) -> bool:
