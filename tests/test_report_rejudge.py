@@ -85,3 +85,17 @@ def test_the_json_report_says_the_findings_were_judged_again(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["judged_again_step_s"] == 1.0 and "launch-bound" in d["recorded_finding_ids"]
     assert d["findings"][0]["id"] == "cudnn-retune"
+
+
+def test_info_says_when_a_files_findings_are_another_advisors(tmp_path, capsys):
+    assert main(["info", str(RECORDINGS / "h200-timm-ema-on-cpu.gputop")]) == 0
+    assert "shown by another version of gputop's advisor" in capsys.readouterr().out
+    p = tmp_path / "now.gputop"
+    w = RecordWriter.create(p)
+    w.start_session(SessionMeta())
+    w.flush([GpuSample(ts=T0 + 1, index=0, util_gpu=40.0)])
+    w.finish()
+    assert main(["info", str(p), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["findings_other_advisor"] is False

@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..record import Navigator
     from ..record import Reader
+    from ..report.rejudge import needs_rejudging
 
     with Reader(args.file) as r:
         nav = Navigator(r)
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
         d["findings_lost"] = r.lost("findings") is not None  # a cut copy: the count is what survived
         d["stacks_lost"] = r.lost("stacks")  # "lost", "partly" or None: the stack count is what can be read
+        # Another advisor's findings (or none stamped): what a report or replay of it says is judged again.
+        d["findings_other_advisor"] = not d["findings_lost"] and needs_rejudging(r)
         d["idle_periods"] = len(nav.idle_periods())
         if args.check:
             d["bad_blocks"] = r.check_blocks()
@@ -130,6 +133,8 @@ def format_info(d: dict) -> str:
     found = d.get("findings", 0)
     if d.get("findings_lost"):
         found = f"{found} (more may have been lost in the cut)" if found else LOST_FINDINGS
+    elif d.get("findings_other_advisor"):
+        found = f"{found} (shown by another version of gputop's advisor: a report or replay judges the samples again)"
     lines.append(f"findings    {found}   idle periods {d.get('idle_periods', 0)}")
     if "bad_blocks" in d:
         lines.append(f"check       {d['bad_blocks']} unreadable block(s), {d.get('bad_rows', 0)} bad row(s)")
