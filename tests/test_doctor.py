@@ -67,3 +67,22 @@ def test_doctor_torch_prints_no_raw_warning_for_real():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "Failed to initialize NumPy" not in proc.stderr and "UserWarning" not in proc.stderr, proc.stderr
     assert any(line.split()[1:2] == ["numpy"] for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_a_machine_without_a_gpu_is_told_what_still_works(monkeypatch, capsys):
+    import argparse
+
+    import gputop.sources as sources
+
+    ok = [("x", True, "fine")]
+    monkeypatch.setattr(doctor, "python_checks", lambda: ok)
+    monkeypatch.setattr(doctor, "ptrace_checks", lambda: ok)
+    monkeypatch.setattr(doctor, "host_checks", lambda: ok)
+    monkeypatch.setattr(sources, "describe_environment", lambda: [("NVIDIA driver", False, "not loaded")])
+    assert doctor.run(argparse.Namespace(torch=False)) == 1  # still a problem found
+    out = capsys.readouterr().out
+    assert "1 problem found." in out and doctor.WITHOUT_GPU in out
+    # another problem beside the GPU's: that one is the news, not what works without a GPU
+    monkeypatch.setattr(doctor, "host_checks", lambda: [("/dev/shm", False, "64 MiB")])
+    assert doctor.run(argparse.Namespace(torch=False)) == 1
+    assert doctor.WITHOUT_GPU not in capsys.readouterr().out

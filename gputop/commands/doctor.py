@@ -167,4 +167,14 @@ def run(args: argparse.Namespace) -> int:
             failed += not ok
             print(f"  {'ok ' if ok else 'FAIL'} {name:<16} {detail}")
     print(f"\n{failed} problem{'' if failed == 1 else 's'} found." if failed else "\nall checks passed.")
+    gpu_failed = sum(not ok for title, checks in sections if title == "nvidia" for _, ok, _ in checks)
+    if gpu_failed and gpu_failed == failed:
+        # Only the GPU is missing: say what still works, or a user with CPU jobs or recordings
+        # reads the one FAIL as "gputop cannot run here".
+        print(WITHOUT_GPU)
     return 1 if failed else 0
+
+
+# What a machine without an NVIDIA GPU (or driver) can still do.
+WITHOUT_GPU = ("Without a GPU gputop still watches the host and attaches to CPU jobs (gputop --pid PID, advise, "
+               "record, stacks), replays and reports recordings, and shows fake GPUs (gputop --fake 2).")
