@@ -31,28 +31,16 @@ STEP_S = 1.0  # one evaluation a second, as `advise` makes them
 def replay(path: Path) -> dict:
     """The advisor over ``path``, one evaluation per STEP_S of recorded time, fed only what was
     recorded up to each instant."""
-    from gputop.advisor.engine import Advisor
     from gputop.record import Reader
-    from gputop.store import Store
+    from gputop.report.rejudge import judged
 
     reader = Reader(path)
     try:
-        sess = reader.sessions[-1] if reader.sessions else {}
-        store = Store()
-        advisor = Advisor(target_pid=sess.get("target_pid"))
-        t0 = reader.start_ts
-        store.add(reader.samples(t0 - 3600.0, t0))  # what the sources read at attach (NVML's buffer)
+        t0 = t = reader.start_ts
         seen: dict[str, float] = {}
         timeline: list[dict] = []
         shown = []
-        t = t0
-        while t < reader.end_ts:
-            # The last evaluation at the recording's end, not past it: a step beyond the last sample
-            # reads the job as standing still for the overshoot (a hang "forming" that was not).
-            nxt = min(reader.end_ts, t + STEP_S)
-            store.add(reader.samples(t, nxt))
-            t = nxt
-            shown = advisor.evaluate(store, now=t)
+        for t, shown, _ in judged(reader, STEP_S):
             for f in shown:
                 seen.setdefault(f.id, round(t - t0, 1))
             top = shown[0] if shown else None

@@ -267,23 +267,16 @@ def replay(path: Path, step_s: float = 1.0):
     was recorded up to then (bench/replay_advise.py): (findings shown at the end, {id: first
     shown at, seconds from the start}, the last context)."""
     from gputop.record import Reader
-    from gputop.store import Store
+    from gputop.report.rejudge import judged
 
     with Reader(path) as reader:
-        sess = reader.sessions[-1] if reader.sessions else {}
-        store, adv = Store(), Advisor(target_pid=sess.get("target_pid"))
-        t0 = t = reader.start_ts
-        store.add(reader.samples(t0 - 3600.0, t0))
+        t0 = reader.start_ts
         seen: dict[str, float] = {}
-        shown = []
-        while t < reader.end_ts:
-            nxt = min(reader.end_ts, t + step_s)  # never past the recording's end (bench/replay_advise.py)
-            store.add(reader.samples(t, nxt))
-            t = nxt
-            shown = adv.evaluate(store, now=t)
+        shown, adv = [], None
+        for t, shown, adv in judged(reader, step_s):
             for f in shown:
                 seen.setdefault(f.id, round(t - t0, 1))
-    return {f.id: f for f in shown}, seen, adv.last_context
+    return {f.id: f for f in shown}, seen, adv.last_context if adv is not None else None
 
 
 def test_the_real_vit_validating_every_step_is_told_to_validate_every_n_steps():

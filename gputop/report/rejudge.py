@@ -10,6 +10,7 @@ following that session's target, so the report and the replay agree on the same 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from ..advisor import STATE_IDS, Advisor, advisor_fingerprint
 from ..model import Event, Finding
@@ -44,33 +45,49 @@ def needs_rejudging(reader: Reader) -> bool:
     return any(stamps.get(i) != now for i in ids)
 
 
-def rejudge(reader: Reader, max_evals: int = REJUDGE_MAX_EVALS) -> Rejudged:
-    from ..store import Store
-
+def session_spans_judged(reader: Reader) -> list[tuple[dict, float, float]]:
+    """Each recording session with the span its samples cover: (session, start, end). An appended
+    session may start days after the last ended: each is judged over its own span, not the gap."""
     start, end = reader.start_ts, reader.end_ts
     sessions = reader.session_list() or [{"start": start, "end": end, "target_pid": None}]
-    # Each session over its own span (an appended one may start days after the last ended): the
-    # evaluations spread over the time that holds samples, not the gaps between sessions.
-    spans = [(x["start"], min(x["end"], sessions[k + 1]["start"]) if k + 1 < len(sessions) else max(x["end"], end))
-             for k, x in enumerate(sessions)]
-    watched = sum(max(0.0, b - a) for a, b in spans)
-    out = Rejudged(step_s=max(STEP_S, watched / max(1, max_evals)))
-    out.recorded = tuple(dict.fromkeys(f.id for f, _ in reader.finding_rows() if f.id not in STATE_IDS))
-    for sess, (s0, s1) in zip(sessions, spans):
+    return [(x, x["start"], min(x["end"], sessions[k + 1]["start"]) if k + 1 < len(sessions) else max(x["end"], end))
+            for k, x in enumerate(sessions)]
+
+
+def judged(reader: Reader, step_s: float = STEP_S,
+           spans: list[tuple[dict, float, float]] | None = None) -> Iterator[tuple[float, list[Finding], Advisor]]:
+    """The advisor over a recording as `advise` runs it live: each session's samples fed in time
+    order to one advisor following that session's target, an evaluation every ``step_s`` and the
+    last at the session's end (never past it, where the job would read as standing still).
+    Yields (time, the findings shown then, the advisor). Replay's way, shared by the report, the
+    bench's replays and the tests'."""
+    from ..store import Store
+
+    for sess, s0, s1 in spans if spans is not None else session_spans_judged(reader):
         store = Store()
         advisor = Advisor(target_pid=sess["target_pid"])
-        store.add(reader.samples(s0 - BACKFILL_S, s0))
-        shown: dict[str, Finding] = {}
+        store.add(reader.samples(s0 - BACKFILL_S, s0))  # what the sources read at attach (NVML's buffer)
         t = s0
         while t < s1:
-            nxt = min(s1, t + out.step_s)
+            nxt = min(s1, t + step_s)
             store.add(reader.samples(t, nxt))
             t = nxt
-            now = {f.id: f for f in advisor.evaluate(store, now=t) if f.id not in STATE_IDS}
-            for fid, f in now.items():
-                out.rows.append((f, t))
-            for fid, f in shown.items():
-                if fid not in now:
-                    out.clears.append(Event(ts=t, source="advisor", message=f"cleared: {f.title}"))
-            shown = now
+            yield t, advisor.evaluate(store, now=t), advisor
+
+
+def rejudge(reader: Reader, max_evals: int = REJUDGE_MAX_EVALS) -> Rejudged:
+    spans = session_spans_judged(reader)
+    watched = sum(max(0.0, b - a) for _, a, b in spans)
+    out = Rejudged(step_s=max(STEP_S, watched / max(1, max_evals)))
+    out.recorded = tuple(dict.fromkeys(f.id for f, _ in reader.finding_rows() if f.id not in STATE_IDS))
+    shown: dict[str, Finding] = {}
+    last: Advisor | None = None
+    for t, found, advisor in judged(reader, out.step_s, spans):
+        if advisor is not last:
+            shown, last = {}, advisor  # a new session: nothing shown yet
+        now = {f.id: f for f in found if f.id not in STATE_IDS}
+        out.rows.extend((f, t) for f in now.values())
+        out.clears.extend(Event(ts=t, source="advisor", message=f"cleared: {f.title}")
+                          for fid, f in shown.items() if fid not in now)
+        shown = now
     return out
