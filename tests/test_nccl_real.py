@@ -50,7 +50,13 @@ def hang():
 
 def test_the_nccl_straggler_is_named_from_the_gpus(straggler):
     # The waiting rank's stacks show no collective at all: its host runs ahead into the next step.
-    late = [(t, ctx, shown) for t, ctx, shown in straggler if t >= 6]
+    # Until the waiting rank moves again (6 s), rank 1 has shown no sign of arriving (none of its
+    # samples in the model, its GPU idle): slow or never arriving is weighed, not warned about.
+    early = [(t, shown) for t, _, shown in straggler if t < 6]
+    assert not any(f.severity.value != "info" for _, shown in early for f in shown[:1]), early
+    weighed = [shown[0] for _, shown in early if shown and shown[0].id == "weighing-hang"]
+    assert weighed and any("rank 1" in e for e in weighed[-1].evidence)
+    late = [(t, ctx, shown) for t, ctx, shown in straggler if t >= 7]
     assert all(max(v.collective for v in ctx.ranks) == 0.0 for _, ctx, _ in late)
     for t, ctx, shown in late:
         assert shown and shown[0].id == "rank-straggler", (t, [f.id for f in shown])
@@ -209,3 +215,51 @@ def test_a_hang_weighed_names_only_the_ranks_still_moving_in_their_own_code():
     assert _ranks_elsewhere([view(1, 11, Category.BACKWARD), view(2, 12, Category.COLLECTIVE)], 10) == []
     assert _ranks_elsewhere([view(1, 11, Category.OTHER, works=False)], 10) == []  # standing still: never-arrives'
     assert len(_ranks_elsewhere([view(0, 10, Category.OTHER), view(1, 11, Category.OTHER)], 10)) == 1
+
+
+def test_a_rank_that_never_arrives_is_weighed_not_called_the_straggler():
+    # A held-out DDP job (2 x H200, ninth set): rank 1 spins for ever in an unbounded rejection
+    # sampler in its Dataset (run in the main process) while rank 0 waits in NCCL. Rank 0 stood
+    # still from the attach on and rank 1 was never seen taking part in a step again (no sample in
+    # the model or a collective, its GPU idle): "slow" and "never arrives" are weighed, then stuck.
+    # It was "rank 1 is the straggler", a warning, from 9 s to 15 s.
+    runs = replay_findings("roof_segmentation-h200x2.gputop", every_s=1.0)
+    tops = [(t, shown[0].id) for t, _, shown in runs if shown]
+    assert "rank-straggler" not in {fid for _, fid in tops}, tops
+    weighed = [(t, shown[0]) for t, _, shown in runs if shown and shown[0].id == "weighing-hang"]
+    assert weighed and weighed[0][0] <= 7.0
+    assert any("rank 1" in e and "positive_crop" in e for e in weighed[-1][1].evidence), weighed[-1][1].evidence
+    stuck = [t for t, fid in tops if fid == "stuck"]
+    assert stuck and all(fid == "stuck" for t, fid in tops if t >= stuck[0])
+
+
+def test_per_step_metrics_through_all_gather_object_are_a_host_sync_on_nccl():
+    # A held-out DDP job (2 x H200, ninth set) averaged its metrics every step through
+    # `.item()` and dist.all_gather_object (1.25x once gathered every N steps in one tensor). On
+    # NCCL an object collective copies through the GPU and reads back: a sync. Each kind alone
+    # was under the steady bar (7 % of the samples each); together they are the step's syncs.
+    runs = replay_findings("ad_ctr-h200x2.gputop", every_s=1.0)
+    _, _, shown = runs[-1]
+    f = next((f for f in shown if f.id == "host-sync"), None)
+    assert f is not None, [x.id for x in shown]
+    assert f.title.startswith("all_gather_object every step syncs the host")
+    assert "all_gather_object" in f.evidence[1] and "dist.all_reduce" in f.action
+
+
+def test_object_collectives_are_syncs_only_on_a_job_with_gpus():
+    from types import SimpleNamespace
+
+    from gputop.advisor.rules.host import object_collective, syncs_host
+    from gputop.model import Category, Frame, StackSample
+
+    c10d = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
+    s = StackSample(ts=0.0, pid=1, thread_id=1, thread_name="MainThread", is_main=True, active=True,
+                    category=Category.COLLECTIVE,
+                    frames=(Frame("_tensor_to_object", c10d, 3232), Frame("all_gather_object", c10d, 3329),
+                            Frame("log_metrics", "/home/u/train.py", 50)))
+    plain = StackSample(ts=0.0, pid=1, thread_id=1, thread_name="MainThread", is_main=True, active=True,
+                        category=Category.COLLECTIVE, frames=(Frame("all_reduce", c10d, 2800),))
+    assert object_collective(s) and not object_collective(plain)
+    assert syncs_host(SimpleNamespace(gpus=(object(),)), s)
+    assert not syncs_host(SimpleNamespace(gpus=()), s)  # gloo on CPUs: a collective, no GPU to wait for
+    assert not syncs_host(SimpleNamespace(gpus=(object(),)), plain)

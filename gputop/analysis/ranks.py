@@ -108,6 +108,12 @@ class RankView:
     # Where in its step its hot place runs (analysis.step_order): BEFORE_FORWARD (it prepares the
     # batch) or AFTER_UPDATE (work of its own after the backward: an EMA, a metric); None unknown.
     hot_when: str | None = None
+    # When it last took part in the step, as far as anything shows: its newest main-thread sample
+    # in the model, a collective or a sync, or its GPU's newest poll busy with kernels (a rank
+    # sampled once a second may sit in its own code at every sample and still launch its step's
+    # kernels each time round). None: never in the window. A rank that never arrives (a loop
+    # that never returns) stops taking part when it enters it; a straggler goes on arriving.
+    arrived: float | None = None
 
     def share(self, cat: Category) -> float:
         return dict(self.shares).get(cat, 0.0)
@@ -180,11 +186,24 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
     recent = main[-WORKS_RECENT:]
     works = bool(recent) and (len({stack_key(s.frames) for s in recent}) > 1
                               or sum(1 for s in recent if s.active) >= len(recent) / 2)
+    arrived = max((s.ts for s in main if s.category in _TAKES_PART), default=None)
     return RankView(rank, pid, gpu, n, category_shares(main), len(coll) / n if n else 0.0,
                     fns.most_common(1)[0][0] if fns else None, hot, hot_share, main[-1] if main else None,
                     top=top, top_share=top_share, works=works, wrapper=wrapper_of(main),
                     collective_caller=caller[0] if caller else None,
-                    collective_caller_share=caller[1] / len(coll) if caller and coll else 0.0)
+                    collective_caller_share=caller[1] / len(coll) if caller and coll else 0.0,
+                    arrived=arrived)
+
+
+# A main-thread sample in one of these is the rank taking part in the step (RankView.arrived).
+_TAKES_PART = (*MODEL_PHASES, Category.COLLECTIVE, Category.HOST_SYNC)
+# A GPU poll at least this busy is the rank's step running on it (RankView.arrived). Judgement:
+# a straggler's short forward/backward in a long step still shows a few % in a one-second poll;
+# an idle GPU reads 0 %.
+ARRIVED_GPU_UTIL = Threshold(
+    5.0, "%", JUDGEMENT,
+    "A rank's GPU poll at least this busy is its step running there: a straggler's short compute in a long step "
+    "still shows a few % in a one-second poll; an idle GPU reads 0 %.")
 
 
 _DDP_FILE = "/torch/nn/parallel/distributed.py"
@@ -274,6 +293,9 @@ def rank_views(ranks: Mapping[int, int], stacks: Sequence[StackSample], t0: floa
                              gpu_throttled=_throttled(ps),
                              only_here=only.get(p, (None, 0.0))[0], only_here_share=only.get(p, (None, 0.0))[1]))
         v = views[-1]
+        busy = [s.ts for s in ps if s.util_gpu is not None and s.util_gpu >= ARRIVED_GPU_UTIL]
+        if busy and (v.arrived is None or busy[-1] > v.arrived):
+            views[-1] = v = replace(v, arrived=busy[-1])
         if v.hot:
             views[-1] = v = replace(v, hot_when=when_in_step(sorted(by_pid[p], key=lambda s: s.ts), v.hot))
         if not v.works and _moves_data((procs or {}).get(p, ()), v.latest.ts if v.latest else t0):

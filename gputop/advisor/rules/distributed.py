@@ -126,12 +126,22 @@ def rank_straggler(ctx: AnalysisContext) -> Straggler | None:
     return ctx.once(_judge_straggler)
 
 
+# An arrival this close after the waiting rank's stillness began is not after it: the stillness
+# began somewhere between two samples, and a GPU poll is a mean over the second before it (a
+# rank spinning in its Dataset since before the attach read "arrived" 0.3 s after the other
+# rank's first still sample, from the first poll's mean). Judgement: one poll or sample apart.
+ARRIVAL_SLACK_S = Threshold(
+    1.0, "s", JUDGEMENT,
+    "A straggler's arrival within this of the waiting rank's stillness beginning is not after it: the stillness "
+    "began between two samples, and a GPU poll is a mean over the second before it.")
+
+
 @uses(OTHERS_WAIT_MIN, STRAGGLER_GAP, STRAGGLER_LEVEL, GPU_OTHERS_WAIT_MIN, GPU_STRAGGLER_GAP, COMPUTE_STRAGGLER_UTIL,
-      STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES)
+      STRAGGLER_SAVE_SHARE, STRAGGLER_DATA_WAIT, MIN_MAIN_SAMPLES, ARRIVAL_SLACK_S)
 def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     """One rank does something else while the other ranks wait for it in collectives."""
     found = rank_straggler(ctx)
-    if found is None:
+    if found is None or never_arrived_since_still(ctx, found.slow):
         return None
     slow, waiting = found.slow, found.waiting
     names = ", ".join(str(v.rank) for v in waiting)
@@ -187,6 +197,26 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
         gpu_index=slow.gpu,
         title=f"rank {slow.rank} is the straggler: the other ranks wait {pct(wait_share)} in {fn} for it",
     )
+
+
+def never_arrived_since_still(ctx: AnalysisContext, slow) -> bool:
+    """While the waiting rank stands still (a hang forming) and has not moved since it was first
+    seen, the rank it waits for has shown no sign of taking part in the step since it stopped: no
+    sample of it in the model, a collective or a sync, no kernel on its GPU. "Slow" and "never arrives" are then the two answers weighed,
+    and the weighing says so; a straggler goes on arriving, step after step. (NCCL, 2 x H200: a
+    rank spinning for ever in an unbounded rejection sampler in its Dataset was "the straggler",
+    a warning, for 6 s before the stuck verdict.)"""
+    if ctx.forming is None or not ctx.main_stacks:
+        return False
+    still_since = ctx.now - ctx.forming.held_s
+    if still_since - ctx.main_stacks[0].ts > ARRIVAL_SLACK_S:
+        # It moved earlier in the window: each move of a waiting rank is a collective completed,
+        # the slow rank arrived. A rank sampled once a second in its own code 95 % of the time (a
+        # batch built in slow Python) shows no arrival of its own for many seconds, and the
+        # waiting rank's host, blocked at the same line every step, reads still in between.
+        return False
+    return slow.arrived is None or slow.arrived < still_since + ARRIVAL_SLACK_S
+
 
 
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:

@@ -130,10 +130,32 @@ class SyncPattern:
         return self.steady or self.dominant
 
 
+# torch.distributed's object collectives. On a GPU's process group (NCCL) each pickles its object
+# into a tensor, copies it to the GPU, reads the gathered sizes back with .item() and copies the
+# results to the host: a host-device sync inside a collective, every call. A held-out DDP job
+# averaging its per-step metrics through all_gather_object (1.25x once they were summed in one
+# device tensor all-reduced every N steps; 2 x H200) sat in them in 7-10 % of its samples beside
+# 7 % in .item(), each alone short of the steady bar. On gloo (no GPU) they are collectives only.
+_OBJECT_COLLECTIVES = frozenset({"all_gather_object", "gather_object", "broadcast_object_list",
+                                 "scatter_object_list", "send_object_list", "recv_object_list"})
+_C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def object_collective(s: StackSample) -> bool:
+    """The sample waits inside one of torch.distributed's object collectives."""
+    return s.category is Category.COLLECTIVE and any(
+        f.name in _OBJECT_COLLECTIVES and f.filename.replace("\\", "/").endswith(_C10D_FILE) for f in s.frames)
+
+
+def syncs_host(ctx: AnalysisContext, s: StackSample) -> bool:
+    """The sample waits for the GPU: a sync of its own, or an object collective on a job with GPUs."""
+    return s.category is Category.HOST_SYNC or (bool(ctx.gpus) and object_collective(s))
+
+
 def sync_pattern(ctx: AnalysisContext) -> SyncPattern:
     """The training's syncs: an evaluation's `.item()` reads are its own (eval-every-step)."""
     xs = ctx.main_stacks
-    syncs = [s.ts for s, ev in zip(xs, in_evaluation(ctx)) if s.category is Category.HOST_SYNC and not ev]
+    syncs = [s.ts for s, ev in zip(xs, in_evaluation(ctx)) if syncs_host(ctx, s) and not ev]
     n = len(syncs)
     share = n / len(xs) if xs else 0.0
     k = max(MIN_STRETCHES, min(MAX_STRETCHES, n // SYNC_SAMPLES_PER_STRETCH))
@@ -163,7 +185,7 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
     g, cost = found
     bd = g.breakdown
     frac = cost / bd.total_s
-    places = training_labels(ctx, Category.HOST_SYNC, 3)
+    places = sync_labels(ctx, 3)
     ev = [
         idle_line(g, [Bucket.SYNC, Bucket.CPU]),
         f"main thread waiting on the GPU in {pct(pat.share)} of its samples: "
@@ -203,6 +225,27 @@ def check_host_sync(ctx: AnalysisContext) -> Hit | None:
     )
 
 
+def sync_labels(ctx: AnalysisContext, n: int) -> list[tuple[str, float]]:
+    """The commonest places the training's main thread waited for the GPU (syncs_host), with their
+    share of all its samples; an object collective's place says which it is."""
+    xs = ctx.main_stacks
+    if not xs:
+        return []
+    c = Counter(_sync_label(s) for s, ev in zip(xs, in_evaluation(ctx)) if syncs_host(ctx, s) and not ev)
+    return [(lab, k / len(xs)) for lab, k in c.most_common(n)]
+
+
+def _sync_label(s: StackSample) -> str:
+    """stack_label's place; for an object collective called from a function of the user's (not
+    its own line), with the collective's name after it."""
+    lab = stack_label(s)
+    if object_collective(s):
+        call = next(f.name for f in s.frames if f.name in _OBJECT_COLLECTIVES)
+        if not lab.strip("`").startswith(call):
+            lab += f" in {call}"
+    return lab
+
+
 def training_labels(ctx: AnalysisContext, category: Category, n: int) -> list[tuple[str, float]]:
     """``ctx.main_labels`` for the training's samples only (not an evaluation's): the commonest
     places the main thread was in ``category``, with their share of all its samples."""
@@ -227,12 +270,21 @@ _SYNC_SITES: tuple[tuple[str, str, str], ...] = (
      "remove torch.cuda.synchronize() from the loop ({where}): the CPU stops queueing until the GPU drains; "
      "to time a step, record torch.cuda.Event(enable_timing=True) pairs and read them every 100 steps",
      "torch.cuda.synchronize() every step: {gpu} idle {idle}"),
+    *((name,
+       f"take {name} out of the step ({{where}}): on NCCL it pickles the object, copies it through the GPU and "
+       "reads sizes and results back to the host, a sync every call; keep the per-step values in one device "
+       "tensor (`stats += torch.stack([loss.detach(), acc])`) and every 100 steps dist.all_reduce it and read "
+       "it once, or log rank 0's own values",
+       f"{name} every step syncs the host with {{gpu}}: idle {{idle}}")
+      for name in sorted(_OBJECT_COLLECTIVES)),
 )
 
 
 def sync_site_kind(label: str) -> tuple[str, str] | None:
     """(action, title) templates for a sync site whose call says what it is, else None."""
     name = label.split(" (", 1)[0].strip("`")
+    if ") in " in label:  # an object collective's place: "gather_metrics (train.py:50) in all_gather_object"
+        name = label.rsplit(") in ", 1)[1]
     for word, action, title in _SYNC_SITES:
         if name == word or name.endswith("." + word) or f".{word}(" in name or name.startswith(word + "("):
             return action, title
