@@ -111,6 +111,16 @@ def test_the_host_reading_is_parsed_from_proc():
     assert HostCpu(cpus=16, load1=2.0, pressure_pct=40.0).saturated
 
 
+def test_cpus_to_spare_need_two_idle_by_the_load_and_no_waiting():
+    # Spare (the sampler may take the rate asked for): two CPUs idle by the load...
+    assert HostCpu(cpus=16, load1=3.0).spare and HostCpu(cpus=16, load1=3.0, pressure_pct=1.0).spare
+    assert not HostCpu(cpus=2, load1=0.3, pressure_pct=0.0).spare  # a 2-core host never has two idle
+    assert not HostCpu(cpus=16, load1=14.5).spare
+    # ...and, where the kernel says, tasks seldom waiting for a CPU (a job's bursts can).
+    assert not HostCpu(cpus=16, load1=3.0, pressure_pct=12.0).spare
+    assert not HostCpu(cpus=16).spare  # no load reading: not known to be spare
+
+
 def test_attaching_checks_the_job_with_a_nonblocking_dump(monkeypatch):
     calls = []
 

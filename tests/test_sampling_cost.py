@@ -153,7 +153,8 @@ def test_the_cpu_budget_sets_the_rate_and_the_cost_is_measured_and_said(monkeypa
     monkeypatch.setattr(stacks_mod.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(stacks_mod.time, "thread_time", lambda: 0.0)  # only py-spy's CPU counts
     fake = FakePySpy(lambda i, nb: [record(me, 1, QUEUE_WAIT[i % 2:], os_tid=me)], cpu_s=0.010)
-    src = source(monkeypatch, fake, me, rate=5.0, cpu_budget=0.015)
+    # A busy host, not saturated, with no CPU to spare: the budget as given.
+    src = source(monkeypatch, fake, me, rate=5.0, cpu_budget=0.015, host_cpu=lambda: HostCpu(cpus=16, load1=15.0))
     events = []
     for _ in range(600):  # 120 s of polls every 0.2 s
         events += [e for e in src.poll() if isinstance(e, Event)]
@@ -166,6 +167,32 @@ def test_the_cpu_budget_sets_the_rate_and_the_cost_is_measured_and_said(monkeypa
     assert cost.job_cost_pct == pytest.approx(job_cost_pct(cost.sampler_cpu_pct, cost.pause_pct))
     said = [e for e in events if "costs the job about" in e.message]
     assert len(said) == 1 and said[0].level == "info"
+
+
+def test_a_host_with_cpus_to_spare_gets_the_rate_asked_for(monkeypatch, me):
+    """Nonblocking dumps on an idle CPU take nothing from the job: there the budget grows
+    (SPARE_BUDGET_FACTOR) and the asked 5/s comes instead of the busy host's 1.5/s; when the
+    host fills up the budget falls back."""
+    clock = [1000.0]
+    monkeypatch.setattr(stacks_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(stacks_mod.time, "thread_time", lambda: 0.0)
+    fake = FakePySpy(lambda i, nb: [record(me, 1, QUEUE_WAIT[i % 2:], os_tid=me)], cpu_s=0.010)
+    host = [HostCpu(cpus=16, load1=0.5)]
+    src = source(monkeypatch, fake, me, rate=5.0, cpu_budget=0.015, host_cpu=lambda: host[0])
+
+    def run(seconds: float) -> int:
+        # As the pipeline drives a source: the next poll after the interval it asks for.
+        before, end = len(fake.calls), clock[0] + seconds
+        while clock[0] < end:
+            src.poll()
+            clock[0] += src.interval
+        return len(fake.calls) - before
+
+    run(10.0)  # past the attach burst
+    assert run(60.0) / 60.0 == pytest.approx(5.0, abs=0.5)  # the rate asked for, not the budget's 1.5
+    host[0] = HostCpu(cpus=16, load1=15.0)  # the job's workers take the CPUs
+    run(10.0)
+    assert run(60.0) / 60.0 == pytest.approx(1.5, abs=0.4)
 
 
 def test_job_cost_is_the_pause_plus_the_samplers_share_of_the_cores():

@@ -21,6 +21,14 @@ PRESSURE_FILE = "/proc/pressure/cpu"
 # waiting, a process that starts now (py-spy) is likely to wait for its CPU too.
 PRESSURE_SATURATED_PCT = 20.0
 LOAD_SATURATED_PER_CPU = 1.0
+# Spare: at least this many CPUs idle by the 1-minute load, and (where the kernel says) runnable
+# tasks waited for a CPU under SPARE_PRESSURE_PCT of the last 10 s. A nonblocking py-spy dump
+# stops no thread of the job and runs on a CPU the job does not use, so on such a host sampling
+# more often takes nothing from the job. Judgement: two, one for py-spy and one for the job's
+# bursts (DataLoader workers waking together); and a twentieth of the time waiting is a host
+# where a CPU is free nearly whenever one is wanted.
+SPARE_CPUS = 2.0
+SPARE_PRESSURE_PCT = 5.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,14 @@ class HostCpu:
         if self.pressure_pct is not None:
             return self.pressure_pct >= PRESSURE_SATURATED_PCT
         return self.load1 is not None and self.load1 >= LOAD_SATURATED_PER_CPU * self.cpus
+
+    @property
+    def spare(self) -> bool:
+        """CPUs to spare (SPARE_CPUS): the sampler may spend more of its own there. Unknown load:
+        not spare."""
+        if self.load1 is None or self.cpus - self.load1 < SPARE_CPUS:
+            return False
+        return self.pressure_pct is None or self.pressure_pct < SPARE_PRESSURE_PCT
 
 
 def parse_loadavg(text: str) -> float | None:
@@ -78,4 +94,4 @@ def read_host_cpu() -> HostCpu:
                    pressure_pct=parse_pressure(pressure) if pressure else None)
 
 
-__all__ = ["HostCpu", "PRESSURE_SATURATED_PCT", "parse_loadavg", "parse_pressure", "read_host_cpu"]
+__all__ = ["HostCpu", "PRESSURE_SATURATED_PCT", "SPARE_CPUS", "SPARE_PRESSURE_PCT", "parse_loadavg", "parse_pressure", "read_host_cpu"]

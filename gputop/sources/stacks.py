@@ -80,8 +80,16 @@ ATTACH_BURST_S = 2.0
 DEFAULT_NONBLOCKING = True
 # The sampler's own CPU, py-spy processes included, as a long-run average in cores. A py-spy
 # dump costs ~8-15 ms of CPU (it maps the target and reads the interpreter's symbols each
-# time), so this, not DEFAULT_RATE, sets the steady rate: about 1-2 stacks/s.
+# time), so on a busy host this, not DEFAULT_RATE, sets the steady rate: about 1-2 stacks/s.
 DEFAULT_CPU_BUDGET = 0.015
+# On a host with CPUs to spare (host_cpu.HostCpu.spare) the budget is this many times larger:
+# nonblocking dumps stop no thread of the job and run on an idle CPU, so the job loses nothing
+# (bench/attach_cost.py measures it), and the rate asked for (5/s) comes instead of 1-2/s. At
+# 1-2 stacks/s a rank of a two-rank job got ~1 a second: a 15 % per-step sync was missed in a
+# job's first 13 samples (a 12 % chance) and taken for launch overhead, and a hang's weighing
+# waited on a handful of samples. Judgement: 0.075 of a core buys the default rate at 15 ms a
+# dump, still a twentieth of the one CPU the host has free at least.
+SPARE_BUDGET_FACTOR = 5.0
 # CPU seconds the sampler may spend ahead of its budget: about 30 dumps at attach, so the first
 # diagnosis does not wait on the steady rate.
 CPU_BURST_S = 0.4
@@ -201,6 +209,7 @@ class PySpySource:
         self.exit_status: str | None = None  # "code N" / "signal NAME" when it could be read
         # What sampling costs: budgets on the monotonic clock (``clock`` may be a replayed one).
         t = time.monotonic()
+        self._cpu_budget = cpu_budget
         self._cpu = _Bucket(cpu_budget, CPU_BURST_S, t)
         self._pause = _Bucket(pause_budget, PAUSE_BURST_S, t)
         self._totals = _Totals()
@@ -366,6 +375,10 @@ class PySpySource:
             self._host_cpu, self._host_cpu_at = self._read_host_cpu(), t
         return self._host_cpu
 
+    def _set_budget(self, t: float) -> None:
+        """The CPU budget for the host as it is now: larger where CPUs are to spare."""
+        self._cpu.set_rate(self._cpu_budget * (SPARE_BUDGET_FACTOR if self.host_cpu(t).spare else 1.0), t)
+
     def _want_blocking(self, t: float) -> bool:
         """A consistent stack matters now, the pause budget allows one, and the host has a CPU
         for py-spy as soon as it has stopped the job."""
@@ -388,6 +401,7 @@ class PySpySource:
         if self._stacks_off is not None or now < self._retry_at:
             return []
         t = time.monotonic()
+        self._set_budget(t)
         if not self._cpu.allows(t):
             self._totals.over_budget += 1
             return []  # over the CPU budget, however often poll is called
@@ -637,6 +651,12 @@ class _Bucket:
 
     def charge(self, amount: float) -> None:
         self.level -= amount
+
+    def set_rate(self, rate: float, now: float) -> None:
+        """A new refill rate from now on (what came in so far at the old one)."""
+        if rate != self.rate:
+            self._refill(now)
+            self.rate = rate
 
     def allows(self, now: float) -> bool:
         self._refill(now)
