@@ -103,6 +103,14 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "profiler": (),
     "channels-last": (),
     "full-vocab-logits": (),
+    # The tenth fresh set's (mapped 2026-11-28, before any measurement; bench/jobs/fresh10_spec.py):
+    # a larger batch is launch-bound's action (as for the earlier sets' batch knobs); a per-anchor
+    # Python loop vectorised is cpu-work-in-loop's ("vectorise a per-sample Python loop"). No
+    # finding's action is cuDNN's fused LSTM for a Python LSTMCell loop, or cuDNN turned back on:
+    # misses until built.
+    "python-rnn-loop": (),
+    "cudnn-disabled": (),
+    "python-mining-loop": ("cpu-work-in-loop",),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -411,6 +419,30 @@ JOBS: tuple[Job, ...] = (
         ("--batch", "8", "--context", "1024", "--workers", "4"),
         (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
          Change("launch", "batch 16 instead of 8 (samples/s; the knob a false alarm would name)", ("--batch", "16")),
+         Change("launch", "torch.compile (the knob a false alarm would name)", ("--compile",))),
+        fresh=True, note=FRESH),
+    # The tenth fresh set, written 2026-11-28 by a helper that read no rule and no result (its
+    # truths and gains reasoned in bench/jobs/fresh10_spec.py before any measurement).
+    Job("fresh10-transformers-trainer-default-batch", "transformers", True, "fresh10_hf_default_batch.py", (),
+        (Change("launch", "per_device_train_batch_size=128 instead of the Trainer's default 8", ("--batch", "128")),),
+        fresh=True, note=FRESH),
+    Job("fresh10-lightning-lstmcell-loop", "lightning", True, "fresh10_lightning_lstm_cells.py",
+        ("--batch", "512", "--workers", "4"),
+        (Change("python-rnn-loop", "a 2-layer nn.LSTM (cuDNN) instead of nn.LSTMCell stepped in Python",
+                ("--cudnn-lstm",)),), fresh=True, note=FRESH),
+    Job("fresh10-timm-cudnn-disabled", "timm", True, "fresh10_timm_cudnn_off.py", ("--batch", "256", "--workers", "8"),
+        (Change("cudnn-disabled", "keep cuDNN on (drop torch.backends.cudnn.enabled = False from the seeding helper)",
+                ("--keep-cudnn",)),), fresh=True, note=FRESH),
+    Job("fresh10-torch-triplet-anchor-loop", "torch", True, "fresh10_triplet_anchor_loop.py",
+        ("--speakers-per-batch", "64", "--utts-per-speaker", "4", "--workers", "6"),
+        (Change("python-mining-loop", "batch-hard mining vectorised over the whole distance matrix instead of a Python "
+                "loop over the anchors with boolean-mask indexing", ("--vectorized-mining",)),),
+        fresh=True, note=FRESH),
+    Job("fresh10-torch-healthy-parallel-gpt", "torch", True, "fresh10_healthy_parallel_gpt.py",
+        ("--micro-batch", "4", "--accum", "8", "--workers", "2"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "micro-batch 8 instead of 4 (samples/s; the knob a false alarm would name)",
+                ("--micro-batch", "8")),
          Change("launch", "torch.compile (the knob a false alarm would name)", ("--compile",))),
         fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
