@@ -168,8 +168,11 @@ class GpuPanels(VerticalScroll):
     def _no_gpus(self, system) -> None:
         if "none" not in self._panels:
             self._replace({"none": LinesView(classes="gpu-panel")})
-        # The reason is in the header; this line says what still works (a replay: what was recorded).
-        self._panels["none"].set_text(no_gpu_text(system, recorded=self.recorded))
+        # The reason is in the header; this line says what still works (a replay: what was recorded),
+        # wrapped to the panel's width: one line cut at 80 columns lost the end of its sentence.
+        width = max(20, (self.size.width or self.app.size.width or 80) - 2)
+        lines = no_gpu_text(system, recorded=self.recorded).wrap(self.app.console, width)
+        self._panels["none"].set_lines(list(lines))
 
     def _sync(self, want: list[int | str]) -> None:
         """Panels for ``want``, in its order, keeping the ones already there: a resize that shows
