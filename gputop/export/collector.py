@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from .. import __version__
 from ..advisor import STATE_IDS, WARMUP_ID
-from ..analysis import Bucket
+from ..analysis import CPU_DEVICE, Bucket
 from ..model import GpuInfo, GpuSample, ProcSample
 from ..analysis import MEMORY_WINDOW_S, REASONS, jobs_private, memory_view
 from .account import TimeAccount
@@ -345,7 +345,10 @@ class GputopCollector:
             if f.id in STATE_IDS:  # a state of the job, not a finding
                 warming = warming or f.id == WARMUP_ID
                 continue
-            key = (f.id, f.severity.value, "" if f.gpu_index is None else str(f.gpu_index), pid, job)
+            # A job with no GPU (its training thread stands in for the device, CPU_DEVICE) has no
+            # GPU to label: "", as for a finding about no GPU, not "-1".
+            gpu = "" if f.gpu_index is None or f.gpu_index == CPU_DEVICE else str(f.gpu_index)
+            key = (f.id, f.severity.value, gpu, pid, job)
             rows.setdefault(key, (float(f.cost_s), float(f.confidence)))  # one series per label set
         for key, (cost, confidence) in rows.items():
             fam.add_metric(list(key), cost)

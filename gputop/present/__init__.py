@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .advice import (
     BUCKET_CHAR, advice_pane_lines, bar_text, breakdown_dict, breakdown_rows, breakdown_table, device_name,
-    finding_dict, finding_starts, findings_text, report_dict, session_start_in, verdict_line,
+    finding_dict, finding_gpu, finding_starts, findings_text, report_dict, session_start_in, verdict_line,
 )
 from .gpu_charts import split_width
 from .idle_causes import column_causes
@@ -45,7 +45,7 @@ __all__ = [
     "BUCKET_CHAR", "CHARTS", "COLUMNS", "COMPACT", "DESCENDING_BY_DEFAULT", "FULL", "History", "Line", "MEDIUM",
     "PANEL_LINES", "ProcRow", "SORT_KEYS", "advice_pane_lines", "attachable", "bar_text", "breakdown_dict",
     "breakdown_rows", "breakdown_table", "build_rows", "column_causes", "device_name", "dump_dict", "dump_text",
-    "finding_dict", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text", "no_gpu_text",
+    "finding_dict", "finding_gpu", "finding_starts", "findings_text", "gpu_panel_lines", "header_lines", "header_text", "held_back_text", "no_gpu_text",
     "hidden_gpus_line", "host_panel_lines", "index_width", "job_lines", "job_plain", "jobs_lines", "rank_lines", "ranks_pane_lines",
     "ranks_waiting_lines", "report_dict", "row_cells", "rules_dict", "rules_text", "sampling_text", "session_start_in", "shown_command", "split_width", "stacks_pane_lines",
     "stacks_waiting_lines", "table_columns",

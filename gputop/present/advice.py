@@ -233,6 +233,12 @@ def findings_text(findings: Sequence[Finding], width: int = 100, since: float | 
     return "\n\n".join(blocks)
 
 
+def finding_gpu(f: Finding) -> int | None:
+    """The GPU a finding is about for JSON and labels: None for none, and for a job with no GPU,
+    whose training thread stands in for the device (``CPU_DEVICE``, -1, is not a GPU's index)."""
+    return f.gpu_index if f.gpu_index is not None and f.gpu_index != CPU_DEVICE else None
+
+
 def finding_dict(f: Finding, since: float | None = None) -> dict:
     d = {
         "id": f.id,
@@ -240,7 +246,7 @@ def finding_dict(f: Finding, since: float | None = None) -> dict:
         "severity": f.severity.value,
         "confidence": f.confidence,
         "cost_s": f.cost_s,
-        "gpu_index": f.gpu_index,
+        "gpu_index": finding_gpu(f),
         "evidence": list(f.evidence),
         "action": f.action,
         "expected_gain": f.expected_gain,

@@ -12,7 +12,7 @@ __all__ = ["Summary", "collect", "render_html", "render_text", "summary_dict"]
 def summary_dict(s: Summary) -> dict:
     """The headline numbers as JSON-ready data (for scripts and dashboards)."""
     from ..analysis import BUCKET_LABELS
-    from ..present import breakdown_dict, finding_dict
+    from ..present import breakdown_dict, finding_dict, finding_gpu
     from .memory import workers_dict
 
     return {
@@ -76,7 +76,7 @@ def summary_dict(s: Summary) -> dict:
                 "id": fs.finding.id,
                 "title": fs.finding.title,
                 "severity": fs.finding.severity.value,
-                "gpu": fs.finding.gpu_index,
+                "gpu": finding_gpu(fs.finding),
                 "first_seen": fs.first_seen,
                 "last_seen": fs.last_seen,  # the last time it was written (every 10 s while showing)
                 # Still showing when the recording (its session) ended, else when it cleared
