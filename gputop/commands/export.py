@@ -12,7 +12,7 @@ from .options import DEFAULT_FAKE_GPUS, add_stuck_after, fake_gpus, interval_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..export.config import DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_MAX_ATTACH, DEFAULT_WINDOW_S
+    from ..export.config import DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_MAX_ATTACH, DEFAULT_WINDOW_S, MAX_MAX_ATTACH
 
     p = sub.add_parser(
         "export",
@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="attach to every Python process using a GPU, or on a host without a GPU to every "
                      "Python process whose environment sets RANK and WORLD_SIZE (about 1.5 %% of a core each, "
                      "see --max-attach)")
-    p.add_argument("--max-attach", type=int, default=DEFAULT_MAX_ATTACH, metavar="N",
-                   help=f"with --attach all: at most N processes sampled at once (default {DEFAULT_MAX_ATTACH})")
+    p.add_argument("--max-attach", type=int, default=None, metavar="N",
+                   help=f"with --attach all: at most N processes sampled at once, 1 to {MAX_MAX_ATTACH} "
+                   f"(default {DEFAULT_MAX_ATTACH})")
     p.add_argument("--attach-under", type=pid_arg, metavar="PID",
                    help="with --attach all: only processes under this one (a launcher, a Slurm step, a "
                    "container's init)")
@@ -65,17 +66,21 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
     from ..export.server import serve
 
-    if args.attach is None and (args.attach_under is not None or args.host_label is not None):
-        raise UserError("--attach-under and --host-label go with --attach all")
-    if args.max_attach < 1:
-        raise UserError(f"--max-attach must be at least 1, not {args.max_attach}")
+    from ..export.config import DEFAULT_MAX_ATTACH, MAX_MAX_ATTACH
+
+    if args.attach is None and (args.attach_under is not None or args.host_label is not None
+                                or args.max_attach is not None):
+        raise UserError("--max-attach, --attach-under and --host-label go with --attach all")
+    max_attach = DEFAULT_MAX_ATTACH if args.max_attach is None else args.max_attach
+    if not 1 <= max_attach <= MAX_MAX_ATTACH:
+        raise UserError(f"--max-attach must be 1 to {MAX_MAX_ATTACH}, not {max_attach}")
     return serve(
         listen=args.listen,
         interval=args.interval,
         fake=args.fake,
         pid=args.pid,
         attach_all=args.attach == "all",
-        max_attach=args.max_attach,
+        max_attach=max_attach,
         stuck_after=args.stuck_after,
         window=args.window,
         host_label=args.host_label,

@@ -10,6 +10,9 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_INTERVAL = 5.0
 # --attach all samples at most this many processes: one per GPU of a full 8-GPU node.
 DEFAULT_MAX_ATTACH = 8
+# The most --max-attach takes: each attached process costs about 1.5 % of a core and up to ~25
+# series, so 256 is four cores and a few thousand series; a larger number is a typo, not a plan.
+MAX_MAX_ATTACH = 256
 # The advisor's window (analysis.DEFAULT_WINDOW_S), repeated so --help needs no analysis import;
 # a test keeps the two equal.
 DEFAULT_WINDOW_S = 60.0
