@@ -129,6 +129,25 @@ def bind(host: str, port: int, registry):
     return httpd
 
 
+def _attached(session, attacher) -> Callable[[], set[int]]:
+    """The PIDs whose stacks are sampled now: --attach all's, and the --pid target (with its
+    job's local ranks) until it exits; an exited target stayed gputop_job_info{attached="1"} for
+    as long as the exporter ran."""
+
+    def attached() -> set[int]:
+        pids = set(attacher.pids()) if attacher is not None else set()
+        state = session.target_state if session.stacks is not None else None
+        if session.target_pid is not None and state is not None and state.exited_at is None:
+            pids.add(session.target_pid)
+        # --pid of a launcher or of one rank: the session samples every local rank of its job.
+        job = session.job
+        if job is not None:
+            pids.update(r.pid for r in job.ranks)
+        return pids
+
+    return attached
+
+
 def _judged(session, jobs):
     """What the advisor's findings speak of, as labels: (pid, job_id) of the process its last
     evaluation judged (named with --pid, else the one the evidence window took for the job), ''
@@ -176,15 +195,7 @@ def serve(
     if attacher is not None:
         session.pipeline.add_source(attacher)
 
-    def attached() -> set[int]:
-        pids = set(attacher.pids()) if attacher is not None else set()
-        if session.target_pid is not None and session.stacks is not None:
-            pids.add(session.target_pid)
-        # --pid of a launcher or of one rank: the session samples every local rank of its job.
-        job = session.job
-        if job is not None:
-            pids.update(r.pid for r in job.ranks)
-        return pids
+    attached = _attached(session, attacher)
 
     jobs = None
     if attacher is not None or session.job is not None:
