@@ -32,6 +32,13 @@ def run_live(args: argparse.Namespace) -> int:
     from ..session import UI_IDLE_ADVISOR_EVERY_S, Config, open_live
     from ..ui.app import run_app
 
+    from . import startup_signals
+
+    # SIGTERM / SIGHUP while the session opens (attaching, the recording's file) are noted here and
+    # end the UI as soon as it is up, its recording closed: past startup_signals' hold they killed
+    # the process where it stood.
+    came: list[int] = []
+    startup_signals.take(lambda signum, _frame: came.append(signum))
     opts = LiveOptions.of(args)
     session = open_live(Config(
         interval=opts.interval,
@@ -48,4 +55,4 @@ def run_live(args: argparse.Namespace) -> int:
         except BaseException:
             session.stop()
             raise
-    return run_app(session)
+    return run_app(session, came)

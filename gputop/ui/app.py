@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rich.text import Text
 from textual import events, on, work
@@ -161,6 +161,8 @@ class GputopApp(ReplayControls, App[int]):
         # terminal asked for when Textual's shutdown cannot.
         self.close_session = _once(lambda: close_session(session))
         self.watchdog = ExitWatchdog(self.close_session)
+        # SIGTERM / SIGHUP that came before the app was mounted (``catch_early_signals``).
+        self._early_signals: list[int] = []
 
     # ----------------------------------------------------------------- layout
 
@@ -231,9 +233,48 @@ class GputopApp(ReplayControls, App[int]):
             if sig is None:
                 continue
             try:
-                signal.signal(sig, handler)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                    signal.signal(sig, handler)
             except (ValueError, OSError):
                 pass  # not the main thread: nothing to install
+        if self._early_signals:  # one came while the app started: it ends now, as it would have
+            handler(self._early_signals[0], None)
+
+    def catch_early_signals(self, came: Sequence[int] = ()) -> Callable[[], None]:
+        """Take SIGTERM and SIGHUP until the app is mounted (``_exit_on_signals``): Textual's
+        start-up takes seconds on a loaded host, and a signal then killed the process where it
+        stood, its recording left "not closed cleanly". Each is noted (the app ends as soon as it
+        is mounted) and arms the watchdog, which stops the session (closing the recording) and
+        ends the process if the app never comes up. ``came``: signals held while gputop started.
+        Returns what puts the previous handlers back."""
+        import signal
+
+        def handler(signum: int, _frame: object) -> None:
+            self._early_signals.append(signum)
+            self.watchdog.arm(128 + signum)
+
+        old: dict[int, object] = {}
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
+            try:
+                prev = signal.getsignal(sig)
+                if prev is not signal.SIG_IGN:
+                    old[sig] = prev
+                    signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass  # not the main thread
+        for sig in came:
+            handler(sig, None)
+
+        def restore() -> None:
+            for sig, prev in old.items():
+                try:
+                    signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+                except (ValueError, OSError, TypeError):
+                    pass
+
+        return restore
 
     def _request_exit(self, code: int, loop) -> None:
         """End the app with ``code`` as `q` does, and make sure the process ends even if the
@@ -606,16 +647,19 @@ class GputopApp(ReplayControls, App[int]):
 # --------------------------------------------------------------------------- entry points
 
 
-def run_app(session: Session) -> int:
+def run_app(session: Session, came: Sequence[int] = ()) -> int:
     """Run the UI over a finished session (live, fake or replay) until the user quits; collection
-    stops and the recording is closed however it ends."""
+    stops and the recording is closed however it ends. ``came``: SIGTERM / SIGHUP that arrived
+    while the command opened the session (the app ends as soon as it is up)."""
     app = GputopApp(session, interval=session.interval)
-    session.start()
+    restore = app.catch_early_signals(came)
     try:
+        session.start()
         app.run()
     finally:
         app.close_session()
         app.watchdog.done()
+        restore()
     # An exit a signal or a lost terminal asked for ends with that signal's status (128 + N), what
     # a scheduler or a shell expects, even where Textual's own shutdown then met an error and set
     # its generic 1 (its traceback, if any, is still printed).
