@@ -135,6 +135,21 @@ def test_a_sleep_longer_than_the_threshold_since_before_the_attach_is_stuck_at_o
         assert any(f"`{code}`, longer than the stuck threshold (30 s)" in e for e in v.evidence)
 
 
+def test_a_sleep_whose_source_cannot_be_read_waits_for_the_threshold_when_the_kernel_says_sleep():
+    # A new user's `python -c "import time; time.sleep(60)"` (no file to read the line from) was
+    # called stuck 4 s after the attach; /proc said the thread sleeps in clock_nanosleep.
+    from dataclasses import replace
+
+    main = [stack(T0 + i / 5, (Frame("<module>", "<string>", 1),)) for i in range(40)]
+    asleep = [replace(task(T0 + i), threads=(ThreadState(PID, state="S", syscall="clock_nanosleep"),))
+              for i in range(9)]
+    v = judge(main, main[-1].ts, 30.0, tasks={PID: asleep})
+    assert not v.stuck and "nanosleep" in v.reason, v.reason
+    # The same unreadable line blocked elsewhere (a futex: a lock, a queue) is still a hang at once.
+    locked = [replace(task(T0 + i), threads=(ThreadState(PID, state="S", syscall="futex"),)) for i in range(9)]
+    assert judge(main, main[-1].ts, 30.0, tasks={PID: locked}).stuck
+
+
 def test_without_proc_readings_psutil_and_pyspy_decide_as_in_a_replay():
     from gputop.model import ProcSample
 

@@ -463,7 +463,8 @@ def judge(
                      "in a collective", held, True, False, SPIN_CONFIDENCE, ev)
 
     # ------------------------------------------------------------- the verdict at attach
-    early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io)
+    early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io,
+                   asleep=_in_sleep_call(latest_tasks.get(last.pid), last.pid))
     if isinstance(early, str):
         return StuckVerdict(False, early, **base)
     reach, ev = early
@@ -488,7 +489,7 @@ def _proc_lines(prog: Progress | None) -> list[str]:
 
 def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, now: float, threshold: float,
            gpu: str, gpu_idle_s: float, act, prog: Progress | None, reaches_start: bool, between: str | None = None,
-           psutil_io: float | None = None) -> tuple[float, list[str]] | str:
+           psutil_io: float | None = None, asleep: bool = False) -> tuple[float, list[str]] | str:
     """(how long at least, the evidence) when the job was stuck before gputop came; else why not.
     ``between``: why the main thread works between its samples (``between_samples``), if it does;
     ``psutil_io``: the job's bytes/s through storage where /proc's counters are not there."""
@@ -500,6 +501,11 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
     code = (last.frames[0].code or "") if last.frames else ""
     if "sleep(" in code and not _sleeps_past(code, threshold):
         return f"main thread sleeps on purpose ({where(last.frames)})"  # a sleep ends by itself
+    if not code and asleep:
+        # No source to read the line from (`python -c`, a file gone or edited) but the kernel shows
+        # the thread in a sleep call: a sleep ends by itself, so the threshold decides, as for a
+        # sleep whose line is read (`python -c "time.sleep(60)"` was called stuck 4 s in).
+        return f"main thread sleeps ({where(last.frames)}, in the kernel's nanosleep; its source not readable)"
     if gpu == "busy" and last.category is not Category.COLLECTIVE:
         return f"main thread unchanged for {held:.0f} s but the GPU is busy"
     # A thread waiting on a GPU that spins (a collective's kernel waiting for a peer, a kernel that
@@ -556,6 +562,20 @@ def _early(main: Sequence[StackSample], first: StackSample, last: StackSample, n
 
 
 _SLEEP_LITERAL = re.compile(r"sleep\(\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*\)")
+
+
+_SLEEP_SYSCALLS = ("clock_nanosleep", "nanosleep")
+
+
+def _in_sleep_call(task: TaskSample | None, tid: int) -> bool:
+    """The thread ``tid`` of the reading is blocked in a sleep syscall (time.sleep's), as /proc's
+    syscall or wchan says."""
+    if task is None:
+        return False
+    st = next((t for t in task.threads if t.tid == tid), None)
+    if st is None:
+        return False
+    return (st.syscall or "") in _SLEEP_SYSCALLS or "nanosleep" in (st.wchan or "")
 
 
 def _sleeps_past(code: str, threshold: float) -> bool:
