@@ -96,3 +96,18 @@ def test_one_wait_the_loop_has_not_left_is_a_hang_forming_not_a_per_step_cost():
                 main_frames=lambda t: get if (t * 5) % 5 < 4 else STEP, main_active=lambda t: not ((t * 5) % 5 < 4),
                 gpu=GPM)
     assert "blocking-in-loop" in _found(steps)
+
+
+def test_a_cpu_job_sleeping_in_its_own_loop_function_is_told_to_remove_the_call():
+    # A new user's CPU job (a tiny model: no forward/backward sample to tell the loop's function
+    # by) sleeps 10 ms a step in `main`, the function that holds its loop. The report said "take
+    # `main` off the training loop's thread: hand it to a background thread", moving the loop
+    # itself; the step model's loop frame, seen at several of its lines, says `main` is the loop.
+    from pathlib import Path
+
+    from test_rule_evaluation import replay
+
+    shown, _, _ = replay(Path(__file__).parent / "fixtures" / "recordings" / "cpu-sleep-in-main-loop.gputop")
+    f = shown["blocking-in-loop"]
+    assert f.title.startswith("The training loop blocks at `time.sleep(0.01)`"), f.title
+    assert "remove that call from the loop" in f.action and "take `main`" not in f.action

@@ -906,6 +906,11 @@ def blocked_place(ctx: AnalysisContext) -> BlockedPlace | None:
     model = [s for s in main if s.category in (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)]
     in_loop = name == "<module>" or any(f.name == name and short_path(f.filename) == path
                                         for s in model for f in s.frames)
+    if not model and ctx.step.loop_at == (name, path) and ctx.step.loop_lines >= 2:
+        # No model sample to tell by (a step too short to be sampled: a small model on the CPU):
+        # the step model's loop frame, seen going round its lines, is this function. A new user's
+        # CPU job sleeping in its own `main` loop was told to hand `main` to a background thread.
+        in_loop = True
     return BlockedPlace(where, k / len(main), len(main), code, in_loop)
 
 
