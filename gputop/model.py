@@ -245,6 +245,9 @@ class Frame:
     # That loop's statement keeping this rank's part of a batch it split (``x.chunk(world)[rank]``,
     # ``x[rank::world]``): every rank loads the whole global batch. (line, statement); () otherwise.
     shard: tuple = ()
+    # The line of this frame's file that turns cuDNN off (``torch.backends.cudnn.enabled = False``);
+    # 0: none, or not read. A fact of the file (read once with its loops), carried by its frames.
+    cudnn_off: int = 0
 
 
 @dataclass(frozen=True, slots=True)

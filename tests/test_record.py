@@ -128,9 +128,10 @@ def test_every_model_field_is_recorded_somewhere():
         assert not missing, f"{cls.__name__} fields not recorded: {missing} (add them and bump SCHEMA_VERSION)"
     # The GPU decoder builds GpuSample positionally: the order must match the dataclass.
     assert [f.name for f in dataclasses.fields(GpuSample)][2:] == [f.name for f in schema.GPU_FIELDS]
-    # keeps, loop, freed, accum and shard are the frames table's keeps column (JSON: codec.keeps_text)
+    # keeps, loop, freed, accum, shard and cudnn_off are the frames table's keeps column (JSON:
+    # codec.keeps_text)
     assert [f.name for f in dataclasses.fields(Frame)] == ["name", "filename", "line", "module", "code", "keeps", "loop",
-                                                           "freed", "accum", "shard"]
+                                                           "freed", "accum", "shard", "cudnn_off"]
     assert {f.name for f in dataclasses.fields(StackSample)} == {
         "ts", "pid", "thread_id", "thread_name", "frames", "active", "owns_gil", "is_main", "category", "os_thread_id"
     }

@@ -310,7 +310,7 @@ _KEEPS_MAX, _KEEP_CODE_MAX = 12, 200
 def keeps_text(f: Frame) -> str | None:
     """A frame's loop (Frame.loop, Frame.keeps) for the frames table (None: no loop read), each
     statement redacted once more."""
-    if not f.keeps and not f.loop:
+    if not f.keeps and not f.loop and not f.cudnn_off:
         return None
     doc: dict = {"loop": int(f.loop), "keeps": [[int(ln), redact_code(code)] for ln, code in f.keeps[:_KEEPS_MAX]]}
     if f.freed:
@@ -321,13 +321,15 @@ def keeps_text(f: Frame) -> str | None:
                         [int(x) for x in quiet[:_KEEPS_MAX]]]
     if f.shard:
         doc["shard"] = [int(f.shard[0]), redact_code(str(f.shard[1]))]
+    if f.cudnn_off:
+        doc["cudnn_off"] = int(f.cudnn_off)
     return json.dumps(doc, separators=(",", ":"))
 
 
 def loop_fields(text: object) -> dict:
     """The column read back, parsed once: Frame's ``loop``, ``keeps`` and ``freed``; a file from
     before any of them, or anything malformed, reads as none."""
-    none = {"loop": 0, "keeps": (), "freed": (), "accum": (), "shard": ()}
+    none = {"loop": 0, "keeps": (), "freed": (), "accum": (), "shard": (), "cudnn_off": 0}
     if not isinstance(text, str) or not text:
         return none
     try:
@@ -352,7 +354,9 @@ def loop_fields(text: object) -> dict:
 
     ok = (isinstance(accum, list) and len(accum) == 5 and all(isinstance(v, int) and 0 <= v < 2**31 for v in accum[:2])
           and isinstance(accum[2], str) and lines(accum[3]) and lines(accum[4]) is not None)
+    off = doc.get("cudnn_off")
     return {"loop": loop if isinstance(loop, int) and 0 <= loop < 2**31 else 0, "keeps": tuple(keeps),
+            "cudnn_off": off if isinstance(off, int) and 0 < off < 2**31 else 0,
             "freed": tuple(it for it in (freed if isinstance(freed, list) else [])[:_KEEPS_MAX]
                            if isinstance(it, int) and 0 < it < 2**31),
             "accum": (accum[0], accum[1], redact_code(clean_text(accum[2], _KEEP_CODE_MAX)), lines(accum[3]),

@@ -498,6 +498,27 @@ class LoopFacts(NamedTuple):
     freed: tuple[int, ...] = ()
     accum: Accum | None = None
     shard: Shard | None = None
+    cudnn_off: int = 0  # the file's line turning cuDNN off (0: none); of the file, not the loop
+
+
+def cudnn_off_line(text: str) -> int:
+    """The first line of a file that turns cuDNN off for the process
+    (``torch.backends.cudnn.enabled = False``, also through an imported ``cudnn``); 0: none, or
+    not Python we can parse. A seeding helper copied between projects does this "for
+    reproducibility": every convolution then runs PyTorch's native fallback."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Assign) or not (isinstance(n.value, ast.Constant) and n.value.value is False):
+            continue
+        for t in n.targets:
+            if (isinstance(t, ast.Attribute) and t.attr == "enabled"
+                    and ((isinstance(t.value, ast.Attribute) and t.value.attr == "cudnn")
+                         or (isinstance(t.value, ast.Name) and t.value.id == "cudnn"))):
+                return n.lineno
+    return 0
 
 
 def facts_at(loops: Sequence[_Loop] | None, lineno: int) -> LoopFacts:

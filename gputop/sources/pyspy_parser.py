@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import LoopFacts, facts_at, loops_of
+from .loop_source import LoopFacts, cudnn_off_line, facts_at, loops_of
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -26,6 +26,7 @@ class SourceLines:
         self.pid = pid
         self._files: dict[str, list[str] | None] = {}
         self._loops: dict[str, list | None] = {}
+        self._cudnn_off: dict[str, int] = {}  # a file's line turning cuDNN off (loop_source.cudnn_off_line)
         self._started: float | None = None
         # Files changed since the job started: their lines now are not the ones running (an
         # edited script showed a line four lines off as the one that blocks); not read, and said
@@ -61,10 +62,15 @@ class SourceLines:
         if loops is ...:
             if len(self._loops) > 2000:
                 self._loops.clear()
-            loops = self._loops[filename] = loops_of("\n".join(self._files.get(filename) or ()))
+                self._cudnn_off.clear()
+            text = "\n".join(self._files.get(filename) or ())
+            loops = self._loops[filename] = loops_of(text)
+            self._cudnn_off[filename] = cudnn_off_line(text) if loops is not None else 0
             if loops is None:
                 self.unparsed.append(filename)
-        return facts_at(loops, lineno)
+        facts = facts_at(loops, lineno)
+        off = self._cudnn_off.get(filename, 0)
+        return facts._replace(cudnn_off=off) if off else facts
 
     def _start_time(self) -> float | None:
         """When the job started (None: unknown, and no file is judged stale)."""
@@ -144,7 +150,7 @@ class StackParser:
             accum = (*facts.accum[:2], redact_code(facts.accum[2]), *facts.accum[3:]) if facts.accum else ()
             shard = (facts.shard[0], redact_code(facts.shard[1])) if facts.shard else ()
             f = Frame(name=name, filename=filename, line=line, module=raw.get("module"), code=code, keeps=keeps,
-                      loop=loop, freed=freed, accum=accum, shard=shard)
+                      loop=loop, freed=freed, accum=accum, shard=shard, cudnn_off=facts.cudnn_off)
             if len(self._frames) > _CACHE_MAX:
                 self._frames.clear()
             self._frames[key] = f

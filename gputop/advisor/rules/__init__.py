@@ -22,7 +22,7 @@ from __future__ import annotations
 from ...model import Severity
 from .base import Check, Hit, Rule
 from .checkpoint import check_checkpoint_stall
-from .convolution import check_cudnn_retune
+from .convolution import check_cudnn_disabled, check_cudnn_retune
 from .debug_modes import check_anomaly_detection, check_profiler_in_loop
 from .data import (
     check_cpu_oversubscribed,
@@ -149,6 +149,10 @@ RULES: tuple[Rule, ...] = (
     # compile or a larger batch would not touch it.
     Rule("cudnn-retune", "cuDNN re-tunes convolutions for each new input shape", W, check_cudnn_retune,
          supersedes=("launch-bound",)),
+    # cuDNN off in the job's code: the convolutions' fallback is the launches and the idle tensor
+    # cores; with cuDNN off there is no benchmark mode to re-tune.
+    Rule("cudnn-disabled", "cuDNN turned off in the job's code", W, check_cudnn_disabled,
+         supersedes=("launch-bound", "cudnn-retune", "no-tensor-cores", "mixed-precision", "cpu-work-in-loop")),
     # The forward's launches wait behind a Python stack walk each: compile, a larger batch or more
     # workers would not touch it.
     Rule("anomaly-detection", "Autograd anomaly detection left on", W, check_anomaly_detection,

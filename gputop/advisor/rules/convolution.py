@@ -16,7 +16,7 @@ sampled inside the call this often is doing work in it, and the kernels that do 
 
 from __future__ import annotations
 
-from ...analysis import LIGHTNING
+from ...analysis import CPU_DEVICE, LIGHTNING, short_path
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
@@ -98,4 +98,64 @@ def check_cudnn_retune(ctx: AnalysisContext) -> Hit | None:
         gpu_index=g.index,
         title=f"cuDNN re-tunes convolutions: {g.name} idle {pct(bd.idle_s / bd.total_s)} while the main thread "
               f"waits inside conv calls",
+    )
+
+
+# --------------------------------------------------------------------------- cuDNN turned off
+
+
+def cudnn_off_at(ctx: AnalysisContext) -> str | None:
+    """"file:line" of the line in a file of the main thread's stacks that turns cuDNN off
+    (Frame.cudnn_off, read from the source), or None."""
+    for s in reversed(ctx.main_stacks):
+        for f in s.frames:
+            if f.cudnn_off:
+                return f"{short_path(f.filename)}:{f.cudnn_off}"
+    return None
+
+
+@uses(CONV_CALL_SHARE)
+def check_cudnn_disabled(ctx: AnalysisContext) -> Hit | None:
+    """cuDNN turned off in the job's code (``torch.backends.cudnn.enabled = False``, often in a
+    seeding helper "for reproducibility") while the convolutions take the main thread's time: the
+    line alone may sit under a flag that did not run, so the stacks must show what it does. With
+    cuDNN off PyTorch convolves by its native fallback (im2col and a matrix product, image by image,
+    many small launches from the CPU): the main thread sits inside the convolution calls, where a
+    launch into cuDNN returns in microseconds (healthy conv nets 5-11 % of the samples). A held-out
+    timm ResNet-50 under bf16 with cuDNN off sat there in 30 % of its samples, tensor cores ~2 %
+    active; keeping cuDNN on measured 11.1x (H200, bench/results/real_jobs_fresh10.md)."""
+    gpus = [g for g in ctx.gpus if g.index != CPU_DEVICE]
+    if not gpus or not enough_stacks(ctx):
+        return None  # on the CPU cuDNN is not used, and a conv net's thread computes inside the calls
+    where = cudnn_off_at(ctx)
+    if where is None:
+        return None
+    main = ctx.main_stacks
+    inside = sum(1 for s in main if s.active and s.category in (Category.FORWARD, Category.BACKWARD)
+                 and _in_conv_call(s.frames))
+    share = inside / len(main)
+    if share < CONV_CALL_SHARE:
+        return None
+    g = max(gpus, key=lambda v: v.breakdown.total_s)
+    code = next((f.code for s in main for f in s.frames if f.cudnn_off and f.code), None)
+    return Hit(
+        evidence=(
+            f"`torch.backends.cudnn.enabled = False` at {where}: every convolution runs PyTorch's native "
+            "fallback (im2col and a matrix product, image by image), not cuDNN",
+            f"main thread on the CPU inside convolution calls in {pct(share)} of its samples: a launch into "
+            "cuDNN returns in microseconds (healthy conv nets 5-11 %), the fallback issues its many small "
+            "launches from there",
+        ) + ((f"{g.name}: tensor cores active {g.efficiency.tensor_active:.0f} %, SMs {g.efficiency.sm_active:.0f} %",)
+             if g is not None and g.efficiency.tensor_active is not None and g.efficiency.sm_active is not None else ()),
+        action=(f"remove `torch.backends.cudnn.enabled = False` ({where}); for runs that repeat bit for bit keep "
+                "cuDNN on with torch.backends.cudnn.deterministic = True and benchmark = False (or "
+                "torch.use_deterministic_algorithms(True)), which cost far less than turning it off"),
+        expected_gain=(f"at least {1 / (1 - min(share, 0.95)):.1f}x steps/s (the time inside convolution calls on the "
+                       "CPU goes), and usually far more: the fallback's kernels are slow too (a ResNet-50 under bf16: "
+                       "11.1x with cuDNN on)"),
+        gain_bound=None,
+        cost_s=share * (ctx.t1 - ctx.t0),
+        confidence=confidence(share, len(main)),
+        gpu_index=g.index if g is not None else None,
+        title=f"cuDNN is turned off ({where}): convolutions run PyTorch's slow fallback",
     )
