@@ -575,7 +575,9 @@ def _in_sleep_call(task: TaskSample | None, tid: int) -> bool:
     st = next((t for t in task.threads if t.tid == tid), None)
     if st is None:
         return False
-    return (st.syscall or "") in _SLEEP_SYSCALLS or "nanosleep" in (st.wchan or "")
+    if st.syscall:  # the syscall says it where it is known; wchan only where it is not
+        return st.syscall in _SLEEP_SYSCALLS
+    return "nanosleep" in (st.wchan or "")
 
 
 def _sleeps_past(code: str, threshold: float) -> bool:
