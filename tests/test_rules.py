@@ -8,7 +8,7 @@ from gputop.advisor.engine import Advisor
 from gputop.advisor.rules import RULES, RULES_BY_ID, sync_pattern, workers_for
 from gputop.analysis.breakdown import Bucket
 from gputop.model import Category as C
-from gputop.model import Severity
+from gputop.model import Frame, Severity
 
 from synth import GiB, TARGET, Job, periodic, phases
 
@@ -978,3 +978,19 @@ def test_cpu_only_work_before_the_forward_is_bounded_by_the_workers_on_the_cores
     # with cores to spare the wait's own bound is the smaller one
     job.cores = 16
     assert run_rules(job)[0]["cpu-work-in-loop"].gain_predicted > 5.0
+
+
+def test_launch_bound_from_an_lstm_cell_stepped_in_python_names_nn_lstm():
+    # A held-out Lightning seq2seq LSTM stepped nn.LSTMCell over 432 time steps from Python (5.26x
+    # with cuDNN's nn.LSTM, H200) and was given the generic change (compile, a larger batch).
+    site = "/venv/lib/python3.12/site-packages/torch/nn/modules/rnn.py"
+    cell = (Frame("LSTMCell.forward", site, 1767), Frame("Seq2Seq.forward", "/home/u/model.py", 108),
+            Frame("train", "/home/u/train.py", 40))
+    job = Job(util=lambda t: 85.0, main=lambda t: [C.FORWARD, C.FORWARD, C.BACKWARD][int(t * 5) % 3],
+              main_frames=lambda t: cell if int(t * 5) % 3 < 2 else None, gpu=LAUNCH_GPM)
+    f = run_rules(job)[0]["launch-bound"]
+    assert f.title.startswith("Launch-bound: `nn.LSTMCell` stepped in Python")
+    assert "with `nn.LSTM` over the whole sequence" in f.action and "Seq2Seq.forward (u/model.py:108)" in f.action
+    # Without the cell the generic change stays.
+    plain = Job(util=lambda t: 85.0, main=lambda t: [C.FORWARD, C.BACKWARD, C.OPTIMIZER][int(t * 5) % 3], gpu=LAUNCH_GPM)
+    assert "nn.LSTM" not in run_rules(plain)[0]["launch-bound"].action

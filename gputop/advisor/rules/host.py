@@ -709,11 +709,47 @@ def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
     return bool(fills) and min(fills) < CPU_WORK_SM_FILL_MIN
 
 
+_RNN_CELLS = ("LSTMCell", "GRUCell", "RNNCell")
+# At least this share of the forward samples inside a recurrent cell's forward: the launches are
+# the cell's. Judgement: half; a model with one cell among many layers is not stepped so.
+RNN_CELL_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "At least this share of the forward samples inside an nn.LSTMCell/GRUCell/RNNCell forward: the step's "
+    "launches are a recurrent cell's, stepped from Python (a held-out seq2seq LSTM: 18 of 21).",
+    "bench/results/real_jobs_fresh10.md")
+
+
+def rnn_cells(ctx: AnalysisContext) -> tuple[str, str, float] | None:
+    """(the cell's class, the user's place calling it, its share of the forward samples) where a
+    recurrent cell stepped from Python holds most of the forward; None otherwise."""
+    fwd = [s for s in ctx.main_stacks if s.category is Category.FORWARD]
+    if not fwd:
+        return None
+    seen: Counter = Counter()
+    callers: Counter = Counter()
+    for s in fwd:
+        i = next((k for k, f in enumerate(s.frames) if f.name.split(".")[0] in _RNN_CELLS
+                  and f.name.endswith(".forward") and f.filename.replace("\\", "/").endswith("torch/nn/modules/rnn.py")),
+                 None)
+        if i is None:
+            continue
+        seen[s.frames[i].name.split(".")[0]] += 1
+        f = project_frame(s.frames[i + 1:])
+        if f is not None:
+            callers[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
+    if not seen:
+        return None
+    cell, n = seen.most_common(1)[0]
+    if n / len(fwd) < RNN_CELL_SHARE or not callers:
+        return None
+    return cell, callers.most_common(1)[0][0], n / len(fwd)
+
+
 @uses(DISPATCH_MIN_SHARE, CPU_WORK_SM_FILL_MIN, HOST_SYNC_MIN_SHARE, HOST_SYNC_STEADY_SHARE, MIN_SYNC_SAMPLES,
       HOST_SYNC_STEADY_COVERAGE, SYNC_SAMPLES_PER_STRETCH, MIN_STRETCHES, MAX_STRETCHES, UNFUSED_MIN_SHARE,
       OPTIMIZER_LEADS_SHARE, MEM_HEADROOM, MEM_NEAR_LIMIT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MIN_MAIN_SAMPLES,
       GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES,
-      LAUNCH_SURE_SHARE)
+      LAUNCH_SURE_SHARE, RNN_CELL_SHARE)
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
@@ -799,20 +835,34 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             severity=Severity.INFO,
             title=f"Weighing: {g.name} idle {pct(frac)} between kernels while the CPU runs the model",
         )
+    action = ('model = torch.compile(model, mode="reduce-overhead")  # fuses kernels and replays the step '
+              "as a CUDA graph; or raise batch_size so each launch does more work; "
+              "optimizers: torch.optim.AdamW(..., fused=True)" + bigger)
+    title = f"Launch-bound: the CPU cannot keep {g.name} fed with kernels"
+    cells = rnn_cells(ctx)
+    if cells is not None:
+        # The launches are a recurrent cell's, stepped once per time step from Python: cuDNN's
+        # RNN runs the whole sequence in one call per layer (a held-out Lightning seq2seq LSTM:
+        # nn.LSTM measured 5.26x; it was given the generic change).
+        cell, caller, share = cells
+        layer = cell.replace("Cell", "")
+        ev.append(f"`{cell}.forward` under {pct(share)} of the forward samples, called from `{caller}`: the "
+                  "sequence is stepped one time step at a time from Python, a few small kernels each")
+        action = (f"replace the Python loop over `nn.{cell}` ({caller}) with `nn.{layer}` over the whole sequence "
+                  f"(batch_first=True, num_layers=...): cuDNN runs every time step of a layer in one call; or, where "
+                  "the loop must stay (attention or teacher forcing per step), torch.compile the step" + bigger)
+        title = f"Launch-bound: `nn.{cell}` stepped in Python keeps {g.name} waiting for kernels"
     return Hit(
         evidence=tuple(ev),
-        action=(
-            'model = torch.compile(model, mode="reduce-overhead")  # fuses kernels and replays the step '
-            "as a CUDA graph; or raise batch_size so each launch does more work; "
-            "optimizers: torch.optim.AdamW(..., fused=True)" + bigger
-        ),
+        action=action,
         expected_gain=gain_text,
         gain_bound=bound,
         cost_s=c,
         confidence=confidence(dispatch, len(ctx.main_stacks)),
         gpu_index=g.index,
-        title=f"Launch-bound: the CPU cannot keep {g.name} fed with kernels",
+        title=title,
     )
+
 
 
 
