@@ -260,9 +260,11 @@ def test_object_collectives_are_syncs_only_on_a_job_with_gpus():
     plain = StackSample(ts=0.0, pid=1, thread_id=1, thread_name="MainThread", is_main=True, active=True,
                         category=Category.COLLECTIVE, frames=(Frame("all_reduce", c10d, 2800),))
     assert object_collective(s) and not object_collective(plain)
-    assert syncs_host(SimpleNamespace(gpus=(object(),)), s)
+    gpu, cpu = SimpleNamespace(index=0), SimpleNamespace(index=-1)  # a GPU; the CPU as a job's device
+    assert syncs_host(SimpleNamespace(gpus=(gpu,)), s)
     assert not syncs_host(SimpleNamespace(gpus=()), s)  # gloo on CPUs: a collective, no GPU to wait for
-    assert not syncs_host(SimpleNamespace(gpus=(object(),)), plain)
+    assert not syncs_host(SimpleNamespace(gpus=(cpu,)), s)
+    assert not syncs_host(SimpleNamespace(gpus=(gpu,)), plain)
 
 
 def test_a_gap_nothing_explains_on_a_balanced_job_is_not_a_straggler():

@@ -225,10 +225,10 @@ def unexplained_on_gpu(found) -> bool:
 def never_arrived_since_still(ctx: AnalysisContext, slow) -> bool:
     """While the waiting rank stands still (a hang forming) and has not moved since it was first
     seen, the rank it waits for has shown no sign of taking part in the step since it stopped: no
-    sample of it in the model, a collective or a sync, no kernel on its GPU. "Slow" and "never arrives" are then the two answers weighed,
-    and the weighing says so; a straggler goes on arriving, step after step. (NCCL, 2 x H200: a
-    rank spinning for ever in an unbounded rejection sampler in its Dataset was "the straggler",
-    a warning, for 6 s before the stuck verdict.)"""
+    sample of it in the model, a collective or a sync, no kernel on its GPU. "Slow" and "never
+    arrives" are then the two answers weighed, and the weighing says so; a straggler goes on
+    arriving, step after step. (NCCL, 2 x H200: a rank spinning for ever in an unbounded rejection
+    sampler in its Dataset was "the straggler", a warning, for 6 s before the stuck verdict.)"""
     if ctx.forming is None or not ctx.main_stacks:
         return False
     still_since = ctx.now - ctx.forming.held_s
@@ -239,7 +239,6 @@ def never_arrived_since_still(ctx: AnalysisContext, slow) -> bool:
         # waiting rank's host, blocked at the same line every step, reads still in between.
         return False
     return slow.arrived is None or slow.arrived < still_since + ARRIVAL_SLACK_S
-
 
 
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:

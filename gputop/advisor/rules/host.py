@@ -149,7 +149,7 @@ def object_collective(s: StackSample) -> bool:
 
 def syncs_host(ctx: AnalysisContext, s: StackSample) -> bool:
     """The sample waits for the GPU: a sync of its own, or an object collective on a job with GPUs."""
-    return s.category is Category.HOST_SYNC or (bool(ctx.gpus) and object_collective(s))
+    return s.category is Category.HOST_SYNC or (any(g.index != CPU_DEVICE for g in ctx.gpus) and object_collective(s))
 
 
 def sync_pattern(ctx: AnalysisContext) -> SyncPattern:
