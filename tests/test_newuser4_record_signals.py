@@ -85,3 +85,11 @@ def test_a_program_importing_gputop_keeps_its_own_signal_handlers():
     assert startup_signals.is_gputop_process("/usr/local/bin/gputop")
     assert startup_signals.is_gputop_process("/src/gputop/__main__.py")
     assert not startup_signals.is_gputop_process("/usr/bin/pytest")
+
+
+def test_record_help_names_every_signal_it_stops_on():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "gputop", "record", "--help"], capture_output=True, text=True).stdout
+    assert "SIGTERM" in out and "SIGHUP" in out

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="record a session to a file, headless (for tmux, nohup or a job script)",
         description="Sample the GPUs, the host and (with --pid) the training process's stacks, and write "
         "everything to one file that `gputop replay` and `gputop report` read. Stops on Ctrl-C, SIGTERM, "
-        "at the end of --duration, or when the --pid process exits.",
+        "SIGHUP (the terminal gone; not under nohup), at the end of --duration, or when the --pid process exits.",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="the recording to write (e.g. run.gputop)")
     add_live_options(p)
