@@ -8,6 +8,24 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# The files whose tests run real multi-process jobs (2-rank gloo jobs, CPU training loops, attaches
+# to a hung or busy process) and judge them by their timing: under the two pytest-xdist workers
+# (pyproject's addopts) each of them running beside another one starved both on CI's 2 cores (a
+# gloo straggler read "stuck" in one full run of three here). They run one after another on one
+# worker, as one xdist group, while the other worker takes the in-process tests; every other file
+# is a group of its own, so a module's shared fixtures still start once (--dist loadfile's way).
+TIMING_SENSITIVE_FILES = frozenset({
+    "test_ranks.py", "test_stuck_attach.py", "test_stuck_sparse_attach.py", "test_job_e2e.py",
+    "test_advisor_e2e.py", "test_workloads.py", "test_stacks_live.py", "test_worker_uss_job.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("timing-sensitive" if name in TIMING_SENSITIVE_FILES else name))
+
+
 def pytest_collection_finish(session):
     """What is alive once the tests are collected (the modules and their imports: Textual, the
     package, the test modules) lives for the whole run: set it aside from the garbage collector,
