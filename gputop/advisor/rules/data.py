@@ -561,6 +561,13 @@ def check_io_bound(ctx: AnalysisContext) -> Hit | None:
     h = ctx.host
     if not any(signals):
         return None
+    if (signals == [True, False, False] and blocked == 0.0 and iowait is not None and iowait < IOWAIT_CORES
+            and (disk or 0) < DISK_READ_BPS):
+        # The IO-wait share alone (a job's process seen in disk sleep at some polls: a page fault,
+        # a library loaded), with no iowait, hardly a disk read and no worker stack in a read: the
+        # workers wait on something else (a new user's workers sleeping in __getitem__ were told
+        # "input is IO-bound" with "no storage evidence" in the finding's own lines).
+        return None
     frac = loop_wait(ctx, cost / bd.total_s, Category.DATA_WAIT)
     upper = loop_wait_upper(ctx, cost / bd.total_s, Category.DATA_WAIT)  # the stated bound's only
     ev = [idle_line(g, [Bucket.DATA, Bucket.IO])]
