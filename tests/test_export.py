@@ -382,3 +382,17 @@ def test_memory_growth_and_time_to_limit(clock):
     assert set(eta[0].labels) == {"gpu", "uuid", "model"}
     assert value(got["gputop_host_memory_growth_bytes_per_second"]) == 0.0
     assert "gputop_host_memory_time_to_limit_seconds" not in got
+
+
+def test_a_job_whose_process_is_gone_keeps_its_labels():
+    # A new user's exporter: once the --pid target exited, its per-job series came back with
+    # `user=""` (no process sample to read it from): a new series for the same job.
+    from gputop.export.account import TimeAccount
+    from gputop.model import ProcSample
+
+    c = GputopCollector(None, interval=1.0, clock=lambda: 0.0, account=TimeAccount(0.0),
+                        placement=lambda pid: Placement())
+    ps = ProcSample(ts=0.0, pid=4242, name="python", cmdline="python train.py", user="root", role="target")
+    seen = c._job_labels(4242, ps)
+    assert seen[3] == "root" and c._job_labels(4242, None) == seen
+    assert c._job_labels(4343, None)[3] == ""  # never seen: nothing to keep

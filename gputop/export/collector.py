@@ -29,6 +29,7 @@ from .jobs import Placement, read_placement, script_of
 
 GPU_LABELS = ("gpu", "uuid", "model")
 JOB_LABELS = ("pid", "comm", "script", "user", "container_id", "pod_uid")
+_LABELS_SEEN_MAX = 4096  # jobs whose labels are remembered after their process is gone
 # Reason label values: NVML's clocks-event reasons in snake case (power_cap, sw_thermal, ...).
 THROTTLE_REASONS = tuple((r.bit, r.word.replace(" ", "_").replace("-", "_")) for r in REASONS)
 # A GPU whose newest sample is older than this many sampling intervals (and at least
@@ -96,6 +97,10 @@ class GputopCollector:
         self.account = account or TimeAccount(start=clock())
         self._placement = placement
         self._placements: dict[tuple[int, float | None], Placement] = {}
+        # Each job's label values as last read from a process sample: a job whose process has gone
+        # (its findings still in the advisor's window) keeps the same series, not a new one with
+        # empty labels (a new user's exporter changed `user` from "root" to "" at the target's exit).
+        self._labels_seen: dict[int, list[str]] = {}
         self.last_duration = 0.0
 
     def describe(self) -> list[Metric]:
@@ -310,8 +315,10 @@ class GputopCollector:
 
     def _job_labels(self, pid: int, ps: ProcSample | None) -> list[str]:
         """A job's label values (JOB_LABELS), the same for every per-job series."""
+        if ps is None and pid in self._labels_seen:
+            return self._labels_seen[pid]
         place = self._placement_of(pid, ps.create_time if ps else None)
-        return [
+        labels = [
             str(pid),
             ps.name if ps else "",
             script_of(ps.cmdline) if ps else "",
@@ -319,6 +326,11 @@ class GputopCollector:
             place.container_id,
             place.pod_uid,
         ]
+        if ps is not None:
+            if len(self._labels_seen) >= _LABELS_SEEN_MAX:
+                self._labels_seen.clear()  # bounded however many jobs come and go
+            self._labels_seen[pid] = labels
+        return labels
 
     def _findings(self, labels: dict[int, list[str]]) -> Iterator[Metric]:
         window = GaugeMetricFamily("gputop_advisor_window_seconds", "The span the advisor's findings speak of")
