@@ -405,12 +405,28 @@ def _escaping(fn: ast.FunctionDef | ast.AsyncFunctionDef, inits: dict[str, str])
     return sorted(out, key=lambda n: n.lineno)
 
 
-def loops_of(text: str) -> list[_Loop] | None:
-    """Every loop of a file with its keepers' line numbers; None: not Python we can parse."""
+def _parse(text: str) -> ast.Module | None:
     try:
-        tree = ast.parse(text)
+        return ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def read_file(text: str) -> tuple[list[_Loop] | None, int]:
+    """A file's loops (``loops_of``) and its line turning cuDNN off (``cudnn_off_line``), from one
+    parse: (None, 0) for what is not Python we can parse."""
+    tree = _parse(text)
+    if tree is None:
+        return None, 0
+    return _loops_in(tree, text), _cudnn_off_in(tree)
+
+
+def loops_of(text: str) -> list[_Loop] | None:
+    """Every loop of a file with its keepers' line numbers; None: not Python we can parse."""
+    return read_file(text)[0]
+
+
+def _loops_in(tree: ast.Module, text: str) -> list[_Loop]:
     out = []
     inits = _inits(tree)
     returners = _backward_returners(tree)
@@ -506,10 +522,10 @@ def cudnn_off_line(text: str) -> int:
     (``torch.backends.cudnn.enabled = False``, also through an imported ``cudnn``); 0: none, or
     not Python we can parse. A seeding helper copied between projects does this "for
     reproducibility": every convolution then runs PyTorch's native fallback."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return 0
+    return read_file(text)[1]
+
+
+def _cudnn_off_in(tree: ast.Module) -> int:
     for n in ast.walk(tree):
         if not isinstance(n, ast.Assign) or not (isinstance(n.value, ast.Constant) and n.value.value is False):
             continue

@@ -12,7 +12,7 @@ import psutil
 
 from ..model import Category, Frame, StackSample
 from ..redact import redact_code
-from .loop_source import LoopFacts, cudnn_off_line, facts_at, loops_of
+from .loop_source import LoopFacts, facts_at, read_file
 
 _SOURCE_MAX_BYTES = 4 << 20  # skip reading enormous generated files for line text
 _CACHE_MAX = 20000  # interned frames / stacks before the caches start over
@@ -26,7 +26,7 @@ class SourceLines:
         self.pid = pid
         self._files: dict[str, list[str] | None] = {}
         self._loops: dict[str, list | None] = {}
-        self._cudnn_off: dict[str, int] = {}  # a file's line turning cuDNN off (loop_source.cudnn_off_line)
+        self._cudnn_off: dict[str, int] = {}  # a file's line turning cuDNN off (loop_source.read_file)
         self._started: float | None = None
         # Files changed since the job started: their lines now are not the ones running (an
         # edited script showed a line four lines off as the one that blocks); not read, and said
@@ -64,8 +64,8 @@ class SourceLines:
                 self._loops.clear()
                 self._cudnn_off.clear()
             text = "\n".join(self._files.get(filename) or ())
-            loops = self._loops[filename] = loops_of(text)
-            self._cudnn_off[filename] = cudnn_off_line(text) if loops is not None else 0
+            loops, self._cudnn_off[filename] = read_file(text)  # parsed once for both
+            self._loops[filename] = loops
             if loops is None:
                 self.unparsed.append(filename)
         facts = facts_at(loops, lineno)

@@ -137,7 +137,6 @@ def check_cudnn_disabled(ctx: AnalysisContext) -> Hit | None:
     if share < CONV_CALL_SHARE:
         return None
     g = max(gpus, key=lambda v: v.breakdown.total_s)
-    code = next((f.code for s in main for f in s.frames if f.cudnn_off and f.code), None)
     return Hit(
         evidence=(
             f"`torch.backends.cudnn.enabled = False` at {where}: every convolution runs PyTorch's native "
