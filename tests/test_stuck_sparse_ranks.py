@@ -88,3 +88,43 @@ def test_at_attach_a_rank_outside_the_collective_not_read_yet_is_weighed_not_a_h
     # A rank waiting in the collective too is known to stand: no weighing.
     coll = [stack(s.ts, COLL, Category.COLLECTIVE, pid=RANK1) for s in stacks]
     assert across_ranks(v, RANKS, main + coll, PID, procs=own, now=now).stuck
+
+
+LOAD_BUSY = (Frame("load_batch", PROJ, 9, code="x = [i * i for i in range(n)]"),
+             Frame("main", PROJ, 14, code="x = load_batch()"))
+
+
+def _rank1_every(seconds_apart: float, frames_at):
+    """Rank 1 seen once every ``seconds_apart`` (a starved host rotating py-spy over three
+    processes): ``frames_at(i)`` -> (frames, category, active) of its i-th sample."""
+    out, i, t = [], 0, T0 + 0.4
+    while t <= T0 + SECONDS:
+        frames, cat, active = frames_at(i)
+        out.append(stack(t, frames, cat, pid=RANK1, active=active))
+        i, t = i + 1, t + seconds_apart
+    return out
+
+
+def test_a_sparse_straggler_caught_in_its_brief_wait_still_moves():
+    """CI on two busy cores: rank 1 builds each batch in Python and waits in the all-reduce only
+    briefly, but seen once every ~4 s its newest sample landed in that wait. With no other sample
+    of it within 3 s, it read as standing still beside rank 0 and the job was called stuck. It
+    was working when last seen before, and nothing shows it in the collective for longer than a
+    step's wait: it moves."""
+    main, v = _rank0_waiting()
+    n = len(_rank1_every(4.0, lambda i: (LOAD_BUSY, Category.OTHER, True)))
+    stacks = _rank1_every(4.0, lambda i: (COLL, Category.COLLECTIVE, False) if i == n - 1
+                          else (LOAD_BUSY, Category.OTHER, True))
+    out = across_ranks(v, RANKS, main + stacks, PID)
+    assert not out.stuck and "rank 1 moves" in out.reason, out.reason
+
+
+def test_a_rank_seen_twice_in_the_collective_after_working_is_known_to_stand():
+    """The same rank seen in the collective at its last two samples, 4 s apart, after working
+    (a desync: it moved when the others stopped, then stood in a collective of its own): that
+    stand is seen, and the hang stands."""
+    main, v = _rank0_waiting()
+    n = len(_rank1_every(4.0, lambda i: (LOAD_BUSY, Category.OTHER, True)))
+    stacks = _rank1_every(4.0, lambda i: (COLL, Category.COLLECTIVE, False) if i >= n - 2
+                          else (LOAD_BUSY, Category.OTHER, True))
+    assert across_ranks(v, RANKS, main + stacks, PID).stuck

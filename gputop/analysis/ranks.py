@@ -543,9 +543,28 @@ def moving_ranks(ranks: Mapping[int, int], stacks: Sequence[StackSample], since:
         keys = {tuple(f.name for f in s.frames) for s in recent}
         working = p not in spin_pids and any(
             s.active and s.category not in (Category.COLLECTIVE, Category.IDLE) for s in recent)
-        if len(keys) > 1 or working or (works_between is not None and works_between(p, ss)):
+        if len(keys) > 1 or working or _just_arrived(ss) or (works_between is not None and works_between(p, ss)):
             out.append(ranks[p])
     return sorted(out)
+
+
+def _just_arrived(ss: Sequence[StackSample]) -> bool:
+    """A rank (samples since the wait began, time order) seen working and, at its newest sample
+    only, in a collective: with samples seconds apart (a starved host rotating py-spy over the
+    ranks) its stand there is not seen to last at all, and a straggler's wait each step is brief.
+    Seen in it twice, MOVING_RECENT_S apart or more, it is known to stand (a desync)."""
+    newest = ss[-1]
+    if newest.category is not Category.COLLECTIVE:
+        return False
+    key = tuple(f.name for f in newest.frames)
+    run_start = newest.ts
+    for s in reversed(ss[:-1]):
+        if tuple(f.name for f in s.frames) != key:
+            # It was elsewhere at ``s``, working there: arrived since, and not seen standing long.
+            return (s.active and s.category not in (Category.COLLECTIVE, Category.IDLE)
+                    and newest.ts - run_start < MOVING_RECENT_S)
+        run_start = s.ts
+    return False
 
 
 # A rank moves if it changed function (or ran outside collectives) within this long of its newest
