@@ -18,6 +18,7 @@ from ..units import fmt_seconds
 from ..analysis import DEFAULT_STUCK_AFTER_S, Forming, JobWindow, project_frame, read_window, short_path
 from .context import DEFAULT_WINDOW_S, AnalysisContext, context_of
 from .rules import RULES, THROUGHPUT_IDS, Rule
+from .rules.base import Withdraw
 
 # While the job warms up (imports, worker start-up, torch.compile, its first steps: see
 # advisor.context.warming_up) its rates say nothing of its steady state: the throughput findings
@@ -92,6 +93,7 @@ class Advisor:
     last_context: AnalysisContext | None = None
     _last_update: float | None = None
     _held: tuple[str, ...] = ()  # the rules the last run held back (warming up, a hang forming)
+    withdrawn: dict[str, str] = field(default_factory=dict)  # rule id -> why its check took it back, last run
 
     # ----------------------------------------------------------------- driving
 
@@ -111,15 +113,18 @@ class Advisor:
         forming = ctx.forming if not warmup else None
         held = HELD_WHILE_WARMING if warmup else HELD_WHILE_FORMING if forming else ()
         self._held = held
+        self.withdrawn = {}
         for r in self.rules:
             if r.id in held:
                 continue
             try:
-                f = r.evaluate(ctx)
+                f = r.run(ctx)
             except Exception as exc:  # one broken rule must not silence the others
                 self.errors[r.id] = f"{type(exc).__name__}: {exc}"
                 continue
-            if f is not None:
+            if isinstance(f, Withdraw):
+                self.withdrawn[r.id] = f.why
+            elif f is not None:
                 out.append(f)
         if warmup and not any(f.id == "stuck" for f in out):
             out.append(warmup_finding(warmup, ctx.now))
@@ -153,9 +158,10 @@ class Advisor:
             if fid in fresh:
                 continue
             # A finding whose rule was held back is withdrawn at once: the state shown says why
-            # (a launch-bound warning lingered 5 s into a hang's weighing).
+            # (a launch-bound warning lingered 5 s into a hang's weighing). So is one whose check
+            # took it back (rules.base.Withdraw): its evidence now fits another cause as well.
             if (tr.shown_since is None or now - tr.last_seen >= self.clear_after_s or fid in STATE_IDS
-                    or fid in self._held):
+                    or fid in self._held or fid in self.withdrawn):
                 del self._tracks[fid]
         shown = [tr.finding for tr in self._tracks.values() if tr.shown_since is not None]
         shown = self._drop_superseded(shown)

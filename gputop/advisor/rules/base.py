@@ -68,7 +68,18 @@ class Hit:
     gain_bound: float | None = None  # Finding.gain_predicted: the upper bound the gain text states
 
 
-Check = Callable[[AnalysisContext], "Hit | None"]
+@dataclass(frozen=True)
+class Withdraw:
+    """A check's answer when the pattern it names is there but the evidence no longer tells its
+    cause from another (syncs seen, too few yet to count; a rank that may never arrive rather
+    than straggle): what it showed is taken back at once. Silence (None) lets a shown finding
+    linger for the engine's CLEAR_AFTER_S, right for a cause that comes and goes, wrong for one
+    the evidence now doubts: a held-out job's launch-bound warning, withdrawn by its rule after
+    one second, stayed on screen nine more with that second's evidence."""
+    why: str
+
+
+Check = Callable[[AnalysisContext], "Hit | Withdraw | None"]
 
 
 def uses(*thresholds: AnyThreshold) -> Callable[[Check], Check]:
@@ -112,9 +123,14 @@ class Rule:
             object.__setattr__(self, "thresholds", USES.get(self.check, ()))
 
     def evaluate(self, ctx: AnalysisContext) -> Finding | None:
+        f = self.run(ctx)
+        return None if isinstance(f, Withdraw) else f
+
+    def run(self, ctx: AnalysisContext) -> Finding | Withdraw | None:
+        """``evaluate``, with a check's withdrawal passed on (the engine takes the finding back)."""
         hit = self.check(ctx)
-        if hit is None:
-            return None
+        if hit is None or isinstance(hit, Withdraw):
+            return hit
         return Finding(
             id=self.id,
             title=hit.title or self.title,

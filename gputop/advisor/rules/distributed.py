@@ -15,7 +15,7 @@ from ...analysis import AFTER_UPDATE, BEFORE_FORWARD, Straggler, hot_line, strag
 from ..context import AnalysisContext
 from .nccl import multi_node
 from .base import (
-    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, WORTHWHILE_GAIN, Hit, ShareLimit, bounded,
+    MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES, WORTHWHILE_GAIN, Hit, ShareLimit, Withdraw, bounded,
     confidence, gain,
     idle_line, labels_line, pct, sampled_upper, significant, uses, worst,
 )
@@ -141,8 +141,12 @@ ARRIVAL_SLACK_S = Threshold(
 def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
     """One rank does something else while the other ranks wait for it in collectives."""
     found = rank_straggler(ctx)
-    if found is None or never_arrived_since_still(ctx, found.slow) or unexplained_on_gpu(found):
+    if found is None:
         return None
+    if never_arrived_since_still(ctx, found.slow):
+        return Withdraw(f"rank {found.slow.rank} has not arrived since the others stopped: a hang is weighed")
+    if unexplained_on_gpu(found):
+        return Withdraw(f"nothing says why rank {found.slow.rank} is waited for: its GPU computes no longer")
     slow, waiting = found.slow, found.waiting
     names = ", ".join(str(v.rank) for v in waiting)
     if found.on_gpu:

@@ -1,0 +1,64 @@
+"""A check that takes its finding back: the pattern it names is there, but the evidence no longer
+tells its cause from another. The finding leaves at once, where a rule gone silent lingers
+(CLEAR_AFTER_S) with the evidence it last had."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gputop.advisor.context import AnalysisContext
+from gputop.advisor.engine import CLEAR_AFTER_S, Advisor
+from gputop.advisor.rules import Hit, Rule
+from gputop.advisor.rules.base import Withdraw
+from gputop.model import Severity
+
+NCCL = Path(__file__).parent / "fixtures" / "nccl"
+
+
+def _advisor(answers: list) -> Advisor:
+    """An advisor of one rule that answers ``answers`` in turn, one per evaluation."""
+    it = iter(answers)
+    rule = Rule("cause", "A cause", Severity.WARNING, lambda ctx: next(it))
+    return Advisor(rules=(rule,))
+
+
+def _shown(adv: Advisor, n: int) -> list[list[str]]:
+    out = []
+    for t in range(n):
+        ctx = AnalysisContext(now=float(t), t0=0.0, t1=float(t), gpus=())
+        out.append([f.id for f in adv.update(adv.run_rules(ctx), float(t))])
+    return out
+
+
+def test_a_withdrawn_finding_leaves_at_once_and_a_silent_one_lingers():
+    hit = Hit(evidence=("e",), action="do it", cost_s=5.0)
+    withdrawn = _shown(_advisor([hit, hit, Withdraw("another cause fits as well"), None, None]), 5)
+    assert withdrawn == [[], ["cause"], [], [], []]
+    silent = _shown(_advisor([hit, hit, None, None, None]), 5)
+    assert silent == [[], ["cause"], ["cause"], ["cause"], ["cause"]]
+    assert CLEAR_AFTER_S > 3
+
+
+def test_the_withdrawal_and_its_reason_are_kept_for_the_evaluation_and_evaluate_reads_none():
+    rule = Rule("cause", "A cause", Severity.WARNING, lambda ctx: Withdraw("syncs seen, too few yet"))
+    ctx = AnalysisContext(now=1.0, t0=0.0, t1=1.0, gpus=())
+    assert rule.evaluate(ctx) is None
+    adv = Advisor(rules=(rule,))
+    assert adv.run_rules(ctx) == [] and adv.withdrawn == {"cause": "syncs seen, too few yet"}
+
+
+def test_a_held_out_jobs_launch_bound_warning_does_not_outlive_its_rule():
+    """NCCL, 2 x H200: per-step .item() and all_gather_object (removing them measured 1.25x).
+    Launch-bound fired at 2-3 s, before any sync sample; from 4 s its rule held back (syncs seen,
+    too few to count) and host-sync named the cause at 10 s. The warning was on screen 3-13 s with
+    its first seconds' evidence; now it leaves at 4 s."""
+    from gputop.record import Reader
+    from gputop.report.rejudge import judged
+
+    reader = Reader(NCCL / "ad_ctr-h200x2.gputop")
+    try:
+        t0 = reader.start_ts
+        launch = [round(t - t0) for t, shown, _ in judged(reader, 1.0) if any(f.id == "launch-bound" for f in shown)]
+    finally:
+        reader.close()
+    assert launch and max(launch) <= 3, launch
