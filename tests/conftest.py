@@ -20,7 +20,11 @@ TIMING_SENSITIVE_FILES = frozenset({
 })
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    # First: xdist's own hook reads the group marks to name each item's group; marks added after it
+    # are not seen, and every file's tests were dealt out one by one (test_ranks.py's 2-rank jobs
+    # started on both workers at once, each starving the other).
     for item in items:
         name = item.path.name
         item.add_marker(pytest.mark.xdist_group("timing-sensitive" if name in TIMING_SENSITIVE_FILES else name))
