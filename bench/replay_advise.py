@@ -44,9 +44,10 @@ def replay(path: Path) -> dict:
             for f in shown:
                 seen.setdefault(f.id, round(t - t0, 1))
             top = shown[0] if shown else None
-            if not timeline or timeline[-1]["top"] != (top.id if top else None):
-                timeline.append({"t_s": round(t - t0, 1), "top": top.id if top else None,
-                                 "severity": top.severity.value if top else None})
+            now_top = {"top": top.id if top else None, "severity": top.severity.value if top else None}
+            # A change of severity is a change of what is shown, as `advise --json` logs it.
+            if not timeline or {k: timeline[-1][k] for k in now_top} != now_top:
+                timeline.append({"t_s": round(t - t0, 1), **now_top})
     finally:
         reader.close()
     return {

@@ -74,6 +74,8 @@ class _Track:
     last_seen: float
     finding: Finding
     shown_since: float | None = None
+    raw_severity: Severity | None = None  # the rule's severity at its last firing
+    severity_since: float = 0.0  # since when it has fired at least that severe
 
 
 @dataclass
@@ -148,11 +150,20 @@ class Advisor:
             tr = self._tracks.get(fid)
             if tr is None:
                 self._tracks[fid] = tr = _Track(pending_since=now, last_seen=now, finding=f)
+            if tr.raw_severity is None or SEVERITY_RANK[f.severity] < SEVERITY_RANK[tr.raw_severity]:
+                tr.severity_since = now
+            tr.raw_severity = f.severity
             tr.last_seen = now
-            if tr.shown_since is None and now - tr.pending_since >= self._appear_after(fid) - HOLD_SLACK_S:
+            hold = self._appear_after(fid) - HOLD_SLACK_S
+            if tr.shown_since is None and now - tr.pending_since >= hold:
                 tr.shown_since = now
             first = tr.shown_since if tr.shown_since is not None else 0.0
-            tr.finding = replace(f, first_seen=first, ts=now)
+            # A rise in severity holds as an appearance does: the finding keeps the milder answer it
+            # held until the graver one has held too (an information weighing launch overhead against
+            # syncs became a warning for one evaluation and was shown as one: the track had held).
+            rising = (SEVERITY_RANK[f.severity] < SEVERITY_RANK[tr.finding.severity]
+                      and now - tr.severity_since < hold)
+            tr.finding = replace(tr.finding if rising else f, first_seen=first, ts=now)
         for fid in list(self._tracks):
             tr = self._tracks[fid]
             if fid in fresh:

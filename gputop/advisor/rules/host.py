@@ -764,13 +764,14 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
     pat = sync_pattern(ctx)
     synced = pat.claims_dispatch
-    if not synced and pat.samples and pat.share >= HOST_SYNC_STEADY_SHARE and pat.samples < MIN_SYNC_SAMPLES:
-        # Syncs seen, too few yet to tell a per-step sync (host-sync's, which would claim this
-        # idle time) from an occasional one: no verdict between the two until they are counted
-        # (a fresh job with torch.cuda.empty_cache() every step was told launch-bound for its
-        # first 4 s, then host-sync; removing the call measured 1.87x). A warning already shown
-        # is taken back (a held-out job's stayed 9 s with its first second's evidence).
-        return Withdraw("syncs seen, too few yet to tell a per-step sync from an occasional one")
+    # Syncs seen, too few yet to tell a per-step sync (host-sync's, which would claim this idle
+    # time) from an occasional one: no verdict between the two until they are counted (a fresh
+    # job with torch.cuda.empty_cache() every step was told launch-bound for its first 4 s, then
+    # host-sync; removing the call measured 1.87x). It says what it weighs, as an information: a
+    # warning already shown gives way to it at once (a held-out job's launch-bound warning, its
+    # rule silent, stayed 9 s with its first second's evidence).
+    syncs_unsure = (not synced and pat.samples > 0 and pat.share >= HOST_SYNC_STEADY_SHARE
+                    and pat.samples < MIN_SYNC_SAMPLES)
 
     def cost(g: GpuView) -> float:
         if spinning(g) or waits_for_peers(ctx, g):
@@ -818,6 +819,24 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             sms = f", with SMs active {e.sm_active:.0f} % while busy," if e.sm_active is not None else ""
             gain_text = (f"at most {times(bound)} samples/s (an upper bound: a {factor}x batch{sms} can at best "
                          "fill the GPU while the launch overhead per step stays)")
+    if syncs_unsure:
+        places = ", ".join(f"{label} ({pct(share)})" for label, share in sync_labels(ctx, 2))
+        return Hit(
+            evidence=(*ev, f"the main thread waited for the GPU in {pat.samples} of its samples so far ({places}): "
+                      "a sync every step would drain the queue and claim this idle time, an occasional one would "
+                      f"not; {int(MIN_SYNC_SAMPLES)} sync samples tell which"),
+            action=("not yet told apart; if the line above runs every step (.item(), .cpu(), print(loss), an object "
+                    "collective), removing it is the change; if it runs now and then, torch.compile or a larger "
+                    "batch is"),
+            expected_gain=f"at most {times(bounded(frac))} if all of the idle time were launch overhead",
+            gain_bound=bounded(frac),
+            cost_s=c,
+            confidence=0.4,
+            gpu_index=g.index,
+            severity=Severity.INFO,
+            title=f"Weighing: {g.name} idle {pct(frac)} while the CPU runs the model: launch overhead or a sync "
+                  "every step",
+        )
     small_kernels = e.sm_active is not None and e.sm_active <= LAUNCH_BOUND_SM_ACTIVE_PCT
     if not small_kernels and frac < LAUNCH_SURE_SHARE:
         # Full kernels (or no GPM to say) and a modest idle share: weighed, not warned.
