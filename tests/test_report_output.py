@@ -125,3 +125,49 @@ def test_report_refuses_a_name_that_says_a_format_it_does_not_write(rec, capsys,
     assert not Path(name).exists()
     # With a flag the user says what they want, whatever the name.
     assert main(["report", "run.gputop", "-o", name, "--html"]) == 0
+
+
+# --------------------------------------------------------------------------- -o a device or a pipe, a full disk
+
+
+def test_report_force_into_a_pipe_leaves_its_mode_alone(rec, capsys):
+    # As root, `-o /dev/null --force` made /dev/null 0600: every other user's writes to it failed.
+    # A FIFO stands for the device here (any user can make one).
+    import threading
+
+    # It also hung: looking whether the pipe was a recording read from it (`-o /dev/stdout | less`).
+    os.mkfifo("pipe", 0o644)
+    got: list[bytes] = []
+    status: list[int] = []
+    reader = threading.Thread(target=lambda: got.append(Path("pipe").read_bytes()), daemon=True)
+    reader.start()
+    writer = threading.Thread(target=lambda: status.append(main(["report", "run.gputop", "-o", "pipe", "--text",
+                                                                 "--force"])), daemon=True)
+    writer.start()
+    writer.join(20)
+    reader.join(5)
+    if writer.is_alive() or reader.is_alive():
+        os.close(os.open("pipe", os.O_RDWR))  # let the stuck thread go
+    assert status == [0]
+    assert got and got[0].startswith(b"gputop report:")
+    assert (os.stat("pipe").st_mode & 0o777) == 0o644
+
+
+def test_report_that_cannot_be_written_is_status_1_and_leaves_no_half_file(rec, capsys, monkeypatch):
+    import errno
+
+    import gputop.commands.report as report_cmd
+
+    real_fdopen = os.fdopen
+
+    def full_disk(fd, *a, **k):
+        f = real_fdopen(fd, *a, **k)
+
+        def write(_body):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        f.write = write
+        return f
+    monkeypatch.setattr(report_cmd.os, "fdopen", full_disk)
+    assert main(["report", "run.gputop", "-o", "r.html"]) == 1  # the README: a full disk is status 1
+    assert "No space left" in _one_line_error(capsys)
+    assert not Path("r.html").exists()  # the next try needs no --force

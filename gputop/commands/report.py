@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -118,8 +119,14 @@ def _write(path: Path, body: str, force: bool) -> None:
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        os.fchmod(fd, 0o600)  # --force over an existing file: O_CREAT's mode does not apply to it
+        # --force over an existing file: O_CREAT's mode does not apply to it. Only a regular file:
+        # `-o /dev/null --force` as root made /dev/null 0600 for every other user.
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
     except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if not force:
+            path.unlink(missing_ok=True)  # made here (O_EXCL): no half report left to refuse the next try
+        # The output was fine; writing it failed (a full disk): the run failed, status 1.
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}", exit_code=1) from None

@@ -83,6 +83,8 @@ _SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
 def _is_recording_main(path: Path) -> bool:
+    if not path.is_file():
+        return False  # a device or a pipe (-o /dev/stdout): reading it to look would wait for ever
     kind = looks_like_recording(path)
     if kind is None:  # empty: a recording killed early by an older gputop keeps all of it in its -wal
         page1 = wal_page1_head(sidecars(path)[0])
