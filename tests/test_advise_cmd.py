@@ -118,3 +118,16 @@ def test_the_progress_line_says_warming_up_rather_than_counting_it(capsys):
     p(7.0)
     err = capsys.readouterr().err
     assert "1 finding, top: data-starved" in err and "warming" not in err
+
+
+@pytest.mark.timeout(60)
+def test_advise_record_lasts_the_duration_asked(capsys, tmp_path):
+    # -d 10 --record at 2 s polls watched, and recorded, 12 s: stopping waited for the next poll
+    # and kept it, as `record --duration` no longer does.
+    rec = tmp_path / "d.gputop"
+    assert main(["advise", "--fake", "1", "--interval", "2", "--duration", "3", "--json", "--record", str(rec)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 3.0 <= out["duration_s"] < 3.5
+    assert main(["info", "--json", str(rec)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["duration_s"] < 3.5

@@ -81,15 +81,23 @@ def _run(args: argparse.Namespace, signals) -> int:
     interrupted = False
     ended = None
     progress = _Progress(session, args.duration, start)
+    until = None  # the --record file ends here (session clock): the end of --duration
+    watched = None
     try:
         session.start()  # in the try: a Ctrl-C while the sources start is one in the watch
         ended = session.run_for(args.duration, tick=progress,
                                 should_stop=lambda: signals.why or _target_exited(session, start))
+        watched = time.time() - start
+        if ended is None and not signals.stopped and session.recorder is not None:
+            # As `record --duration`: the file lasts what was asked, not a poll more (-d 10
+            # --record watched, and recorded, 12 s at 2 s polls).
+            until = session.clock()
+            session.recorder.end_at(until)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         # Closes the --record file too: complete, whatever ended the watch.
-        session.stop()
+        session.stop(until=until)
     if signals.stopped:
         ended = None  # the signal's name, not a reason the target gave
         interrupted = True
@@ -101,7 +109,7 @@ def _run(args: argparse.Namespace, signals) -> int:
     store = session.store
     findings = store.findings()
     breakdowns = store.breakdowns()
-    elapsed = time.time() - start
+    elapsed = time.time() - start if watched is None else watched
     nvml_error = store.system.nvml_error if store.system is not None else None
     # Why stacks could not be read (not Python, permission, py-spy failing) changes what the
     # findings can say: the reader must see it.
