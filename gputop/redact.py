@@ -206,6 +206,34 @@ def _redact_kv(text: str, low: str | None) -> str:
     return "".join(out)
 
 
+# A secret-named option and its value apart, inside one text: a command line that is one
+# argument (``sh -c "train.py --hf-token X; echo done"``) or a string literal in code
+# (``"huggingface-cli login --token X"``), which the argument-wise pass never sees split. The option
+# starts a word; a value that is the next option (``--use_auth_token --model``) is none.
+_FLAG_SP = r"(?<![^\s\"'])(?P<name>--?[a-z0-9_.\-]*" + _KV_WORDS + r"[a-z0-9_.\-]*)\s+(?=[^\s\-]|-[\d.])"
+_FLAG_SP_CAND = re.compile(_FLAG_SP)
+_FLAG_SP_CAND_I = re.compile(r"(?i)" + _FLAG_SP)
+
+
+def _redact_flag_values(text: str, low: str | None) -> str:
+    out: list[str] = []
+    pos = 0
+    for m in _FLAG_SP_CAND.finditer(low) if low is not None else _FLAG_SP_CAND_I.finditer(text):
+        if m.start() < pos or not is_secret_name(m.group("name").lstrip("-")):
+            continue
+        v = _KV_VAL.match(text, m.end())
+        if v is None:
+            continue
+        val = v.group("val")
+        out.append(text[pos:v.start("val")])
+        out.append(val[0] + REDACTED + val[0] if val[0] in "\"'" else REDACTED)
+        pos = v.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact_text(text: str) -> str:
     """Free text (a joined command line, a message): secrets by name and by shape."""
     if "://" in text:
@@ -220,6 +248,10 @@ def redact_text(text: str) -> str:
         n += k
     if n and low is not None:
         low = text.lower()
+    if "-" in text:
+        flagged = _redact_flag_values(text, low)
+        if flagged is not text:
+            text, low = flagged, flagged.lower() if low is not None else None
     text = _redact_kv(text, low)
     text = _SHAPES_RE.sub(REDACTED, text)
     return _BLOB_RE.sub(_blob, text) if len(text) >= 40 else text
@@ -362,6 +394,29 @@ def _redact_code_kv(text: str, low: str | None) -> str:
     return "".join(out)
 
 
+# ``["huggingface-cli", "login", "--token", "X"]``: a secret-named option's value is the next literal.
+_CODE_FLAG_LIT = re.compile(r"(?P<q>[\"'])(?P<name>--?[A-Za-z0-9_.\-]+)(?P=q)\s*,\s*")
+
+
+def _redact_code_flags(text: str) -> str:
+    """An option and its value apart in a string literal or a comment (a command line written in
+    the code), or as two literals of an argument list; never in the code itself (``-key if x``)."""
+    out: list[str] = []
+    pos = 0
+    for start, end, _ in _code_spans(text):
+        body = text[start:end]
+        out.append(text[pos:start])
+        out.append(_redact_flag_values(body, body.lower() if body.isascii() else None))
+        pos = end
+    out.append(text[pos:])
+    text = "".join(out)
+    for m in reversed(list(_CODE_FLAG_LIT.finditer(text))):
+        lit = _LIT_RE.match(text, m.end())
+        if lit is not None and is_secret_name(m.group("name").lstrip("-")) and not _is_flag(lit.group(0)[1:]):
+            text = text[:lit.start()] + _hide_literal(lit.group(0)) + text[lit.end():]
+    return text
+
+
 def redact_code(line: str) -> str:
     """One source line (a stack frame's ``code``) as it may be shown or recorded. The same few
     lines come back in every sample, so each distinct line is judged once (cached, cut first so
@@ -375,6 +430,8 @@ def _judge_code(text: str) -> str:
         text = _URL_CREDS.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
     low = text.lower() if text.isascii() else None
     text = _redact_code_kv(text, low)
+    if "-" in text:
+        text = _redact_code_flags(text)
     if low is None or "cookie" in low:
         text = _COOKIE.sub(lambda m: m.group(1) + REDACTED, text)
     if low is None or "bearer" in low:

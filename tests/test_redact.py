@@ -122,6 +122,9 @@ SECRET_CASES = [
     (["python", "t.py", "--jwt", JWT], ["SflKxwRJSMeKKF2QT4fwpM", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"]),
     (["wandb", "login", "0123456789abcdef0123456789abcdef01234567"], ["0123456789abcdef0123456789abcdef01234567"]),
     (["python", "t.py", "hf_" + "H5" * 15], ["H5H5H5H5"]),
+    # a command line that is one argument: the live process table showed it in clear
+    (["sh", "-c", "python train.py --hf-token SHSECRET1 --lr 3"], ["SHSECRET1"]),
+    (["bash", "-c", "huggingface-cli login --token 'SHSECRET2'"], ["SHSECRET2"]),
 ]
 
 

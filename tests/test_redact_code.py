@@ -65,6 +65,13 @@ def _no_secret(text: str, where: str) -> None:
     # a new user's: an abbreviated password name went through in clear
     ('PASSWD = "HUNTER5PASS"; DB_PW = "HUNTER6PASS"', 'PASSWD = "***"; DB_PW = "***"'),
     ("smtp_pw: str = 'x1y2'", "smtp_pw: str = '***'"),
+    # a new user's: a command line written in the code kept its option's value in clear
+    ('cmd = "huggingface-cli login --token hf_abc123secret"; time.sleep(0.1)',
+     'cmd = "huggingface-cli login --token ***"; time.sleep(0.1)'),
+    ('subprocess.run(["huggingface-cli", "login", "--token", "hf_abc123secret"])',
+     'subprocess.run(["huggingface-cli", "login", "--token", "***"])'),
+    ("os.system('wandb login --api-key ABC123XYZ --relogin')  # or --password PW9",
+     "os.system('wandb login --api-key *** --relogin')  # or --password ***"),
 ])
 def test_secrets_in_a_source_line_are_hidden(line, shown):
     assert redact_code(line) == shown
@@ -90,6 +97,9 @@ def test_secrets_in_a_source_line_are_hidden(line, shown):
     'if password != "":',
     'self.conv_pw = nn.Conv2d(c, c, 1, groups=1)',  # a pointwise convolution, not a password
     "x_pw = pw_conv(x); upward = 'up'",
+    'parser.add_argument("--token", "-t", default=None)',  # an option declared, no value in it
+    'subprocess.run(["train.py", "--use_auth_token", "--max-tokens", "5"])',
+    "return -key if reverse else key",  # code, not a command line
 ])
 def test_ordinary_code_is_kept(line):
     assert redact_code(line) == line
