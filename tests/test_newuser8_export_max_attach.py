@@ -22,6 +22,8 @@ def _export(*args: str) -> subprocess.CompletedProcess:
     (["--attach", "all", "--max-attach", "99999999999"], "--max-attach must be 1 to 256, not 99999999999"),
     (["--attach", "all", "--max-attach", "0"], "--max-attach must be 1 to 256, not 0"),
     (["--max-attach", "3"], "go with --attach all"),
+    # a new user's: a tree that is not there served, attaching to nothing, with no word of it
+    (["--attach", "all", "--attach-under", "999999999"], "--attach-under: no process with PID 999999999"),
 ])
 def test_an_absurd_or_lone_max_attach_is_one_line_and_status_2(args, words):
     p = _export(*args)

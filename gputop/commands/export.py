@@ -74,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
     max_attach = DEFAULT_MAX_ATTACH if args.max_attach is None else args.max_attach
     if not 1 <= max_attach <= MAX_MAX_ATTACH:
         raise UserError(f"--max-attach must be 1 to {MAX_MAX_ATTACH}, not {max_attach}")
+    if args.attach_under is not None:
+        import psutil
+
+        # As for --pid: a tree that is not there is bad input, not an exporter that attaches to nothing.
+        if not psutil.pid_exists(args.attach_under):
+            raise UserError(f"--attach-under: no process with PID {args.attach_under}")
     return serve(
         listen=args.listen,
         interval=args.interval,
