@@ -439,6 +439,8 @@ def test_record_of_a_non_python_process_records_its_gpus_and_host(sleeper, tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "not a Python process" in proc.stderr and "without stacks" in proc.stderr
+    # Said as the command's other warnings are (export's, record -a's), not as a bare line.
+    assert proc.stderr.startswith(f"gputop record: warning: cannot sample stacks of PID {sleeper.pid}"), proc.stderr
     info = run_cli("info", str(out))
     assert info.returncode == 0 and "GPU" in info.stdout, info.stdout + info.stderr
 

@@ -141,7 +141,7 @@ def _open(args: argparse.Namespace):
     if session.attach_error is not None:
         # A process whose stacks cannot be read (not Python, ptrace refused) still has a GPU and a
         # host to record: said once, then recorded without stacks (the UI does the same).
-        print(f"gputop record: {session.attach_error}; recording its GPUs and the host without stacks",
+        print(f"gputop record: warning: {session.attach_error}; recording its GPUs and the host without stacks",
               file=sys.stderr, flush=True)
     try:
         recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
