@@ -139,10 +139,51 @@ def _typed_before_command(argv: list[str], command: str | None, option: str) -> 
     return any(len(a) > 3 and option.startswith(a) for a in argv[:at])
 
 
+def _command_at(parser: argparse.ArgumentParser, argv: list[str], command: str) -> int | None:
+    """Where ``command`` stands in ``argv``: the first time it is not an option's value."""
+    takes_value = {s for a in parser._actions if a.option_strings and a.nargs is None for s in a.option_strings}
+    for i, arg in enumerate(argv):
+        if arg == command and (i == 0 or argv[i - 1] not in takes_value):
+            return i
+    return None
+
+
+def _options_before_command(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> None:
+    """gputop's own options typed before a command (``gputop --pid 1234 advise``): the command's
+    parser wrote its defaults over them, and advise watched without attaching, exit 0. A value
+    typed there now reaches the command where it has the same option and it was not typed after
+    it too (as attach's ``--record`` and stacks' ``--pid`` always did); elsewhere it is refused in
+    one line. ``--force`` is left to force_problem."""
+    at = _command_at(parser, argv, args.command)
+    if not at:
+        return
+    before, defaults = parser.parse_args(argv[:at]), parser.parse_args([])
+    sub = command_parser(parser, args.command)
+    after = sub.parse_args(argv[at + 1:])
+    own = {a.dest: a for a in sub._actions if a.option_strings}
+    for action in parser._actions:
+        dest = action.dest
+        if not action.option_strings or dest in ("help", "version", "force"):
+            continue
+        value = getattr(before, dest)
+        if value == getattr(defaults, dest):
+            continue  # not typed before the command
+        name = "/".join(action.option_strings)
+        mine = own.get(dest)
+        if mine is not None and getattr(args, dest, None) == value:
+            continue  # it reached the command (stacks' --pid, attach's --record)
+        if mine is None or mine.type is not action.type:
+            sub.error(f"{name} given before '{args.command}' does not apply to it")
+        if getattr(after, dest) == mine.default:  # not typed after the command: the one typed before counts
+            setattr(args, dest, value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv), _value_options(parser))
     args = parser.parse_args(argv)
+    if args.command is not None:
+        _options_before_command(parser, argv, args)
     problem = force_problem(args)
     if problem:
         own = _typed_before_command(argv, args.command, "--force")
