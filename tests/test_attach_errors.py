@@ -122,3 +122,15 @@ def test_a_zombie_and_a_kernel_thread_are_named_as_such_not_as_missing(capsys):
         pytest.skip("no kernel thread visible in /proc here")
     with pytest.raises(AttachError, match=rf"PID {kt} is a kernel thread"):
         check_attachable(kt)
+
+
+def test_a_target_that_exits_while_py_spy_reads_it_is_gone_not_not_python():
+    # py-spy says "Failed to find python version" of a process whose maps go as it exits: advise
+    # printed "PID N is not a Python process" beside "the target exited" (a new user's job whose
+    # DataLoader worker was killed).
+    from gputop.sources.pyspy_binary import _classify_failure
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    exc = _classify_failure(p.pid, "Error: Failed to find python version from target process", 1)
+    assert exc.kind == "gone" and "not a Python process" not in str(exc)

@@ -119,6 +119,10 @@ def _classify_failure(pid: int, stderr: str, rc: int) -> AttachError:
     if "permission denied" in low or "operation not permitted" in low or "(os error 1)" in low or "(os error 13)" in low:
         return AttachError(f"permission denied reading PID {pid}'s stacks: {permission_advice(pid)}", "permission")
     if "failed to find python version" in low or "failed to find a python interpreter" in low:
+        if not _alive(pid):
+            # It exited while py-spy read it (its maps going): the job ended, it was not "not Python"
+            # (advise printed that beside "the target exited").
+            return AttachError(f"no process with PID {pid}", "gone")
         return AttachError(f"PID {pid} is not a Python process: no stacks (GPU and CPU monitoring still work)", "not-python")
     special = _not_a_job(pid)
     if special is not None:
