@@ -153,6 +153,31 @@ def test_report_force_into_a_pipe_leaves_its_mode_alone(rec, capsys):
     assert (os.stat("pipe").st_mode & 0o777) == 0o644
 
 
+def test_report_force_through_a_link_to_a_pipe_keeps_the_link(rec, capsys):
+    # `-o /dev/stdout --force` (a link to /proc/self/fd/1) replaced the link with a regular file:
+    # as root, /dev/stdout itself.
+    import threading
+
+    os.mkfifo("pipe", 0o644)
+    os.symlink("pipe", "stdout")
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(Path("pipe").read_bytes()), daemon=True)
+    reader.start()
+    assert main(["report", "run.gputop", "-o", "stdout", "--text", "--force"]) == 0
+    reader.join(10)
+    assert os.path.islink("stdout") and os.readlink("stdout") == "pipe"
+    assert got and got[0].startswith(b"gputop report:")
+
+
+def test_report_to_a_link_to_standard_output_writes_there_and_keeps_the_link(rec, capsys):
+    # `-o /dev/stdout --force` (a link to /proc/self/fd/1) replaced the link with a regular file: as
+    # root, /dev/stdout itself. A link of the test's own stands for it.
+    os.symlink("/proc/self/fd/1", "so")
+    assert main(["report", "run.gputop", "-o", "so", "--force"]) == 0
+    assert os.path.islink("so") and os.readlink("so") == "/proc/self/fd/1"
+    assert capsys.readouterr().out.startswith("gputop report:")  # as `-o -`: text, to standard output
+
+
 def test_report_that_cannot_be_written_is_status_1_and_leaves_no_half_file(rec, capsys, monkeypatch):
     import errno
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -75,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
     # `-o -` is standard output, as for most tools: never a file named "-".
     out = Path(args.output) if args.output and args.output != "-" else None
+    descriptor = _own_descriptor(out) if out is not None else None
+    if descriptor is not None:
+        out = None  # `-o /dev/stdout`: as `-o -` (--force replaced the link with a file: as root, /dev/stdout)
     fmt = output_format(args, out)
     if out is not None:
         if out.is_dir():
@@ -97,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         width = 100 if out is not None else min(shutil.get_terminal_size((100, 24)).columns, 140)
         body = render_text(summary, width)
-    if out is None:
+    if out is None and descriptor not in (None, 1):
+        with os.fdopen(os.dup(descriptor), "w", encoding="utf-8") as f:
+            f.write(body)  # as the shell opened it: `2>>log` appends
+    elif out is None:
         sys.stdout.write(body)
     else:
         # The file holds the report; the terminal gets only where it went.
@@ -106,14 +113,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _own_descriptor(path: Path) -> int | None:
+    """N where ``path`` names one of gputop's own descriptors (/dev/stdout, /dev/fd/N,
+    /proc/self/fd/N, through links): written to as the descriptor, never replaced or truncated."""
+    p = os.path.abspath(path)
+    for _ in range(8):
+        parent = os.path.realpath(os.path.dirname(p))  # /proc/self/fd, /dev/fd -> /proc/PID/fd
+        m = re.fullmatch(rf"/proc/{os.getpid()}/fd/(\d+)", os.path.join(parent, os.path.basename(p)))
+        if m:
+            return int(m.group(1))
+        if not os.path.islink(p):
+            return None
+        p = os.path.normpath(os.path.join(parent, os.readlink(p)))
+    return None
+
+
 def _write(path: Path, body: str, force: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    # A link to a pipe or a terminal (/dev/stdout -> /proc/self/fd/1) is written through: --force
+    # replaced it with a file, and as root /dev/stdout was a regular file for every program after.
+    through = path.is_symlink() and path.exists() and not path.is_file()
     try:
-        if force and path.is_symlink():
+        if force and path.is_symlink() and not through:
             path.unlink()
         # 0600, as for recordings: a report holds the job's command line, stack frames and
         # file paths. Share it on purpose (chmod), not by a default that lets every local user read it.
-        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = os.open(path, flags | (0 if through else getattr(os, "O_NOFOLLOW", 0)), 0o600)
     except FileExistsError:
         raise UserError(f"{path} already exists: use --force to overwrite it") from None
     except OSError as exc:
