@@ -7,6 +7,8 @@ session publishes) and judges the job's rank 0, and its findings carry that job.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -119,3 +121,34 @@ def test_a_finding_names_the_process_and_job_it_was_judged_on():
     [s] = m["gputop_finding"]
     assert s.labels["pid"] == str(PIDS[0]) and s.labels["job_id"] == JOB and s.value == 10.0
     assert m["gputop_finding_confidence"][0].labels["job_id"] == JOB
+
+
+def test_the_findings_of_a_judged_process_that_has_ended_are_not_exported():
+    """A new user killed the target of `export --pid`: its `workers-blocked` finding stayed in the
+    metrics, its value growing, while its gputop_job_info line was gone."""
+    store = ddp_store(2.0)
+    f = Finding("workers-blocked", "Workers blocked", Severity.WARNING, 0.6, ("e",), "x", cost_s=10.0)
+    store.add([Verdict(store.now, (f,))])
+    running = GputopCollector(store, clock=lambda: store.now, judged=lambda: (str(PIDS[0]), JOB),
+                              alive=lambda pid: True)
+    assert [s.labels["id"] for s in scrape(running)["gputop_finding"]] == ["workers-blocked"]
+    ended = GputopCollector(store, clock=lambda: store.now, judged=lambda: (str(PIDS[0]), JOB),
+                            alive=lambda pid: pid != PIDS[0])
+    assert "gputop_finding" not in scrape(ended) or not scrape(ended)["gputop_finding"]
+
+
+def test_a_zombie_or_a_missing_process_is_not_alive():
+    import subprocess
+    import sys
+
+    from gputop.export.server import _alive
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    import time
+
+    deadline = time.monotonic() + 20
+    while _alive(child.pid) and time.monotonic() < deadline:  # ended, not reaped: a zombie
+        time.sleep(0.05)
+    assert not _alive(child.pid)
+    child.wait()
+    assert not _alive(child.pid) and _alive(os.getpid())

@@ -84,11 +84,15 @@ class GputopCollector:
         account: TimeAccount | None = None,
         placement: Callable[[int], Placement] = read_placement,
         judged: Callable[[], tuple[str, str]] = lambda: ("", ""),
+        alive: Callable[[int], bool] = lambda pid: True,
     ) -> None:
         self.store = store
         # (pid, job_id) of the process the advisor's findings speak of, '' where none: the
         # findings say which attached job they belong to.
         self.judged = judged
+        # Whether a process still runs: the findings of a judged process that has gone are not
+        # exported (they spoke of a job that no longer runs, and their cost kept growing).
+        self.alive = alive
         self.interval = interval
         self.window = window
         self.attached = attached
@@ -353,7 +357,11 @@ class GputopCollector:
         # The advisor judges one process (and its job) at a time, so these add one label value
         # each, not one per attached process.
         pid, job = self.judged()
-        for f in self.store.findings():
+        # A job that has ended has no cause left to fix: its findings went on in the window (a new
+        # user's exporter kept `workers-blocked` for a killed target, its value growing) while its
+        # gputop_job_info was gone.
+        findings = self.store.findings() if not pid or self.alive(int(pid)) else []
+        for f in findings:
             if f.id in STATE_IDS:  # a state of the job, not a finding
                 warming = warming or f.id == WARMUP_ID
                 continue

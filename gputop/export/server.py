@@ -148,6 +148,16 @@ def _attached(session, attacher) -> Callable[[], set[int]]:
     return attached
 
 
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):
+        return False
+
+
 def _judged(session, jobs):
     """What the advisor's findings speak of, as labels: (pid, job_id) of the process its last
     evaluation judged (named with --pid, else the one the evidence window took for the job), ''
@@ -222,7 +232,7 @@ def serve(
     registry = CollectorRegistry()
     registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
                                       attached=attached, mode=session.mode,
-                                      judged=_judged(session, jobs)))
+                                      judged=_judged(session, jobs), alive=_alive))
     if jobs is not None:
         registry.register(jobs)
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
