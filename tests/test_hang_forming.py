@@ -64,7 +64,7 @@ def test_the_engine_holds_the_steps_findings_and_says_what_it_weighs():
         def __init__(self, rid):
             self.id = rid
 
-        def evaluate(self, ctx):
+        def run(self, ctx):  # the engine runs a rule by its run()
             seen.append(self.id)
             return None
 
