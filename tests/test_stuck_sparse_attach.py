@@ -150,7 +150,9 @@ def reports():
         time.sleep(1.0)
         runs = {name: subprocess.Popen(
             [sys.executable, "-m", "gputop", "advise", "--pid", str(p.pid), "--duration", str(DURATION_S),
-             "--sample-rate", str(SAMPLE_RATE), "--stuck-after", str(STUCK_AFTER_S), "--json"],
+             "--sample-rate", str(SAMPLE_RATE), "--stuck-after", str(STUCK_AFTER_S), "--json",
+             # Kept beside the jobs: a verdict that fails can be replayed (bench/replay_advise.py).
+             "--record", os.path.join(tmp, f"{name}.gputop")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, p in jobs.items()}
         procs += runs.values()
         out = {}
@@ -158,6 +160,7 @@ def reports():
             stdout, stderr = r.communicate(timeout=90)
             assert r.returncode == 0, stderr
             out[name] = json.loads(stdout)
+            out[name]["recorded_to"] = os.path.join(tmp, f"{name}.gputop")
         yield out
     finally:
         for p in procs:
@@ -172,7 +175,7 @@ def ids(report: dict) -> set[str]:
 def test_a_loop_asleep_at_one_line_most_of_each_step_is_never_called_stuck(reports):
     r = reports["sleeper"]
     # Never shown, not only absent at the end: a wrong warning shown for a few seconds is wrong.
-    assert "stuck" not in ids(r), [f["title"] for f in r["findings"]]
+    assert "stuck" not in ids(r), ([f["title"] for f in r["findings"]], r["recorded_to"])
 
 
 def test_a_lock_hang_inside_a_save_is_stuck_at_once_and_no_saves_are_invented(reports):
@@ -187,7 +190,7 @@ def test_a_lock_hang_inside_a_save_is_stuck_at_once_and_no_saves_are_invented(re
 
 def test_a_dataset_read_that_returns_every_item_is_starved_not_stuck(reports):
     r = reports["item_reads"]
-    assert not ids(r) & {"stuck", "weighing-hang"}, [f["title"] for f in r["findings"]]
+    assert not ids(r) & {"stuck", "weighing-hang"}, ([f["title"] for f in r["findings"]], r["recorded_to"])
     assert "data-starved" in {f["id"] for f in r["findings"]}, [f["title"] for f in r["findings"]]
 
 
