@@ -113,6 +113,15 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "python-rnn-loop": ("launch-bound",),
     "cudnn-disabled": (),
     "python-mining-loop": ("cpu-work-in-loop",),
+    # The eleventh fresh set's (mapped 2026-11-28, before any measurement; bench/jobs/fresh11_spec.py):
+    # a fused AdamW for an optimizer looping in Python over its tensors is unfused-optimizer's action
+    # ("optimizer" above); one call per crop resolution instead of one per view is "fewer, larger
+    # kernels per step", launch-bound's. No finding's action is nn.LayerNorm/nn.GELU for hand-written
+    # elementwise ones, or one index operation per batch instead of per-row __getitem__ (data-starved
+    # names workers, a change not measured here): misses until built.
+    "view-batching": ("launch-bound",),
+    "fused-elementwise": (),
+    "per-row-batching": (),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -446,6 +455,29 @@ JOBS: tuple[Job, ...] = (
          Change("launch", "micro-batch 8 instead of 4 (samples/s; the knob a false alarm would name)",
                 ("--micro-batch", "8")),
          Change("launch", "torch.compile (the knob a false alarm would name)", ("--compile",))),
+        fresh=True, note=FRESH),
+    # The eleventh fresh set, written 2026-11-28 by a helper that read no rule and no result (its
+    # truths and gains reasoned in bench/jobs/fresh11_spec.py before any measurement).
+    Job("fresh11-transformers-t5-hf-adafactor", "transformers", True, "fresh11_hf_t5_adafactor.py", (),
+        (Change("optimizer", "optim='adamw_torch_fused' instead of transformers' Adafactor (a per-tensor Python loop)",
+                ("--optim", "adamw_torch_fused")),), fresh=True, note=FRESH),
+    Job("fresh11-timm-dino-per-view-forward", "timm", True, "fresh11_timm_dino_view_loop.py",
+        ("--batch", "32", "--workers", "4"),
+        (Change("view-batching", "one student/teacher call per crop resolution (views concatenated) instead of one "
+                "per view", ("--batch-views",)),), fresh=True, note=FRESH),
+    Job("fresh11-torch-gpt-handwritten-layernorm-gelu", "torch", True, "fresh11_torch_gpt_handwritten_norm.py",
+        ("--batch", "16"),
+        (Change("fused-elementwise", "nn.LayerNorm and nn.GELU(approximate='tanh') instead of hand-written "
+                "elementwise ones", ("--fused-ops",)),), fresh=True, note=FRESH),
+    Job("fresh11-lightning-tabular-per-row-collate", "lightning", True, "fresh11_lightning_tabular_rows.py",
+        ("--batch", "8192", "--workers", "4"),
+        (Change("per-row-batching", "a BatchSampler as the sampler (batch_size=None): one index operation per "
+                "batch instead of 8,192 __getitem__ calls", ("--batched-sampler",)),), fresh=True, note=FRESH),
+    Job("fresh11-torch-healthy-long-context-lm", "torch", True, "fresh11_healthy_long_context_lm.py",
+        ("--micro-batch", "4", "--accum", "4", "--workers", "2"),
+        (Change("data", "DataLoader(num_workers=8) (the knob a false alarm would name)", ("--workers", "8")),
+         Change("launch", "torch.compile (the knob a false alarm would name)", ("--compile",)),
+         Change("launch", "8 accumulation steps instead of 4 (the knob a false alarm would name)", ("--accum", "8"))),
         fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
         ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
