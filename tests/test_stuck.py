@@ -103,17 +103,38 @@ def test_idle_gpu_from_util_buffer_and_per_process_util():
     assert gpu_state(store, PID, now) == "idle"
     v = stuck_verdict(store, PID, threshold=30.0)
     assert v.stuck and v.gpu == "idle" and "GPU idle" in v.reason
-    # Per-process SM utilisation wins over the device's (another job may share the GPU).
+    # Per-process SM utilisation wins over a busy device's (another job may share the GPU)...
     gpu(store, now + 0.1, util=90.0, sm_util=0.0)
+    store.add([UtilPoint(ts=now + 0.1, index=0, util=90.0)])
     assert gpu_state(store, PID, now + 0.1) == "idle"
-    gpu(store, now + 0.2, util=0.0, sm_util=40.0)
+    gpu(store, now + 0.2, util=90.0, sm_util=40.0)
+    store.add([UtilPoint(ts=now + 0.2, index=0, util=90.0)])
     assert gpu_state(store, PID, now + 0.2) == "busy"
+    # ...not over an idle one: a process's reading lags, and an idle GPU runs nothing of anyone's.
+    gpu(store, now + 6.0, util=0.0, sm_util=40.0)
+    store.add([UtilPoint(ts=now + 0.2 + 0.2 * k, index=0, util=0.0) for k in range(1, 30)])
+    assert gpu_state(store, PID, now + 6.0) == "idle"
     # The target on no GPU we can see while another process is (another PID namespace): the job's
     # GPUs' time line, as the advisor has always read it; with no GPU at all, unknown.
     assert gpu_state(store, PID + 1, now) == "idle"
     nogpu = Store()
     fill(nogpu, 5.0)
     assert gpu_state(nogpu, PID, nogpu.now) == "unknown"
+
+
+def test_a_lagging_per_process_reading_does_not_make_an_idle_gpu_busy():
+    """NVML's per-process utilisation is read every few seconds and averages behind: a held-out
+    NCCL rank blocked on a queue read 32 % there 4 s into its GPU's idleness (every device poll
+    0 %), and the stuck verdict's "the GPU is busy" kept its hang from forming."""
+    store = Store()
+    fill(store, 12.0)
+    now = store.now
+    for k in range(4, -1, -1):
+        gpu(store, now - 2.0 * k, util=0.0, sm_util=32.0)
+    assert gpu_state(store, PID, now) == "idle"
+    # The GPU busy now: the reading is believed.
+    gpu(store, now + 1.0, util=60.0, sm_util=32.0)
+    assert gpu_state(store, PID, now + 1.0) == "busy"
 
 
 def test_stale_samples_and_exited_target_give_no_verdict():

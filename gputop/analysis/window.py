@@ -413,11 +413,16 @@ class JobWindow:
         if self.target_pid in self.spin_pids:
             return "spin"
         mine = [p for p in self.gpu_processes if p.pid == self.target_pid]
-        if any(p.sm_util is not None for p in mine):
-            # Per-process SM utilisation: not confused by other jobs on the same GPU.
-            return "busy" if any((p.sm_util or 0) > GPU_IDLE_PCT for p in mine) else "idle"
         utils = [s.util for v in self.gpus if v.index != CPU_DEVICE for s in v.slices
                  if s.end >= self.now - GPU_IDLE_WINDOW_S]
+        if any(p.sm_util is not None for p in mine):
+            if utils and max(utils) <= GPU_IDLE_PCT:
+                # An idle GPU runs nothing of anyone's: the per-process reading lags (read every
+                # few seconds, NVML's own average behind it). A held-out rank blocked on a queue
+                # read "the GPU is busy" 6 s into its GPU's idleness, from the last reading (32 %).
+                return "idle"
+            # Per-process SM utilisation: not confused by other jobs on the same GPU.
+            return "busy" if any((p.sm_util or 0) > GPU_IDLE_PCT for p in mine) else "idle"
         if not utils:
             return "unknown"
         return "busy" if max(utils) > GPU_IDLE_PCT else "idle"
