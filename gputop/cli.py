@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from . import __version__
 from .commands import startup_signals
 from .commands.options import DEFAULT_INTERVAL, add_live_options, add_stuck_after, force_problem, require_terminal
-from .errors import UserError
+from .errors import UserError, line, value_problem
 
 __all__ = ["COMMANDS", "DEFAULT_INTERVAL", "build_parser", "main"]
 
@@ -23,11 +24,35 @@ COMMANDS = ("attach", "stacks", "advise", "record", "replay", "report", "info", 
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Bad input is one line and exit status 2 (the README's promise): the error and where the
-    options are listed, not the usage block above it."""
+    """Bad input is one line and exit status 2 (the README's promise), not the usage block above
+    it. A value an option cannot take reads as gputop's own checks say it (errors.OptionError):
+    ``-p/--pid: not a process id: '0' (1 to 2147483647)``, the accepted values in the message;
+    anything else (an unknown option, a missing value) adds where the options are listed."""
+
+    _value_problem = False
+
+    def _get_value(self, action, arg_string):  # type: ignore[override]
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError:
+            self._value_problem = True
+            raise
+
+    def _check_value(self, action, value):  # type: ignore[override]
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            self._value_problem = True
+            if isinstance(action, argparse._SubParsersAction):
+                raise argparse.ArgumentError(
+                    None, value_problem("not a command", value, ", ".join(action.choices))) from None
+            raise
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}; options: {self.prog} --help\n")
+        # argparse's "argument -p/--pid: ..." is gputop's "-p/--pid: ...".
+        message = re.sub(r"\bargument (?=-|[A-Z])", "", message)
+        hint = "" if self._value_problem else f"; options: {self.prog} --help"
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
 class _CommandParser(_OneLineParser):
@@ -195,12 +220,13 @@ def main(argv: list[str] | None = None) -> int:
             raise KeyboardInterrupt
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"gputop: error: {exc}", file=sys.stderr)
+        # The command that ran names the line, as its argparse errors do (errors.line).
+        print(line(args.command, str(exc), "error"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         # One line, never a traceback (the README's promise); 130 is the status a shell gives a
         # command Ctrl-C ended.
-        print("gputop: interrupted", file=sys.stderr)
+        print(line(args.command, "interrupted"), file=sys.stderr)
         # A KeyboardInterrupt that went through code run by exec() of a string (dataclasses make
         # their methods so while a module is imported) leaves CPython's "^C went unhandled" mark
         # set, caught or not, and `python -m gputop` then ends by SIGINT (status -2, not 130): one

@@ -50,7 +50,7 @@ def test_advise_text_and_interrupt(capsys, monkeypatch):
 def test_advise_bad_pid_is_one_line(capsys):
     assert main(["advise", "--pid", "999999999", "--duration", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gputop: error:") and len(err.strip().splitlines()) == 1
+    assert err.startswith("gputop advise: error: no process with PID 999999999") and len(err.strip().splitlines()) == 1
 
 
 def test_advise_rejects_bad_numbers(capsys):

@@ -42,7 +42,7 @@ def one_line_error(rc: int, err: str, out: str, *words: str) -> str:
     assert rc != 0
     assert "Traceback" not in out + err, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("gputop: error: "), err
+    assert len(lines) == 1 and lines[0].startswith("gputop autopsy: error: "), err
     for w in words:
         assert w in lines[0], lines[0]
     return lines[0]

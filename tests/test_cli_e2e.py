@@ -76,7 +76,7 @@ def run_cli_tty(*args: str, timeout: float = START_TIMEOUT) -> subprocess.Comple
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *must_contain: str) -> str:
-    """Non-zero exit, no traceback, exactly one ``gputop: error:`` line naming the problem."""
+    """Non-zero exit, no traceback, exactly one ``gputop [COMMAND]: error:`` line naming the problem."""
     assert proc.returncode != 0, f"exit 0 for bad input; stdout={proc.stdout!r} stderr={proc.stderr!r}"
     both = proc.stdout + proc.stderr
     assert "Traceback" not in both, both

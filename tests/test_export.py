@@ -313,17 +313,17 @@ def test_port_in_use_is_one_line_and_nonzero():
         p = _gputop("--fake", "1", "--listen", f"127.0.0.1:{port}")
         out, err = p.communicate(timeout=30)
     assert p.returncode == 1  # the machine's state (another process holds it), not a bad argument
-    assert err.strip().splitlines() == [f"gputop: error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert err.strip().splitlines() == [f"gputop export: error: cannot listen on 127.0.0.1:{port}: address already in use"]
 
 
 @pytest.mark.parametrize("listen, words", [("192.0.2.1:10405", "cannot listen on 192.0.2.1:10405"),
-                                           ("nonsense", "--listen wants HOST:PORT")])
+                                           ("nonsense", "--listen: not HOST:PORT: 'nonsense'")])
 def test_bad_address_is_one_line_and_nonzero(listen, words):
     p = _gputop("--fake", "1", "--listen", listen)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 2  # bad input
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and words in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("gputop export: error: ") and words in lines[0], lines
 
 
 def test_serves_and_stops_cleanly_on_sigterm():

@@ -89,7 +89,7 @@ def test_a_real_rank_process_is_found_by_the_scanner():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--host-label", "node a"], "a host name"),
+    (["--host-label", "node a"], "--host-label: not a host name: 'node a'"),
     (["--attach-under", "1"], "go with --attach all"),
 ])
 def test_bad_host_label_or_a_lone_option_is_one_line(args, words):

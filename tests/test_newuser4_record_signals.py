@@ -57,7 +57,7 @@ def test_a_stop_signal_while_record_starts_still_leaves_a_recording(tmp_path, si
     assert p.returncode == 128 + sig, err  # a clean stop by a signal says which (advise does the same)
     assert "Traceback" not in err
     why = "terminated" if sig == signal.SIGTERM else "hung up"
-    assert err.strip().splitlines()[-1].startswith(f"gputop: recorded ") and f"({why})" in err
+    assert err.strip().splitlines()[-1].startswith("gputop record: recorded ") and f"({why})" in err
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     with Reader(out) as r:  # a valid, closed recording
         assert r.state == "closed" and r.damage is None

@@ -18,7 +18,7 @@ def test_a_missing_path_is_said_plainly(tmp_path, capsys):
     assert main(["autopsy", str(missing)]) == 2  # bad input, as for every command (newuser6)
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.strip() == (f"gputop: error: {missing}: no such file or directory, and no flight-recorder dump "
+    assert err.strip() == (f"gputop autopsy: error: {missing}: no such file or directory, and no flight-recorder dump "
                            "is named after it (nonexistent0, nonexistent1, …)")
     assert "<rank>" not in err
 
@@ -28,4 +28,4 @@ def test_json_errors_are_json_with_the_same_status(tmp_path, capsys):
     out, err = capsys.readouterr()
     d = json.loads(out)
     assert d["exit_status"] == 2 and "no flight-recorder dumps in" in d["error"]
-    assert err.strip() == f"gputop: error: {d['error']}"
+    assert err.strip() == f"gputop autopsy: error: {d['error']}"

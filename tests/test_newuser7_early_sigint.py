@@ -64,10 +64,10 @@ def recording(tmp_path_factory):
     return out
 
 
-def _one_line_or_done(rc: int, out: str, err: str, done: str) -> None:
+def _one_line_or_done(rc: int, out: str, err: str, done: str, command: str) -> None:
     assert "Traceback" not in err, err
-    if rc == 130:  # interrupted before the command had anything to say: one line
-        assert err.strip() == "gputop: interrupted" and out == "", err
+    if rc == 130:  # interrupted before the command had anything to say: one line, naming the command
+        assert err.strip() == f"gputop {command}: interrupted" and out == "", err
     elif rc == -signal.SIGINT:
         # The command had finished: the signal came while the interpreter shut down, which then
         # ends by it (a shell reads 130), its output whole.
@@ -79,13 +79,13 @@ def _one_line_or_done(rc: int, out: str, err: str, done: str) -> None:
 @pytest.mark.parametrize("delay", DELAYS)
 def test_advise(target, delay):
     rc, out, err = _interrupt_at(["advise", "--pid", str(target), "-d", "60"], delay)
-    _one_line_or_done(rc, out, err, "(interrupted)")
+    _one_line_or_done(rc, out, err, "(interrupted)", "advise")
 
 
 @pytest.mark.parametrize("delay", DELAYS)
 def test_report(recording, delay):
     rc, out, err = _interrupt_at(["report", str(recording)], delay)
-    _one_line_or_done(rc, out, err, "gputop report: ")
+    _one_line_or_done(rc, out, err, "gputop report: ", "report")
 
 
 @pytest.mark.parametrize("delay", DELAYS)
@@ -94,7 +94,7 @@ def test_record_leaves_a_readable_recording(tmp_path, target, delay):
     rc, _, err = _interrupt_at(["record", "-o", str(out), "--pid", str(target)], delay)
     assert rc == 0, err  # as Ctrl-C once it runs (SIGTERM at this moment: 143)
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("gputop: recorded ") and "(interrupted)" in err
+    assert err.strip().splitlines()[-1].startswith("gputop record: recorded ") and "(interrupted)" in err
     with Reader(out) as r:
         assert r.state == "closed" and r.damage is None
     info = subprocess.run([sys.executable, "-m", "gputop", "info", str(out)], capture_output=True, text=True,
@@ -106,7 +106,7 @@ def test_record_list_interrupted_while_starting_is_one_line(tmp_path):
     rc, _, err = _interrupt_at(["record", "--list", str(tmp_path)], 0.0)
     assert "Traceback" not in err
     # Listing is quick: it may be done before the signal is seen.
-    assert (rc, err.strip()) == (130, "gputop: interrupted") or rc == 0, err
+    assert (rc, err.strip()) == (130, "gputop record: interrupted") or rc == 0, err
 
 
 def test_a_ctrl_c_that_went_through_exec_still_exits_130(tmp_path):
@@ -124,4 +124,4 @@ def test_a_ctrl_c_that_went_through_exec_still_exits_130(tmp_path):
     )
     res = subprocess.run([sys.executable, "-m", "exec_interrupted"], capture_output=True, text=True, timeout=60,
                          check=False, env=dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"))
-    assert (res.returncode, res.stderr.strip()) == (130, "gputop: interrupted")
+    assert (res.returncode, res.stderr.strip()) == (130, "gputop info: interrupted")

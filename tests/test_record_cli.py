@@ -104,7 +104,7 @@ def test_existing_output_needs_force(tmp_path, capsys):
     # message offers neither (it used to, then refused both).
     assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"gputop: error: {out} exists and is not a gputop recording: record will not write over it; "
+    assert err == (f"gputop record: error: {out} exists and is not a gputop recording: record will not write over it; "
                    "choose another file name")
     # An existing recording needs --force (or --append).
     rec = tmp_path / "rec.gputop"
@@ -112,7 +112,7 @@ def test_existing_output_needs_force(tmp_path, capsys):
     capsys.readouterr()
     assert main(["record", "-o", str(rec), "--fake", "1", "--duration", "1s"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"gputop: error: {rec} already exists: use --force to overwrite it or --append to add to it")
+        f"gputop record: error: {rec} already exists: use --force to overwrite it or --append to add to it")
     # --force refuses a file that is not a recording, rather than destroying it.
     assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s", "--force"]) == 2
     assert "not a gputop recording" in capsys.readouterr().err
@@ -140,7 +140,7 @@ def test_a_recording_being_written_is_neither_overwritten_nor_appended_to(tmp_pa
         for how in ("--force", "--append"):
             assert main(["record", "-o", str(out), "--fake", "1", "--duration", "1s", how]) == 2, how
             err = capsys.readouterr().err.strip()
-            assert err == (f"gputop: error: cannot {'overwrite' if how == '--force' else 'append to'} {out}: another "
+            assert err == (f"gputop record: error: cannot {'overwrite' if how == '--force' else 'append to'} {out}: another "
                            f"gputop (pid {proc.pid}) is recording to it; stop that recording first, or record to a "
                            "new file"), err
         proc.send_signal(signal.SIGINT)
@@ -177,7 +177,7 @@ def test_bad_paths_are_one_line_errors(tmp_path, capsys, stopped):
                  ["record", "--fake", "1"]):
         assert main(args) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith("gputop: error:") and "\n" not in err
+        assert err.startswith("gputop record: error:") and "\n" not in err
 
 
 def test_disk_full_while_recording_stops_and_says_so(tmp_path, capsys, monkeypatch):
@@ -194,7 +194,7 @@ def test_disk_full_while_recording_stops_and_says_so(tmp_path, capsys, monkeypat
     monkeypatch.setattr(RecordWriter, "_set_max_bytes", real)
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("gputop: error: recording to") and "disk full" in err[-1]
+    assert err[-1].startswith("gputop record: error: recording to") and "disk full" in err[-1]
     with Reader(out) as r:  # what was committed is there
         assert r.gpu_samples(0, 2e10)
 
@@ -261,7 +261,7 @@ def test_list_shows_each_jobs_script_not_the_shared_interpreter_path(tmp_path, c
 
 def test_info_bad_inputs(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.gputop")]) == 2
-    assert capsys.readouterr().err.strip() == f"gputop: error: {tmp_path / 'missing.gputop'}: no such file"
+    assert capsys.readouterr().err.strip() == f"gputop info: error: {tmp_path / 'missing.gputop'}: no such file"
 
 
 @pytest.mark.parametrize("text, want", [("90s", 90), ("30m", 1800), ("8h", 28800), ("1h30m", 5400), ("45", 45)])
@@ -317,7 +317,7 @@ def test_the_closing_line_says_the_span_info_shows(tmp_path, capsys):
         length, backfill = r.duration, r.span.backfill_s
         d = r.describe()
     assert backfill > 5  # the fake GPU's buffer reaches ~14 s back, as NVML's does
-    assert last.startswith(f"gputop: recorded {fmt_length(length)} to {out} (duration reached)"), last
+    assert last.startswith(f"gputop record: recorded {fmt_length(length)} to {out} (duration reached)"), last
     assert 1.75 <= length <= 2.0 + 1e-3  # the duration, to within a 200 ms utilisation point
     assert f"plus {backfill:.0f} s of GPU utilisation history" in last
     d["findings"], d["idle_periods"] = 0, 0
@@ -342,7 +342,7 @@ def test_append_refuses_another_source_kind_and_keeps_the_first_session(tmp_path
     info_before = capsys.readouterr().out
     assert main(["record", "-o", str(out), "-a", "--fake", "1", "--interval", "0.2", "-d", "1s"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"gputop: error: cannot append to {out}: it was recorded from no GPU (CPU only), this session "
+    assert err == (f"gputop record: error: cannot append to {out}: it was recorded from no GPU (CPU only), this session "
                    "watches the fake GPU source (--fake); record to a new file")
     assert out.read_bytes() == before
     assert main(["info", str(out)]) == 0
@@ -396,7 +396,7 @@ def test_list_of_a_directory_it_cannot_read_is_one_line(tmp_path, capsys, monkey
 
     monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
     assert main(["record", "--list", str(tmp_path)]) == 1
-    assert capsys.readouterr().err.strip() == f"gputop: error: cannot list {tmp_path}: Permission denied"
+    assert capsys.readouterr().err.strip() == f"gputop record: error: cannot list {tmp_path}: permission denied"
 
 
 def test_list_of_proc_1_never_raises(capsys):
@@ -615,7 +615,7 @@ def test_a_directory_that_takes_no_files_is_said_as_such(capsys):
 
     assert main(["record", "--fake", "1", "--duration", "1s", "-o", "/proc/x.gputop"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "gputop: error: cannot create /proc/x.gputop: /proc does not take new files"
+    assert err == "gputop record: error: cannot create /proc/x.gputop: /proc does not take new files"
 
 
 def test_sigkill_loses_at_most_about_a_second(stopped):

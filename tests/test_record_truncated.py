@@ -75,7 +75,7 @@ def test_every_command_says_nothing_survived_in_one_line_and_writes_nothing(tmp_
     cap = capsys.readouterr()
     err = cap.err.strip()
     assert cap.out == ""
-    assert err.startswith("gputop: error:") and len(err.splitlines()) == 1 and "nothing readable survived" in err, err
+    assert err.startswith(f"gputop {argv[0]}: error:") and len(err.splitlines()) == 1 and "nothing readable survived" in err, err
     assert sorted(x.name for x in tmp_path.iterdir()) == before  # no report file, no -wal left
     assert "1970" not in err
 

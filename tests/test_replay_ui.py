@@ -154,14 +154,15 @@ def test_replay_command_bad_inputs_are_one_line_errors(recording, tmp_path, caps
     from gputop.cli import main
 
     assert main(["replay", str(tmp_path / "missing.gputop")]) == 2
-    assert capsys.readouterr().err.strip() == f"gputop: error: {tmp_path / 'missing.gputop'}: no such file"
+    assert capsys.readouterr().err.strip() == f"gputop replay: error: {tmp_path / 'missing.gputop'}: no such file"
     assert main(["replay", str(recording), "--start", "next tuesday"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gputop: error: --start: not a time") and "\n" not in err
+    assert err.startswith("gputop replay: error: --start: not a time: 'next tuesday' (try ") and "\n" not in err
     with pytest.raises(SystemExit):
         main(["replay", str(recording), "--speed", "0"])
     err = capsys.readouterr().err
-    assert "speed out of range" in err and "above 0, up to 1000000" in err  # the range, not only the refusal
+    # The range, not only the refusal; said as --start's refusal is (the command, the option, the value).
+    assert err.startswith("gputop replay: error: -s/--speed: must be greater than 0 and at most 1000000: '0'"), err
 
 
 async def test_home_and_end_move_the_replay_from_the_processes_tab(recording):
@@ -210,17 +211,17 @@ def test_a_paused_replay_after_a_jump_shows_the_findings_at_once(recording):
 
 
 @pytest.mark.parametrize("start, says", [
-    ("+99h", "--start: +99h is after the end of the recording, which is "),
-    ("-99h", "--start: -99h is before the start of the recording, which is "),
-    ("2001-01-01 00:00", "is before the start of the recording"),
-    ("2099-01-01 00:00", "is after the end of the recording"),
+    ("+99h", "--start: after the end of the recording: '+99h' (it is "),
+    ("-99h", "--start: before the start of the recording: '-99h' (it is "),
+    ("2001-01-01 00:00", "before the start of the recording: '2001-01-01 00:00'"),
+    ("2099-01-01 00:00", "after the end of the recording: '2099-01-01 00:00'"),
 ])
 def test_replay_start_outside_the_recording_is_refused_not_clamped(recording, capsys, start, says):
     from gputop.cli import main
 
     assert main(["replay", str(recording), "--start", start]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"gputop: error: --start: {start} is ") and says in err and "\n" not in err, err
+    assert err.startswith("gputop replay: error: --start: ") and says in err and "\n" not in err, err
 
 
 @pytest.mark.parametrize("start", ["+0", "-1s", "100%", "0%"])

@@ -151,7 +151,7 @@ def test_report_command_bad_inputs(tmp_path, capsys, make):
         p.mkdir()
     assert main(["report", str(p)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gputop: error:") and len(err.splitlines()) == 1
+    assert err.startswith("gputop report: error:") and len(err.splitlines()) == 1
 
 
 # --------------------------------------------------------------------------- charts with a 2 s poll

@@ -71,7 +71,7 @@ def test_rules_json_for_scripts(capsys):
 def test_an_unknown_id_is_one_line_and_exit_2(capsys):
     rc, out, err = run(capsys, "data-stravd")
     assert rc == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("gputop: error: no rule 'data-stravd'")
+    assert err.count("\n") == 1 and err.startswith("gputop rules: error: no rule 'data-stravd'")
     assert "did you mean data-starved?" in err
     rc, out, err = run(capsys, "no-such-rule", "--json")
     assert rc == 2 and out == "" and err.count("\n") == 1

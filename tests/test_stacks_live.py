@@ -588,6 +588,6 @@ def test_stacks_command_text_and_json(targets):
 
 def test_stacks_command_bad_input():
     rc, out, err = run_cli("stacks", "--pid", "4000000")
-    assert rc == 2 and out == "" and err.strip() == "gputop: error: no process with PID 4000000"
+    assert rc == 2 and out == "" and err.strip() == "gputop stacks: error: no process with PID 4000000"
     rc, _, err = run_cli("stacks")
     assert rc == 2 and "--pid" in err

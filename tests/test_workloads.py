@@ -500,7 +500,7 @@ def test_demo_unknown_scenario_is_a_user_error(capsys):
 
     assert main(["demo", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gputop: error: unknown scenario 'nope'")
+    assert err.startswith("gputop demo: error: unknown scenario 'nope'")
 
 
 def _fake_ui(monkeypatch, behaviour):

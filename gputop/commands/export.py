@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from .options import DEFAULT_FAKE_GPUS, add_stuck_after, fake_gpus, interval_arg, parse_duration, pid_arg
+from ..errors import value_problem
+from .options import DEFAULT_FAKE_GPUS, add_stuck_after, count_between, fake_gpus, interval_arg, parse_duration, pid_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="attach to every Python process using a GPU, or on a host without a GPU to every "
                      "Python process whose environment sets RANK and WORLD_SIZE (about 1.5 %% of a core each, "
                      "see --max-attach)")
-    p.add_argument("--max-attach", type=int, default=None, metavar="N",
+    p.add_argument("--max-attach", type=count_between(1, MAX_MAX_ATTACH), default=None, metavar="N",
                    help=f"with --attach all: at most N processes sampled at once, 1 to {MAX_MAX_ATTACH} "
                    f"(default {DEFAULT_MAX_ATTACH})")
     p.add_argument("--attach-under", type=pid_arg, metavar="PID",
@@ -58,12 +59,12 @@ def host_label(text: str) -> str:
     import re
 
     if not re.fullmatch(_HOST_LABEL, text):
-        raise argparse.ArgumentTypeError(f"a host name (letters, digits, '.', '_', '-'; at most 63), not {text!r}")
+        raise argparse.ArgumentTypeError(value_problem("not a host name", text, "letters, digits, '.', '_', '-'; at most 63"))
     return text
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import UserError
+    from ..errors import OptionError, UserError
     from ..export.server import serve
 
     from ..export.config import DEFAULT_MAX_ATTACH, MAX_MAX_ATTACH
@@ -72,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
                                 or args.max_attach is not None):
         raise UserError("--max-attach, --attach-under and --host-label go with --attach all")
     max_attach = DEFAULT_MAX_ATTACH if args.max_attach is None else args.max_attach
-    if not 1 <= max_attach <= MAX_MAX_ATTACH:
-        raise UserError(f"--max-attach must be 1 to {MAX_MAX_ATTACH}, not {max_attach}")
+    if not 1 <= max_attach <= MAX_MAX_ATTACH:  # the parser checks it; a caller of run() may not have
+        raise OptionError("--max-attach", f"must be 1 to {MAX_MAX_ATTACH}", max_attach)
     if args.attach_under is not None:
         import psutil
 
         # As for --pid: a tree that is not there is bad input, not an exporter that attaches to nothing.
         if not psutil.pid_exists(args.attach_under):
-            raise UserError(f"--attach-under: no process with PID {args.attach_under}")
+            raise OptionError("--attach-under", "no such process", args.attach_under)
     return serve(
         listen=args.listen,
         interval=args.interval,

@@ -55,4 +55,4 @@ def run_live(args: argparse.Namespace) -> int:
         except BaseException:
             session.stop()
             raise
-    return run_app(session, came)
+    return run_app(session, came, command=getattr(args, "command", None))

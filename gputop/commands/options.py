@@ -18,6 +18,7 @@ import sys
 from ..session import DEFAULT_INTERVAL_S as DEFAULT_INTERVAL
 from ..session import DEFAULT_SAMPLE_RATE_HZ as DEFAULT_SAMPLE_RATE
 from ..session import DEFAULT_STUCK_AFTER_S as DEFAULT_STUCK_AFTER
+from ..errors import value_problem
 from ..units import DURATION_UNITS, fmt_limit
 
 # Below 0.1 s the polls cost gputop more than they tell: at 0.01 s the host, /proc and NVML reads
@@ -46,6 +47,9 @@ _SIZES = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g"
 # An empty recording (schema, first blocks) takes ~150 KB; below a megabyte a cap would stop
 # recording almost at once.
 MIN_MAX_SIZE = 1024 * 1024
+# The most a cap can be: SQLite's page count stops at 2**32 - 2 pages, 16 TiB at its 4 KiB pages;
+# a larger cap (--max-size 1e308) would say a limit that never applies.
+MAX_MAX_SIZE = 16 * 1024**4
 
 
 def _seconds(text: str) -> float:
@@ -72,14 +76,14 @@ def duration_between(low: float, high: float, low_inclusive: bool = True):
         try:
             v = _seconds(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 8h or 1h30m)") from None
+            raise argparse.ArgumentTypeError(value_problem("not a duration", text, "try 90s, 30m, 8h or 1h30m")) from None
         if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"not a finite duration: {text!r}")
+            raise argparse.ArgumentTypeError(value_problem("not a finite duration", text))
         if low_inclusive and v < low or not low_inclusive and v <= low:
             least = f"at least {fmt_limit(low)}" if low_inclusive and low > 0 else "greater than 0"
-            raise argparse.ArgumentTypeError(f"must be {least}: {text!r}")
+            raise argparse.ArgumentTypeError(value_problem(f"must be {least}", text))
         if v > high:
-            raise argparse.ArgumentTypeError(f"must be at most {fmt_limit(high)}: {text!r}")
+            raise argparse.ArgumentTypeError(value_problem(f"must be at most {fmt_limit(high)}", text))
         return v
 
     return parse
@@ -96,25 +100,28 @@ def interval_arg(text: str) -> float:
         return _interval(text)
     except argparse.ArgumentTypeError as exc:
         if "at least" in str(exc):
-            raise argparse.ArgumentTypeError(
-                f"must be at least {fmt_limit(MIN_INTERVAL)}: {text!r} (shorter intervals cost gputop most of a core and "
-                "see no more: NVML's utilisation points are 0.2 s apart)") from None
+            raise argparse.ArgumentTypeError(value_problem(
+                f"must be at least {fmt_limit(MIN_INTERVAL)}", text, "shorter intervals cost gputop most of a core and "
+                "see no more: NVML's utilisation points are 0.2 s apart")) from None
         raise
 # Kept for callers that want "a positive number of seconds".
 positive_float = parse_duration
 
 
 def parse_size(text: str) -> int:
-    """'500M', '2G', '1.5GB' or plain bytes; at least a megabyte (a smaller cap stops at once)."""
-    m = re.fullmatch(r"\s*(-?)(\d+(?:\.\d+)?)\s*([kmgt]?b?)\s*", text.lower())
+    """'500M', '2G', '1.5GB', plain bytes or a number as durations take it (1e9); at least a
+    megabyte (a smaller cap stops at once), at most MAX_MAX_SIZE."""
+    m = re.fullmatch(r"\s*(-?)(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([kmgt]?b?)\s*", text.lower())
     if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)")
+        raise argparse.ArgumentTypeError(value_problem("not a size", text, "try 500M or 2G"))
     if m.group(1):  # said as a negative duration is (-d -5)
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
-    v = int(float(m.group(2)) * _SIZES[m.group(3)])
+        raise argparse.ArgumentTypeError(value_problem("must be greater than 0", text))
+    v = float(m.group(2)) * _SIZES[m.group(3)]
     if v < MIN_MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"size too small for a recording: {text!r} (at least 1M)")
-    return v
+        raise argparse.ArgumentTypeError(value_problem("must be at least 1M", text, "a smaller cap stops at once"))
+    if v > MAX_MAX_SIZE:
+        raise argparse.ArgumentTypeError(value_problem("must be at most 16T", text))
+    return int(v)
 
 
 def pid_arg(text: str) -> int:
@@ -122,19 +129,34 @@ def pid_arg(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+        v = 0
     if not 0 < v <= PID_T_MAX:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r} (1 to {PID_T_MAX})")
+        raise argparse.ArgumentTypeError(value_problem("not a process id", text, f"1 to {PID_T_MAX}"))
     return v
+
+
+def count_between(low: int, high: int, what: str = ""):
+    """An argparse type for a whole number within [low, high] (``--max-attach 8``)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(value_problem("not a whole number", text, f"{low} to {high}{what}")) from None
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(value_problem(f"must be {low} to {high}{what}", text))
+        return v
+
+    return parse
 
 
 def fake_gpus(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of GPUs: {text!r}") from None
+        raise argparse.ArgumentTypeError(value_problem("not a number of GPUs", text, f"1 to {MAX_FAKE_GPUS}")) from None
     if not 1 <= v <= MAX_FAKE_GPUS:
-        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_FAKE_GPUS} GPUs: {text!r}")
+        raise argparse.ArgumentTypeError(value_problem(f"must be 1 to {MAX_FAKE_GPUS} GPUs", text))
     return v
 
 
@@ -171,12 +193,13 @@ def add_live_options(p: argparse.ArgumentParser, with_pid: bool = True, pid_help
 
 
 def sample_rate_arg(text: str) -> float:
+    accepted = f"{MIN_SAMPLE_RATE:g} to {MAX_SAMPLE_RATE:g} stacks/s"
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(value_problem("not a number", text, accepted)) from None
     if not (MIN_SAMPLE_RATE <= v <= MAX_SAMPLE_RATE):  # also rejects nan
-        raise argparse.ArgumentTypeError(f"{text} is outside {MIN_SAMPLE_RATE:g} to {MAX_SAMPLE_RATE:g} stacks/s")
+        raise argparse.ArgumentTypeError(value_problem(f"must be {accepted}", text))
     return v
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, os_reason, say, warn
 from ..units import fmt_elapsed, fmt_length, fmt_size, fmt_time, truncate
 from .options import add_live_options, add_stuck_after, parse_duration, parse_size
 
@@ -141,8 +141,7 @@ def _open(args: argparse.Namespace):
     if session.attach_error is not None:
         # A process whose stacks cannot be read (not Python, ptrace refused) still has a GPU and a
         # host to record: said once, then recorded without stacks (the UI does the same).
-        print(f"gputop record: warning: {session.attach_error}; recording its GPUs and the host without stacks",
-              file=sys.stderr, flush=True)
+        warn("record", f"{session.attach_error}; recording its GPUs and the host without stacks")
     try:
         recorder = session.start_recording(path, force=args.force, append=args.append, max_bytes=args.max_size)
     except UserError:
@@ -151,7 +150,7 @@ def _open(args: argparse.Namespace):
     change = recorder.writer.target_change()
     if change is not None:
         # Accepted (a restarted job is appended so), but never silently: the file then holds two runs.
-        print(f"gputop record: warning: {change}", file=sys.stderr, flush=True)
+        warn("record", change)
     return session, recorder, path
 
 
@@ -243,8 +242,8 @@ class _Status:
         target = f", attached to PID {self.target}" if self.target else ""
         if not self.tty:
             # The recorder's own PID is said as such: it is the one to signal, the target is not.
-            print(f"gputop: recording to {self.path}{until}{target}; stop with SIGINT or SIGTERM to the "
-                  f"recorder (PID {os.getpid()})", file=sys.stderr, flush=True)
+            say("record", f"recording to {self.path}{until}{target}; stop with SIGINT or SIGTERM to the "
+                f"recorder (PID {os.getpid()})")
 
     def line(self, elapsed: float, store=None) -> str:
         gpus = len(store.gpu_indices()) if store is not None else len(self.recorder.writer.gpus)
@@ -273,10 +272,9 @@ class _Status:
         # (said apart, as `info` does).
         span = self.recorder.writer.span()
         note = backfill_note(span.backfill_s)
-        print(f"gputop: recorded {fmt_length(span.duration)} to {self.path}{reason}: "
-              f"{self.recorder.samples:,} samples, {fmt_size(self.recorder.bytes_on_disk())}"
-              + (f" ({note})" if note else ""),
-              file=sys.stderr, flush=True)
+        say("record", f"recorded {fmt_length(span.duration)} to {self.path}{reason}: "
+            f"{self.recorder.samples:,} samples, {fmt_size(self.recorder.bytes_on_disk())}"
+            + (f" ({note})" if note else ""))
 
 
 # --------------------------------------------------------------------------- --list
@@ -292,7 +290,7 @@ def _unreadable(p: Path) -> str | None:
         with p.open("rb"):
             return None
     except OSError as exc:
-        return (exc.strerror or str(exc)).lower()
+        return os_reason(exc)
 
 
 def _size_of(p: Path) -> str:
@@ -319,12 +317,12 @@ def list_recordings(folder: Path) -> int:
     from ..record import Reader
     from ..record import looks_like_recording
 
-    if not folder.is_dir():
-        raise UserError(f"{folder}: not a directory")
     try:
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not a directory")
         entries = sorted(folder.iterdir())
     except OSError as exc:
-        raise UserError(f"cannot list {folder}: {exc.strerror or exc}", exit_code=1) from None
+        raise UserError(f"cannot list {folder}: {os_reason(exc)}", exit_code=1) from None
     rows = []
     for p in entries:
         try:

@@ -7,9 +7,8 @@ default) from ``--start``. Keys add play/pause, speed, step and jumps (see the t
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ..errors import UserError
+from ..errors import OptionError, UserError, value_problem, warn
 from .options import require_terminal
 
 
@@ -18,9 +17,10 @@ def speed_arg(text: str) -> float:
     try:
         v = float(t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a speed: {text!r} (try 1, 10 or 60x)") from None
+        raise argparse.ArgumentTypeError(value_problem("not a speed", text, "try 1, 10 or 60x")) from None
     if not 0 < v <= 1e6:
-        raise argparse.ArgumentTypeError(f"speed out of range: {text!r} (above 0, up to 1000000; 60 plays a minute a second)")
+        raise argparse.ArgumentTypeError(value_problem("must be greater than 0 and at most 1000000", text,
+                                                       "60 plays a minute a second"))
     return v
 
 
@@ -45,10 +45,10 @@ def outside_problem(text: str, start: float, end: float) -> None:
         return
     length = fmt_length(end - start)
     if pos > end:
-        raise UserError(f"--start: {text} is after the end of the recording, which is {length} long "
-                        "(-1m starts a minute before the end)")
-    raise UserError(f"--start: {text} is before the start of the recording, which is {length} long "
-                    f"(+0 starts at its beginning)")
+        raise OptionError("--start", "after the end of the recording", text,
+                          f"it is {length} long; -1m starts a minute before the end")
+    raise OptionError("--start", "before the start of the recording", text,
+                      f"it is {length} long; +0 starts at its beginning")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         session.stop()
         raise
     if session.replay.damage:
-        print(f"gputop: warning: {session.replay.damage}", file=sys.stderr)
+        warn("replay", session.replay.damage)
     from ..ui.app import run_app
 
-    return run_app(session)
+    return run_app(session, command="replay")

@@ -20,7 +20,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import OptionError, UserError, os_reason, say, warn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,14 +55,24 @@ def output_format(args: argparse.Namespace, out: Path | None) -> str:
     named = _BY_SUFFIX.get(out.suffix.lower())
     if flag and named and flag != named:
         raise UserError(f"--{flag} asks for {_NAMES[flag]} but {out} is named as {_NAMES[named]}: drop --{flag} "
-                        f"or name the file {out.stem}{_SUFFIX[flag]}")
+                        f"or name the file {_renamed(out, _SUFFIX[flag])}")
     suffix = out.suffix.lower()
     # (.gputop is left to the refusal that names the recording it would overwrite.)
     if not flag and not named and suffix[1:].isalpha() and suffix != ".gputop":
         # A name that says another format (r.pdf, r.png, r.md) would get HTML it does not hold.
-        raise UserError(f"{out} names a format gputop does not write ({suffix}): name it "
-                        f"{out.stem}.html, .txt or .json, or pass --html, --text or --json")
+        raise OptionError("-o/--output", f"a format gputop does not write ({suffix})", out,
+                          f"name it {_renamed(out, '.html')}, {_renamed(out, '.txt')} or {_renamed(out, '.json')}, "
+                          "or pass --html, --text or --json")
     return flag or named or "html"
+
+
+def _renamed(out: Path, suffix: str) -> Path:
+    """``out`` named for ``suffix``: its last extension replaced, and one before it that names a
+    format too (``x.json.gz`` -> ``x.html``, not ``x.json.html``)."""
+    base = out.with_suffix("")
+    if base.suffix.lower() in _BY_SUFFIX:
+        base = base.with_suffix("")
+    return base.with_name(base.name + suffix)
 
 
 _NAMES = {"html": "HTML", "json": "JSON", "text": "text"}
@@ -93,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     with Reader(args.file) as reader:
         summary = collect(reader)
     if summary.damage:
-        print(f"gputop: warning: {summary.damage}", file=sys.stderr)
+        warn("report", summary.damage)
     if fmt == "json":
         body = json.dumps(summary_dict(summary), indent=2, default=str) + "\n"
     elif fmt == "html":
@@ -109,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         # The file holds the report; the terminal gets only where it went.
         _write(out, body, args.force)
-        print(f"gputop: wrote {out}", file=sys.stderr)
+        say("report", f"wrote {out}")
     return 0
 
 
@@ -142,7 +152,7 @@ def _write(path: Path, body: str, force: bool) -> None:
     except FileExistsError:
         raise UserError(f"{path} already exists: use --force to overwrite it") from None
     except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write {path}: {os_reason(exc, path)}") from None
     try:
         # --force over an existing file: O_CREAT's mode does not apply to it. Only a regular file:
         # `-o /dev/null --force` as root made /dev/null 0600 for every other user.
@@ -154,4 +164,4 @@ def _write(path: Path, body: str, force: bool) -> None:
         if not force:
             path.unlink(missing_ok=True)  # made here (O_EXCL): no half report left to refuse the next try
         # The output was fine; writing it failed (a full disk): the run failed, status 1.
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}", exit_code=1) from None
+        raise UserError(f"cannot write {path}: {os_reason(exc)}", exit_code=1) from None

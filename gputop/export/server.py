@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import UserError
+from ..errors import OptionError, UserError, line, os_reason, say, warn
 from .attach import Attacher
 from .collector import GputopCollector
 from .config import DEFAULT_LISTEN, DEFAULT_PORT
@@ -23,11 +23,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces); UserError otherwise."""
     m = re.fullmatch(r"\s*(?:\[([^\]]*)\]|([^:\[\]]*)):(\d{1,5})\s*", text)
     if not m:
-        raise UserError(f"--listen wants HOST:PORT (e.g. {DEFAULT_LISTEN} or [::1]:{DEFAULT_PORT}), not {text!r}")
+        raise OptionError("--listen", "not HOST:PORT", text, f"e.g. {DEFAULT_LISTEN}, [::1]:{DEFAULT_PORT} or :{DEFAULT_PORT}")
     host = m.group(1) if m.group(1) is not None else m.group(2)
     port = int(m.group(3))
     if port > 65535:
-        raise UserError(f"--listen: port {port} is out of range (0 to 65535)")
+        raise OptionError("--listen", "port out of range", text, "0 to 65535")
     return host or "0.0.0.0", port
 
 
@@ -118,7 +118,7 @@ def bind(host: str, port: int, registry):
 
         httpd = make_server(sockaddr[0], port, make_app(registry), Server, handler_class=Quiet)
     except OSError as exc:  # in use, not an address of this machine, no permission, unknown name
-        why = exc.strerror or str(exc)
+        why = os_reason(exc)
         shown = f"[{host}]" if ":" in host else host
         # A port another process holds is the machine's state, not a bad argument: exit 1, as a
         # run that fails on its own (README); an address not of this machine or a name that does
@@ -193,8 +193,7 @@ def serve(
     host, port = parse_listen(listen)
     session, sampler = open_session(interval, fake, pid, stuck_after, window)
     if session.attach_error:
-        print(f"gputop export: warning: {session.attach_error}; exporting GPU series without its causes",
-              file=sys.stderr)
+        warn("export", f"{session.attach_error}; exporting GPU series without its causes")
     attacher = None
     if attach_all:
         from .attach import is_python
@@ -252,11 +251,11 @@ def serve(
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     session.pipeline.start()
     shown = f"[{host}]" if ":" in host else host
-    line = f"gputop export: serving http://{shown}:{httpd.server_port}/metrics" + (
-        " [fake GPU source]" if session.mode == "fake" else "")
-    print(line, file=sys.stderr, flush=True)
+    serving = line("export", f"serving http://{shown}:{httpd.server_port}/metrics" + (
+        " [fake GPU source]" if session.mode == "fake" else ""))
+    print(serving, file=sys.stderr, flush=True)
     if ready is not None:
-        ready(line)
+        ready(serving)
     try:
         while not stop.wait(1.0):  # a timed wait: the handlers run between waits
             pass
@@ -267,7 +266,7 @@ def serve(
         httpd.shutdown()
         httpd.server_close()
         session.pipeline.stop()
-        print(f"gputop export: stopped ({time.monotonic() - t:.1f} s to close)", file=sys.stderr, flush=True)
+        say("export", f"stopped ({time.monotonic() - t:.1f} s to close)")
     # As `record` and `advise`: ended by SIGTERM (systemd's stop, Kubernetes, `timeout`) is 143, the
     # status that says "terminated"; Ctrl-C, the way to end it by hand, is 0.
     return 128 + signal.SIGTERM if signal.SIGTERM in came else 0

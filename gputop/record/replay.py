@@ -305,14 +305,14 @@ def parse_position(text: str, start: float, end: float) -> float:
     """
     t = text.strip().lower()
     if not t:
-        raise ValueError("empty time")
+        raise ValueError(f"not a time: {text!r} (try +90s, 14:03, 2026-11-22 14:03 or 50%)")
     if t.endswith("%"):
         try:
             f = float(t[:-1])
         except ValueError:
             raise ValueError(f"not a percentage: {text!r}") from None
         if not 0 <= f <= 100:
-            raise ValueError(f"percentage out of range: {text!r}")
+            raise ValueError(f"must be 0% to 100%: {text!r}")
         return start + f / 100.0 * (end - start)
     if t[0] in "+-" and ":" not in t:
         off = _offset(t[1:])
@@ -334,11 +334,11 @@ def parse_position(text: str, start: float, end: float) -> float:
     if m:
         h, mi, sec = int(m.group(1)), int(m.group(2)), float(m.group(3) or 0)
         if h > 23 or mi > 59 or sec >= 60:
-            raise ValueError(f"not a clock time: {text!r}")
+            raise ValueError(f"not a clock time: {text!r} (00:00 to 23:59:59)")
         for k in range(0, int((end - start) // 86400) + 2):
             lt = time.localtime(start + k * 86400)
             cand = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, h, mi, 0, 0, 0, -1)) + sec
             if start - 1 <= cand <= end + 1:
                 return cand
-        raise ValueError(f"{text} is not within the recording ({fmt_clock(start)} to {fmt_clock(end)})")
+        raise ValueError(f"not within the recording: {text!r} ({fmt_clock(start)} to {fmt_clock(end)})")
     raise ValueError(f"not a time: {text!r} (try +90s, 14:03, 2026-11-22 14:03 or 50%)")

@@ -12,6 +12,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ..errors import os_reason, value_problem
+
 # A refresh that waits longer than this is worse than a stale one: the view says so and retries.
 TIMEOUT_S = 10.0
 QUERY_PATH = "/api/v1/query"
@@ -29,9 +31,10 @@ def base_url(url: str) -> str:
     """``url`` checked and without a trailing slash: http(s), a host, no query string."""
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise BadPrometheusUrl(f"--prometheus wants an http(s) URL such as http://prometheus:9090, not {url!r}")
+        raise BadPrometheusUrl("--prometheus: " + value_problem("not an http(s) URL", url, "e.g. http://prometheus:9090"))
     if parts.query or parts.fragment:
-        raise BadPrometheusUrl(f"--prometheus wants the server's base URL without a query, not {url!r}")
+        raise BadPrometheusUrl("--prometheus: " + value_problem("not the server's base URL", url,
+                                                                "without a query, e.g. http://prometheus:9090"))
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
@@ -66,7 +69,7 @@ def query(url: str, promql: str, timeout: float = TIMEOUT_S) -> object:
             pass
         raise PrometheusError(f"{where} answered HTTP {exc.code} {exc.reason} (is it a Prometheus server?)") from None
     except urllib.error.URLError as exc:
-        raise PrometheusError(f"cannot reach {where}: {getattr(exc.reason, 'strerror', None) or exc.reason}") from None
+        raise PrometheusError(f"cannot reach {where}: {os_reason(exc.reason) if isinstance(exc.reason, OSError) else exc.reason}") from None
     except (TimeoutError, OSError) as exc:
         raise PrometheusError(f"cannot reach {where}: {exc}") from None
     try:

@@ -9,7 +9,6 @@ copies) and never calls NVML, psutil or py-spy on the event loop. The GPU panels
 from __future__ import annotations
 
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import UserError, say
 from ..model import Event
 from ..present import FULL, header_text, host_panel_lines, sampling_text, verdict_line
 from ..store import Store, StoreSnapshot
@@ -133,7 +132,8 @@ class GputopApp(ReplayControls, App[int]):
         *REPLAY_BINDINGS,
     ]
 
-    def __init__(self, session: Session, interval: float | None = None, refresh: float | None = None) -> None:
+    def __init__(self, session: Session, interval: float | None = None, refresh: float | None = None,
+                 command: str | None = None) -> None:
         super().__init__()
         self.session = session
         self.store = session.store
@@ -159,7 +159,7 @@ class GputopApp(ReplayControls, App[int]):
         # Stops collection and closes the recording once, whoever gets there first: the caller
         # once the app has returned, or the watchdog that finishes an exit a signal or a lost
         # terminal asked for when Textual's shutdown cannot.
-        self.close_session = _once(lambda: close_session(session))
+        self.close_session = _once(lambda: close_session(session, command))
         self.watchdog = ExitWatchdog(self.close_session)
         # SIGTERM / SIGHUP that came before the app was mounted (``catch_early_signals``).
         self._early_signals: list[int] = []
@@ -647,11 +647,12 @@ class GputopApp(ReplayControls, App[int]):
 # --------------------------------------------------------------------------- entry points
 
 
-def run_app(session: Session, came: Sequence[int] = ()) -> int:
+def run_app(session: Session, came: Sequence[int] = (), command: str | None = None) -> int:
     """Run the UI over a finished session (live, fake or replay) until the user quits; collection
     stops and the recording is closed however it ends. ``came``: SIGTERM / SIGHUP that arrived
-    while the command opened the session (the app ends as soon as it is up)."""
-    app = GputopApp(session, interval=session.interval)
+    while the command opened the session (the app ends as soon as it is up). ``command``: the
+    command that runs it (``attach``; None for plain ``gputop``), which its last line names."""
+    app = GputopApp(session, interval=session.interval, command=command)
     restore = app.catch_early_signals(came)
     try:
         session.start()
@@ -696,7 +697,7 @@ def _once(fn):
     return run
 
 
-def close_session(session: Session) -> None:
+def close_session(session: Session, command: str | None = None) -> None:
     """Stop collection and close the recording; then say where the file is, on a terminal that
     may be gone."""
     recorder = session.recorder  # recording when the user quit: closed by stop()
@@ -705,7 +706,6 @@ def close_session(session: Session) -> None:
         # Said once the terminal is back: where the file is (the notice at its start is gone).
         error = recorder.error
         try:
-            print(f"gputop: {error}" if error else f"gputop: recording saved: {Path(recorder.path).resolve()}",
-                  file=sys.stderr, flush=True)
+            say(command, error, "error") if error else say(command, f"recording saved: {Path(recorder.path).resolve()}")
         except OSError:
             pass  # the terminal hung up: the file is closed all the same
