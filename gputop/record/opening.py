@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, os_reason
 from .files import wal_page1_head
 from .schema import APPLICATION_ID, OPEN_SESSION_PREFIX, SCHEMA_VERSION, SQLITE_MAGIC
 
@@ -52,7 +52,7 @@ def open_recording(path: Path) -> tuple[sqlite3.Connection, OpenFacts]:
         with open(p, "rb") as f:
             head = f.read(100)
     except OSError as exc:
-        raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot read {p}: {os_reason(exc)}") from None
     wal = Path(f"{p}-wal")
     if not head and not wal.exists():
         raise UserError(f"{p} is empty: not a gputop recording")

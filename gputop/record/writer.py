@@ -20,7 +20,7 @@ from typing import Iterable
 
 from .. import __version__
 from ..advisor import advisor_fingerprint
-from ..errors import UserError
+from ..errors import UserError, os_reason
 from ..model import (
     Event,
     Finding,
@@ -113,14 +113,9 @@ def _create_exclusive(path: Path) -> None:
         fd = os.open(path, flags, 0o600)
     except FileExistsError:
         raise OutputExists(f"{path} already exists: use --force to overwrite it or --append to add to it") from None
-    except FileNotFoundError:
-        if path.parent.is_dir():  # /proc, /sys: a directory that takes no new files
-            raise UserError(f"cannot create {path}: {path.parent} does not take new files") from None
-        raise UserError(f"cannot create {path}: directory {path.parent} does not exist") from None
-    except PermissionError:
-        raise UserError(f"cannot create {path}: permission denied") from None
     except OSError as exc:
-        raise UserError(f"cannot create {path}: {exc.strerror or exc}") from None
+        # In gputop's words: "/proc does not take new files", "t.txt is not a directory".
+        raise UserError(f"cannot create {path}: {os_reason(exc, path)}") from None
     os.close(fd)
 
 
@@ -154,7 +149,7 @@ def _lock_for_writing(path: Path, doing: str) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
-        raise UserError(f"cannot {doing} {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot {doing} {path}: {os_reason(exc)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -194,7 +189,7 @@ def _remove_existing(path: Path) -> None:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise UserError(f"cannot remove {p}: {exc.strerror or exc}") from None
+            raise UserError(f"cannot remove {p}: {os_reason(exc)}") from None
 
 
 def _chmod_private(path: Path) -> None:
@@ -345,7 +340,7 @@ class RecordWriter:
                 try:
                     p.unlink()
                 except OSError as exc:
-                    raise UserError(f"cannot remove stale {p}: {exc.strerror or exc}") from None
+                    raise UserError(f"cannot remove stale {p}: {os_reason(exc)}") from None
         _create_exclusive(path)
         lock = _lock_for_writing(path, "record to")
         try:

@@ -31,6 +31,8 @@ from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import os_reason
+
 # Larger than any dump the recorder writes (20,000 entries with stacks are tens of MB); a file
 # above it is refused before it is read. Judgement.
 MAX_DUMP_BYTES = 1 << 30
@@ -132,7 +134,7 @@ def load_dump(path: Path) -> Any:
     try:
         st = path.stat()
     except OSError as exc:
-        raise DumpError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise DumpError(f"cannot read {path}: {os_reason(exc)}") from None
     if not stat.S_ISREG(st.st_mode):
         raise DumpError(f"{path} is not a regular file")
     if st.st_size > MAX_DUMP_BYTES:
@@ -151,7 +153,7 @@ def load_dump(path: Path) -> Any:
     except DumpError:
         raise
     except OSError as exc:
-        raise DumpError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise DumpError(f"cannot read {path}: {os_reason(exc)}") from None
     except EOFError:
         raise DumpError(f"{path} is cut short: {_CUT}") from None
     except pickle.UnpicklingError as exc:

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import UserError
+from ..errors import UserError, os_reason
 from ..redact import redact_cmdline
 from .pyspy_permissions import permission_advice
 
@@ -195,7 +195,7 @@ def _run_pyspy(pyspy: str, args: list[str], pid: int, timeout: float,
                     raise AttachError(f"py-spy did not answer within {timeout:g} s for PID {pid}",
                                       "pyspy-failed") from None
         except OSError as exc:
-            raise AttachError(f"cannot run py-spy ({pyspy}): {exc.strerror or exc}", "pyspy-missing") from None
+            raise AttachError(f"cannot run py-spy ({pyspy}): {os_reason(exc)}", "pyspy-missing") from None
         finally:
             if meter is not None:
                 meter(time.perf_counter() - t0, _children_cpu() - c0)
