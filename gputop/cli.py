@@ -157,6 +157,23 @@ def _glue_negative_values(argv: list[str], options: set[str] = frozenset({"--sta
     return out
 
 
+def _bare_fake_before_command(argv: list[str]) -> list[str]:
+    """``gputop --fake advise``: ``--fake`` takes an optional count, and argparse gave it the
+    command's name ("not a number of GPUs: 'advise'"). A command's name right after gputop's own
+    ``--fake`` (or an abbreviation argparse takes for it) is the command: ``--fake`` gets its
+    default count, as ``gputop advise --fake`` does."""
+    from .commands.options import DEFAULT_FAKE_GPUS
+
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--" or arg in COMMANDS:
+            break  # past gputop's own options
+        if len(arg) >= 4 and "--fake".startswith(arg) and out[i + 1] in COMMANDS:
+            out[i] = f"--fake={DEFAULT_FAKE_GPUS}"
+            break
+    return out
+
+
 def _typed_before_command(argv: list[str], command: str | None, option: str) -> bool:
     """Whether ``option`` (or an abbreviation argparse takes for it) was typed before ``command``:
     then it is gputop's own (``gputop --force attach 1``), not the command's (``advise -f``)."""
@@ -206,6 +223,7 @@ def _options_before_command(parser: argparse.ArgumentParser, argv: list[str], ar
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = _glue_negative_values(sys.argv[1:] if argv is None else list(argv), _value_options(parser))
+    argv = _bare_fake_before_command(argv)
     args = parser.parse_args(argv)
     if args.command is not None:
         _options_before_command(parser, argv, args)
