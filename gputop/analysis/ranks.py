@@ -105,6 +105,11 @@ class RankView:
     # (DDP's reducer, FSDP's hooks, a library).
     collective_caller: str | None = None
     collective_caller_share: float = 0.0
+    # Whether its collective is called once per turn of the loop its step's other work runs in
+    # (True: the call sits in that loop itself, as ``dist.all_reduce(flat)`` after backward does),
+    # or from a loop of its own inside the step (False: one call per tensor); None where the
+    # source's loops were not read.
+    collective_once_per_step: bool | None = None
     # Where in its step its hot place runs (analysis.step_order): BEFORE_FORWARD (it prepares the
     # batch) or AFTER_UPDATE (work of its own after the backward: an EMA, a metric); None unknown.
     hot_when: str | None = None
@@ -183,6 +188,7 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
         (name, path), k = anywhere.most_common(1)[0]
         top, top_share = f"{name} ({path}:{any_lines[(name, path)].most_common(1)[0][0]})", k / n
     caller = hot_place(coll)
+    once = collective_once_per_step(main)
     recent = main[-WORKS_RECENT:]
     works = bool(recent) and (len({stack_key(s.frames) for s in recent}) > 1
                               or sum(1 for s in recent if s.active) >= len(recent) / 2)
@@ -192,7 +198,30 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
                     top=top, top_share=top_share, works=works, wrapper=wrapper_of(main),
                     collective_caller=caller[0] if caller else None,
                     collective_caller_share=caller[1] / len(coll) if caller and coll else 0.0,
-                    arrived=arrived)
+                    collective_once_per_step=once, arrived=arrived)
+
+
+def _loop_of(frames) -> tuple[str, str, int] | None:
+    """(function, file, first line of the loop) of the innermost user frame of ``frames`` whose
+    line sits in a loop read from its source; None where none does (or none was read)."""
+    for f in frames:
+        if f.loop and not is_library(f.filename):
+            return f.name, f.filename, f.loop
+    return None
+
+
+def collective_once_per_step(main: Sequence[StackSample]) -> bool | None:
+    """Whether a rank's collectives are called from the loop its other work runs in (once a step:
+    the loop around the call is the step's own) rather than from a loop inside the step (one call
+    per tensor, the tutorial's ``for p in model.parameters(): dist.all_reduce(p.grad)``). Read
+    from the loops (``Frame.loop``) of the user's frames around each sample; None where the
+    collectives' loops were not read."""
+    step_loops = {_loop_of(s.frames) for s in main if s.category is not Category.COLLECTIVE} - {None}
+    calls = [_loop_of(s.frames) for s in main if s.category is Category.COLLECTIVE]
+    known = [c for c in calls if c is not None]
+    if not known or not step_loops:
+        return None
+    return sum(c in step_loops for c in known) > len(known) / 2
 
 
 # A main-thread sample in one of these is the rank taking part in the step (RankView.arrived).

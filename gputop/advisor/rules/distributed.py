@@ -451,6 +451,11 @@ def check_manual_gradient_sync(ctx: AnalysisContext) -> Hit | None:
     callers = {v.collective_caller.split(" (")[0] for v in views if v.collective_caller}
     if len(callers) != 1:
         return None  # each rank reduces from a different place: not one gradient-averaging loop
+    if all(v.collective_once_per_step for v in views):
+        # One all-reduce a step from the training loop itself (a flat buffer, a metric): not one
+        # call per tensor, and its wait on a busy host is the ranks' jitter, not bucketing to win
+        # (a healthy 2-rank gloo job on a loaded machine was told to wrap its model in DDP).
+        return None
     if rank_straggler(ctx):
         return None  # the others wait for one rank: the straggler rule's
     caller = callers.pop()
