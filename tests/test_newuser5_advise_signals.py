@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gputop.record.reader import Reader
+from proc_helpers import as_from_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _advise(*extra: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "gputop", "advise", "--fake", "1", "--duration", "60", *extra]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 

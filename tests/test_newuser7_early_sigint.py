@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gputop.cli import main
+from proc_helpers import as_from_a_terminal, signal_state
 from gputop.record.reader import Reader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +34,7 @@ def _interrupt_at(args: list[str], delay: float) -> tuple[int, str, str]:
     it is Python's own start (~0.1 s here), which no program's code can answer."""
     started = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "gputop", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=as_from_a_terminal,
                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
         deadline = started + 30
@@ -40,8 +42,12 @@ def _interrupt_at(args: list[str], delay: float) -> tuple[int, str, str]:
             assert time.monotonic() < deadline and p.poll() is None
             time.sleep(0.002)
         time.sleep(max(0.0, started + delay - time.monotonic()))
+        state = signal_state(p.pid)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"SIGINT did not end it; its signals when sent: {state}") from None
     finally:
         if p.poll() is None:
             p.kill()
