@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
+from typing import Sequence
 
 REDACTED = "***"
 
@@ -179,7 +180,7 @@ _LINE_NO = re.compile(r"\d+(?![\w.])")
 def _redact_kv(text: str, low: str | None) -> str:
     """Only a secret name's value is consumed: after a plain one (``--env=``, ``max_tokens=``)
     the scan goes on inside its value (``--env=HF_TOKEN=x``)."""
-    out: list[str] = []
+    values: list[re.Match] = []
     pos = 0
     cands = _KV_CAND.finditer(low) if low is not None else _KV_CAND_I.finditer(text)
     for m in cands:
@@ -196,12 +197,23 @@ def _redact_kv(text: str, low: str | None) -> str:
         v = _KV_VAL.match(text, m.end())
         if v is None:
             continue
+        values.append(v)
+        pos = v.end()
+    return _hide_values(text, values)
+
+
+def _hide_values(text: str, values: Sequence[re.Match]) -> str:
+    """``text`` with the ``val`` group of each of ``values`` (matches of _KV_VAL, in order, apart)
+    hidden, its quotes kept."""
+    if not values:
+        return text
+    out: list[str] = []
+    pos = 0
+    for v in values:
         val = v.group("val")
         out.append(text[pos:v.start("val")])
         out.append(val[0] + REDACTED + val[0] if val[0] in "\"'" else REDACTED)
         pos = v.end()
-    if not out:
-        return text
     out.append(text[pos:])
     return "".join(out)
 
@@ -216,7 +228,7 @@ _FLAG_SP_CAND_I = re.compile(r"(?i)" + _FLAG_SP)
 
 
 def _redact_flag_values(text: str, low: str | None) -> str:
-    out: list[str] = []
+    values: list[re.Match] = []
     pos = 0
     for m in _FLAG_SP_CAND.finditer(low) if low is not None else _FLAG_SP_CAND_I.finditer(text):
         if m.start() < pos or not is_secret_name(m.group("name").lstrip("-")):
@@ -224,14 +236,9 @@ def _redact_flag_values(text: str, low: str | None) -> str:
         v = _KV_VAL.match(text, m.end())
         if v is None:
             continue
-        val = v.group("val")
-        out.append(text[pos:v.start("val")])
-        out.append(val[0] + REDACTED + val[0] if val[0] in "\"'" else REDACTED)
+        values.append(v)
         pos = v.end()
-    if not out:
-        return text
-    out.append(text[pos:])
-    return "".join(out)
+    return _hide_values(text, values)
 
 
 def redact_text(text: str) -> str:
