@@ -27,6 +27,7 @@ def test_advise_json_on_fake_gpus(capsys):
     assert out["evaluation_log_max"] == 60 and out["evaluation_log_left_out"] == max(0, out["evaluations"] - len(log))
     shown_at = next(e for e in log if "no-tensor-cores" in e["shown"])
     assert "no-tensor-cores" in shown_at["fired"] and shown_at["warmup"] is None
+    assert all(isinstance(e["withdrawn"], dict) for e in log)  # rule id -> why it took its finding back
     assert {b["device"] for b in out["breakdown"]} == {"GPU 0", "GPU 1"}
     for bd in out["breakdown"]:
         assert sum(b["percent"] for b in bd["buckets"]) == 100

@@ -89,3 +89,15 @@ def test_the_engine_shows_the_milder_answer_until_the_graver_has_held():
         shown = adv.update(adv.run_rules(ctx), float(t))
         sev.append(shown[0].severity.value if shown else None)
     assert sev == [None, "info", "info", "info", "info", "warning", "warning"], sev
+
+
+def test_the_last_run_pairs_its_context_with_what_was_withdrawn():
+    """advise --json's evaluation log reads the pair from another thread: one evaluation's both."""
+    from gputop.store import Store
+
+    rule = Rule("cause", "A cause", Severity.WARNING, lambda ctx: Withdraw("another cause fits as well"))
+    adv = Advisor(rules=(rule,))
+    assert adv.last_run is None
+    adv.evaluate(Store(), now=1_700_000_000.0)
+    ctx, withdrawn = adv.last_run
+    assert ctx is adv.last_context and withdrawn == {"cause": "another cause fits as well"}

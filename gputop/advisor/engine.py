@@ -96,6 +96,9 @@ class Advisor:
     _last_update: float | None = None
     _held: tuple[str, ...] = ()  # the rules the last run held back (warming up, a hang forming)
     withdrawn: dict[str, str] = field(default_factory=dict)  # rule id -> why its check took it back, last run
+    # The last evaluation's context with what its checks withdrew, set together once both are known:
+    # another thread (advise's log) reads the pair as one.
+    last_run: tuple[AnalysisContext, dict[str, str]] | None = None
 
     # ----------------------------------------------------------------- driving
 
@@ -107,7 +110,9 @@ class Advisor:
         """Run the rules on one evidence window, shared with the other readers of its tick."""
         ctx = context_of(window)
         self.last_context = ctx
-        return self.update(self.run_rules(ctx), ctx.now)
+        found = self.run_rules(ctx)
+        self.last_run = (ctx, self.withdrawn)
+        return self.update(found, ctx.now)
 
     def run_rules(self, ctx: AnalysisContext) -> list[Finding]:
         out: list[Finding] = []

@@ -263,13 +263,16 @@ class _Progress:
         pending = self.session.store.pending_findings()
         for f in [*findings, *pending]:
             self.first_fired.setdefault(f.id, now)
-        ctx = self.session.advisor.advisor.last_context if self.session.advisor is not None else None
+        run = self.session.advisor.advisor.last_run if self.session.advisor is not None else None
+        ctx, withdrawn = run if run is not None else (None, {})
         if ctx is not None and ctx is not self._last_ctx and len(self.evaluations) < EVALUATION_LOG_MAX:
             self._last_ctx = ctx
             self.evaluations.append({
                 "t_s": now, "main_stacks": len(ctx.main_stacks), "warmup": ctx.warmup,
                 "fired": sorted(f.id for f in [*findings, *pending]),
                 "shown": [f.id for f in findings],
+                # What a rule took back, and why: the evidence fits another cause as well.
+                "withdrawn": dict(withdrawn),
             })
         top = (findings[0].id, findings[0].severity.value) if findings else (None, None)
         last = self.timeline[-1] if self.timeline else None
