@@ -70,19 +70,25 @@ def test_ddps_backward_wait_is_ddp_though_its_forward_frame_was_not_sampled():
     assert _check(out) is None
 
 
-def _looped(per_tensor: bool, n: int = 60, share: float = 0.18):
+def _looped(per_tensor: str | None, n: int = 60, share: float = 0.18):
     """Frames with their loops read (Frame.loop): the training loop at line 85 of `main`; the
-    all-reduce either from `average_gradients`' own loop over the parameters (line 602) or from
-    the training loop itself, once a step."""
+    all-reduce from `average_gradients`' own loop over the parameters (line 602; "helper", its
+    division between the calls sampled too), from a loop over them inline in the training loop
+    ("inline", line 91), or from the training loop itself, once a step (None)."""
     out = []
     for pid in (10, 11):
         for i in range(n):
             if i % n < round(share * n):
-                if per_tensor:
+                if per_tensor == "helper":
                     frames = (C10D, Frame("average_gradients", PROJ, 603, loop=602), Frame("main", PROJ, 92, loop=85))
+                elif per_tensor == "inline":
+                    frames = (C10D, Frame("main", PROJ, 92, loop=91))
                 else:
                     frames = (C10D, Frame("main", PROJ, 92, loop=85))
                 out.append(_main(pid, i, frames, Category.COLLECTIVE))
+            elif per_tensor == "helper" and i % 7 == 0:
+                frames = (Frame("average_gradients", PROJ, 604, loop=602), Frame("main", PROJ, 92, loop=85))
+                out.append(_main(pid, i, frames, Category.OTHER))
             else:
                 step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90, loop=85))
                 out.append(_main(pid, i, step, Category.BACKWARD))
@@ -92,12 +98,13 @@ def _looped(per_tensor: bool, n: int = 60, share: float = 0.18):
 def test_one_all_reduce_a_step_from_the_training_loop_is_not_a_per_tensor_sync():
     """A healthy 2-rank gloo job reducing one tensor a step from its loop, on a loaded machine, sat
     in all_reduce 17 % of its samples (the ranks' jitter) and was told to wrap its model in DDP."""
-    views = rank_views({10: 0, 11: 1}, _looped(per_tensor=False), T0)
+    views = rank_views({10: 0, 11: 1}, _looped(None), T0)
     assert all(v.collective_once_per_step is True for v in views)
-    assert _check(_looped(per_tensor=False)) is None
-    views = rank_views({10: 0, 11: 1}, _looped(per_tensor=True), T0)
-    assert all(v.collective_once_per_step is False for v in views)
-    hit = _check(_looped(per_tensor=True))
-    assert hit is not None and "`average_gradients`" in hit.title
+    assert _check(_looped(None)) is None
+    for kind, caller in (("helper", "average_gradients"), ("inline", "main")):
+        views = rank_views({10: 0, 11: 1}, _looped(kind), T0)
+        assert all(v.collective_once_per_step is False for v in views), kind
+        hit = _check(_looped(kind))
+        assert hit is not None and f"`{caller}`" in hit.title, kind
     # Loops not read (no source): as before, the share and the caller decide.
     assert all(v.collective_once_per_step is None for v in rank_views({10: 0, 11: 1}, _stacks(0.18), T0))

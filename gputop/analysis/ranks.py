@@ -201,27 +201,34 @@ def rank_view(rank: int, pid: int, main: Sequence[StackSample], gpu: int | None 
                     collective_once_per_step=once, arrived=arrived)
 
 
-def _loop_of(frames) -> tuple[str, str, int] | None:
-    """(function, file, first line of the loop) of the innermost user frame of ``frames`` whose
-    line sits in a loop read from its source; None where none does (or none was read)."""
-    for f in frames:
-        if f.loop and not is_library(f.filename):
-            return f.name, f.filename, f.loop
-    return None
+def _loops_of(frames) -> list[tuple[str, str, int]]:
+    """(function, file, first line of its innermost loop) of each user frame of ``frames`` whose
+    line sits in a loop read from its source, innermost frame first."""
+    return [(f.name, f.filename, f.loop) for f in frames if f.loop and not is_library(f.filename)]
 
 
 def collective_once_per_step(main: Sequence[StackSample]) -> bool | None:
-    """Whether a rank's collectives are called from the loop its other work runs in (once a step:
-    the loop around the call is the step's own) rather than from a loop inside the step (one call
-    per tensor, the tutorial's ``for p in model.parameters(): dist.all_reduce(p.grad)``). Read
-    from the loops (``Frame.loop``) of the user's frames around each sample; None where the
-    collectives' loops were not read."""
-    step_loops = {_loop_of(s.frames) for s in main if s.category is not Category.COLLECTIVE} - {None}
-    calls = [_loop_of(s.frames) for s in main if s.category is Category.COLLECTIVE]
-    known = [c for c in calls if c is not None]
-    if not known or not step_loops:
+    """Whether a rank's collectives are called once a turn of its outermost loop (the training
+    loop: ``dist.all_reduce(flat)`` after backward) rather than from a loop nested in it (one call
+    per tensor, the tutorial's ``for p in model.parameters(): dist.all_reduce(p.grad)``, inline or
+    in a helper). Nested: a caller's frame further up sits in a loop too, or the function's other
+    samples show a loop of its that starts before the call's (the training loop around it). Read
+    from the loops (``Frame.loop``) of the user's frames; None where the collectives' were not read."""
+    earliest: dict[tuple[str, str], int] = {}
+    for s in main:
+        if s.category is not Category.COLLECTIVE:
+            for name, path, loop in _loops_of(s.frames):
+                earliest[(name, path)] = min(loop, earliest.get((name, path), loop))
+    verdicts = []
+    for s in main:
+        if s.category is Category.COLLECTIVE:
+            loops = _loops_of(s.frames)
+            if loops:
+                (name, path, loop), outer = loops[0], loops[1:]
+                verdicts.append(not outer and earliest.get((name, path), loop) >= loop)
+    if not verdicts:
         return None
-    return sum(c in step_loops for c in known) > len(known) / 2
+    return sum(verdicts) > len(verdicts) / 2
 
 
 # A main-thread sample in one of these is the rank taking part in the step (RankView.arrived).
