@@ -31,6 +31,7 @@ from .span import recording_span
 from .blocks import unpack_rows
 from .schema import (
     ADVISOR_PREFIX,
+    JUDGING_PREFIX,
     STATE_EVENT_SOURCES,
     FINDINGS_OPTIONAL,
     FRAMES_KEEPS,
@@ -721,6 +722,26 @@ class Reader:
         return self._rows("SELECT ts, last_seen, finding_id, severity, title, gpu FROM findings ORDER BY ts")
 
     # ----------------------------------------------------------------- summary for `info`
+
+    def judging(self) -> dict[int, dict[str, float]]:
+        """Each session's advisor settings (``stuck_after``, ``window``, seconds) by session id,
+        as writer.start_session kept them; a session written before they were kept, or whose
+        value is not a sane number, has none (the defaults judge it)."""
+        import json
+
+        out: dict[int, dict[str, float]] = {}
+        for k, v in self.meta.items():
+            if not (isinstance(k, str) and k.startswith(JUDGING_PREFIX) and k[len(JUDGING_PREFIX):].isdigit()):
+                continue
+            try:
+                got = json.loads(codec.clean_text(v, 200))
+            except (TypeError, ValueError):
+                continue
+            if isinstance(got, dict):
+                out[int(k[len(JUDGING_PREFIX):])] = {
+                    name: float(x) for name, x in got.items()
+                    if name in ("stuck_after", "window") and isinstance(x, (int, float)) and 0 < x <= 366 * 86400}
+        return out
 
     def advisor_fingerprints(self) -> dict[int, str]:
         """Each session's advisor fingerprint (writer.start_session), by session id; a session

@@ -190,6 +190,8 @@ class Recorder:
             target_pid=session.target_pid,
             target_cmdline=target_cmdline(session.target_pid),
             interval=interval,
+            stuck_after=session.stuck_after,
+            window=session.window,
         )
         rec = cls.open(path, force=force, append=append, store=session.store, notify=session.pipeline.publish,
                        meta=meta, max_bytes=max_bytes, identify=identify)

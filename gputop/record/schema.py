@@ -288,6 +288,16 @@ def advisor_key(session_id: int) -> str:
     return f"{ADVISOR_PREFIX}{session_id}"
 
 
+# The settings a session's advisor judged with (its stuck threshold, its window), as JSON: a report
+# or replay judges the samples again with the same ones, so it reaches the verdict the session
+# showed (`advise --stuck-after 6 --record F` called a job stuck that `report F` judged at 30 s).
+JUDGING_PREFIX = "judging."
+
+
+def judging_key(session_id: int) -> str:
+    return f"{JUDGING_PREFIX}{session_id}"
+
+
 def open_session_key(session_id: int) -> str:
     return f"{OPEN_SESSION_PREFIX}{session_id}"
 

@@ -9,6 +9,7 @@ it off the pipeline's threads.
 from __future__ import annotations
 
 import fcntl
+import json
 import math
 import os
 import socket
@@ -50,6 +51,7 @@ from .schema import (
     FRAMES_KEEPS,
     APPLICATION_ID,
     advisor_key,
+    judging_key,
     open_session_key,
     DDL,
     FORMAT_NAME,
@@ -101,6 +103,8 @@ class SessionMeta:
     target_cmdline: str = ""
     interval: float | None = None
     host: str = field(default_factory=socket.gethostname)
+    stuck_after: float | None = None  # the advisor's stuck threshold (s)
+    window: float | None = None  # the advisor's window (s)
 
 
 # --------------------------------------------------------------------------- creating the file
@@ -515,6 +519,10 @@ class RecordWriter:
         # again rather than print an older verdict as its own (report.rejudge).
         self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                           (advisor_key(self.session_id), advisor_fingerprint()))
+        judging = {k: v for k, v in (("stuck_after", meta.stuck_after), ("window", meta.window)) if v is not None}
+        if judging:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                              (judging_key(self.session_id), json.dumps(judging)))
         # Removed by finish(): a session whose mark is still there was not closed cleanly.
         self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                           (open_session_key(self.session_id), repr(time.time())))

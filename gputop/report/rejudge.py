@@ -63,9 +63,16 @@ def judged(reader: Reader, step_s: float = STEP_S,
     bench's replays and the tests'."""
     from ..store import Store
 
+    judging = reader.judging()
+    ids = [s["id"] for s in reader.sessions]  # session_list's ``session`` is the ordinal of these
     for sess, s0, s1 in spans if spans is not None else session_spans_judged(reader):
         store = Store()
-        advisor = Advisor(target_pid=sess["target_pid"])
+        # With the session's own threshold and window: the verdict it showed live.
+        n = sess.get("session")
+        settings = judging.get(ids[n - 1], {}) if isinstance(n, int) and 0 < n <= len(ids) else {}
+        advisor = Advisor(target_pid=sess["target_pid"],
+                          **{k: v for k, v in (("stuck_after_s", settings.get("stuck_after")),
+                                               ("window_s", settings.get("window"))) if v is not None})
         store.add(reader.samples(s0 - BACKFILL_S, s0))  # what the sources read at attach (NVML's buffer)
         t = s0
         while t < s1:
