@@ -137,6 +137,22 @@ def test_a_lagging_per_process_reading_does_not_make_an_idle_gpu_busy():
     assert gpu_state(store, PID, now + 1.0) == "busy"
 
 
+def test_the_gpus_work_before_the_thread_stopped_is_not_work_while_it_waits():
+    """A rank blocked on a queue: its GPU ran its last kernels until the thread stopped, then
+    idled. Over the usual 5 s look-back it reads busy for 5 s; over the stillness it is idle."""
+    store = Store()
+    step = fill(store, 6.0, frames=MOVING, cat=Category.FORWARD)
+    still = fill(store, 3.0, start=step + 0.2)  # then still at one line for 3 s
+    for k in range(int((still - T0) / 0.5) + 1):
+        t = T0 + 0.5 * k
+        store.add([GpuSample(ts=t, index=0, util_gpu=80.0 if t <= step + 0.2 else 0.0),
+                   GpuProcess(ts=t, gpu_index=0, pid=PID)])
+    w = read_window(store, PID, now=still)
+    assert w.gpu_state == "busy"  # its kernels before the stop are in the 5 s look-back
+    assert w.gpu_state_while_still == "idle"
+    assert w.stuck is not None and w.stuck.works is None, w.stuck.reason
+
+
 def test_stale_samples_and_exited_target_give_no_verdict():
     store = Store()
     fill(store, 40.0)

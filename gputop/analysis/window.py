@@ -33,7 +33,7 @@ from .stacks_summary import StacksView, stacks_view_of
 from .hang_forming import Forming, hang_forming
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
-    family_tasks, idle_reach, judge, latest_others, spinning_pids,
+    family_tasks, idle_reach, judge, latest_others, spinning_pids, unchanged_run,
 )
 from .threshold import JUDGEMENT, IntThreshold, Threshold
 
@@ -410,11 +410,23 @@ class JobWindow:
         """'spin', 'busy', 'idle' or 'unknown': the target's GPUs over the last few seconds (the
         stuck verdict's input): its own SM utilisation where NVML gives it per process, else the
         job's GPUs' time lines (the breakdown's slices)."""
+        return self._gpu_state(self.now - GPU_IDLE_WINDOW_S)
+
+    @functools.cached_property
+    def gpu_state_while_still(self) -> str:
+        """``gpu_state`` over the main thread's current stillness only, where it began inside the
+        look-back: work the GPU did before the thread stopped is not work while it waits (a rank
+        blocked on a queue read "the GPU is busy" for the 5 s its last kernels stayed in the
+        look-back, and its hang could not form)."""
+        run = unchanged_run(self.main_history)
+        start = self.now - GPU_IDLE_WINDOW_S
+        return self._gpu_state(max(start, run[0].ts) if run is not None else start)
+
+    def _gpu_state(self, since: float) -> str:
         if self.target_pid in self.spin_pids:
             return "spin"
         mine = [p for p in self.gpu_processes if p.pid == self.target_pid]
-        utils = [s.util for v in self.gpus if v.index != CPU_DEVICE for s in v.slices
-                 if s.end >= self.now - GPU_IDLE_WINDOW_S]
+        utils = [s.util for v in self.gpus if v.index != CPU_DEVICE for s in v.slices if s.end >= since]
         if any(p.sm_util is not None for p in mine):
             if utils and max(utils) <= GPU_IDLE_PCT:
                 # An idle GPU runs nothing of anyone's: the per-process reading lags (read every
@@ -444,7 +456,7 @@ class JobWindow:
             history,
             now,
             self.stuck_after_s,
-            gpu=self.gpu_state,
+            gpu=self.gpu_state_while_still,
             others=latest_others([s for s in self.stacks if s.ts >= start], target),
             history_start=start,
             exited=bool(target_procs) and target_procs[-1].status in ("exited", "zombie"),
