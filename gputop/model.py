@@ -389,6 +389,9 @@ class ThreadState:
     state: str = "?"  # R running, S sleeping, D uninterruptible (disk, NFS), T stopped, Z zombie
     cpu_ns: int | None = None  # CPU time used since the thread started (schedstat, else stat ticks)
     runs: int | None = None  # times it was scheduled onto a CPU (schedstat); None: unknown
+    # Times it gave up its CPU to wait (status's voluntary_ctxt_switches): its wakes, which a busy
+    # host's preemptions do not inflate as they do ``runs``. Read for a process's main thread only.
+    wakes: int | None = None
     wchan: str | None = None  # kernel function it sleeps in; None: unknown or running
     syscall: str | None = None  # the syscall it is blocked in ("read", "futex", ...); None: unknown
     fd_path: str | None = None  # what that syscall's fd points at: a path, "socket:[N]", "pipe:[N]"

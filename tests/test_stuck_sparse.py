@@ -7,6 +7,8 @@ gaps. Plain samples in, as the sources would give them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gputop.advisor.engine import Advisor
 from gputop.analysis.hang import WORKER
 from gputop.analysis.stuck import judge
@@ -271,3 +273,33 @@ def test_a_read_per_item_in_the_main_process_is_not_stuck_a_poll_in_it_is():
     assert verdict(lib, Category.DATA_FETCH, 45.0, main_ms_per_s=60.0, runs_per_s=480.0).stuck
     # A read that never wakes is a hang whatever its loops.
     assert verdict(reads, Category.DATA_FETCH, 45.0, main_ms_per_s=0.0, runs_per_s=0.0).stuck
+
+
+def test_a_starved_loop_is_judged_by_its_wakes_not_its_preempted_runs():
+    """A loop sleeping 50 ms a step on a host busier than its cores (measured: 72 ms of CPU a second,
+    83 runs a second of which 81 preemptions, 2.4 voluntary wakes a second): per run 0.86 ms, and in
+    a busier moment under the 0.5 ms a run that tells work from a poll; per wake 30 ms. Its wakes
+    decide where they are read. A poll loop's wakes stay microseconds each, read either way."""
+    def starved(ts, ms_per_s, runs_per_s, wakes_per_s):
+        t = task(ts, ms_per_s, runs_per_s)
+        main = replace(t.threads[0], wakes=int(wakes_per_s * (ts - T0)))
+        return replace(t, threads=(main, *t.threads[1:]))
+
+    main = [stack(t, SLEEP, Category.IDLE) for t in sparse_times(45.0)]
+    # Preempted into 0.3 ms runs: by its runs alone, a poll (the stuck verdict a CI run made).
+    runs_only = {PID: [task(T0 + i, 36.0, 120.0) for i in range(46)]}
+    assert judge(main, main[-1].ts, 30.0, tasks=runs_only).stuck
+    wakes = {PID: [starved(T0 + i, 36.0, 120.0, 2.4) for i in range(46)]}
+    v = judge(main, main[-1].ts, 30.0, tasks=wakes)
+    assert not v.stuck and "15.0 ms each time" in v.reason, v.reason
+    # A poll that wakes 10 times a second for 50 us stays stuck with its wakes read.
+    poll = {PID: [starved(T0 + i, 0.5, 10.0, 10.0) for i in range(46)]}
+    assert judge([stack(t, POLL, Category.IDLE) for t in sparse_times(45.0)], main[-1].ts, 30.0, tasks=poll).stuck
+
+
+def test_the_procfs_source_reads_the_main_threads_voluntary_switches():
+    from gputop.sources.procfs import _voluntary_switches
+
+    status = "Name:\tpython\nvoluntary_ctxt_switches:\t1234\nnonvoluntary_ctxt_switches:\t99\n"
+    assert _voluntary_switches(status) == 1234
+    assert _voluntary_switches("Name:\tpython\n") is None and _voluntary_switches(None) is None

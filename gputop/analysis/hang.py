@@ -122,6 +122,9 @@ class Progress:
     # Times the main thread was put on a CPU over its span (schedstat): with ``main_cores``, how much
     # it runs each time it wakes. None: unknown (no schedstat, or no main thread read).
     main_runs: int | None = None
+    # Times the main thread blocked and woke over its span (voluntary switches): on a busy host its
+    # runs count preemptions too, which split one wake's work into many runs. None: not read.
+    main_wakes: int | None = None
 
 
 def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
@@ -137,6 +140,7 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
     main_span = 0.0
     main_state: str | None = None
     main_runs: int | None = None
+    main_wakes: int | None = None
     for samples in tasks.values():
         xs = [s for s in samples if t0 <= s.ts <= t1]
         if len(xs) < 2:
@@ -156,6 +160,8 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
                 main_ns, main_span, main_state = max(0, d), b.ts - a.ts, t.state
                 if t.runs is not None and old.runs is not None:
                     main_runs = max(0, t.runs - old.runs)
+                if t.wakes is not None and old.wakes is not None:
+                    main_wakes = max(0, t.wakes - old.wakes)
             if (t.runs is not None and old.runs is not None and t.runs != old.runs) or d > 0:
                 ran += 1
         for x, y in ((a.rchar, b.rchar), (a.wchar, b.wchar)):
@@ -164,7 +170,8 @@ def progress(tasks: Mapping[int, Sequence[TaskSample]], t0: float, t1: float,
     if span <= 0:
         return None
     main_cores = main_ns / 1e9 / main_span if main_ns is not None and main_span > 0 else None
-    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran, main_cores, main_state, main_runs)
+    return Progress(span, cpu_ns / 1e9 / span, io / span, threads, ran, main_cores, main_state, main_runs,
+                    main_wakes)
 
 
 # --------------------------------------------------------------------------- one party

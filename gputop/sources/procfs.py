@@ -79,6 +79,16 @@ def _mounts(pid: int) -> list[tuple[str, str]]:
     return out
 
 
+def _voluntary_switches(status: str | None) -> int | None:
+    """``voluntary_ctxt_switches`` of a /proc status text: the times the thread blocked (a sleep, a
+    wait) and so woke; None where absent."""
+    for line in (status or "").splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            v = line.split(":", 1)[1].strip()
+            return int(v) if v.isdigit() else None
+    return None
+
+
 class ProcfsSource:
     """/proc readings of process ``pid`` and its children: one ``TaskSample`` per process per
     poll. Never raises for routine faults: a process that exits or cannot be read is skipped."""
@@ -173,8 +183,9 @@ class ProcfsSource:
             syscall, fd_path = self._syscall(pid, base)
             if fd_path and fd_path.startswith("/"):
                 fs = self._fs(pid, fd_path)
+        wakes = _voluntary_switches(_read(f"{base}/status")) if tid == pid else None
         return ThreadState(tid=tid, name=name, state=state, cpu_ns=cpu_ns, runs=runs, wchan=wchan,
-                           syscall=syscall, fd_path=fd_path, fs=fs)
+                           syscall=syscall, fd_path=fd_path, fs=fs, wakes=wakes)
 
     def _syscall(self, pid: int, base: str) -> tuple[str | None, str | None]:
         text = (_read(f"{base}/syscall") or "").split()
