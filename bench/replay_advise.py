@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path, help="recordings, or folders of them")
     ap.add_argument("--truths", choices=("multi_rank",), help="score each recording by that bench's held-out truths")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--md", type=Path, help="write a table of the top finding over time here")
     args = ap.parse_args(argv)
     files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.glob("*.gputop")))
     if not files:
@@ -94,7 +95,26 @@ def main(argv: list[str] | None = None) -> int:
               f"t={r.get('t_correct_s')} false={r.get('false_warning_ids', [])} :: {said}")
     if args.json:
         args.json.write_text(json.dumps({"step_s": STEP_S, "results": rows}, indent=2) + "\n")
+    if args.md:
+        args.md.write_text(markdown(rows))
     return 0
+
+
+def markdown(rows: list[dict]) -> str:
+    """The top finding over time per recording, as a table: what the advisor as it is now shows,
+    second by second, on each recording's evidence."""
+    out = ["# The advisor as it is now over recorded sessions", "",
+           f"`python bench/replay_advise.py FILES --md OUT`: each recording replayed through today's advisor, one "
+           f"evaluation every {STEP_S:g} s of recorded time, fed only what was recorded up to each instant. The "
+           "top finding shown over time (its severity), and the findings shown at the end. In-sample: these "
+           "recordings have been read while building the rules.", "",
+           "| recording | s | top finding over time | shown at the end |", "|---|---|---|---|"]
+    for r in rows:
+        timeline = " → ".join(f"{t['t_s']:g} s: {t['top'] or '(none)'}" + (f" ({t['severity']})" if t["top"] else "")
+                              for t in r["top_timeline"])
+        end = ", ".join(f"{f['id']} ({f['severity']})" for f in r["findings"]) or "(none)"
+        out.append(f"| {r['recording']} | {r['duration_s']:g} | {timeline} | {end} |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
