@@ -454,8 +454,7 @@ def open_replay(path: str | Path, speed: float = 1.0, start: str | None = None, 
         judging = reader.judging().get(last.get("id"), {})
         session = Session(store=store, pipeline=pipeline, mode=Mode.REPLAY, interval=last.get("interval") or DEFAULT_INTERVAL_S,
                           target_pid=last.get("target_pid"), replay=source, clock=lambda: source.position,
-                          **{k: v for k, v in (("stuck_after", judging.get("stuck_after")),
-                                               ("window", judging.get("window"))) if v is not None})
+                          **judging)
         if session.target_pid is not None and reader.lost("stacks") == "lost":
             # A cut copy that ends before its stacks: none will come, so the panes say so rather
             # than "collecting evidence: 0 of ~20 stacks" for the whole replay.

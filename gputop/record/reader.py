@@ -9,6 +9,7 @@ Nothing in the file is executed; every value is type-checked on the way in (see 
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import os
 import sqlite3
@@ -726,9 +727,8 @@ class Reader:
     def judging(self) -> dict[int, dict[str, float]]:
         """Each session's advisor settings (``stuck_after``, ``window``, seconds) by session id,
         as writer.start_session kept them; a session written before they were kept, or whose
-        value is not a sane number, has none (the defaults judge it)."""
-        import json
-
+        value is not a sane number, has none (the defaults judge it). Only the names Advisor and
+        Session take (``stuck_after``, ``window``; the advisor's with ``_s``) are kept."""
         out: dict[int, dict[str, float]] = {}
         for k, v in self.meta.items():
             if not (isinstance(k, str) and k.startswith(JUDGING_PREFIX) and k[len(JUDGING_PREFIX):].isdigit()):

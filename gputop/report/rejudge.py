@@ -70,9 +70,7 @@ def judged(reader: Reader, step_s: float = STEP_S,
         # With the session's own threshold and window: the verdict it showed live.
         n = sess.get("session")
         settings = judging.get(ids[n - 1], {}) if isinstance(n, int) and 0 < n <= len(ids) else {}
-        advisor = Advisor(target_pid=sess["target_pid"],
-                          **{k: v for k, v in (("stuck_after_s", settings.get("stuck_after")),
-                                               ("window_s", settings.get("window"))) if v is not None})
+        advisor = Advisor(target_pid=sess["target_pid"], **{f"{k}_s": v for k, v in settings.items()})
         store.add(reader.samples(s0 - BACKFILL_S, s0))  # what the sources read at attach (NVML's buffer)
         t = s0
         while t < s1:

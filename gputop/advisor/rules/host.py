@@ -820,6 +820,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             gain_text = (f"at most {times(bound)} samples/s (an upper bound: a {factor}x batch{sms} can at best "
                          "fill the GPU while the launch overhead per step stays)")
     if syncs_unsure:
+        unsure_bound = bounded(frac)
         places = ", ".join(f"{label} ({pct(share)})" for label, share in sync_labels(ctx, 2))
         return Hit(
             evidence=(*ev, f"the main thread waited for the GPU in {pat.samples} of its samples so far ({places}): "
@@ -828,8 +829,8 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
             action=("not yet told apart; if the line above runs every step (.item(), .cpu(), print(loss), an object "
                     "collective), removing it is the change; if it runs now and then, torch.compile or a larger "
                     "batch is"),
-            expected_gain=f"at most {times(bounded(frac))} if all of the idle time were launch overhead",
-            gain_bound=bounded(frac),
+            expected_gain=f"at most {times(unsure_bound)} if all of the idle time were launch overhead",
+            gain_bound=unsure_bound,
             cost_s=c,
             confidence=0.4,
             gpu_index=g.index,
