@@ -63,12 +63,13 @@ def test_a_held_out_jobs_launch_bound_warning_gives_way_to_what_is_weighed():
     """NCCL, 2 x H200: per-step .item() and all_gather_object (removing them measured 1.25x).
     Launch-bound fired at 2-3 s, before any sync sample; from 4 s its rule saw syncs, too few to
     count, and host-sync named the cause at 10 s. The warning was on screen 3-13 s with its first
-    seconds' evidence; from 4 s it is an information saying what is weighed, and host-sync's
-    warning, once it comes, is the only one."""
+    seconds' evidence; then from 4 s an information saying what is weighed. Its rank 0 sits in
+    backward 17x as often as in forward (waiting on the object collective), which launch-bound now
+    weighs from its first second too: host-sync's warning, once it comes, is the only one."""
     seen = _launch_bound_over(NCCL / "ad_ctr-h200x2.gputop")
     warned = sorted(t for t, sev in seen.items() if sev is Severity.WARNING)
-    assert warned == [3], seen
-    assert all(seen.get(t) is Severity.INFO for t in range(4, 10)), seen
+    assert warned == [], seen
+    assert all(seen.get(t) is Severity.INFO for t in range(3, 10)), seen
 
 
 def test_a_rise_to_a_warning_holds_as_an_appearance_does():

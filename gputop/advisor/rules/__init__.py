@@ -8,7 +8,7 @@ row of ``RULES`` below.
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
 ``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection, a profiler left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
-optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
+optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``parallel`` (nn.DataParallel), ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
 its source (a comment above it keeps whatever more there is to say); each check names the ones it
@@ -44,6 +44,7 @@ from .host import (check_blocking_in_loop, check_copies_to_host, check_cpu_work_
 from .memory import (check_memory_growth, check_memory_headroom, check_memory_near_limit, check_memory_rising,
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
+from .parallel import check_data_parallel
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_float64_math, check_fp32_training, check_no_tensor_cores
 from .recompute import check_activation_checkpointing
@@ -62,6 +63,7 @@ __all__ = ["Check", "Hit", "Rule", "RULES", "RULES_BY_ID", "THROUGHPUT_IDS", "sy
 
 # What a hung job makes moot: a job that makes no progress is not a slow one.
 THROUGHPUT_IDS = (
+    "data-parallel",
     "data-starved",
     "workers-saturated",
     "cpu-oversubscribed",
@@ -99,6 +101,11 @@ RULES: tuple[Rule, ...] = (
     Rule("stuck", "Job stuck: no progress", C, check_stuck, appear_after_s=0.0, supersedes=THROUGHPUT_IDS),
     Rule("cuda-launch-blocking", "CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous", W,
          check_cuda_launch_blocking, appear_after_s=0.0, supersedes=("host-sync", "launch-bound")),
+    # One process's Python drives every GPU: the precision, launches and batch size the other
+    # findings would name are each GPU's, seen through that bottleneck.
+    Rule("data-parallel", "nn.DataParallel: one process drives several GPUs", W, check_data_parallel,
+         supersedes=("launch-bound", "no-tensor-cores", "mixed-precision", "memory-headroom", "unfused-optimizer",
+                     "cpu-work-in-loop", "host-sync")),
     Rule("data-starved", "GPU waits for data: no DataLoader workers", W, check_data_starved),
     # Every rank loads the global batch and keeps its part: the loading itself is W times what it
     # needs, before any worker count.
@@ -132,8 +139,10 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl-env", "NCCL settings slow the ranks' communication", W, check_nccl_env, appear_after_s=0.0),
     # Measured where nccl-env reads the environment: what the links carry says P2P is off even
     # when the setting was made from Python after start.
+    # The GPUs idle while the collectives crawl through host memory: that idle time is theirs, not
+    # the launches' (a gloo job was told launch-bound; its main thread waited in backward).
     Rule("collectives-off-nvlink", "Collectives go through host memory, NVLink idle", W,
-         check_collectives_off_nvlink),
+         check_collectives_off_nvlink, supersedes=("launch-bound",)),
     # Offloaded, the CPU step is the cost and the GPU has nothing to launch: fusing it or a larger
     # batch are not the change.
     Rule("optimizer-offload", "The optimizer runs on the CPU (offloaded) while the GPU idles", W,

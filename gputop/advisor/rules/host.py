@@ -710,6 +710,38 @@ def dispatching_positively(ctx: AnalysisContext, dispatch: float) -> bool:
     return bool(fills) and min(fills) < CPU_WORK_SM_FILL_MIN
 
 
+# A backward's own launches take about as long as its forward's, or a few times (the autograd
+# thread launches them while the main thread waits inside backward): the main thread's backward
+# samples over its forward samples were 0.6-3.5 in every healthy and launch-bound recording here.
+# A backward waiting this many times longer than its forward, with the GPU idle, waits on
+# something that is not its launches: a gradient all-reduce through host memory (a gloo process
+# group on GPU tensors: 12-50x; NCCL without P2P: 16x), an object collective, a hook, a rank that
+# never arrives (27-52x). torch.compile or a larger batch would not touch it. Judgement, between
+# the two groups (tests/fixtures: 3.5 against 5.4 and up).
+BACKWARD_WAIT_RATIO = Threshold(
+    5.0, "x", JUDGEMENT,
+    "The main thread inside backward at least this many times as often as inside forward: the backward waits on "
+    "something other than its own launches (healthy and launch-bound recordings 0.6-3.5x, a gloo all-reduce 12-50x).",
+    "bench/results/multi_rank.md")
+# ... counted over at least this many backward samples (a few seconds at the sampling rate): a
+# ratio of 3 to 0 is noise.
+BACKWARD_WAIT_MIN_SAMPLES = IntThreshold(
+    8, "samples", JUDGEMENT,
+    "Backward samples needed before the backward-to-forward ratio is read.")
+
+
+def backward_waits(ctx: AnalysisContext) -> float | None:
+    """How many times longer the main thread sits in backward than in forward, where that says the
+    backward waits on something other than its launches; None where it does not."""
+    train = [s for s, ev in zip(ctx.main_stacks, in_evaluation(ctx)) if not ev]
+    bwd = sum(1 for s in train if s.category is Category.BACKWARD)
+    fwd = sum(1 for s in train if s.category is Category.FORWARD)
+    if bwd < BACKWARD_WAIT_MIN_SAMPLES:
+        return None
+    ratio = bwd / max(1, fwd)
+    return ratio if ratio >= BACKWARD_WAIT_RATIO else None
+
+
 _RNN_CELLS = ("LSTMCell", "GRUCell", "RNNCell")
 # At least this share of the forward samples inside a recurrent cell's forward: the launches are
 # the cell's. Judgement: half; a model with one cell among many layers is not stepped so.
@@ -750,7 +782,7 @@ def rnn_cells(ctx: AnalysisContext) -> tuple[str, str, float] | None:
       HOST_SYNC_STEADY_COVERAGE, SYNC_SAMPLES_PER_STRETCH, MIN_STRETCHES, MAX_STRETCHES, UNFUSED_MIN_SHARE,
       OPTIMIZER_LEADS_SHARE, MEM_HEADROOM, MEM_NEAR_LIMIT, BATCH_TARGET_SHARE, MAX_BATCH_FACTOR, MIN_MAIN_SAMPLES,
       GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, SPIN_EXPLAINS, MIN_COST_FRACTION, MIN_COST_S, MIN_RECURRENCES,
-      LAUNCH_SURE_SHARE, RNN_CELL_SHARE)
+      LAUNCH_SURE_SHARE, RNN_CELL_SHARE, BACKWARD_WAIT_RATIO, BACKWARD_WAIT_MIN_SAMPLES)
 def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
@@ -760,6 +792,7 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         return None
     if not dispatching_positively(ctx, dispatch):
         return Withdraw("the main thread's Python is not the model's dispatching: CPU work of its own")
+    waits = backward_waits(ctx)
     # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
     pat = sync_pattern(ctx)
@@ -782,6 +815,26 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
         return None
     g, c = found
+    if waits is not None:
+        # Weighed, not warned: the idle time is the backward's wait, whose cause the stacks of the
+        # main thread do not name (a gloo job, a collective through host memory, was told
+        # launch-bound for 16 s; NCCL measured 4.7x).
+        frac = c / g.breakdown.total_s
+        return Hit(
+            evidence=(f"main thread inside backward {waits:.0f}x as often as inside forward, waiting: a backward's own "
+                      "launches take about as long as its forward's (0.6-3.5x in healthy and launch-bound jobs)",
+                      idle_line(g, [Bucket.CPU])),
+            action=("not launch overhead: the backward waits on something else; in a multi-GPU job, the gradient "
+                    "all-reduce (a gloo process group on GPU tensors, NCCL through host memory: the Ranks tab and "
+                    "NVLink/PCIe traffic say which), else a backward hook's CPU work or a rank that does not arrive"),
+            expected_gain=f"at most {times(bounded(frac))} if all of the idle time were the wait's",
+            gain_bound=bounded(frac),
+            cost_s=c,
+            confidence=0.4,
+            gpu_index=g.index,
+            severity=Severity.INFO,
+            title=f"Weighing: {g.name} idle {pct(frac)} while the backward waits ({waits:.0f}x its forward)",
+        )
     # Most of the launching is an unfused optimizer step and no larger batch fits to amortise
     # it: the change is the optimizer's own (unfused-optimizer names it). With memory to spare
     # a larger batch amortises the step as well and fills the SMs: launch-bound stays.

@@ -205,18 +205,27 @@ def check_collectives_off_nvlink(ctx: AnalysisContext) -> Hit | None:
     ev = [f"GPU {i}: NVLink {gb(t.nvlink_bps)} while PCIe carries {gb(t.pcie_tx_bps)} out and "
           f"{gb(t.pcie_rx_bps)} in (medians over the window)" for i, t in off]
     ev.append("a GPU sending as much as it receives over PCIe, its NVLinks idle, is the ranks' collectives going "
-              "through host memory (NCCL's SHM or socket transport): loading data is received, a checkpoint sent")
+              "through host memory (NCCL's SHM or socket transport, or a gloo process group copying CUDA tensors to the "
+              "host and back): loading data is received, a checkpoint sent")
     set_here = sorted({f"{k}={v}" for _, env in _envs(ctx).values() for k, v in env.items()
                        if k in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE")})
     ev.append("the ranks' environment at start: " + (", ".join(set_here) if set_here else
                                                      "no NCCL_P2P_* setting (one set from Python after start, "
                                                      "os.environ[...] before init_process_group, is not visible here)"))
-    return Hit(
-        evidence=tuple(ev),
-        action=("let NCCL use NVLink: remove NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC/NVL limits) wherever the job "
+    nccl_fix = ("let NCCL use NVLink: remove NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC/NVL limits) wherever the job "
                 "sets it: the script's os.environ, a launcher or job script's export, the container's environment; "
                 "in a container, give it CUDA IPC (docker run --ipc=host); then NCCL_DEBUG=INFO says `via P2P` (or "
-                "NVLS) for the rings where it now says `via SHM` or NET"),
+                "NVLS) for the rings where it now says `via SHM` or NET")
+    # A gloo process group given CUDA tensors looks the same on the links (each bucket copied to
+    # the host, summed by gloo's threads, copied back), and is what PyTorch's DDP tutorial writes:
+    # a held-out job did so on two H200s, NCCL measured 4.7x (bench/results/multi_rank.md). No
+    # setting seen makes it the likelier one.
+    gloo_fix = ("if the process group is gloo (init_process_group(\"gloo\"), as PyTorch's DDP tutorial writes it) and "
+                "the tensors are on the GPU, NCCL is not used at all: init_process_group(\"nccl\", device_id=...) (or "
+                "backend=\"cuda:nccl,cpu:gloo\" where CPU collectives are needed too)")
+    return Hit(
+        evidence=tuple(ev),
+        action=(f"{nccl_fix}; {gloo_fix}" if set_here else f"{gloo_fix}; otherwise {nccl_fix}"),
         expected_gain=("the collectives' time at NVLink's rate instead of PCIe's through host memory: several times "
                        "faster communication; how much of the step that is, the stacks do not show (the GPUs look "
                        "busy copying)"),

@@ -6,9 +6,10 @@ from __future__ import annotations
 from ...analysis import FP32, HALF, MIXED, precision_knob
 from ..context import AnalysisContext, GpuView
 from .base import (
-    GPM_BUSY_UTIL_PCT, MIN_COST_FRACTION, MIN_COST_S, SPIN_EXPLAINS, Hit, pct, significant, spinning, times, uses,
-    worst,
+    GPM_BUSY_UTIL_PCT, MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, SPIN_EXPLAINS, Hit, enough_stacks, pct,
+    significant, spinning, times, uses, worst,
 )
+from .parallel import data_parallel_seen
 from .threshold import DERIVED, DOCUMENTED, JUDGEMENT, IntThreshold, Threshold
 
 # The fp32 pipes at least this busy, and busier than the tensor cores: the math runs in fp32 on
@@ -63,8 +64,18 @@ def _faster_math(g: GpuView, max_speedup: float) -> tuple[float, float]:
 
 
 @uses(FP32_BUSY_PCT, TENSOR_CORE_SAVING, TENSOR_CORE_MAX_SPEEDUP, CONFIDENT_BUSY_POLLS, GPM_BUSY_UTIL_PCT,
-      SPIN_EXPLAINS)
+      SPIN_EXPLAINS, MIN_MAIN_SAMPLES)
 def check_no_tensor_cores(ctx: AnalysisContext) -> Hit | None:
+    if ctx.target_pid is not None and not enough_stacks(ctx):
+        # Attached, the stacks decide between the causes of idle tensor cores: autocast already on
+        # (below), or nn.DataParallel, whose replicas' threads ran a bf16 HF Trainer job in fp32 on
+        # two H200s (told "use bf16"; the change was DataParallel's). Until they are in, the GPM
+        # reading alone cannot tell them apart.
+        return None
+    if data_parallel_seen(ctx):
+        # Seen once is enough: under DataParallel the replicas' threads, not the job's settings,
+        # decide what runs (bf16 on, the math in fp32); data-parallel names the change.
+        return None
     if ctx.framework.precision in (MIXED, HALF):
         # The stacks show the forward under autocast (or a scaler): the fp32 pipes are busy with
         # what autocast leaves in fp32 (softmax, norms, the loss, the optimizer), not with matmuls
