@@ -6,7 +6,7 @@ into a ``Finding``. Adding a rule means writing one function in the module of it
 row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
-(the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``memory``,
+(the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``fusion`` (memory-bound kernels between the matmuls), ``memory``,
 ``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection, a profiler left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
 optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``parallel`` (nn.DataParallel), ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
@@ -44,6 +44,7 @@ from .host import (check_blocking_in_loop, check_copies_to_host, check_cpu_work_
 from .memory import (check_memory_growth, check_memory_headroom, check_memory_near_limit, check_memory_rising,
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
+from .fusion import check_memory_bound_kernels
 from .parallel import check_data_parallel
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_float64_math, check_fp32_training, check_no_tensor_cores
@@ -90,6 +91,7 @@ THROUGHPUT_IDS = (
     "float64-math",
     "no-tensor-cores",
     "mixed-precision",
+    "memory-bound-kernels",
     "activation-checkpointing",
     "memory-headroom",
 )
@@ -176,6 +178,7 @@ RULES: tuple[Rule, ...] = (
          supersedes=("no-tensor-cores", "mixed-precision")),
     Rule("no-tensor-cores", "GPU busy but tensor cores idle", W, check_no_tensor_cores),
     Rule("mixed-precision", "compute-bound in fp32: bf16 mixed precision", W, check_fp32_training),
+    Rule("memory-bound-kernels", "GPU full, tensor cores idle: memory-bound kernels", W, check_memory_bound_kernels),
     Rule("throttling", "GPU clocks throttled", W, check_throttling),
     Rule("ecc-errors", "Uncorrectable ECC errors", C, check_ecc_errors, appear_after_s=0.0),
     Rule("oom-exit", "Job ended out of memory", C, check_oom_exit, appear_after_s=0.0),
