@@ -21,6 +21,7 @@ from .efficiency import (
     GpuEfficiency, HostLoad, ProcStats, Workers, descends_from, gpu_efficiency, host_load, is_worker, parents_of,
     proc_stats, worker_stats,
 )
+from .loader_fetch import PerRowFetch, per_row_fetch
 from .flight_recorder import (
     Autopsy, analyzer_view, autopsy, autopsy_dict, autopsy_hint, autopsy_text, dump_prefix, dump_problem,
     rebuild_pg_config,
