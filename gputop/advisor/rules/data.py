@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...analysis import CPU_DEVICE, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
-from ...analysis import hot_place, loader_knob
+from ...analysis import PerRowFetch, hot_place, loader_knob, per_row_fetch
 from ..context import AnalysisContext, GpuView, ThreadUse
 from .base import (
     loop_wait,
@@ -40,7 +40,10 @@ from .base import (
     main_share,
     pct,
     secs,
+    share_upper,
     significant,
+    SHARE_UPPER_LEVEL,
+    wait_bound,
     uses,
     workers_cpu_line,
     worst,
@@ -356,9 +359,73 @@ def oversubscription(ctx: AnalysisContext) -> Oversubscription | None:
     return None
 
 
+# Per-row fetching: the saturated workers' samples inside the map-style fetch that sit in its
+# per-row machinery (the per-index __getitem__ calls in their own lines, default_collate stacking
+# the rows; analysis.loader_fetch) rather than in per-sample work below __getitem__ (a decode, a
+# transform, a read). The two classes sit far apart, not around a number: a row sliced from
+# tensors in memory costs microseconds of work beside microseconds of per-call Python, so nearly
+# all of such a worker's time is the machinery; an image decoded and augmented costs
+# milliseconds beside the same microseconds, so nearly none of it is. Half is judgement between
+# the two: from there fetching the batch in one call can give 2x or more (1 / (1 - share)), as
+# much as the more workers that would otherwise come first; below it the per-sample work is the
+# larger part and the pool's size or cheaper samples come first.
+PER_ROW_FETCH_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Saturated loader workers with this share of their fetch samples in the per-row machinery (per-index "
+    "__getitem__ calls, default_collate) rather than per-sample work (decode, transforms) pay per-row "
+    "overhead: fetching a batch in one call removes it, up to 1 / (1 - share).")
+# Worker stacks come one worker per second at best, fewer on a busy host (the per-row recording
+# holds 2 over 10 s): the per-row reading needs this many agreeing, as workers-blocked names a
+# place from two (MIN_BLOCKED_WORKER_STACKS), so one stray sample does not change the action.
+# What so few samples cannot say is how large the share is: the stated bound takes it at its
+# upper confidence limit, which with two samples bounds nothing but the wait itself.
+MIN_PER_ROW_STACKS = IntThreshold(
+    2, "samples", JUDGEMENT,
+    "Worker stacks in the per-row fetch machinery before the action becomes fetching a batch in one call: "
+    "two, so one stray sample does not change it.")
+
+
+def _per_row(ctx: AnalysisContext) -> PerRowFetch | None:
+    """The workers' fetch when most of it is per-row overhead: the fetch calls the Dataset per
+    index (default_collate or the fetch's comprehension seen), no __getitems__, and most samples
+    in the per-row machinery."""
+    pr = per_row_fetch(ctx.worker_stacks)
+    if (not pr.per_index or pr.batched or pr.per_row < MIN_PER_ROW_STACKS
+            or pr.per_row < PER_ROW_FETCH_SHARE * pr.samples):
+        return None
+    return pr
+
+
+def _per_row_lines(pr: PerRowFetch) -> str:
+    parts = []
+    if pr.in_getitem:
+        parts.append(f"{pr.in_getitem} in `{pr.getitem}` called once per index" if pr.getitem else
+                     f"{pr.in_getitem} in the Dataset's __getitem__ called once per index")
+    if pr.in_collate:
+        parts.append(f"{pr.in_collate} in default_collate stacking the rows")
+    if pr.in_loop:
+        parts.append(f"{pr.in_loop} in the fetch's per-index loop")
+    rest = pr.samples - pr.per_row
+    return (f"worker stacks in the per-row fetch machinery in {pr.per_row} of {pr.samples} samples in their fetch ("
+            + ", ".join(parts) + ")" + (f"; {rest} in per-sample work or waits" if rest else
+                                        "; none in per-sample work (decoding, transforms, reads)"))
+
+
+def _batched_fetch_line(pr: PerRowFetch) -> str:
+    name = pr.getitem.split(" (")[0] if pr.getitem else "__getitem__"
+    if name.startswith("TensorDataset."):
+        then = f"{name} then gets the batch's indices and indexes each tensor once"
+    else:
+        then = f"{name} then takes the list of indices (tensors in memory: indexed with the whole index tensor at once)"
+    return ("fetch each batch with one index operation, not one call per row: DataLoader(ds, "
+            "sampler=BatchSampler(RandomSampler(ds), batch_size=B, drop_last=False), batch_size=None) with B "
+            f"today's batch size: {then}; or implement __getitems__(self, indices) (torch >= 2.2 calls it with the "
+            "whole batch's indices) with a collate_fn that does not stack the rows again")
+
+
 @uses(SATURATED_WORKER_SHARE, MIN_WORKER_SAMPLES, WORKERS_IDLE_SHARE, OVERSUB_RATIO, CPU_SATURATED_PCT,
       MIN_THREAD_READINGS, RESPAWN_STALL_S, MIN_SPARE_CORES, WORKER_MARGIN, MIN_MAIN_SAMPLES, MIN_COST_FRACTION,
-      MIN_COST_S, MIN_RECURRENCES)
+      MIN_COST_S, MIN_RECURRENCES, PER_ROW_FETCH_SHARE, MIN_PER_ROW_STACKS)
 def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
     w = ctx.workers
     if not w.count or not enough_stacks(ctx) or oversubscription(ctx) or not workers_busy(ctx):
@@ -400,6 +467,26 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         action = CHEAPER_SAMPLES
         limit = None
         expected = gain(frac, upper=upper) + "; cheaper samples get at most that, bounded by how much cheaper each one gets"
+    title = f"{device_name(g)} waits for data {pct(frac)} of the time: loader workers saturated"
+    pr = _per_row(ctx)
+    if pr is not None:
+        # The workers' time is per-row overhead: more of them only spread it over more cores;
+        # one index operation a batch removes it. What that gives is bounded by the share it
+        # removes, taken at its upper confidence limit (few worker samples: a loose bound), and
+        # by the wait. The workers' action stays as the second, weaker option.
+        ev.append(_per_row_lines(pr))
+        removed = share_upper(pr.per_row, pr.samples)
+        limit = wait_bound(removed)
+        second = (f". Second, weaker (more workers only spread the per-row Python over more cores): {action}"
+                  if action is not CHEAPER_SAMPLES else "")
+        action = _batched_fetch_line(pr) + second
+        expected = gain(frac, limit, f"the per-row overhead batching removes ({pr.per_row} of {pr.samples} worker "
+                        f"fetch samples, up to {pct(removed)} at {100 * SHARE_UPPER_LEVEL:.0f} % confidence)",
+                        upper=upper)
+        if limit >= bounded(frac, upper=upper):
+            expected += (f"; the per-row share, read from {pr.samples} worker samples, bounds nothing tighter "
+                         "than the wait")
+        title += ", fetching one row at a time"
     return Hit(
         evidence=tuple(ev),
         action=action,
@@ -408,7 +495,7 @@ def check_workers_saturated(ctx: AnalysisContext) -> Hit | None:
         cost_s=cost,
         confidence=confidence(g.breakdown.idle_sample_share(Bucket.DATA) or frac, g.breakdown.idle_samples),
         gpu_index=gpu_index(g),
-        title=f"{device_name(g)} waits for data {pct(frac)} of the time: loader workers saturated",
+        title=title,
     )
 
 
