@@ -4,8 +4,6 @@ saturated by per-sample work (decoding, transforms) keep the workers' action."""
 
 from pathlib import Path
 
-from gputop.advisor.context import build_context
-from gputop.advisor.engine import Advisor
 from gputop.advisor.rules.base import share_upper, wait_bound
 from gputop.analysis import per_row_fetch
 from gputop.model import Category as C
@@ -14,17 +12,14 @@ from gputop.record import Reader
 from gputop.report.rejudge import judged
 
 from synth import Job, periodic, phases, stack
+from test_rules import run_rules
 
 RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "h200-lightning-per-row-fetch.gputop"
 HEALTHY_GPM = {"sm_active": 85.0, "sm_occupancy": 40.0, "tensor_active": 45.0, "fp32_active": 5.0, "fp16_active": 30.0}
 
-TORCH = "/venv/lib/python3.11/site-packages/torch/utils/data"
-FETCH = Frame("_MapDatasetFetcher.fetch", f"{TORCH}/_utils/fetch.py", 54)
-LISTCOMP = Frame("_MapDatasetFetcher.fetch.<locals>.<listcomp>", f"{TORCH}/_utils/fetch.py", 54)
-WORKER_LOOP = Frame("_worker_loop", f"{TORCH}/_utils/worker.py", 358)
 # A user's Dataset slicing rows from tensors in memory, called once per index (Python 3.11 frames)
-ROW = (Frame("RowsDataset.__getitem__", "/home/u/tabular.py", 31, code="return self.x[i], self.y[i]"),
-       LISTCOMP, FETCH, WORKER_LOOP)
+from test_loader_fetch import FETCH, LISTCOMP, ROW, TORCH, WORKER_LOOP  # noqa: E402
+
 COLLATE = (Frame("collate_tensor_fn", f"{TORCH}/_utils/collate.py", 275, code="return torch.stack(batch, 0, out=out)"),
            Frame("collate", f"{TORCH}/_utils/collate.py", 155), Frame("collate", f"{TORCH}/_utils/collate.py", 215),
            Frame("default_collate", f"{TORCH}/_utils/collate.py", 401),
@@ -40,14 +35,6 @@ AUGMENT = (Frame("RandomResizedCrop.forward",
            Frame("Compose.__call__", "/venv/lib/python3.11/site-packages/torchvision/transforms/transforms.py", 95),
            Frame("ImageNetish.__getitem__", "/home/u/images.py", 45, code="return self.tf(img), label"),
            LISTCOMP, FETCH, WORKER_LOOP)
-
-
-def run_rules(job: Job):
-    ctx = build_context(job.store(), window_s=60.0, stuck_after_s=30.0)
-    adv = Advisor()
-    found = adv.run_rules(ctx)
-    assert adv.errors == {}
-    return {f.id: f for f in found}, ctx
 
 
 def loader_job(worker_frames, wait=0.4, **kw):
