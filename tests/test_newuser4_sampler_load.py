@@ -237,3 +237,26 @@ def test_workers_are_sampled_on_their_turn_when_the_budget_paces_the_main_thread
     # one worker every 3 s in turn: ~10 each over a minute (not 1 each at attach)
     assert all(n >= 8 for n in per_worker), per_worker
     assert src.cost is not None and src.cost.held_back == "cpu-budget"  # the budget did pace it
+
+
+def test_workers_are_dumped_every_second_over_the_first_verdicts_window_then_every_three(monkeypatch):
+    # Four workers fetching rows one by one were told "add workers" for 10 s: the finding that
+    # reads their stacks needs two, and one came every 3 s.
+    clock = [5000.0]
+    monkeypatch.setattr(stacks_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(stacks_mod.time, "thread_time", lambda: 0.0)
+    monkeypatch.setattr(stacks_mod, "dump_json", SlowPySpy(os.getpid(), 0.001, 0.001))
+    src = PySpySource(os.getpid(), classify=classify, is_library=is_library, pyspy="py-spy", host_cpu=lambda: IDLE,
+                      clock=lambda: clock[0])
+    dumped: list[float] = []
+    monkeypatch.setattr(src, "_proc_samples", lambda now, first=False: [])
+    monkeypatch.setattr(src, "_sample_worker", lambda wpid: dumped.append(clock[0] - 5000.0) or [])
+    src._workers = [11, 12, 13, 14]
+    while clock[0] < 5030.0:
+        src.poll()
+        clock[0] += src.interval
+    early = [t for t in dumped if t < stacks_mod.ATTACH_WORKERS_S]
+    late = [t for t in dumped if t >= stacks_mod.ATTACH_WORKERS_S + 1]
+    assert len(early) >= 8, dumped  # every second, all four workers twice
+    gaps = [b - a for a, b in zip(late, late[1:])]
+    assert gaps and min(gaps) >= stacks_mod.WORKER_INTERVAL_S - 0.01, dumped

@@ -27,7 +27,7 @@ sample. So each sample is a short-lived py-spy process, and what it costs is man
   budget: the rate falls below ``rate`` when py-spy is costly on this machine. Both budgets are
   token buckets with a burst, so attaching gives a quick first look.
 - DataLoader workers (the target's children) are dumped one at a time, round robin, every
-  ``worker_interval``.
+  ``worker_interval`` (every second over the first ``ATTACH_WORKERS_S`` after attaching).
 
 ``cost`` is the latest reading (gputop.model.SamplingCost), also said once as an Event.
 bench/attach_cost.py measures the slowdown on real jobs against what is shown here.
@@ -117,6 +117,12 @@ HOST_CPU_EVERY_S = 1.0  # how often the host's CPU contention is read again (two
 # Worker stacks and process details (psutil) change slowly compared with the main thread; a
 # worker's stacks feed the data-fetch breakdown, which a dump every few seconds keeps.
 WORKER_INTERVAL_S = 3.0
+# ... but over the first verdict's window after attaching, a worker every second: the findings
+# that read the workers' stacks need two of them, and at one every 3 s a held-out job whose four
+# workers fetched rows one by one was told "add workers" for 10 s before its second worker stack
+# came. Each dump is charged to the CPU budget like any other (it waits when the budget is spent).
+ATTACH_WORKER_INTERVAL_S = 1.0
+ATTACH_WORKERS_S = 10.0
 PROC_INTERVAL_S = 1.0
 # After a py-spy failure that may pass (target busy forking, a timeout), try again this often.
 RETRY_AFTER_S = 2.0
@@ -252,7 +258,9 @@ class PySpySource:
             got = self._sample_worker(wpid)
             if got is not None:
                 out.extend(got)
-                self._next_worker = self.clock() + self.worker_interval
+                early = time.monotonic() - self._started < ATTACH_WORKERS_S  # _started is monotonic
+                self._next_worker = self.clock() + (min(self.worker_interval, ATTACH_WORKER_INTERVAL_S) if early
+                                                    else self.worker_interval)
                 self._worker_next += 1
         out.extend(self._sample_target())
         # The poll's own CPU (parsing, classifying, psutil); py-spy's is metered per dump.
@@ -694,7 +702,7 @@ __all__ = [
     "COST_EVENT_AFTER_S", "COST_EVERY_S", "COST_WINDOW_S", "CPU_BURST_S", "DEFAULT_CPU_BUDGET", "HELD_BACK_SHARE",
     "DEFAULT_NONBLOCKING", "DEFAULT_PAUSE_BUDGET", "DEFAULT_RATE", "DUMP_TIMEOUT_S", "MAX_INTERVAL_S",
     "MAX_WORKERS", "NATIVE_TIMEOUT_S", "NONBLOCKING_FAILS", "PAUSE_BURST_S", "PROC_INTERVAL_S", "PYSPY_ENV",
-    "RETRY_AFTER_S", "STARTUP_GRACE_S", "WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
+    "RETRY_AFTER_S", "STARTUP_GRACE_S", "WORKER_INTERVAL_S", "ATTACH_WORKER_INTERVAL_S", "YAMA_SCOPE_FILE", "AttachError", "Classify", "IsLibrary",
     "PtraceFacts", "PySpySource", "SourceLines", "StackParser", "attach_policy", "check_attachable", "dump_json",
     "exit_status",
     "find_pyspy", "job_cost_pct", "native_dump", "permission_advice", "ptrace_facts", "thread_on_cpu",
