@@ -33,6 +33,10 @@ from .base import (
 from .precision import COMPUTE_BOUND_BUSY_SHARE, FP32_BUSY_PCT
 from .threshold import JUDGEMENT, Threshold
 
+# Where the GPM readings were measured: each held-out job's ``gpm_base``.
+_GPM_SOURCE = ("bench/results/real_jobs_fresh11.json, bench/results/real_jobs_fresh10.json, "
+               "bench/results/real_jobs_fresh9.json, bench/results/real_jobs_fresh8.json, "
+               "bench/results/real_jobs_fresh.json (gpm_base)")
 # The tensor cores at most this active on a GPU full of work. Healthy bf16 transformers measured
 # 53-64 %, the four jobs whose time went to memory-bound kernels 0.6-14 %; a Llama whose
 # torch.compile gained 1.12x read 28 %. Judgement: between 14 and 28, nearer the starved side.
@@ -40,13 +44,14 @@ TENSOR_STARVED_PCT = Threshold(
     20.0, "%", JUDGEMENT,
     "The tensor cores at most this active while the GPU is full: its time is in memory-bound kernels (healthy "
     "bf16 transformers 53-64 %, hand-written norms/attention, NCHW convs and a dense Adam 0.6-14 %).",
-    "bench/results/real_jobs_fresh11.md")
+    _GPM_SOURCE)
 # The SMs at least this active while busy: the GPU is full of work, not waiting between kernels
 # (launch-bound jobs read 8-45 %, the starved-tensor-core jobs 78-96 %). Judgement.
 SM_FULL_PCT = Threshold(
     75.0, "%", JUDGEMENT,
     "The SMs at least this active while busy: the GPU is full of work (launch-bound jobs 8-45 %, the jobs with "
-    "memory-bound kernels 78-96 %).", "bench/results/real_jobs_fresh11.md")
+    "memory-bound kernels 78-96 %).",
+    _GPM_SOURCE)
 # A site must hold at least this share of the forward's samples to be named. Judgement: in a GPU-
 # bound job the main thread runs ahead and waits in backward most of the time, so the forward is
 # a few samples a second; a third of them is a place, not noise.
