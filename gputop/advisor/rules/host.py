@@ -845,8 +845,11 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
     # The evidence says what the share holds: "other" Python is in it (a plain loop calling
     # torch ops outside any nn.Module shows as other), and a reader weighs that part herself.
     model = training_share(ctx, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER)
-    ev = [f"main thread running Python in {pct(dispatch)} of its samples: forward/backward/optimizer "
-          f"{pct(model)}, other code {pct(dispatch - model)}"]
+    # On a CPU or not (py-spy's flag): in backward the main thread waits while autograd's thread
+    # launches, so a launch-bound step is on a CPU in its forward and optimizer, idle in backward.
+    on_cpu = sum(1 for s in ctx.main_stacks if s.active) / len(ctx.main_stacks)
+    ev = [f"main thread running Python in {pct(dispatch)} of its samples (on a CPU in {pct(on_cpu)}): "
+          f"forward/backward/optimizer {pct(model)}, other code {pct(dispatch - model)}"]
     if e.sm_active is not None and e.util_busy_mean is not None:
         # Said only where it holds: SMs this active while busy are filled by the kernels, and the
         # cost is then the idle time between them (a line calling 63 % "too small" was shown).
