@@ -7,7 +7,7 @@ NCCL on CUDA (each rank on GPU ``LOCAL_RANK``, bf16 autocast; ``patent_lm`` init
 ``cuda:nccl,cpu:gloo`` as its offload recipe does), gloo on the CPU (small sizes, fp32, one thread per
 rank, each rank on a core of its own where there are two). ``--fixed`` is the same job once its user
 has fixed the problem; the bench compares the two by the samples/s rank 0 prints (the hang,
-``ticket_router``, has a ``--fixed`` too, which simply keeps training). Plain PyTorch only: every model
+``claims_router``, has a ``--fixed`` too, which simply keeps training). Plain PyTorch only: every model
 is built in code with random weights, every data set is generated in memory. The CUDA sizes were
 reasoned out, not run: no GPU was at hand.
 
@@ -28,7 +28,7 @@ from other work, where pairs of runs of one and the same job differ by tens of p
     counts are summed with one ``all_reduce``. Expected gain on CUDA: 50 steps of ~45 ms (~2.3 s) per
     ~2.9 s of rank-0 validation as-is, ~1.45 s split: (2.3 + 2.9) / (2.3 + 1.45) = ~1.4x (bound 2x).
 
-``ticket_router``
+``claims_router``
     Routing customer-support tickets to 24 queues: a small Transformer encoder (CPU: width 64, 2 layers,
     16 x 64 tokens per rank; CUDA: width 512, 8 layers, 64 x 256 tokens per rank), DDP, AdamW. Every 100
     steps rank 0 saves a checkpoint, and the ranks are meant to wait for it on a barrier of a gloo group
@@ -100,14 +100,14 @@ TRUTHS = {
                 "not every step: ~55 % of the time as-is is rank 0's validation.",
         "script": "multi_rank_fresh12.py",
     },
-    "ticket_router": {
+    "claims_router": {
         "verdict": "stuck", "rank": 0, "phase": "comm",
         "where": {0: "dist.barrier(group=ckpt_group) (a gloo group) after save_checkpoint at step 100, inside "
-                     "`if t.rank == 0:` in job_ticket_router: waits for rank 1, which never enters it; its GPU idle",
+                     "`if t.rank == 0:` in job_claims_router: waits for rank 1, which never enters it; its GPU idle",
                   1: "past step 100 without the barrier: NCCL: its GPU spins in the gradient all-reduce of step 101 "
                      "(rank 0 never joins) and its host blocks at loss.item() in step 110; gloo: its host blocks "
                      "at the end of loss.backward() in step 101, waiting for that all-reduce"},
-        "names": ["barrier", "ckpt_group", "save_checkpoint", "ckpt_every", "new_group", "job_ticket_router"],
+        "names": ["barrier", "ckpt_group", "save_checkpoint", "ckpt_every", "new_group", "job_claims_router"],
         "fix": "call the barrier on every rank (outside the `if rank == 0:` block, after the save): what --fixed "
                "does",
         "expected_gain": "from no progress at all to training: the rates stop advancing at step 100 as-is",
@@ -425,7 +425,7 @@ def job_leaf_disease(t: Trainer) -> None:
                     log(f"step {step}: loss {loss.item():.4f} val acc {acc:.4f} (best {best:.4f})")
 
 
-# --------------------------------------------------------------------------- ticket_router
+# --------------------------------------------------------------------------- claims_router
 
 
 class TicketClassifier(nn.Module):
@@ -456,7 +456,7 @@ def save_checkpoint(path: str, model: nn.Module, opt: torch.optim.Optimizer, ste
     os.replace(tmp, path)
 
 
-def job_ticket_router(t: Trainer) -> None:
+def job_claims_router(t: Trainer) -> None:
     if t.small:
         cfg = {"vocab": 4000, "ctx": 64, "width": 64, "layers": 2, "heads": 4, "batch": 16, "n": 2048,
                "ckpt_every": 100, "queues": 24}
@@ -474,7 +474,7 @@ def job_ticket_router(t: Trainer) -> None:
     sched = warmup_cosine(opt, 300, 30_000)
     # CPU-side coordination (the checkpoint barrier) goes through its own gloo group, away from the NCCL stream
     ckpt_group = dist.new_group(backend="gloo")
-    run_dir = tempfile.mkdtemp(prefix="ticket_router_") if t.rank == 0 else None
+    run_dir = tempfile.mkdtemp(prefix="claims_router_") if t.rank == 0 else None
     if t.rank == 0:
         log(f"ticket router {count_params(model):.1f}M parameters, {cfg['batch']} x {cfg['ctx']} tokens per rank, "
             f"checkpoint every {cfg['ckpt_every']} steps to {run_dir}")
@@ -691,7 +691,7 @@ def job_aerial_mae(t: Trainer) -> None:
                 log(f"step {step}: loss {loss.item():.4f}")
 
 
-JOBS = {"leaf_disease": job_leaf_disease, "ticket_router": job_ticket_router, "patent_lm": job_patent_lm,
+JOBS = {"leaf_disease": job_leaf_disease, "claims_router": job_claims_router, "patent_lm": job_patent_lm,
         "aerial_mae": job_aerial_mae}
 
 
