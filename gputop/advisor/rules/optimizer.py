@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ...analysis import Bucket
-from ...analysis import HF_TRAINER, LIGHTNING
+from ...analysis import HF_TRAINER, LIGHTNING, short_path
 from ...model import Category
 from ..context import AnalysisContext, GpuView
 from .base import (
@@ -52,30 +52,56 @@ class UnfusedStep:
     optimizer: str  # "adam", "sgd", ...
     loop: bool  # the per-tensor Python loop (foreach=False), not the foreach lists
     samples: int
+    # An optimizer of a library's or the user's own (a torch.optim.Optimizer subclass outside
+    # torch.optim, such as transformers' Adafactor): its class and where its step is; None for
+    # torch.optim's own.
+    own: tuple[str, str] | None = None
+
+
+def _own_step(frames) -> tuple[str, str] | None:
+    """(class, file:line) of an Optimizer subclass's ``step`` written outside torch.optim, called
+    through torch.optim's step wrapper (every Optimizer subclass's step is): its Python is the
+    step's per-tensor loop."""
+    for i, f in enumerate(frames):
+        if not f.name.endswith(".step") or _OPTIM_DIR in f.filename.replace("\\", "/"):
+            continue
+        if any(_OPTIM_DIR in g.filename.replace("\\", "/") and "profile_hook_step" in g.name for g in frames[i + 1:i + 4]):
+            return f.name.rsplit(".", 1)[0], f"{short_path(f.filename)}:{f.line}"
+        return None
+    return None
 
 
 def unfused_step(ctx: AnalysisContext) -> UnfusedStep | None:
-    """The main thread's time in an unfused torch.optim step, when its stacks show one."""
+    """The main thread's time in an unfused optimizer step, when its stacks show one: torch.optim's
+    single- or multi-tensor implementation, or an optimizer of its own stepping from Python."""
     if not enough_stacks(ctx):
         return None
     kinds: Counter[tuple[str, str]] = Counter()
+    own: dict[str, str] = {}
     for s in ctx.main_stacks:
         for f in s.frames:
             m = _UNFUSED.match(f.name) if _OPTIM_DIR in f.filename else None
             if m:
                 kinds[(m.group(2), m.group(1))] += 1
                 break
+        else:
+            found = _own_step(s.frames) if s.category is Category.OPTIMIZER else None
+            if found is not None:
+                kinds[(found[0], "own")] += 1
+                own.setdefault(found[0], found[1])
     n = sum(kinds.values())
     if not n:
         return None
     (opt, impl), _ = kinds.most_common(1)[0]
+    if impl == "own":
+        return UnfusedStep(n / len(ctx.main_stacks), opt, True, n, own=(opt, own[opt]))
     return UnfusedStep(n / len(ctx.main_stacks), opt, impl == "single", n)
 
 
 def optimizer_leads(ctx: AnalysisContext, dispatch_share: float) -> bool:
     """The unfused optimizer step is most of what the main thread launches."""
     step = unfused_step(ctx)
-    return (step is not None and step.optimizer in FUSED_OK and step.share >= UNFUSED_MIN_SHARE
+    return (step is not None and (step.optimizer in FUSED_OK or step.own is not None) and step.share >= UNFUSED_MIN_SHARE
             and dispatch_share > 0 and step.share / dispatch_share >= OPTIMIZER_LEADS_SHARE)
 
 
@@ -91,7 +117,7 @@ def optimizer_knob(framework: str | None, cls: str) -> str | None:
       MIN_COST_S, MIN_RECURRENCES)
 def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     step = unfused_step(ctx)
-    if step is None or step.optimizer not in FUSED_OK or step.share < UNFUSED_MIN_SHARE:
+    if step is None or (step.optimizer not in FUSED_OK and step.own is None) or step.share < UNFUSED_MIN_SHARE:
         return None
     # Its cost: what launching costs the GPU (idle while the main thread launched work, and
     # busy time with SMs starved by small kernels, as launch-bound counts it), the optimizer's
@@ -108,6 +134,8 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1], buckets=(Bucket.CPU,)):
         return None
     g, c = found
+    if step.own is not None:
+        return _own_hit(ctx, step, g, c)
     cls = _CLASS.get(step.optimizer, step.optimizer)
     impl = (f"_single_tensor_{step.optimizer}: a Python loop over the parameters (foreach=False)" if step.loop
             else f"_multi_tensor_{step.optimizer}: the foreach default, kernels launched per group of tensors")
@@ -133,6 +161,36 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
         confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
         gpu_index=g.index,
         title=f"Unfused optimizer: {cls}'s step launches kernels per tensor while {g.name} waits",
+    )
+
+
+def _own_hit(ctx: AnalysisContext, step: UnfusedStep, g: GpuView, c: float) -> Hit:
+    """An optimizer of its own stepping each tensor from Python (transformers' Adafactor: ~22 small
+    kernels a tensor; a held-out T5 measured 1.28-1.44x with fused AdamW, bench/results/
+    real_jobs_fresh11.md): the change is an implementation that steps the tensors together."""
+    cls, where = step.own  # type: ignore[misc]
+    if ctx.framework.name == HF_TRAINER:
+        knob = ('TrainingArguments(..., optim="adamw_torch_fused") where AdamW\'s two states per parameter fit '
+                f"({cls} was chosen to save them: if they do not fit, keep it; a larger batch amortises its step)")
+    else:
+        knob = ("the same algorithm stepping the tensors together: torch.optim's fused or foreach implementation "
+                "(torch.optim.AdamW(..., fused=True), torch.optim.Adafactor(..., foreach=True)) where one exists; "
+                "else torch.compile the optimizer step")
+    frac = max(c / g.breakdown.total_s, step.share)
+    upper = sampled_upper(step.share, len(ctx.main_stacks), c / g.breakdown.total_s)
+    return Hit(
+        evidence=(
+            f"main thread in `{cls}.step` ({where}) {pct(step.share)} of its samples: an optimizer of its own, "
+            "outside torch.optim, stepping each parameter tensor from Python",
+            idle_line(g, [Bucket.CPU]),
+        ),
+        action=knob,
+        expected_gain=gain(frac, upper=upper) + ": the step's per-tensor launches become a few kernels",
+        gain_bound=bounded(frac, upper=upper),
+        cost_s=c,
+        confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
+        gpu_index=g.index,
+        title=f"Unfused optimizer: `{cls}.step` launches kernels per tensor from Python while {g.name} waits",
     )
 
 
