@@ -111,3 +111,13 @@ def test_threads_that_always_get_a_cpu_are_not_oversubscribed():
     job = job_on(cores=2, workers=2, held=2, main_wait=0.6)
     found, _ = rules_on(with_threads(job, pool))
     assert "cpu-oversubscribed" not in found
+
+
+def test_a_recordings_main_thread_only_readings_count_the_other_threads_as_held():
+    # A recording keeps each process's main thread's reading only: replayed, one calm reading per
+    # worker is not "every thread measured", or a pool of 8 busy threads a worker would vanish.
+    job = job_on(cores=4, workers=2, held=8, main_wait=0.6)
+    recorded = with_threads(job, [("pt_data_worker", 0.5, 0.5)])
+    found, _ = rules_on(recorded)
+    f = found["cpu-oversubscribed"]
+    assert any("16" in e for e in f.evidence), f.evidence  # the threads the workers hold, 2 x 8

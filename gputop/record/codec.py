@@ -27,6 +27,8 @@ from ..model import (
     Severity,
     StackSample,
     SystemInfo,
+    TaskSample,
+    ThreadState,
     UtilPoint,
 )
 from ..redact import redact_cmdline, redact_code, redact_text, redact_value
@@ -41,6 +43,7 @@ from .schema import (
     HOST_FIELDS,
     PROC_FIELDS,
     SEVERITIES,
+    TASK_FIELDS,
     Field,
     pack_cores,
     unpack_cores,
@@ -229,6 +232,33 @@ def proc_from_row(r: tuple, identities: Mapping[int, dict[str, Any]], strings: M
 
 
 _PROC_NAMES = tuple(f.name for f in PROC_FIELDS)
+
+
+def task_row(s: TaskSample, string_id) -> tuple:
+    """The process's counters and its main thread's reading (schema.TASK_FIELDS); a path the
+    thread waits on is redacted as any text is (a token can sit in a file name)."""
+    main = next((t for t in s.threads if t.tid == s.pid), None)
+    vals: dict[str, Any] = {"pid": s.pid, "ppid": s.ppid, "rchar": s.rchar, "wchar": s.wchar}
+    if main is not None:
+        vals.update(name=main.name, state=main.state, cpu_ns=main.cpu_ns, runs=main.runs, wakes=main.wakes,
+                    wchan=main.wchan, syscall=main.syscall,
+                    fd_path=redact_text(main.fd_path) if main.fd_path else None, fs=main.fs)
+    return (s.ts,) + tuple(enc(f, vals.get(f.name), string_id) for f in TASK_FIELDS)
+
+
+def task_from_row(r: tuple, strings: Mapping[int, str]) -> TaskSample:
+    kw = _fields(TASK_FIELDS, r[1:], strings)
+    pid = kw.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        raise ValueError("bad task sample")
+    threads: tuple[ThreadState, ...] = ()
+    if "state" in kw:
+        threads = (ThreadState(tid=pid, name=clean_text(kw.get("name") or "", 64), state=clean_text(kw["state"], 4),
+                               cpu_ns=kw.get("cpu_ns"), runs=kw.get("runs"), wakes=kw.get("wakes"),
+                               wchan=kw.get("wchan"), syscall=kw.get("syscall"), fd_path=kw.get("fd_path"),
+                               fs=kw.get("fs")),)
+    return TaskSample(ts=r[0], pid=pid, ppid=kw.get("ppid"), threads=threads, rchar=kw.get("rchar"),
+                      wchar=kw.get("wchar"))
 
 
 # --------------------------------------------------------------------------- processes

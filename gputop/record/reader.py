@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable
 
 from ..errors import UserError
 from ..redact import redact_cmdline
-from ..model import Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo, UtilPoint
+from ..model import (Event, Finding, GpuInfo, GpuProcess, GpuSample, HostSample, ProcSample, StackSample, SystemInfo,
+                     TaskSample, UtilPoint)
 from ..units import fmt_seconds, fmt_time
 from . import codec
 from .opening import fold_wal, open_recording
@@ -43,6 +44,7 @@ from .schema import (
     MAX_BLOCK_SPAN_S,
     OPEN_SESSION_PREFIX,
     PROC_FIELDS,
+    TASK_FIELDS,
     SERIES,
     SERIES_TABLES,
     series_layouts,
@@ -52,6 +54,7 @@ from .schema import (
 # The GPU rows' columns holding string ids (`error`), after (ts, index); a version 1 file's
 # narrower rows have them at the same places.
 _GPU_STRING_COLS = tuple(2 + i for i, f in enumerate(GPU_FIELDS) if f.kind == "s")
+_TASK_STRING_COLS = tuple(1 + i for i, f in enumerate(TASK_FIELDS) if f.kind == "s")
 
 # Decoded blocks kept in memory: a replay at speed re-reads the block it is in ten times a
 # second. 128 one-minute blocks of the largest series (stacks, ~1,200 rows) is ~20 MB at most.
@@ -75,6 +78,13 @@ class Reader:
         self._keeps_sql: str | None = None
         self.conn, found = open_recording(self.path)
         self.schema_version = found.schema_version
+        # Series whose table the file has: one added since (the tasks) is absent from older files,
+        # which hold none of it rather than a damaged table.
+        try:
+            present = {n for (n,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError:
+            present = set(SERIES_TABLES)
+        self._series = [name for name, spec in SERIES.items() if spec.table in present or name != "tasks"]
         self._layouts = series_layouts(self.schema_version)  # a version 1 file's GPU rows are narrower
         self.wal_state = found.wal_state
         self._tmp: tempfile.TemporaryDirectory | None = found.tmp
@@ -205,6 +215,8 @@ class Reader:
 
     def _block_rows(self, series: str, t0: float, t1: float) -> list[tuple]:
         """Rows of ``series`` with t0 < ts <= t1, in time order."""
+        if series not in self._series:
+            return []
         spec = SERIES[series]
         out: list[tuple] = []
         lo = _ms(t0 - MAX_BLOCK_SPAN_S)
@@ -254,6 +266,8 @@ class Reader:
 
     def _series_span(self, series: str) -> tuple[float | None, float | None, bool]:
         """(first, last) timestamp of a series, and whether its blocks' index could be read whole."""
+        if series not in self._series:
+            return None, None, True
         spec = SERIES[series]
         if self.damage is None and series not in self._salvaged:
             with self._lock:
@@ -291,7 +305,7 @@ class Reader:
         unreadable = []
         backfill_first = None
         lead_end = None  # where the GPU (else host) series ends: what a damaged replay follows
-        for name in SERIES:
+        for name in self._series:
             first, last, ok = self._series_span(name)
             if not ok:
                 unreadable.append(name)
@@ -337,7 +351,8 @@ class Reader:
     def check_blocks(self) -> int:
         """Decode every block (``info --check``): how many could not be read."""
         bad = 0
-        for name, spec in SERIES.items():
+        for name in self._series:
+            spec = SERIES[name]
             keys = self._rows(f"SELECT ts_ms, n FROM {spec.table} ORDER BY ts_ms")
             for key, n in keys:
                 before = self.bad_rows
@@ -368,8 +383,8 @@ class Reader:
 
     def counts(self) -> dict[str, int]:
         out = {}
-        tables = {spec.table: name for name, spec in SERIES.items()}
-        for t in SERIES_TABLES:
+        tables = {SERIES[name].table: name for name in self._series}
+        for t in tables:
             name = tables.get(t)
             if name is not None and (self.damage is not None or name in self._salvaged):
                 # What a read returns, not what the index says was written: blocks whose data
@@ -463,6 +478,12 @@ class Reader:
     def host_samples(self, t0: float, t1: float) -> list[HostSample]:
         rows = self._block_rows("host", t0, t1)
         return self._decode(rows, lambda r: codec.host_from_row(r, {}))
+
+    def task_samples(self, t0: float, t1: float) -> list[TaskSample]:
+        """The processes' /proc readings (each with its main thread's only; see schema.TASK_FIELDS)."""
+        rows = self._block_rows("tasks", t0, t1)
+        strings = self._refresh_strings(rows, _TASK_STRING_COLS)
+        return self._decode(rows, lambda r: codec.task_from_row(r, strings))
 
     def proc_samples(self, t0: float, t1: float) -> list[ProcSample]:
         rows = self._block_rows("procs", t0, t1)
@@ -627,6 +648,7 @@ class Reader:
         out += self.host_samples(t0, t1)
         out += self.proc_samples(t0, t1)
         out += self.stack_samples(t0, t1)
+        out += self.task_samples(t0, t1)
         out += self.events(t0, t1)
         out += self.findings(t0, t1)
         return out
@@ -645,6 +667,7 @@ class Reader:
         out += self.host_samples(ts - windows.host, ts)
         out += self.proc_samples(ts - windows.procs, ts)
         out += self.stack_samples(ts - windows.stacks, ts)
+        out += self.task_samples(ts - windows.tasks, ts)
         events = self.events(float("-inf"), ts, last=windows.events)
         # The job's shape as of ``ts`` (its rank map, its GPUs' links) is said once, at the start:
         # a seek past many later events still gets the newest of each.

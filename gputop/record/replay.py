@@ -51,6 +51,7 @@ class HistoryWindows:
     host: float = 60.0
     procs: float = 60.0
     stacks: float = 90.0
+    tasks: float = 90.0  # the stuck check reads the main threads' /proc readings as far back as their stacks
     events: int = 500
     findings: int = 500
 

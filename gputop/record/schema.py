@@ -183,6 +183,26 @@ PROC_FIELDS: tuple[Field, ...] = (
 PROC_FIELDS_V1 = PROC_FIELDS[: len(PROC_FIELDS) - 2]
 PROC_IDENTITY = ("pid", "ppid", "name", "user", "cmdline", "create_time", "role", "env")
 
+# TaskSample after ts: the process's IO counters and its main thread's /proc reading (the thread
+# whose id is the process's). The stuck and IO verdicts read the main thread (its state, the call
+# it sleeps in, its wakes); the other threads' readings stay live-only, where ~50 torch threads a
+# process would outweigh every other series.
+TASK_FIELDS: tuple[Field, ...] = (
+    Field("pid", "i"),
+    Field("ppid", "i"),
+    Field("rchar", "i"),
+    Field("wchar", "i"),
+    Field("name", "s"),
+    Field("state", "s"),
+    Field("cpu_ns", "i"),
+    Field("runs", "i"),
+    Field("wakes", "i"),
+    Field("wchan", "s"),
+    Field("syscall", "s"),
+    Field("fd_path", "s"),
+    Field("fs", "s"),
+)
+
 
 @dataclass(frozen=True)
 class Series:
@@ -198,6 +218,9 @@ SERIES: dict[str, Series] = {
     "host": Series("host_samples", "t" + "i" * len(HOST_FIELDS) + "y"),
     "procs": Series("proc_samples", "ti" + "i" * len(PROC_FIELDS)),
     "stacks": Series("stack_samples", "tiii"),  # ts, thread id, stack id, flags
+    # Added after version 4 without a version bump: a table of its own, which older readers never
+    # select; a file from before has none (the reader reads no tasks from it, and an append adds it).
+    "tasks": Series("task_samples", "t" + "i" * len(TASK_FIELDS)),
 }
 SERIES_TABLES = tuple(s.table for s in SERIES.values())
 
@@ -233,6 +256,12 @@ def _block_table(name: str) -> str:
         f"CREATE TABLE {name} (ts_ms INTEGER PRIMARY KEY, t1 REAL NOT NULL, n INTEGER NOT NULL,"
         f" data BLOB NOT NULL);"
     )
+
+
+def series_tables_if_missing() -> list[str]:
+    """The statements an append runs: a series added since the file was made gets its table (an
+    older reader never selects it)."""
+    return [_block_table(t).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1) for t in SERIES_TABLES]
 
 
 DDL = "\n".join(

@@ -33,6 +33,7 @@ from ..model import (
     PaneViews,
     ProcSample,
     StackSample,
+    TaskSample,
     Reset,
     SystemInfo,
     UtilPoint,
@@ -62,6 +63,7 @@ from .schema import (
     SERIES,
     pack_ids,
     series_layouts,
+    series_tables_if_missing,
 )
 
 # A minute is merged once no sample for it can still arrive: NVML's buffer is read once per
@@ -418,6 +420,8 @@ class RecordWriter:
                     raise UserError(f"cannot append to {path}: {why}; record to a new file")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            for stmt in series_tables_if_missing():
+                conn.execute(stmt)
         except sqlite3.Error as exc:
             raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc, max_bytes)}") from None
         w = cls(conn, path)
@@ -616,6 +620,9 @@ class RecordWriter:
                 rows.append(codec.proc_row(self._proc_id(s), s, sid))
             width = len(self._layouts["procs"])  # a version 1 file's rows stop before the private memory
             self._write_block("procs", [r[:width] for r in rows])
+        tasks = by.get(TaskSample)
+        if tasks:
+            self._write_block("tasks", [codec.task_row(s, sid) for s in tasks])
         stacks = by.get(StackSample)
         if stacks:
             self._write_block(

@@ -7,6 +7,8 @@ causes apart by the workers' CPU and stacks, the host's CPU and the disk.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import math
 import re
 from dataclasses import dataclass
@@ -339,7 +341,10 @@ def oversubscription(ctx: AnalysisContext) -> Oversubscription | None:
         return None
     held = sum(max(1, c.threads or 1) for c in w.current)
     mine = _worker_threads(ctx)
-    if {t.pid for t in mine} >= {c.pid for c in w.current}:
+    read = Counter(t.pid for t in mine)
+    # Readings of every worker's threads: a recording keeps each process's main thread only, which
+    # is no reading of the rest of a worker holding several (those then count as held).
+    if all(read[c.pid] > 1 or (read[c.pid] == 1 and (c.threads or 1) <= 1) for c in w.current):
         # Per-thread readings of every worker: the threads that want a CPU, not those that exist.
         demand = sum(t.runnable for t in mine)
         if demand <= OVERSUB_RATIO * h.cores:

@@ -1,0 +1,80 @@
+"""The processes' /proc readings are recorded (each process's counters and its main thread's
+reading), so a replay and a report judge stuck and IO from what the live advisor read: before, a
+live verdict that leaned on a main thread's wakes or on the file it sleeps on could not be had from
+the recording. A file made before them has no table for them and reads as it did."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from gputop.model import GpuSample, TaskSample, ThreadState
+from gputop.record.reader import Reader
+from gputop.record.writer import RecordWriter, SessionMeta
+
+from test_record import T0, write
+
+FIXTURES = Path(__file__).parent / "fixtures" / "recordings"
+
+
+def task(ts, pid=4242, wakes=10, fd_path=None):
+    main = ThreadState(tid=pid, name="python3", state="S", cpu_ns=1_234_567_890_123, runs=77, wakes=wakes,
+                       wchan="pipe_read", syscall="read", fd_path=fd_path, fs="ext4 on /")
+    pool = ThreadState(tid=pid + 1, name="pt_autograd_0", state="S", cpu_ns=5, runs=1, syscall="futex")
+    return TaskSample(ts=ts, pid=pid, ppid=1, threads=(pool, main), rchar=10_000, wchar=2_000)
+
+
+def test_a_task_sample_round_trips_with_its_main_thread(tmp_path):
+    p = tmp_path / "t.gputop"
+    write(p, [[GpuSample(ts=T0 + k, index=0, util_gpu=50.0), task(T0 + k, wakes=10 + k)] for k in range(1, 5)])
+    with Reader(p) as r:
+        got = r.task_samples(T0, T0 + 10)
+    assert [t.ts for t in got] == [T0 + k for k in range(1, 5)]
+    t = got[-1]
+    assert (t.pid, t.ppid, t.rchar, t.wchar) == (4242, 1, 10_000, 2_000)
+    # The main thread only: the other threads stay live-only (their number would outweigh the file).
+    assert len(t.threads) == 1
+    m = t.threads[0]
+    assert (m.tid, m.name, m.state, m.cpu_ns, m.runs, m.wakes) == (4242, "python3", "S", 1_234_567_890_123, 77, 14)
+    assert (m.wchan, m.syscall, m.fs) == ("pipe_read", "read", "ext4 on /")
+
+
+def test_a_path_the_main_thread_waits_on_is_redacted(tmp_path):
+    p = tmp_path / "t.gputop"
+    secret = "hf_" + "a" * 34
+    write(p, [[GpuSample(ts=T0 + 1, index=0, util_gpu=50.0), task(T0 + 1, fd_path=f"/tmp/upload?token={secret}")]])
+    with Reader(p) as r:
+        (t,) = r.task_samples(T0, T0 + 10)
+    assert secret not in (t.threads[0].fd_path or "")
+    assert secret.encode() not in p.read_bytes()
+
+
+def test_a_replay_is_fed_the_task_samples(tmp_path):
+    p = tmp_path / "t.gputop"
+    write(p, [[GpuSample(ts=T0 + k, index=0, util_gpu=50.0), task(T0 + k)] for k in range(1, 4)])
+    with Reader(p) as r:
+        assert sum(isinstance(s, TaskSample) for s in r.samples(T0, T0 + 10)) == 3
+        from gputop.record.replay import HistoryWindows
+
+        assert sum(isinstance(s, TaskSample) for s in r.history(T0 + 3, HistoryWindows())) == 3
+
+
+def test_a_file_from_before_the_tasks_reads_as_before_and_an_append_adds_them(tmp_path):
+    old = tmp_path / "old.gputop"
+    shutil.copyfile(FIXTURES / "cpu-evalstep.gputop", old)
+    old.chmod(0o600)
+    with sqlite3.connect(old) as c:
+        assert not c.execute("SELECT name FROM sqlite_master WHERE name = 'task_samples'").fetchall()
+    with Reader(old) as r:
+        assert r.damage is None and r.task_samples(float("-inf"), float("inf")) == []
+        end = r.end_ts
+        counts = r.counts()
+    assert "task_samples" not in counts
+    w = RecordWriter.create(old, append=True)
+    w.start_session(SessionMeta(mode="fake", host="testhost"))
+    w.flush([GpuSample(ts=end + 5, index=0, util_gpu=1.0), task(end + 5)])
+    w.finish()
+    with Reader(old) as r:
+        assert r.damage is None
+        assert [t.ts for t in r.task_samples(end, end + 10)] == [end + 5]
