@@ -126,8 +126,10 @@ def format_info(d: dict) -> str:
                     ("host_samples", "host"),
                     ("proc_samples", "process"),
                     ("stack_samples", "stack" + _STACKS_CUT.get(d.get("stacks_lost"), "")),
+                    ("task_samples", "/proc"),
                     ("events", "events"),
                 )
+                if k != "task_samples" or k in c  # a file from before them has none to count
             )
         )
     found = d.get("findings", 0)
