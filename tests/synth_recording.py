@@ -28,6 +28,8 @@ from gputop.model import (
     GpuSample,
     HostSample,
     ProcSample,
+    TaskSample,
+    ThreadState,
     Severity,
     StackSample,
     SystemInfo,
@@ -50,6 +52,7 @@ class Rates:
     stack_hz: int = 5
     threads: int = 4
     cores: int = 16
+    procfs: bool = True  # each process's /proc reading every second (the target and its workers)
 
 
 def _frames(depth_base: list[Frame], tail: list[Frame]) -> tuple[Frame, ...]:
@@ -292,11 +295,33 @@ class SyntheticSession:
                            uss=int(self.worker_uss(k + 1, w)) if self.worker_uss is not None and (k - 4 * w) % 12 == 0
                            else None)
             )
+        if r.procfs:
+            out.extend(self._tasks(t, k, ckpt))
         out.extend(self._stacks(t, ckpt))
         if k % 10 == 9:
             out.extend(self._findings(t, k))
         if self.in_checkpoint(t) and not self.in_checkpoint(t - 1):
             out.append(Event(ts=t, source="host", message="checkpoint started: runs/ckpt_%05d.pt" % k, level="info"))
+        return out
+
+    def _tasks(self, t: float, k: int, ckpt: bool) -> list[TaskSample]:
+        """The /proc readings the procfs source takes each second: the target's main thread mostly
+        launching (R) or in a futex, the workers reading files; CPU time and switches counting up."""
+        rng = self.rng
+        out = []
+        for w in range(-1, self.rates.workers):
+            pid = TARGET_PID + 1 + w if w >= 0 else TARGET_PID
+            busy = w < 0 and not ckpt
+            state = rng.choice(("R", "R", "S")) if busy else rng.choice(("S", "S", "R", "D"))
+            main = ThreadState(tid=pid, name="python" if w < 0 else "pt_data_worker", state=state,
+                               cpu_ns=int((k + 1) * (0.95e9 if w < 0 else 0.9e9)) + rng.randrange(0, 10**7),
+                               runs=(k + 1) * 400 + rng.randrange(0, 50), wakes=(k + 1) * 380 + rng.randrange(0, 40),
+                               wchan=None if state == "R" else ("futex_wait_queue" if w < 0 else "folio_wait_bit"),
+                               syscall=None if state == "R" else ("futex" if w < 0 else "read"),
+                               fd_path=None if w < 0 or state == "R" else f"/data/shards/train-{k % 64:05d}.tar",
+                               fs=None if w < 0 or state == "R" else "ext4 on /data")
+            out.append(TaskSample(ts=t, pid=pid, ppid=1 if w < 0 else TARGET_PID, threads=(main,),
+                                  rchar=(k + 1) * 80_000_000, wchar=(k + 1) * 10_000))
         return out
 
     def _stacks(self, t: float, ckpt: bool) -> list[StackSample]:
