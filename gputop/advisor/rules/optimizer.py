@@ -143,24 +143,27 @@ def check_unfused_optimizer(ctx: AnalysisContext) -> Hit | None:
     if cls == "AdamW":
         plain += "; Adam takes the same flag"
     knob = optimizer_knob(ctx.framework.name, cls)
+    return _hit(ctx, step, g, c, f"main thread in the optimizer step {pct(step.share)} of its samples, in {impl}",
+                f"{knob}; in plain PyTorch: {plain}" if knob else plain, "one kernel",
+                f"Unfused optimizer: {cls}'s step launches kernels per tensor while {g.name} waits")
+
+
+def _hit(ctx: AnalysisContext, step: UnfusedStep, g: GpuView, c: float, first: str, action: str, becomes: str,
+         title: str) -> Hit:
     # The bound: the optimizer's launching time gone entirely (the fused kernel's own GPU time
-    # is in the busy time either way).
+    # is in the busy time either way). The stated bound takes the step's share of samples at its
+    # upper confidence limit; the GPU's part (NVML's polls) as it is.
     frac = max(c / g.breakdown.total_s, step.share)
-    # The stated bound takes the step's share of samples at its upper confidence limit; the GPU's
-    # part (NVML's polls) as it is.
     upper = sampled_upper(step.share, len(ctx.main_stacks), c / g.breakdown.total_s)
     return Hit(
-        evidence=(
-            f"main thread in the optimizer step {pct(step.share)} of its samples, in {impl}",
-            idle_line(g, [Bucket.CPU]),
-        ),
-        action=(f"{knob}; in plain PyTorch: {plain}" if knob else plain),
-        expected_gain=gain(frac, upper=upper) + ": the step's per-tensor launches become one kernel",
+        evidence=(first, idle_line(g, [Bucket.CPU])),
+        action=action,
+        expected_gain=gain(frac, upper=upper) + f": the step's per-tensor launches become {becomes}",
         gain_bound=bounded(frac, upper=upper),
         cost_s=c,
         confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
         gpu_index=g.index,
-        title=f"Unfused optimizer: {cls}'s step launches kernels per tensor while {g.name} waits",
+        title=title,
     )
 
 
@@ -176,22 +179,10 @@ def _own_hit(ctx: AnalysisContext, step: UnfusedStep, g: GpuView, c: float) -> H
         knob = ("the same algorithm stepping the tensors together: torch.optim's fused or foreach implementation "
                 "(torch.optim.AdamW(..., fused=True), torch.optim.Adafactor(..., foreach=True)) where one exists; "
                 "else torch.compile the optimizer step")
-    frac = max(c / g.breakdown.total_s, step.share)
-    upper = sampled_upper(step.share, len(ctx.main_stacks), c / g.breakdown.total_s)
-    return Hit(
-        evidence=(
-            f"main thread in `{cls}.step` ({where}) {pct(step.share)} of its samples: an optimizer of its own, "
-            "outside torch.optim, stepping each parameter tensor from Python",
-            idle_line(g, [Bucket.CPU]),
-        ),
-        action=knob,
-        expected_gain=gain(frac, upper=upper) + ": the step's per-tensor launches become a few kernels",
-        gain_bound=bounded(frac, upper=upper),
-        cost_s=c,
-        confidence=confidence(min(1.0, step.share * 2), len(ctx.main_stacks)),
-        gpu_index=g.index,
-        title=f"Unfused optimizer: `{cls}.step` launches kernels per tensor from Python while {g.name} waits",
-    )
+    return _hit(ctx, step, g, c,
+                f"main thread in `{cls}.step` ({where}) {pct(step.share)} of its samples: an optimizer of its own, "
+                "outside torch.optim, stepping each parameter tensor from Python", knob, "a few kernels",
+                f"Unfused optimizer: `{cls}.step` launches kernels per tensor from Python while {g.name} waits")
 
 
 # --------------------------------------------------------------------------- the optimizer offloaded
