@@ -78,3 +78,30 @@ def test_a_file_from_before_the_tasks_reads_as_before_and_an_append_adds_them(tm
     with Reader(old) as r:
         assert r.damage is None
         assert [t.ts for t in r.task_samples(end, end + 10)] == [end + 5]
+
+
+def test_the_mount_a_waited_on_file_sits_on_is_redacted_too(tmp_path):
+    # The file system is named by its mount point, which is as much a path as fd_path: a tmpfs
+    # mounted at /mnt/token=SECRET kept the secret in the file while fd_path was redacted.
+    p = tmp_path / "t.gputop"
+    secret = "SECRETMOUNTVALUE"
+    main = ThreadState(tid=4242, name="python3", state="S", wchan="pipe_read", syscall="read",
+                       fd_path=f"/mnt/token={secret}/data", fs=f"tmpfs on /mnt/token={secret}")
+    write(p, [[GpuSample(ts=T0 + 1, index=0, util_gpu=50.0), TaskSample(ts=T0 + 1, pid=4242, ppid=1, threads=(main,))]])
+    with Reader(p) as r:
+        (t,) = r.task_samples(T0, T0 + 10)
+    assert t.threads[0].fs and t.threads[0].fs.startswith("tmpfs on /mnt/")
+    assert secret not in t.threads[0].fs
+    assert secret.encode() not in p.read_bytes()
+
+
+def test_a_mount_point_written_unredacted_by_an_older_gputop_is_redacted_on_reading(tmp_path):
+    # Files recorded before the mount point was redacted hold it raw: a report or replay that
+    # judges the readings again would print it.
+    p = tmp_path / "t.gputop"
+    write(p, [[GpuSample(ts=T0 + 1, index=0, util_gpu=50.0), task(T0 + 1)]])
+    with sqlite3.connect(p) as c:
+        c.execute("UPDATE strings SET text = 'tmpfs on /mnt/token=SECRETMOUNTVALUE' WHERE text = 'ext4 on /'")
+    with Reader(p) as r:
+        (t,) = r.task_samples(T0, T0 + 10)
+    assert t.threads[0].fs.startswith("tmpfs on /mnt/") and "SECRETMOUNTVALUE" not in t.threads[0].fs
