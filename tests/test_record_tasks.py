@@ -105,3 +105,24 @@ def test_a_mount_point_written_unredacted_by_an_older_gputop_is_redacted_on_read
     with Reader(p) as r:
         (t,) = r.task_samples(T0, T0 + 10)
     assert t.threads[0].fs.startswith("tmpfs on /mnt/") and "SECRETMOUNTVALUE" not in t.threads[0].fs
+
+
+def test_info_says_the_proc_readings_a_cut_took_were_lost_not_that_there_were_none(tmp_path, capsys):
+    # "0 /proc" beside "0 stack (lost in the cut)" read as "none recorded" for a table the cut took.
+    import argparse
+
+    from gputop.commands import info
+
+    p = tmp_path / "t.gputop"
+    write(p, [[GpuSample(ts=T0 + k, index=0, util_gpu=50.0), task(T0 + k)] for k in range(1, 5)])
+    with sqlite3.connect(p) as c:
+        (root,) = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'task_samples'").fetchone()
+        (page,) = c.execute("PRAGMA page_size").fetchone()
+        (gpu_root,) = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'gpu_samples'").fetchone()
+    assert gpu_root < root  # the cut keeps the GPU samples, so the file is still read
+    cut = tmp_path / "cut.gputop"
+    cut.write_bytes(p.read_bytes()[: (root - 1) * page])
+    cut.chmod(0o600)
+    info.run(argparse.Namespace(file=str(cut), json=False, check=False))
+    out = capsys.readouterr().out
+    assert "0 /proc (lost in the cut)" in out

@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
         d["findings_lost"] = r.lost("findings") is not None  # a cut copy: the count is what survived
         d["stacks_lost"] = r.lost("stacks")  # "lost", "partly" or None: the stack count is what can be read
+        # The same for the /proc readings: "0 /proc" for a table the cut took read as none recorded.
+        d["tasks_lost"] = r.lost("task_samples")
         # Another advisor's findings (or none stamped): what a report or replay of it says is judged again.
         d["findings_other_advisor"] = not d["findings_lost"] and needs_rejudging(r)
         d["idle_periods"] = len(nav.idle_periods())
@@ -76,6 +78,9 @@ def _session_text(x: dict) -> str:
 
 # How much of the stack samples a cut left readable (Reader.lost), beside their count.
 _STACKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them or their frames lost in the cut)"}
+
+# The /proc readings beside their count when a cut took them (Reader.lost("task_samples")).
+_TASKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them lost in the cut)"}
 
 
 def format_info(d: dict) -> str:
@@ -126,7 +131,7 @@ def format_info(d: dict) -> str:
                     ("host_samples", "host"),
                     ("proc_samples", "process"),
                     ("stack_samples", "stack" + _STACKS_CUT.get(d.get("stacks_lost"), "")),
-                    ("task_samples", "/proc"),
+                    ("task_samples", "/proc" + _TASKS_CUT.get(d.get("tasks_lost"), "")),
                     ("events", "events"),
                 )
                 if k != "task_samples" or k in c  # a file from before them has none to count
