@@ -126,3 +126,5 @@ def test_info_says_the_proc_readings_a_cut_took_were_lost_not_that_there_were_no
     info.run(argparse.Namespace(file=str(cut), json=False, check=False))
     out = capsys.readouterr().out
     assert "0 /proc (lost in the cut)" in out
+    # The processes' rows went with it (the tables after it): their samples are not "none recorded" either.
+    assert "0 process (lost in the cut)" in out and "4 GPU polls," in out

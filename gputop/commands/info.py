@@ -38,8 +38,14 @@ def run(args: argparse.Namespace) -> int:
         d["findings"] = len({(m.finding_id, m.gpu) for m in nav.finding_marks()})
         d["findings_lost"] = r.lost("findings") is not None  # a cut copy: the count is what survived
         d["stacks_lost"] = r.lost("stacks")  # "lost", "partly" or None: the stack count is what can be read
-        # The same for the /proc readings: "0 /proc" for a table the cut took read as none recorded.
-        d["tasks_lost"] = r.lost("task_samples")
+        # The same for every other count: "0 /proc" or "0 process" for a table the cut took read as
+        # none recorded. Process samples cannot be read without their processes' rows either.
+        d["lost"] = {t: r.lost(t) for t in ("gpu_samples", "util_points", "host_samples", "proc_samples",
+                                            "task_samples", "events")}
+        if r.lost("processes") == "lost":
+            d["lost"]["proc_samples"] = "lost"
+        elif d["lost"]["proc_samples"] is None and r.lost("processes"):
+            d["lost"]["proc_samples"] = "partly"
         # Another advisor's findings (or none stamped): what a report or replay of it says is judged again.
         d["findings_other_advisor"] = not d["findings_lost"] and needs_rejudging(r)
         d["idle_periods"] = len(nav.idle_periods())
@@ -79,8 +85,8 @@ def _session_text(x: dict) -> str:
 # How much of the stack samples a cut left readable (Reader.lost), beside their count.
 _STACKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them or their frames lost in the cut)"}
 
-# The /proc readings beside their count when a cut took them (Reader.lost("task_samples")).
-_TASKS_CUT = {"lost": " (lost in the cut)", "partly": " (part of them lost in the cut)"}
+# Any other count beside what a cut took of it (Reader.lost).
+_CUT = {"lost": " (lost in the cut)", "partly": " (part of them lost in the cut)"}
 
 
 def format_info(d: dict) -> str:
@@ -125,13 +131,15 @@ def format_info(d: dict) -> str:
             "samples     "
             + ", ".join(
                 f"{c.get(k, 0):,} {label}"
+                + (_STACKS_CUT.get(d.get("stacks_lost"), "") if k == "stack_samples"
+                   else _CUT.get((d.get("lost") or {}).get(k), ""))
                 for k, label in (
                     ("gpu_samples", "GPU polls"),
                     ("util_points", "utilisation points"),
                     ("host_samples", "host"),
                     ("proc_samples", "process"),
-                    ("stack_samples", "stack" + _STACKS_CUT.get(d.get("stacks_lost"), "")),
-                    ("task_samples", "/proc" + _TASKS_CUT.get(d.get("tasks_lost"), "")),
+                    ("stack_samples", "stack"),
+                    ("task_samples", "/proc"),
                     ("events", "events"),
                 )
                 if k != "task_samples" or k in c  # a file from before them has none to count
