@@ -443,6 +443,11 @@ def spinning(g: GpuView) -> bool:
     return g.spin >= SPIN_EXPLAINS
 
 
+def idle_unless_spinning(g: GpuView) -> float:
+    """The GPU's idle seconds in the window, unless it spins (a collective waiting is not idle)."""
+    return 0.0 if spinning(g) else g.breakdown.idle_s
+
+
 def waits_for_peers(ctx: AnalysisContext, g: GpuView) -> bool:
     """A rank's GPU that waits for its peers (spinning, or computing less than its busiest peer
     while 'busy': analysis.spin's wait per poll) SPIN_EXPLAINS of the window: NCCL's kernel

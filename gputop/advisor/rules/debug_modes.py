@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from ...analysis import LIGHTNING
 from ...model import Frame
 from ..context import AnalysisContext, GpuView
-from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, spinning, uses, worst
+from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, idle_unless_spinning, uses, worst
 from .threshold import JUDGEMENT, Threshold
 
 # The main thread inside autograd's stack formatter, under the model's forward, in at least this
@@ -53,10 +53,6 @@ def recording_op_stacks(frames) -> bool:
     return not any(t in _path(f) for f in frames[at + 1:] for t in _TRACING)
 
 
-def _lost(g: GpuView) -> float:
-    """The GPU's idle seconds in the window, unless it spins (a collective waiting is not idle)."""
-    return 0.0 if spinning(g) else g.breakdown.idle_s
-
 
 @dataclass(frozen=True)
 class _Seen:
@@ -87,7 +83,7 @@ def _seen(ctx: AnalysisContext, inside: Callable[[Sequence[Frame]], bool], bar: 
     share = sum(1 for s in main if inside(s.frames)) / len(main)
     if share < bar:
         return None
-    found = worst(ctx, _lost, gpu_only=True)
+    found = worst(ctx, idle_unless_spinning, gpu_only=True)
     if found is None or not significant(found[0], found[1]):
         return None
     return _Seen(share, len(main), found[0], found[1])

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ...analysis import HF_TRAINER, LIGHTNING
 from ..context import AnalysisContext, GpuView
 from .base import (
-    MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, spinning, uses, worst,
+    MIN_COST_FRACTION, MIN_COST_S, Hit, confidence, enough_stacks, pct, significant, idle_unless_spinning, uses, worst,
 )
 from .threshold import JUDGEMENT, Threshold
 
@@ -63,9 +63,6 @@ def data_parallel_seen(ctx: AnalysisContext) -> bool:
     return any(in_data_parallel(s.frames) and _over_several(s.frames) for s in ctx.main_stacks)
 
 
-def _lost(g: GpuView) -> float:
-    return 0.0 if spinning(g) else g.breakdown.idle_s
-
 
 def _action(framework: str | None, n: int) -> str:
     many = f"{n}" if n > 1 else "N"
@@ -91,7 +88,7 @@ def check_data_parallel(ctx: AnalysisContext) -> Hit | None:
     share = len(inside) / len(main)
     if share < DATA_PARALLEL_SHARE or not any(_over_several(s.frames) for s in inside):
         return None
-    found = worst(ctx, _lost, gpu_only=True)
+    found = worst(ctx, idle_unless_spinning, gpu_only=True)
     if found is None or not significant(found[0], found[1]):
         return None
     g, cost = found
