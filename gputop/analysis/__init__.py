@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
+from .built_on_cpu import BuiltOnCpu, built_on_cpu
 from .classify import classify as classify_stack
 
 from .breakdown import (
@@ -109,5 +110,5 @@ __all__ = [
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
-    "Recompute", "recompute_of", "ACCELERATE",
+    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu",
 ]

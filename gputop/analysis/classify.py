@@ -74,8 +74,10 @@ _DATA = r"/torch/utils/data/"
 _DIST = r"/torch/distributed/"
 # Reading a device tensor back waits for the device. `float(t)`, `print(t)` of a tensor sync as
 # `.item()` does; print and f-strings of a tensor run torch/_tensor_str.py (a frame rule below),
-# `float(` has no frame of its own. `.to("cpu")` is `.cpu()` written out.
-_SYNC_CODE = (r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|\bfloat\(|\.synchronize\(\)|cuda\.synchronize\("
+# `float(` has no frame of its own. `.to("cpu")` is `.cpu()` written out. `float("-inf")` (a
+# literal, a mask's fill value) reads no tensor: a held-out job's CPU-built mask line was called
+# a sync for it.
+_SYNC_CODE = (r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|\bfloat\((?!\s*['\"])|\.synchronize\(\)|cuda\.synchronize\("
               r"|\.to\(\s*(device\s*=\s*)?['\"]cpu['\"]")
 # A wait on a communication handle (`work.wait()`, `handle.wait()`, `reqs[i].wait()`): c10d's
 # Work.wait is C, so only its caller's line shows it. Told apart from a threading.Event's wait by
@@ -88,9 +90,9 @@ _WAIT_CODE = r"\b\w*(work|handle|req|request|fut|future)s?(\[[^\]]*\])?\.wait\("
 # as a host-to-device copy, and `.copy_(src, non_blocking=True)` too (non_blocking only means
 # anything across devices); a plain `.copy_(src)` is usually CPU to CPU and is not taken. The
 # PCIe receive counters are where a copy is confirmed, not here.
-_TO_NOT_A_COPY = (r"\s*(dtype\s*=|memory_format\s*=|(torch\.)?(float|half|bfloat16|double|int|long|short|"
+TO_NOT_A_COPY = (r"\s*(dtype\s*=|memory_format\s*=|(torch\.)?(float|half|bfloat16|double|int|long|short|"
                   r"uint8|int8|bool|complex|cfloat)\w*\s*[,)]|[\w.]*dtype\s*\))")
-_H2D_CODE = r"\.cuda\(|\.to\((?!" + _TO_NOT_A_COPY + r")|\.copy_\([^)]*non_blocking"
+_H2D_CODE = r"\.cuda\(|\.to\((?!" + TO_NOT_A_COPY + r")|\.copy_\([^)]*non_blocking"
 # torch.distributed's communication calls: what a rank waits in for the others. Everything else
 # under torch/distributed/ (FSDP's and checkpoint_wrapper's module wrappers, the c10d logger's
 # decorator, DDP's Python) is whatever runs inside it.

@@ -45,6 +45,7 @@ from .memory import (check_memory_growth, check_memory_headroom, check_memory_ne
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
 from .fusion import check_memory_bound_kernels
+from .host_tensor import check_tensor_built_on_cpu
 from .parallel import check_data_parallel
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_float64_math, check_fp32_training, check_no_tensor_cores
@@ -71,6 +72,7 @@ THROUGHPUT_IDS = (
     "io-bound",
     "workers-blocked",
     "host-sync",
+    "tensor-built-on-cpu",
     "pageable-h2d",
     "copies-to-host",
     "checkpoint-stall",
@@ -118,6 +120,10 @@ RULES: tuple[Rule, ...] = (
     Rule("workers-saturated", "GPU waits for data: loader workers saturated", W, check_workers_saturated),
     Rule("io-bound", "GPU waits for storage: input is IO-bound", W, check_io_bound),
     Rule("workers-blocked", "GPU waits for data: loader workers blocked, not computing", W, check_workers_blocked),
+    # The copy and the CPU work before it are one cause with one change (make it on the GPU, or
+    # once): pinning the copy, removing a sync or graphs would not touch the making.
+    Rule("tensor-built-on-cpu", "A tensor made on the CPU every step and copied to the GPU", W,
+         check_tensor_built_on_cpu, supersedes=("pageable-h2d", "host-sync", "launch-bound", "cpu-work-in-loop")),
     Rule("pageable-h2d", "GPU waits for host-to-device copies", W, check_pageable_h2d),
     # The same wait with PCIe saying the bytes go the other way: pinning the batches would not touch it.
     Rule("copies-to-host", "GPU waits while the loop copies tensors to the host", W, check_copies_to_host,
