@@ -118,7 +118,10 @@ class Advisor:
         out: list[Finding] = []
         warmup = ctx.warmup
         forming = ctx.forming if not warmup else None
-        held = HELD_WHILE_WARMING if warmup else HELD_WHILE_FORMING if forming else ()
+        # A hang forming while every other rank's GPU spins in a collective holds the ranks'
+        # findings too: all of them wait, none is slow.
+        held = (HELD_WHILE_WARMING if warmup or (forming and forming.peers_wait)
+                else HELD_WHILE_FORMING if forming else ())
         self._held = held
         self.withdrawn = {}
         for r in self.rules:

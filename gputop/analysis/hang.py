@@ -317,6 +317,12 @@ def collective_fn(s: StackSample) -> str | None:
     return None
 
 
+# The collective a rank whose GPU spins waits in, where its Python frames name none: NCCL's kernel
+# on its stream (DDP's gradient all-reduce is launched from autograd's hooks, not from a call of
+# the user's).
+GPU_COLLECTIVE = "a NCCL collective on its GPU"
+
+
 def _boring(p: Party) -> bool:
     """A pool or helper thread parked in its idle loop: listed only when there is room."""
     return not p.main and not p.worker and p.waits in ("queue", "event", "blocked", "sleep") and p.category is Category.IDLE
@@ -571,7 +577,10 @@ def diagnose(main: StackSample, others: Sequence[StackSample], target: int, gpu:
     if spin_pids and ranks:
         # NCCL waits on the GPU: a rank whose GPU spins waits in a collective whatever its host
         # thread was caught doing (launching the next step's kernels into a full queue, a sync).
-        ps = tuple(replace(p, waits="collective", what="waits in a NCCL collective on its GPU (the kernel spins)")
+        # Its Python frames may name no collective (DDP's all-reduce runs from autograd's hooks): it
+        # is then the GPU's, which a rank waiting in a host-side one (a gloo barrier) is not in.
+        ps = tuple(replace(p, waits="collective", what="waits in a NCCL collective on its GPU (the kernel spins)",
+                           collective=p.collective or GPU_COLLECTIVE)
                    if p.pid in spin_pids and p.pid in ranks and (p.main or p.worker) and " thread " not in p.label
                    else p for p in ps)
     sc = Scene(tuple(ps), target, gpu, ranks or {}, workers_running)
@@ -590,7 +599,11 @@ def _collective(ps: Sequence[Party], coll: Sequence[Party], worker_mains: Sequen
     different collectives, or the same in another order)."""
     rank_mains = [p for p in ps if p.pid in ranks and " thread " not in p.label and (p.main or p.worker)]
     fns = {p.pid: p.collective for p in rank_mains if p.collective}
-    common = max(set(fns.values()), key=lambda f: (list(fns.values()).count(f), f)) if fns else None
+    # The collective most ranks wait in; at a tie, the one on the GPUs: NCCL ranks wait there in the
+    # step's own collective (DDP's gradient all-reduce every step), and a rank waiting on its host in
+    # another (a barrier under `if rank == 0:`) is the one that left the step's path.
+    common = max(set(fns.values()),
+                 key=lambda f: (list(fns.values()).count(f), f == GPU_COLLECTIVE, f)) if fns else None
     if rank_mains:
         elsewhere = [p for p in rank_mains if p.waits != "collective"]
         other_coll = [p for p in rank_mains if p.waits == "collective" and common and p.collective != common]
@@ -608,6 +621,11 @@ def _collective(ps: Sequence[Party], coll: Sequence[Party], worker_mains: Sequen
         a = absent[0]
         summary = (f"collective wait: {names} wait{'s' if len(waiting) == 1 else ''}{in_fn} for {a.label}, which "
                    f"never arrives: it is at {a.where}, {_doing(a)} instead")
+    elif other_coll and common == GPU_COLLECTIVE:
+        o = other_coll[0]
+        summary = (f"collective desync: {names} wait{'s' if len(waiting) == 1 else ''} in {common} for {o.label}, "
+                   f"which never arrives: it waits in {o.collective} at {o.where} instead, a collective "
+                   f"{'they do' if len(waiting) > 1 else 'it does'} not call")
     elif other_coll:
         o = other_coll[0]
         summary = (f"collective desync: {names} wait{'s' if len(waiting) == 1 else ''} in {common} while "

@@ -40,6 +40,9 @@ class Forming:
     where: str  # "file:line in function"
     longest_before_s: float  # its longest earlier unchanged stretch in the window (0: none seen)
     stuck_at_s: float  # when the stuck verdict's own time is reached
+    # Every other rank's GPU spins in a collective now: they wait too, so no rank is slow and the
+    # ranks' own findings (a straggler, a collective's cost) would read the hang's wait as a step's.
+    peers_wait: bool = False
 
 
 def longest_run(main: Sequence[StackSample], until: float) -> float:

@@ -442,6 +442,9 @@ class Straggler:
     z: float = 0.0  # the normal quantile that limit was taken at (0: the shares as seen)
     on_gpu: bool = False  # the waits were seen on the GPUs (NCCL spinning), not in the host's stacks
     polls: int = 0  # with on_gpu: the paired GPU polls the gap rests on
+    # The slow rank's own work, which no other rank runs, told it (``own_work_straggler``): its
+    # share's lower confidence limit. None: the gap alone did.
+    own_low: float | None = None
 
 
 def gap_lower(waiting: RankView, slow: RankView, z: float) -> float:
@@ -483,7 +486,34 @@ def straggler(views: Sequence[RankView], others_wait_min: float, gap: float, min
     if found is not None:
         return found
     wait_min, gpu_gap = gpu_bars if gpu_bars is not None else (others_wait_min, gap)
-    return gpu_straggler(seen, wait_min, gpu_gap, level)
+    return gpu_straggler(seen, wait_min, gpu_gap, level) or own_work_straggler(seen, wait_min, gpu_gap, level)
+
+
+def own_work_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
+                       level: float | None = 0.95) -> Straggler | None:
+    """The straggler told by what it runs, not only by the gap: one rank runs a function of the
+    user's that no other rank runs (``only_here``) in at least OWN_WORK_MIN_SHARE of its samples at
+    the share's lower confidence limit, while every other rank's GPU waits for a peer (NCCL
+    spinning) and its own does not, by the gap as seen over GPU_MIN_POLLS polls at least. The GPUs'
+    paired polls alone resolve a bursty wait slowly (a held-out rank 0 validating alone for ~3 s
+    every ~5 s: 17 s, its peer waiting 57 % from the fourth second); the rank's own work is a
+    second, independent measurement that the two ranks do not do the same thing."""
+    polled = [v for v in views if len(v.gpu_waits) >= GPU_MIN_POLLS and v.gpu_wait is not None]
+    if len(views) < 2 or len(polled) < len(views):
+        return None
+    z = pick_z(level, len(views)) or 1.96
+    own = [v for v in views if v.only_here and v.samples
+           and wilson_interval(v.only_here_share * v.samples, v.samples, z)[0] >= OWN_WORK_MIN_SHARE]
+    if len(own) != 1:
+        return None
+    slow = own[0]
+    others = tuple(v for v in views if v is not slow)
+    least = min(v.gpu_wait or 0.0 for v in others)
+    if least < others_wait_min or least - (slow.gpu_wait or 0.0) < gap or not _does_something(slow):
+        return None
+    low = wilson_interval(slow.only_here_share * slow.samples, slow.samples, z)[0]
+    return Straggler(slow, others, least - (slow.gpu_wait or 0.0), z, on_gpu=True,
+                     polls=min(len(v.gpu_waits) for v in views), own_low=low)
 
 
 # The GPU path needs this many paired polls: a mean and a spread (Student's t at 2 is 4.3).
@@ -524,10 +554,24 @@ def gpu_straggler(views: Sequence[RankView], others_wait_min: float, gap: float,
     return Straggler(slow, others, low, z, on_gpu=True, polls=min(n for _, _, n in lows))
 
 
+# A rank whose GPU waited for a peer at least this share of the window is not the one the others
+# wait for: a straggler arrives last, so its collective's kernel barely waits. Judgement: half.
+STRAGGLER_SPIN_MAX = Threshold(
+    0.5, "share", JUDGEMENT,
+    "A rank whose GPU waited for a peer (spinning in a collective) at least this share of the window is not the "
+    "straggler: the slowest rank arrives last, so its collective's kernel barely waits.")
+
+
 def _does_something(slow: RankView) -> bool:
     """The rank the others wait for does something: its host thread works, or its GPU computes.
     One blocked in one place with its GPU idle never arrives at all: a hang, the stuck verdict's
     to name (a straggler named for the first seconds of a hang is a false warning)."""
+    if (slow.gpu_wait or 0.0) >= STRAGGLER_SPIN_MAX:
+        # Its GPU spins in a collective for a peer most of the window: whatever its host thread
+        # runs (launches into a queue full behind that kernel), it waits too (a held-out job's
+        # rank 1, blocked so in a Linear's launch while rank 0 sat in a barrier it never called,
+        # was named the straggler).
+        return False
     return slow.works or (slow.gpu_util or 0.0) >= STRAGGLER_BUSY_MIN * 100
 
 
@@ -665,9 +709,21 @@ def doing_now(v: RankView) -> str:
     if s.category is Category.COLLECTIVE:
         return f"waits in {collective_fn(s) or 'a collective'}"
     f = project_frame(s.frames) or (s.frames[0] if s.frames else None)
+    if v.gpu_waits and v.gpu_waits[-1].wait >= SPINS_NOW:
+        # NCCL waits on the GPU: the host thread is caught wherever the full launch queue or the
+        # next sync stopped it (a rank behind a barrier it never called read "Attention.forward").
+        return "GPU waits in NCCL" + (f"; host at {f.name}" if f is not None else "")
     if f is None:
         return s.category.value
     return f"{f.name} ({short_path(f.filename)}:{f.line})"
+
+
+# A rank's GPU whose newest poll waited (spinning in a collective) at least this share of it waits
+# now. Judgement: nearly all of the poll, as a spin reads 100 % busy throughout.
+SPINS_NOW = Threshold(
+    0.9, "share", JUDGEMENT,
+    "A rank's GPU whose newest poll waited for a peer at least this share of it waits now: a spin reads busy "
+    "throughout.")
 
 
 @dataclass(frozen=True)

@@ -467,6 +467,25 @@ def judge(
         return stuck(f"no progress for {held:.0f} s ({last.category.value}) while the other ranks wait for it "
                      "in a collective", held, True, False, SPIN_CONFIDENCE, ev)
 
+    # ------------------------------------------------------------- a collective the others do not call
+    # This rank's main thread waits in a collective on its host (a gloo group's barrier, a blocking
+    # call) while every other rank's GPU spins in one: all of them wait and none computes, so none
+    # will arrive (a held-out job's rank 0 alone in a checkpoint barrier under `if rank == 0:`, its
+    # peer's GPU spinning in the step's all-reduce from the hang's second second, was called a
+    # straggler for 15 s). A straggler's GPU computes or idles; it does not spin.
+    if (peers and not reaches_start and held >= SPIN_STUCK_S and gpu != "spin"
+            and last.category is Category.COLLECTIVE and all(p in spin_pids for p in peers)):
+        if prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
+            return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but its processes move "
+                                       f"{prog.io_bps / 1e6:.1f} MB/s through read/write", **base)
+        n = len([s for s in main if s.ts >= first.ts])
+        ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), in a collective on its host",
+              f"every other rank's GPU spins in a collective waiting for a peer ({len(peers)} of {len(peers)}): "
+              "no rank computes, so none arrives"]
+        ev += _proc_lines(prog)
+        return stuck(f"no progress for {held:.0f} s ({last.category.value}) while the other ranks wait in a "
+                     "collective on their GPUs", held, True, False, SPIN_CONFIDENCE, ev)
+
     # ------------------------------------------------------------- the verdict at attach
     early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io,
                    asleep=_in_sleep_call(latest_tasks.get(last.pid), last.pid))

@@ -484,7 +484,11 @@ class JobWindow:
             newest = [max((s for s in self.gpu_samples.get(i, ()) if s.ts > v.since and s.error is None),
                           key=lambda s: s.ts, default=None) for i in mine]
             computing = not newest or any(s is None or not is_spin(s) for s in newest)
-        return hang_forming(v, self.main_history, self.stuck_after_s, gpu_computing=computing)
+        f = hang_forming(v, self.main_history, self.stuck_after_s, gpu_computing=computing)
+        peers = [p for p in self.pid_rank if p != self.target_pid]
+        if f is not None and peers and all(p in self.spin_pids for p in peers):
+            f = replace(f, peers_wait=True)
+        return f
 
     @functools.cached_property
     def recompute(self) -> Recompute:

@@ -176,7 +176,12 @@ def check_rank_straggler(ctx: AnalysisContext) -> Hit | None:
             line += (f"; its GPU waited {pct(v.gpu_wait or 0.0)} (utilisation {v.gpu_util or 0:.0f} %"
                      + (f", SMs active {v.gpu_sm:.0f} %" if v.gpu_sm is not None else "") + ")")
         ev.append(line)
-    if found.on_gpu:
+    if found.on_gpu and found.own_low is not None:
+        ev.append(f"rank {slow.rank} runs `{slow.only_here}`, which no other rank runs, in {pct(slow.only_here_share)} "
+                  f"of its samples (at least {pct(found.own_low)} at {100 * STRAGGLER_LEVEL:.0f} % confidence), while "
+                  f"the other ranks' GPUs wait {pct(wait_share)} spinning in a NCCL kernel for a peer over "
+                  f"{found.polls} polls and its own waits {pct(slow.gpu_wait or 0.0)}")
+    elif found.on_gpu:
         ev.append("a GPU 'busy' with few SMs active and no tensor-core work spins in a NCCL kernel waiting for a peer: "
                   f"the gap is at least {pct(found.gap_low)} of the time at {100 * STRAGGLER_LEVEL:.0f} % confidence "
                   f"over {found.polls} paired GPU polls")

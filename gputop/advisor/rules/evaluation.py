@@ -25,6 +25,7 @@ from .base import (
     MIN_COST_S,
     MIN_MAIN_SAMPLES,
     Hit,
+    Withdraw,
     bounded,
     confidence,
     enough_stacks,
@@ -132,9 +133,19 @@ EVAL_RESOLVED_SAMPLES = Threshold(
     "a few ms every step and seconds every few seconds read alike.")
 
 
+def _one_rank_evaluates(ctx: AnalysisContext, e: Evaluation) -> int | None:
+    """The rank that alone runs the evaluation (its function is that rank's own, which the other
+    ranks do not run: ``RankView.only_here``) in a multi-rank job; None otherwise."""
+    if len(ctx.ranks) < 2 or not e.where:
+        return None
+    fn = e.where[0].split(" (", 1)[0]
+    own = [v for v in ctx.ranks if v.only_here and v.only_here.split(" (", 1)[0] == fn]
+    return own[0].rank if len(own) == 1 else None
+
+
 @uses(EVAL_MIN_EVALUATIONS, EVAL_SECOND_STEP_MAX, EVAL_TARGET_SHARE, MIN_MAIN_SAMPLES, MIN_COST_FRACTION, MIN_COST_S,
       EVAL_RESOLVED_SAMPLES)
-def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
+def check_eval_every_step(ctx: AnalysisContext) -> Hit | Withdraw | None:
     """Evaluation recurring between the training steps (a validation forward and its `.item()`
     reads after every step, a Trainer evaluating every few steps): its share of the main thread's
     time is what training loses to it. The fix is to evaluate every N steps; nothing about the
@@ -145,6 +156,12 @@ def check_eval_every_step(ctx: AnalysisContext) -> Hit | None:
     n = ctx.step.samples
     if e is None or not n or e.bursts < EVAL_MIN_EVALUATIONS:
         return None
+    alone = _one_rank_evaluates(ctx, e)
+    if alone is not None:
+        # The others wait for it in their collectives: the straggler finding names this function
+        # with both fixes (share it across the ranks, or run it less often); two warnings for one
+        # cause would be one too many (a held-out job's rank-0-only validation showed both).
+        return Withdraw(f"rank {alone} alone evaluates while the other ranks wait: the straggler finding names it")
     share = e.samples / n
     found = worst(ctx, lambda g: share * g.breakdown.total_s)
     if found is None or not significant(found[0], found[1]):
