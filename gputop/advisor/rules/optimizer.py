@@ -11,19 +11,22 @@ the CPU to launch work, their time is GPU idle time, and ``fused=True`` takes mo
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
+from statistics import median
+from typing import Sequence
 
 from ...analysis import Bucket
 from ...analysis import HF_TRAINER, LIGHTNING, short_path
-from ...model import Category
+from ...model import Category, StackSample
 from ..context import AnalysisContext, GpuView
 from .base import (
     GPM_BUSY_UTIL_PCT, LAUNCH_BOUND_SM_ACTIVE_PCT, MIN_COST_FRACTION, MIN_COST_S, MIN_MAIN_SAMPLES, MIN_RECURRENCES,
     Hit, bounded, confidence, enough_stacks, gain, idle_line, pct, sampled_upper, significant, starved_sm_s, uses,
     worst,
 )
-from .threshold import JUDGEMENT, Threshold
+from .threshold import JUDGEMENT, IntThreshold, Threshold
 
 _UNFUSED = re.compile(r"^_(single|multi)_tensor_(\w+)$")
 _OPTIM_DIR = "torch/optim/"
@@ -215,7 +218,40 @@ def _offload_kind(ctx: AnalysisContext) -> str | None:
     return "fsdp" if fsdp else None
 
 
-@uses(OFFLOAD_MIN_SHARE, OFFLOAD_GPU_IDLE, MIN_MAIN_SAMPLES)
+# The GPU's median utilisation at the optimizer's samples at most this: it runs no kernel while the
+# step runs (measured: FSDP2 CPU offload 0 %, a per-tensor step on the GPU 32-70 %). Judgement,
+# between the two.
+OFFLOAD_UTIL_MAX = Threshold(
+    10.0, "%", JUDGEMENT,
+    "The GPU's median utilisation at the optimizer step's samples at most this: it sees no kernel while the step "
+    "runs (FSDP2 CPU offload measured 0 %, a per-tensor step on the GPU 32-70 %).")
+# ...read at this many of the step's samples at least.
+OFFLOAD_UTIL_SAMPLES = IntThreshold(
+    5, "samples", JUDGEMENT,
+    "The GPU's utilisation read at this many of the optimizer step's samples at least, for its median: 0 against "
+    "32-70 % is told apart by a handful.")
+
+
+def _in_optimizer(s: StackSample) -> bool:
+    return any(_OPTIM_DIR in p or _CPU_ADAM in p for p in (f.filename.replace("\\", "/") for f in s.frames))
+
+
+def util_during(g: GpuView, samples: Sequence[StackSample]) -> tuple[float, int] | None:
+    """The GPU's median utilisation at the given samples' instants (the NVML slice covering each)
+    and how many were read; None: none read."""
+    spans = sorted(g.slices, key=lambda x: x.start)
+    starts = [x.start for x in spans]
+    vals = []
+    for s in samples:
+        i = bisect_right(starts, s.ts) - 1
+        if i >= 0 and spans[i].start <= s.ts <= spans[i].end:
+            vals.append(spans[i].util)
+    if not vals:
+        return None
+    return median(vals), len(vals)
+
+
+@uses(OFFLOAD_MIN_SHARE, OFFLOAD_GPU_IDLE, OFFLOAD_UTIL_MAX, OFFLOAD_UTIL_SAMPLES, MIN_MAIN_SAMPLES)
 def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     """The optimizer step runs on the CPU over parameters kept in host memory (FSDP's CPU offload,
     DeepSpeed's offload_optimizer) while the GPU idles: offload trades the step's speed for GPU
@@ -223,13 +259,9 @@ def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     if not enough_stacks(ctx):
         return None
     n = len(ctx.main_stacks)
-    in_step = sum(1 for s in ctx.main_stacks
-                  if any(_OPTIM_DIR in p or _CPU_ADAM in p for p in (f.filename.replace("\\", "/") for f in s.frames)))
+    in_step = sum(1 for s in ctx.main_stacks if _in_optimizer(s))
     share = in_step / n
     if share < OFFLOAD_MIN_SHARE:
-        return None
-    kind = _offload_kind(ctx)
-    if kind is None:
         return None
     gpus = [g for g in ctx.gpus if g.index >= 0 and g.breakdown.total_s > 0]
     if not gpus:
@@ -241,10 +273,27 @@ def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     idle = idle_of(g)
     if idle < OFFLOAD_GPU_IDLE * share:
         return None
+    kind = _offload_kind(ctx)
+    during = util_during(g, [s for s in ctx.main_stacks if _in_optimizer(s)])
+    if kind is None:
+        # No sharding or DeepSpeed frame on the main thread (FSDP2's hooks run on autograd's
+        # threads; the step's DTensor dispatch is too quick to be sampled): the GPU itself tells a
+        # step on host tensors from one launching kernels, as it sees no kernel while the step runs.
+        # Measured at the optimizer's samples: FSDP2 CPU offload 0 % (median of 92, H200), a
+        # per-tensor step on the GPU 32-70 % (T5 Adafactor, GPT-2, DataParallel).
+        if during is None or during[1] < OFFLOAD_UTIL_SAMPLES or during[0] > OFFLOAD_UTIL_MAX:
+            return None
+        kind = "host"
     e = g.efficiency
     mem = (f"{g.name}'s memory peaked at {pct(e.mem_peak_fraction)} of the card"
            if e.mem_peak_fraction is not None else f"{g.name}'s memory not read")
-    if kind == "deepspeed":
+    if kind == "host":
+        where, off = (f"its tensors in host memory ({g.name} {pct(during[0] / 100)} busy, median, while the step "
+                      "runs)"), ("drop the offload that keeps them there: offload_policy=CPUOffloadPolicy() from "
+                                 "fully_shard (FSDP2), cpu_offload=CPUOffload(offload_params=True) (FSDP1), "
+                                 '"offload_optimizer" from a DeepSpeed config, or move a model or optimizer left on '
+                                 "the CPU with .to('cuda') before the optimizer is built")
+    elif kind == "deepspeed":
         where, off = "DeepSpeed's CPU Adam (DeepSpeedCPUAdam)", (
             'drop "offload_optimizer" (and "offload_param") from the DeepSpeed config\'s zero_optimization')
     else:
