@@ -172,3 +172,6 @@ def test_a_rank_running_work_of_its_own_while_the_others_gpus_wait_is_the_stragg
     assert own_work_straggler([slow, _ranked(1, [0.0, 0.05, 0.0, 0.0])], 0.10, 0.10) is None
     rare = _ranked(0, [0.0] * 4, own="log (train.py:9)", own_share=0.25, samples=8)
     assert own_work_straggler([rare, waiting], 0.10, 0.10) is None
+    # A waiting rank standing still is a hang forming (its peer may never arrive), weighed elsewhere.
+    from dataclasses import replace
+    assert own_work_straggler([slow, replace(waiting, works=False)], 0.10, 0.10) is None

@@ -511,6 +511,11 @@ def own_work_straggler(views: Sequence[RankView], others_wait_min: float, gap: f
     least = min(v.gpu_wait or 0.0 for v in others)
     if least < others_wait_min or least - (slow.gpu_wait or 0.0) < gap or not _does_something(slow):
         return None
+    if not all(v.works for v in others):
+        # A waiting rank standing still now is a hang forming, not a step's wait: a straggler's
+        # peers go on stepping between their waits (a held-out rank spinning for ever in its own
+        # rejection sampler was "the straggler" for 3 s this way before the hang was weighed).
+        return None
     low = wilson_interval(slow.only_here_share * slow.samples, slow.samples, z)[0]
     return Straggler(slow, others, least - (slow.gpu_wait or 0.0), z, on_gpu=True,
                      polls=min(len(v.gpu_waits) for v in views), own_low=low)
