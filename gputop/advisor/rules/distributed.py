@@ -28,6 +28,12 @@ def check_collective_wait(ctx: AnalysisContext) -> Hit | None:
     if found is None or not significant(found[0], found[1], buckets=(Bucket.COLLECTIVE,)):
         return None
     g, cost = found
+    if g.breakdown.recurrences(Bucket.COLLECTIVE) < 2 and ctx.main_stacks and \
+            ctx.main_stacks[-1].category is Category.COLLECTIVE:
+        # One wait so far, and the main thread still in it: one long wait or a hang forming (the
+        # stuck verdict and its weighing judge it), not yet a wait of every step (a rank alone in a
+        # checkpoint barrier its peer never calls was "waits on collectives 56 %" at its third second).
+        return None
     frac = cost / g.breakdown.total_s
     ev = [idle_line(g, [Bucket.COLLECTIVE])]
     line = labels_line(g, Bucket.COLLECTIVE)
