@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
-from .built_on_cpu import BuiltOnCpu, built_on_cpu
+from .made_on_cpu import BuiltOnCpu, built_on_cpu
 from .classify import classify as classify_stack
 
 from .breakdown import (

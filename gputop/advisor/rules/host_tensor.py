@@ -1,4 +1,4 @@
-"""A tensor made on the CPU in every step and copied to the GPU (analysis.built_on_cpu): the GPU
+"""A tensor made on the CPU in every step and copied to the GPU (analysis.made_on_cpu): the GPU
 waits while the main thread computes it and copies it. Making it on the GPU, or once, removes
 both; pinning the copy (pageable-h2d's change), removing syncs (host-sync's) or graphs
 (launch-bound's) touch neither."""
