@@ -173,7 +173,11 @@ def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
     if truth["verdict"] == "healthy":
         return (not loud, None, loud[0]["title"] if loud else "(no warning)")
     if truth["verdict"] not in ("straggler", "stuck", "desync"):
-        hit = next((f for f in loud if any(_mentions(" ".join([f["title"], *f.get("evidence", []), f.get("action", "")]), n)
+        # The cause must be stated in what the finding says is wrong (its title and evidence), not
+        # only among the changes its action lists: launch-bound's action names `AdamW(fused=True)`
+        # as one option, which matched a held-out truth's "AdamW" while the cause it named (the
+        # CPU launching kernels) was not the job's (FSDP2's CPU offload, 20x). From the twelfth set on.
+        hit = next((f for f in loud if any(_mentions(" ".join([f["title"], *f.get("evidence", [])]), n)
                                            for n in names)), None)
         if hit is None:
             return False, None, findings[0]["title"] if findings else "(nothing)"
