@@ -512,12 +512,21 @@ def test_recording_a_pid_stops_within_a_poll_of_its_exit(tmp_path):
     if find_pyspy() is None:
         pytest.skip("py-spy not installed")
     out = tmp_path / "exit.gputop"
-    job = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(2.5)"],
-                           stdout=subprocess.PIPE, text=True)
+    stop = tmp_path / "stop"
+    # The job ends when told, not after a fixed time: on a loaded 2-core machine the recorder's own
+    # start-up outlasted a 2.5 s job ("no process with PID").
+    job = subprocess.Popen([sys.executable, "-c", "import os, sys, time; print('ready', flush=True)\n"
+                            "t = time.time()\nwhile not os.path.exists(sys.argv[1]) and time.time() - t < 60:\n"
+                            "    time.sleep(0.05)", str(stop)], stdout=subprocess.PIPE, text=True)
     assert job.stdout is not None and job.stdout.readline().strip() == "ready"
     time.sleep(0.3)  # py-spy needs the interpreter initialised
     rec = start_recorder(out, "--pid", str(job.pid))
     try:
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline and rec.poll() is None:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a few polls of the live job recorded before it ends
+        stop.touch()
         job.wait(30)
         exited = time.monotonic()
         _, err = rec.communicate(timeout=30)
