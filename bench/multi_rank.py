@@ -195,7 +195,8 @@ def fresh_right(truth: dict, report: dict) -> tuple[bool, float | None, str]:
     elif truth["verdict"] == "desync":
         named = "desync" in text
     else:
-        named = f"rank {rank} (pid" in text and "never arrives" in text
+        # A truth with no rank (a lock whichever rank takes first) takes any rank named as absent.
+        named = (rank is None or f"rank {rank} (pid" in text) and "never arrives" in text
     if names:
         named = named and any(_mentions(text, n) for n in names)
     return named, seen.get(want), f["title"]

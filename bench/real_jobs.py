@@ -137,6 +137,14 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     "cpu-bias": ("cpu-work-in-loop", "tensor-built-on-cpu"),
     "deterministic-algorithms": (),
     "one-hot-input": (),
+    # The thirteenth fresh set's (mapped 2026-11-28, before any measurement; bench/jobs/fresh13_spec.py):
+    # CUDA_LAUNCH_BLOCKING left set is cuda-launch-blocking's own action. No finding's action is one
+    # backward of the summed task losses, scaling a dataset once instead of per batch, or a sparse
+    # adjacency product: misses until built.
+    "launch-blocking": ("cuda-launch-blocking",),
+    "per-task-backward": (),
+    "rescale-per-batch": (),
+    "dense-adjacency": (),
 }
 # Truths declared, not measured: a change with this label is never run, and it is the job's truth.
 DECLARED = ("stuck",)
@@ -517,6 +525,30 @@ JOBS: tuple[Job, ...] = (
         (Change("data", "DataLoader(num_workers=12) (the knob a false alarm would name)", ("--workers", "12")),
          Change("launch", "batch 192 instead of 128 (samples/s; the knob a false alarm would name)",
                 ("--batch", "192"))),
+        fresh=True, note=FRESH),
+    # The thirteenth fresh set, written 2026-11-28 by a helper that read no rule and no result (its
+    # truths and gains reasoned in bench/jobs/fresh13_spec.py before any measurement).
+    Job("fresh13-torchvision-multitask-backward-per-task", "torchvision", True,
+        "fresh13_tv_multitask_per_task_backward.py", ("--batch", "16"),
+        (Change("per-task-backward", "one backward of the summed task losses instead of one retain_graph backward "
+                "per task", ("--single-backward",)),), fresh=True, note=FRESH),
+    Job("fresh13-torch-patchtst-whole-series-rescaled-per-batch", "torch", True,
+        "fresh13_torch_sensor_forecast_rescale.py", ("--batch", "2048"),
+        (Change("rescale-per-batch", "the readings z-scored once at start instead of the whole matrix per batch",
+                ("--scale-once",)),), fresh=True, note=FRESH),
+    Job("fresh13-hf-roberta-cuda-launch-blocking", "transformers", True, "fresh13_hf_roberta_launch_blocking.py",
+        ("--batch", "32"),
+        (Change("launch-blocking", "CUDA_LAUNCH_BLOCKING no longer set in the script", ("--no-launch-blocking",)),),
+        fresh=True, note=FRESH),
+    Job("fresh13-torch-gcn-dense-adjacency", "torch", True, "fresh13_torch_gcn_dense_adjacency.py",
+        ("--nodes", "40000"),
+        (Change("dense-adjacency", "the propagation matrix sparse (torch.sparse.mm) instead of dense",
+                ("--sparse-adjacency",)),), fresh=True, note=FRESH),
+    Job("fresh13-lightning-healthy-timm-convnext", "lightning", True, "fresh13_healthy_lightning_convnext.py",
+        ("--batch", "256", "--workers", "8"),
+        (Change("data", "DataLoader(num_workers=12) (the knob a false alarm would name)", ("--workers", "12")),
+         Change("launch", "batch 384 instead of 256 (samples/s; the knob a false alarm would name)",
+                ("--batch", "384"))),
         fresh=True, note=FRESH),
     Job("fresh-vit-validate-every-step", "transformers", True, "fresh_eval_every_step.py",
         ("--batch", "128", "--val-batch", "256", "--val-every", "1"),
