@@ -105,6 +105,9 @@ class Growth:
     # short series of a job whose training loop is not known (``weigh``: a CPU job's loop does no
     # forward, backward or optimizer step), which the advisor says as such.
     rising_in_loop: bool = False
+    # Bounded growth (``bounded``): the most it can still add, bytes, its rate falling in
+    # proportion to what is left, and the forecast made so. None: unbounded, forecast as a line.
+    ceiling: float | None = None
 
     @property
     def growing(self) -> bool:
@@ -228,6 +231,47 @@ def forecast_of(rate: float, low: float, high: float, used: float, limit: float 
     return replace(_forecast(Fit(rate, low, high, 0), used, limit, span), early=early)
 
 
+def fit_lag_s(g: Growth) -> float:
+    """How long ago the rate of ``g``'s fit held: a line fit over a stretch of a curve measures
+    its slope about the stretch's middle. ``_judge`` fits the recent half (its middle a quarter
+    of the span back), a saw-tooth's troughs over all of it (half the span back)."""
+    return g.span_s / 2 if g.sawtooth else g.span_s / 4
+
+
+def bounded_eta(room: float, left: float, rate: float) -> float | None:
+    """Seconds for growth at ``rate`` now, whose rate falls in proportion to what is ``left`` of
+    its ceiling (rate = k * left, k = rate / left: an exponential approach), to add ``room``:
+    -(left / rate) * ln(1 - room / left). None: it never does (``room`` at least ``left``) or
+    does not grow."""
+    if rate <= 0 or room >= left:
+        return None
+    if room <= 0:
+        return 0.0
+    return -(left / rate) * math.log1p(-room / left)
+
+
+def bounded(g: Growth, left: float, lag_s: float | None = None) -> Growth:
+    """``g``, steady growth fit as a line, forecast as growth that can add at most ``left``
+    bytes more and slows in proportion to what is left of it. Its fit measured the rate
+    ``lag_s`` ago (``fit_lag_s``), when ``rate * lag_s`` more was left: k = rate / that, and the
+    rate now is k * ``left``. The interval's ends keep the same k's reference, so its etas stay
+    what the rate interval says. ``rate`` is left as measured: what the finding says it grew.
+    Not growing, or no limit to reach: ``g`` with its ceiling only."""
+    left = max(0.0, left)
+    if not g.growing or g.limit is None or g.rate <= 0:
+        return replace(g, ceiling=left)
+    lag = fit_lag_s(g) if lag_s is None else lag_s
+    then = left + g.rate * lag  # what was left when the fit's rate held
+    room = max(0.0, g.limit - g.used)
+
+    def eta(rate: float) -> float | None:
+        # The rate now at this end of the interval: k * left, k = rate / then.
+        return bounded_eta(room, left, rate * left / then) if then > 0 else None
+
+    return replace(g, ceiling=left, eta_s=eta(g.rate), eta_low_s=eta(g.rate_high) if g.rate_high > 0 else None,
+                   eta_high_s=eta(g.rate_low) if g.rate_low > 0 else None)
+
+
 def rate_text(bytes_per_s: float) -> str:
     """'310 MB/min': the unit people read memory growth in."""
     per_min = bytes_per_s * 60.0
@@ -263,5 +307,5 @@ def eta_text(g: Growth) -> str:
     return f"{point} ({lo}-{hi})"
 
 
-__all__ = ["FLAT", "Fit", "GROWING", "Growth", "PLATEAU", "SAWTOOTH", "SHORT", "eta_text", "growth",
-           "rate_text", "theil_sen"]
+__all__ = ["FLAT", "Fit", "GROWING", "Growth", "PLATEAU", "SAWTOOTH", "SHORT", "bounded", "bounded_eta", "eta_text",
+           "fit_lag_s", "growth", "rate_text", "theil_sen"]
