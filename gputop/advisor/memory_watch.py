@@ -66,7 +66,9 @@ class MemoryWatch:
         tab is."""
         if not g.growing or g.eta_s is None or g.eta_s > WARN_WITHIN_S:
             return ""
-        return f"{device} runs out of memory in {eta_text(g)}: {whose} grows {rate_text(g.rate)}"
+        # A bounded forecast (the workers' copy-on-read) is not made at today's rate: said so.
+        slowing = "" if g.ceiling is None else ", slowing (copy-on-read)"
+        return f"{device} runs out of memory in {eta_text(g)}: {whose} grows {rate_text(g.rate)}{slowing}"
 
 
 __all__ = ["AGREE", "MemoryWatch"]

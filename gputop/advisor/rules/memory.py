@@ -292,7 +292,7 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
     if mem.host is not None and mem.host.growing and mem.host.eta_s is not None and mem.host.eta_s <= HORIZON_S:
         soon.append((mem.host.eta_s, "host", mem.host))
     if not soon:
-        return None
+        return _short_of_limit(mem)
     eta, kind, what = min(soon, key=lambda x: x[0])
     if kind == "gpu":
         gr, name = what.growth, f"GPU {what.index}"
@@ -316,15 +316,12 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         gpu = what.index
     else:
         gr, gpu = what, None
-        if mem.host_cgroup:
-            evidence = [_growth_line("the job's control group's memory (its container's limit, where the OOM killer "
-                                     "acts first)", gr),
-                        f"at this rate the group reaches its limit (memory.max) in {eta_text(gr)}: the OOM killer then "
-                        "ends a process in it, whatever the host has free"]
-        else:
-            evidence = [_growth_line("the job's memory on the host (its own processes: other processes' use is "
-                                     "left out)", gr, _host_used(gr, mem)),
-                        f"at this rate the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
+        # Copy-on-read slows as the shared pages run out: not "at this rate" (memory_window._copying).
+        pace = "at this rate" if gr.ceiling is None else _slowing(gr)
+        evidence = [_host_evidence_head(mem, gr),
+                    f"{pace} the group reaches its limit (memory.max) in {eta_text(gr)}: the OOM killer then ends a "
+                    "process in it, whatever the host has free" if mem.host_cgroup else
+                    f"{pace} the host runs out (the OOM killer) in {eta_text(gr)}; swap not counted"]
         evidence.extend(_host_evidence(mem))
         # The workers' USS tells copy-on-read from a leak elsewhere (the main process): growing,
         # the Dataset's remedy; read and flat, not that. Not read (no history yet, no
@@ -347,6 +344,47 @@ def check_memory_growth(ctx: AnalysisContext) -> Hit | None:
         severity=(Severity.CRITICAL if eta <= CRITICAL_WITHIN_S else
                   Severity.WARNING if eta <= WARN_WITHIN_S else Severity.INFO),
         title=title,
+    )
+
+
+def _slowing(gr: Growth) -> str:
+    """How a bounded (copy-on-read) forecast is made, said before it."""
+    return (f"slowing as the workers copy what they still share with the main process (at most "
+            f"{fmt_bytes(gr.ceiling)} more: a page is copied once, and the rate falls as fewer are left),")
+
+
+def _host_evidence_head(mem: MemoryView, gr: Growth) -> str:
+    if mem.host_cgroup:
+        return _growth_line("the job's control group's memory (its container's limit, where the OOM killer acts first)",
+                            gr)
+    return _growth_line("the job's memory on the host (its own processes: other processes' use is left out)", gr,
+                        _host_used(gr, mem))
+
+
+def _short_of_limit(mem: MemoryView) -> Hit | None:
+    """The workers' copy-on-read grows the job's host memory, but what they still share (all
+    that copying can add) is less than the room to the limit: no OOM to forecast from it, yet the
+    copies are memory the job wastes, and the Dataset's remedy is the same."""
+    gr = mem.host
+    if gr is None or not gr.growing or gr.ceiling is None or gr.eta_s is not None or gr.limit is None:
+        return None
+    short = max(0.0, gr.limit - gr.used) - gr.ceiling
+    where = "the group's limit (memory.max)" if mem.host_cgroup else "the host's total"
+    who = "the job's cgroup" if mem.host_cgroup else "host"
+    evidence = [_host_evidence_head(mem, gr),
+                f"the workers' private memory can grow by at most {fmt_bytes(gr.ceiling)} more (what they still share "
+                f"with the main process: a page is copied once): short of {where} by {fmt_bytes(short)}, so their "
+                "copying alone does not run it out of memory; it slows as the shared pages run out",
+                *_host_evidence(mem)]
+    return Hit(
+        evidence=tuple(evidence),
+        action=_COPY_ON_READ,
+        expected_gain=f"the memory each worker's copy of the Dataset takes (up to {fmt_bytes(gr.ceiling)} more), "
+                      "and room for anything else that grows",
+        confidence=FORECAST_CONFIDENCE,
+        severity=Severity.INFO,
+        title=f"{who} memory grows {rate_text(gr.rate)} (copy-on-read): at most {fmt_bytes(gr.ceiling)} more, "
+              f"{fmt_bytes(short)} short of the limit",
     )
 
 
