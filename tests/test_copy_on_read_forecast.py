@@ -37,7 +37,8 @@ def _until(room: float, since: float) -> float:
     return -TAU * math.log(1 - room / (WORKERS * (RSS - USS0))) - since
 
 
-def _view(seconds: int, room: float, cgroup: bool = True, main_rate: float = 0.0, uss=_uss):
+def _view(seconds: int, room: float, cgroup: bool = True, main_rate: float = 0.0, uss=_uss,
+          early_since: float | None = None):
     procs: dict[int, list[ProcSample]] = {}
     for w in range(WORKERS):
         pid = TARGET + 1 + w
@@ -54,7 +55,7 @@ def _view(seconds: int, room: float, cgroup: bool = True, main_rate: float = 0.0
         host = [HostSample(ts=T0 + k, cpu_percent=10.0, mem_total=int(BASE + room),
                            mem_available=int(room - grown(k))) for k in range(seconds + 1)]
     workers = set(procs) - {TARGET}
-    return memory_view((), {}, [], host, procs, {TARGET} | workers, workers)
+    return memory_view((), {}, [], host, procs, {TARGET} | workers, workers, early_since=early_since)
 
 
 @pytest.mark.parametrize("cgroup", [True, False])
@@ -75,6 +76,32 @@ def test_copy_on_read_forecast_follows_the_exponential_approach(cgroup):
     # the interval stays around the point, its ends the rate interval's
     assert g.eta_low_s is not None and g.eta_high_s is not None
     assert g.eta_low_s <= g.eta_s <= g.eta_high_s
+
+
+@pytest.mark.parametrize("cgroup", [True, False])
+def test_a_fast_copy_named_early_is_bounded_on_the_workers_first_reads(cgroup):
+    # 30 s into the training loop: each worker's USS read 2-3 times, too few to judge, yet the
+    # growth is urgent enough to be named; their reads account for it, so it is bounded
+    seconds, room = 30, 2 * GiB
+    v = _view(seconds, room, cgroup, early_since=T0)
+    assert v.host_cause is None and not v.uss_read  # nothing judged on the workers yet
+    g = v.host
+    assert g.growing and g.early and g.ceiling is not None
+    assert v.early_copy == pytest.approx(WORKERS * (RSS - USS0) / TAU, rel=0.1)
+    true = _until(room, seconds)
+    assert g.eta_s == pytest.approx(true, rel=0.10), (g.eta_s, true)
+    assert (g.limit - g.used) / g.rate < 0.9 * true
+
+
+@pytest.mark.parametrize("cgroup", [True, False])
+def test_a_main_process_leak_named_early_stays_a_line(cgroup):
+    # The workers' USS rises a little as they start (their own pages), the main process's RSS
+    # takes the growth: not the workers' copying
+    rate = 20 * MiB
+    v = _view(30, 2 * GiB, cgroup, main_rate=rate, uss=lambda t: USS0 + 0.5 * MiB * t, early_since=T0)
+    g = v.host
+    assert g.growing and g.ceiling is None and v.early_copy is None
+    assert g.eta_s == pytest.approx((g.limit - g.used) / g.rate, rel=1e-9)
 
 
 def test_a_ceiling_below_the_limit_forecasts_no_oom():

@@ -45,6 +45,18 @@ RSS_ALIKE_SHARE = Threshold(
 
 COPY_ON_READ, MAIN_LEAK = "copy-on-read", "main-process"
 
+# Before the workers' USS can be judged (MIN_POINTS reads each: two minutes at one read every
+# 12 s), a leak fast enough to be named early is the workers' copy-on-read for its forecast only
+# if their USS, over the reads there are, grows at least this share of the job's host memory's
+# rate (with their RSS flat, the main process's RSS not taking the rest): the growth is in their
+# private memory, and what they still share bounds it. Judgement: copy-on-read alone makes the
+# two rates one (a copied page is counted once, in the group and in one worker's USS); a leak in
+# the main process beside it leaves the workers' share well under it.
+EARLY_COPY_SHARE = Threshold(
+    0.5, "share", JUDGEMENT,
+    "Before the workers' USS can be judged, their USS rising at least this share of the host growth's rate (RSS "
+    "flat, the main process's not taking the rest) makes the forecast copy-on-read's, bounded by what they share.")
+
 # A worker whose newest reading (any: its stacks' details each second, its USS every 12 s) is older
 # than this has exited: its private memory no longer counts in the job's. Judgement: more than two
 # of the host source's USS periods (12 s), so a worker read only for its USS is not dropped
@@ -124,6 +136,9 @@ class MemoryView:
     # memory (USS) where read (a forked worker's RSS counts the pages it shares). Beside the
     # host's used memory, which ``host.used`` is, so neither is read as the other. None: no RSS.
     job_host: float | None = None
+    # Bytes/s: the workers' USS rising over their first reads, too few to judge, on which the host
+    # forecast was taken as their copy-on-read (``early_copying``); None: it was not.
+    early_copy: float | None = None
 
     @property
     def uss_read(self) -> tuple[WorkerMemory, ...]:
@@ -198,6 +213,44 @@ def still_shared(workers: Sequence[WorkerMemory], procs: Mapping[int, Sequence[P
             return None
         total += max(0.0, float(rss) - float(last.uss))
     return total
+
+
+def early_copying(workers: Sequence[WorkerMemory], procs: Mapping[int, Sequence[ProcSample]],
+                  main: Growth | None, rate: float) -> tuple[float, float] | None:
+    """Before any worker's USS has history enough to judge: the workers' copy-on-read as the
+    reads there are show it, for the host forecast growing at ``rate`` (bytes/s). At least
+    COPY_WORKER_SHARE of the workers read twice rose, none with its RSS rising alike (it
+    allocates), their USS rising at least EARLY_COPY_SHARE of ``rate`` together (the median
+    worker's rate times the workers read), and the main process's RSS not rising by the rest.
+    Returns (what every worker read still shares, bytes; their USS's rate, bytes/s); None when
+    the reads do not show that."""
+    if rate <= 0 or any(w.uss is not None and w.uss.judged for w in workers):
+        return None
+    shared, rates, twice = 0.0, [], 0
+    for w in workers:
+        reads = [(s.ts, float(s.uss), float(s.rss)) for s in procs.get(w.pid, ())
+                 if s.uss is not None and s.rss is not None]
+        if not reads:
+            continue
+        # Every worker read counts in the bound (one read once is likely copying too): a bound
+        # left short of a worker's shared pages would forecast too late.
+        shared += max(0.0, reads[-1][2] - reads[-1][1])
+        if len(reads) < 2 or reads[-1][0] <= reads[0][0]:
+            continue
+        twice += 1
+        du, dr = reads[-1][1] - reads[0][1], reads[-1][2] - reads[0][2]
+        if du > 0 and dr >= RSS_ALIKE_SHARE * du:
+            return None  # new memory in the worker: no bound from what it shares
+        if du > 0:
+            rates.append(du / (reads[-1][0] - reads[0][0]))
+    read = sum(1 for w in workers if w.uss is not None)
+    if not twice or len(rates) < COPY_WORKER_SHARE * twice:
+        return None
+    together = sorted(rates)[len(rates) // 2] * read
+    main_rate = 0.0 if main is None else main.rate if main.growing else main.rising
+    if together < EARLY_COPY_SHARE * rate or main_rate > (1 - EARLY_COPY_SHARE) * rate:
+        return None
+    return shared, together
 
 
 def _copying(g: Growth, left: float, lag_s: float | None = None) -> Growth:
@@ -278,16 +331,28 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
             main = _judged(series, total, used_now, early_since) if total else growth(series)
     # The workers' copy-on-read is bounded by what they still share: forecast so, not as a line.
     left = still_shared(ws, procs) if cause_of(ws, main) == COPY_ON_READ else None
+    early_copy = None
     if cgroup:
         # The group's own use against its limit: the limit binds before the host's total does.
         cs = [(h.ts, float(h.cgroup_used)) for h in host if h.cgroup_used is not None]
         host_growth = _judged(cs, float(host[-1].cgroup_limit), None, early_since)
+        if left is None and host_growth.growing:
+            # Named before the workers' USS can be judged (a fast leak): what their reads show.
+            found = early_copying(ws, procs, main, host_growth.rate)
+            if found is not None:
+                left, early_copy = found
         if left is not None and host_growth.growing:
             host_growth = _copying(host_growth, left)
     elif total:
         hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
-        host_growth = _job_on_host(_judged(hs, total, None, early_since), main, ws, total, used_now, left)
-    return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup, job_host=job_host)
+        whole = _judged(hs, total, None, early_since)
+        if left is None and whole.growing:
+            found = early_copying(ws, procs, main, whole.rate)
+            if found is not None:
+                left, early_copy = found
+        host_growth = _job_on_host(whole, main, ws, total, used_now, left)
+    return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup, job_host=job_host,
+                      early_copy=early_copy if host_growth is not None and host_growth.ceiling is not None else None)
 
 
 def _job_on_host(whole: Growth, main: Growth | None, ws: Sequence[WorkerMemory], total: float,
@@ -304,12 +369,13 @@ def _job_on_host(whole: Growth, main: Growth | None, ws: Sequence[WorkerMemory],
                            sum(g.rate_high for g in parts))
         line = forecast_of(rate, low, high, used_now, total, max(g.span_s for g in parts),
                            early=any(g.early for g in parts))
-        if left is None:
-            return line
+        if left is None or any(g is main for g in parts):
+            return line  # the main process grows too: not the workers' copying alone
         # Each worker's fit measured its rate at its own time: what was left then, as one lag.
         return _copying(line, left, sum(g.rate * fit_lag_s(g) for g in parts) / rate)
     if whole.growing and ws and not any(w.uss is not None and w.uss.judged for w in ws):
-        return whole
+        # The whole host stands in; bounded where the workers' first reads show their copying.
+        return whole if left is None else _copying(whole, left)
     # Too short to judge, the job's own memory may already be seen rising (memory-rising weighs
     # it): kept, or a 35 s watch of a job leaking 1.6 GB/min in its RSS said nothing of memory.
     rising = [g for g in [main, *(w.uss for w in ws)] if g is not None and not g.judged and g.rising > 0]
@@ -376,6 +442,7 @@ def jobs_private(jobs: Collection[int], latest: Mapping[int, ProcSample],
     return out
 
 
-__all__ = ["COPY_ON_READ", "COPY_WORKER_SHARE", "DEVICE", "GpuMemory", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
-           "PRIVATE_GONE_S", "PROCESS", "RSS_ALIKE_SHARE", "WorkerMemory", "WorkersPrivate", "cause_of", "job_gpu_series",
+__all__ = ["COPY_ON_READ", "COPY_WORKER_SHARE", "DEVICE", "EARLY_COPY_SHARE", "GpuMemory", "MAIN_LEAK", "MEMORY_WINDOW_S", "MemoryView",
+           "PRIVATE_GONE_S", "PROCESS", "RSS_ALIKE_SHARE", "WorkerMemory", "WorkersPrivate", "cause_of", "early_copying",
+           "job_gpu_series",
            "jobs_private", "median_rate", "memory_view", "still_shared"]

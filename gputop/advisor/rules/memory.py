@@ -238,7 +238,12 @@ def _host_evidence(mem: MemoryView) -> list[str]:
         out.append(f"the {len(read)} DataLoader workers' private memory (USS) is flat: no copy-on-read")
     else:
         rss_grow = [w.growth for w in mem.workers if w.growth.growing]
-        if rss_grow:
+        if mem.early_copy is not None:
+            # What the host forecast was bounded on (memory_window.early_copying): said as such.
+            out.append(f"the {n} DataLoader workers' private memory (USS) rose {rate_text(mem.early_copy)} together "
+                       "over its first readings while their RSS stayed flat: the growth is theirs, likely copy-on-read "
+                       f"(too few readings to judge yet: a minute and {MIN_POINTS} readings a worker)")
+        elif rss_grow:
             out.append(f"{len(rss_grow)} of {n} DataLoader workers' RSS grows {_median_rate(rss_grow)} each (median)")
         elif mem.workers and any(w.uss is not None for w in mem.workers):
             # Read, too few times yet: a worker's read is paced by its cost (host.USS_LOCK_SHARE).
