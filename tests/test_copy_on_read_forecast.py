@@ -10,7 +10,7 @@ import math
 import pytest
 
 from gputop.analysis import COPY_ON_READ, MAIN_LEAK, memory_view
-from gputop.analysis.memory_growth import bounded_eta
+from gputop.analysis.memory_growth import GROWING, Growth, bounded, bounded_eta
 from gputop.model import HostSample, ProcSample, Severity
 
 from synth import GiB, T0, TARGET, Job, rule_findings
@@ -104,6 +104,18 @@ def test_a_main_process_leak_named_early_stays_a_line(cgroup):
     assert g.eta_s == pytest.approx((g.limit - g.used) / g.rate, rel=1e-9)
 
 
+def test_the_main_process_drifting_beside_the_copying_keeps_it_copy_on_read():
+    # The main process's RSS creeping 1 KB/s beside the workers' 13 MB/s is not "both grow": the
+    # copying stays bounded (the drift a line beside it), as it levels off
+    v = _view(120, 2.5 * GiB, main_rate=1024.0)
+    assert v.main.growing and v.host_cause == COPY_ON_READ
+    assert v.host.ceiling is not None
+    assert v.host.eta_s == pytest.approx(_until(2.5 * GiB, 120), rel=0.10)
+    # ... a main process growing as fast as the workers is no longer their copying alone
+    v = _view(120, 2.5 * GiB, main_rate=15 * MiB)
+    assert v.host_cause is None and v.host.ceiling is None
+
+
 def test_a_ceiling_below_the_limit_forecasts_no_oom():
     # 4 workers can copy at most ~4 GiB - what they copied; the group has 6 GiB of room
     v = _view(120, 6 * GiB)
@@ -146,6 +158,14 @@ def test_bounded_eta():
     assert bounded_eta(10 * GiB, 10 * GiB, 1 * MiB) is None  # reaches it only in the limit
     assert bounded_eta(11 * GiB, 10 * GiB, 1 * MiB) is None
     assert bounded_eta(1 * MiB, 10 * GiB, 0.0) is None
+    # a line beside the copying: past the ceiling, when the two together have added the room ...
+    t = bounded_eta(11 * GiB, 10 * GiB, 10 * GiB / TAU, 1 * MiB)
+    assert 1 * MiB * t + 10 * GiB * (1 - math.exp(-t / TAU)) == pytest.approx(11 * GiB, rel=1e-6)
+    assert 1024 < t < 11 * 1024
+    # ... and within it, sooner than either alone
+    both = bounded_eta(5 * GiB, 10 * GiB, 10 * GiB / TAU, 10 * MiB)
+    assert both < min(TAU * math.log(2), 5 * GiB / (10 * MiB))
+    assert bounded_eta(1 * GiB, 10 * GiB, 0.0, 1 * MiB) == pytest.approx(1024)
 
 
 # --------------------------------------------------------------------------- the rule
@@ -172,3 +192,15 @@ def test_the_rule_says_the_ceiling_short_of_the_limit():
     assert any("can grow by at most" in e and "short of the group's limit (memory.max) by" in e
                and "does not run it out of memory" in e for e in f.evidence), f.evidence
     assert "numpy array or an Arrow table" in f.action
+
+
+def test_the_steady_part_of_a_bounded_growth_stays_a_line():
+    # 20 MiB/s, half of it a line beside the copying: past the copying's ceiling the line still
+    # reaches the limit; all of it copying never does
+    g = Growth(GROWING, rate=20 * MiB, rate_low=18 * MiB, rate_high=22 * MiB, used=0.0, limit=12 * GiB,
+               span_s=120.0)
+    half = bounded(g, 10 * GiB, lag_s=0.0, steady=10 * MiB)
+    assert half.eta_s is not None and half.eta_low_s < half.eta_s < half.eta_high_s
+    t = half.eta_s
+    assert 10 * MiB * t + 10 * GiB * (1 - math.exp(-t * 10 * MiB / (10 * GiB))) == pytest.approx(12 * GiB, rel=1e-6)
+    assert bounded(g, 10 * GiB, lag_s=0.0).eta_s is None

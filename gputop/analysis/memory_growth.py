@@ -238,35 +238,60 @@ def fit_lag_s(g: Growth) -> float:
     return g.span_s / 2 if g.sawtooth else g.span_s / 4
 
 
-def bounded_eta(room: float, left: float, rate: float) -> float | None:
+def bounded_eta(room: float, left: float, rate: float, steady: float = 0.0) -> float | None:
     """Seconds for growth at ``rate`` now, whose rate falls in proportion to what is ``left`` of
     its ceiling (rate = k * left, k = rate / left: an exponential approach), to add ``room``:
-    -(left / rate) * ln(1 - room / left). None: it never does (``room`` at least ``left``) or
-    does not grow."""
-    if rate <= 0 or room >= left:
-        return None
+    -(left / rate) * ln(1 - room / left); with ``steady`` bytes/s more growing as a line beside
+    it (a leak that never slows), the time the two together take. None: it never does (``room``
+    at least ``left`` and nothing steady) or nothing grows."""
+    rate, steady = max(0.0, rate), max(0.0, steady)
     if room <= 0:
-        return 0.0
-    return -(left / rate) * math.log1p(-room / left)
+        return 0.0 if rate > 0 or steady > 0 else None
+    if steady <= 0:
+        if rate <= 0 or room >= left:
+            return None
+        return -(left / rate) * math.log1p(-room / left)
+    if rate <= 0 or left <= 0:
+        return room / steady
+    k = rate / left
+
+    def added(t: float) -> float:
+        return steady * t + left * -math.expm1(-k * t)
+
+    # Either alone gets there by its own time: the two together sooner.
+    lo, hi = 0.0, room / steady
+    if room < left:
+        hi = min(hi, -(left / rate) * math.log1p(-room / left))
+    while hi - lo > 1e-9 * hi:
+        mid = 0.5 * (lo + hi)
+        if added(mid) < room:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
-def bounded(g: Growth, left: float, lag_s: float | None = None) -> Growth:
+def bounded(g: Growth, left: float, lag_s: float | None = None, steady: float = 0.0) -> Growth:
     """``g``, steady growth fit as a line, forecast as growth that can add at most ``left``
-    bytes more and slows in proportion to what is left of it. Its fit measured the rate
-    ``lag_s`` ago (``fit_lag_s``), when ``rate * lag_s`` more was left: k = rate / that, and the
-    rate now is k * ``left``. The interval's ends keep the same k's reference, so its etas stay
-    what the rate interval says. ``rate`` is left as measured: what the finding says it grew.
-    Not growing, or no limit to reach: ``g`` with its ceiling only."""
+    bytes more and slows in proportion to what is left of it, but for ``steady`` bytes/s of its
+    rate that grow as a line (forecast so beside it). Its fit measured the rate ``lag_s`` ago
+    (``fit_lag_s``), when that much more was left: k = rate / that, and the rate now is
+    k * ``left``. The interval's ends split as the rate does and keep the same k's reference, so
+    their etas stay what the rate interval says. ``rate`` is left as measured: what the finding
+    says it grew. Not growing, or no limit to reach: ``g`` with its ceiling only."""
     left = max(0.0, left)
     if not g.growing or g.limit is None or g.rate <= 0:
         return replace(g, ceiling=left)
     lag = fit_lag_s(g) if lag_s is None else lag_s
-    then = left + g.rate * lag  # what was left when the fit's rate held
+    steady = min(max(0.0, steady), g.rate)
+    line_share = steady / g.rate
+    then = left + (g.rate - steady) * lag  # what was left when the fit's rate held
     room = max(0.0, g.limit - g.used)
 
     def eta(rate: float) -> float | None:
-        # The rate now at this end of the interval: k * left, k = rate / then.
-        return bounded_eta(room, left, rate * left / then) if then > 0 else None
+        # This end of the interval, split as the point is: its copying's rate now is k * left, k = its rate / then.
+        copying, line = rate * (1 - line_share), rate * line_share
+        return bounded_eta(room, left, copying * left / then if then > 0 else 0.0, line)
 
     return replace(g, ceiling=left, eta_s=eta(g.rate), eta_low_s=eta(g.rate_high) if g.rate_high > 0 else None,
                    eta_high_s=eta(g.rate_low) if g.rate_low > 0 else None)

@@ -371,9 +371,13 @@ def _short_of_limit(mem: MemoryView) -> Hit | None:
     that copying can add) is less than the room to the limit: no OOM to forecast from it, yet the
     copies are memory the job wastes, and the Dataset's remedy is the same."""
     gr = mem.host
-    if gr is None or not gr.growing or gr.ceiling is None or gr.eta_s is not None or gr.limit is None:
+    if gr is None or not gr.growing or gr.ceiling is None or gr.limit is None:
         return None
+    # The main process's RSS may drift beside the copying (a KB/s, forecast as a line): days away
+    # at most, or memory-growth would have forecast it.
     short = max(0.0, gr.limit - gr.used) - gr.ceiling
+    if short <= 0 or (gr.eta_s is not None and gr.eta_s <= HORIZON_S):
+        return None
     where = "the group's limit (memory.max)" if mem.host_cgroup else "the host's total"
     who = "the job's cgroup" if mem.host_cgroup else "host"
     evidence = [_host_evidence_head(mem, gr),
