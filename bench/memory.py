@@ -84,6 +84,9 @@ class Row:
     exit_code: int | None = None
     job_said: str = ""  # the job's last line on stderr (its error, when it died)
     early: bool = False  # named on less than a minute of history (memory_growth.EARLY_SPAN_S)
+    # The forecast's ceiling when named, MiB: what the growing workers still shared (copy-on-read
+    # is bounded by it); None: forecast as a line.
+    ceiling_mib: float | None = None
     # The host's: from the naming to its available memory under 1 % (what the forecast is made
     # for; the OOM killer comes later, once the kernel has no page cache left to evict).
     full_actual_s: float | None = None
@@ -241,6 +244,7 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
                 gr = mem.gpu(f.gpu_index).growth if f.gpu_index is not None and mem.gpu(f.gpu_index) else mem.host
                 row.eta_predicted_s = None if gr is None or gr.eta_s is None else round(gr.eta_s, 1)
                 row.early = bool(gr is not None and gr.early)
+                row.ceiling_mib = None if gr is None or gr.ceiling is None else round(gr.ceiling / 2**20)
         died = proc.poll() is not None
         died_at = time.time()
         time.sleep(3.0)  # the exit's last polls
@@ -253,7 +257,8 @@ def run_job(job: Job, device: str, tiny: bool, limit_s: float, room: bool = True
             row.job_said = err[-1][:200] if err else ""
         if died and named_at is not None:
             row.eta_actual_s = round(died_at - named_at, 1)
-            if row.eta_predicted_s:
+            # Named in the second it died (a fast leak in a small room): no time to compare a forecast with.
+            if row.eta_predicted_s and row.eta_actual_s > 0:
                 row.eta_error = round((row.eta_predicted_s - row.eta_actual_s) / row.eta_actual_s, 3)
         if not died:
             row.note = f"alive after {limit_s:.0f} s"
