@@ -176,3 +176,61 @@ def test_a_rank_running_work_of_its_own_while_the_others_gpus_wait_is_the_stragg
     # A waiting rank standing still is a hang forming (its peer may never arrive), weighed elsewhere.
     from dataclasses import replace
     assert own_work_straggler([slow, replace(waiting, works=False)], 0.10, 0.10) is None
+
+
+# --------------------------------------------------------------------------- a thread holding the GIL
+# (the thirteenth NCCL set's crop_yield, measured before this was built: "rank 0 is the straggler,
+# in Attention.forward"; its status thread busy-polled a deque and held the GIL in 54 of 55 samples)
+
+
+def _thread(name: str, ts: float, gil: bool, active: bool, frame: Frame, main: bool = False) -> StackSample:
+    return StackSample(ts=ts, pid=10, thread_id=hash(name) % 1000, thread_name=name, is_main=main, active=active,
+                       owns_gil=gil, frames=(frame,), category=C.FORWARD if main else C.OTHER)
+
+
+DRAIN = Frame("StatusBoard._drain", "/home/u/train.py", 88, code="while not self.q: continue")
+FWD = Frame("Net.forward", "/home/u/train.py", 40)
+
+
+def test_a_thread_holding_the_gil_while_the_main_thread_waits_is_named_and_a_busy_pool_is_not():
+    from gputop.analysis import gil_holder_of
+
+    ss = [s for i in range(12) for s in (_thread("MainThread", i, False, False, FWD, main=True),
+                                          _thread("status-board", i, True, True, DRAIN))]
+    h = gil_holder_of(ss, 10)
+    assert h is not None and h.thread == "status-board" and h.where.startswith("StatusBoard._drain (")
+    # The main thread running (it holds the GIL itself most of the time): no holder to name.
+    running = [s for i in range(12) for s in (_thread("MainThread", i, True, True, FWD, main=True),
+                                              _thread("status-board", i, i % 4 == 0, True, DRAIN))]
+    assert gil_holder_of(running, 10) is None
+    # A thread seen a few times only is no pattern.
+    assert gil_holder_of(ss[:8], 10) is None
+
+
+def test_the_gil_holder_replaces_launch_bound_with_the_thread_and_its_line():
+    from dataclasses import replace
+
+    from gputop.advisor.rules.gil import check_gil_held
+    from gputop.advisor.rules.host import check_launch_bound
+    from gputop.advisor.rules.base import Withdraw
+    from gputop.analysis import GilHolder
+    from synth import Job, periodic
+    from test_rules import run_rules
+
+    found, ctx = run_rules(Job(util=periodic(1.0, 0.4), main=lambda t: C.FORWARD if t % 0.4 < 0.2 else C.BACKWARD))
+    assert "launch-bound" in found and "gil-held" not in found
+    h = GilHolder(ctx.target_pid, "status-board", "StatusBoard._drain (train.py:88)", 0.98, 0.95, 40)
+    with_gil = replace(ctx, gil_holders={ctx.target_pid: h})
+    assert isinstance(check_launch_bound(with_gil), Withdraw)
+    hit = check_gil_held(with_gil)
+    assert hit is not None and "`status-board`" in hit.title and "queue.Queue.get" in hit.action
+
+
+def test_the_rank_whose_status_thread_holds_the_gil_is_the_straggler_for_that_thread():
+    evals = replay_findings("crop_yield-h200x2.gputop", every_s=1.0)
+    shown = {f.id for _, _, s in evals for f in s}
+    assert "launch-bound" not in shown, shown
+    _, _, last = evals[-1]
+    f = next(f for f in last if f.id == "rank-straggler")
+    assert "rank 0 is the straggler" in f.title and "`status-board`" in f.evidence[0]
+    assert "StatusBoard._drain" in f.evidence[0] and "queue.Queue.get" in f.action

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
+from .gil_holder import GIL_HELD_SHARE, GIL_MIN_SAMPLES, GilHolder, gil_holder_of
 from .made_on_cpu import BuiltOnCpu, built_on_cpu
 from .classify import classify as classify_stack
 
@@ -110,5 +111,5 @@ __all__ = [
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
-    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu",
+    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu", "GIL_HELD_SHARE", "GIL_MIN_SAMPLES", "GilHolder", "gil_holder_of",
 ]

@@ -45,6 +45,7 @@ from .memory import (check_memory_growth, check_memory_headroom, check_memory_ne
                      check_oom_exit)
 from .nccl import check_collectives_off_nvlink, check_nccl_env
 from .fusion import check_memory_bound_kernels
+from .gil import check_gil_held
 from .host_tensor import check_tensor_built_on_cpu
 from .parallel import check_data_parallel
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
@@ -72,6 +73,7 @@ THROUGHPUT_IDS = (
     "io-bound",
     "workers-blocked",
     "host-sync",
+    "gil-held",
     "tensor-built-on-cpu",
     "pageable-h2d",
     "copies-to-host",
@@ -120,6 +122,9 @@ RULES: tuple[Rule, ...] = (
     Rule("workers-saturated", "GPU waits for data: loader workers saturated", W, check_workers_saturated),
     Rule("io-bound", "GPU waits for storage: input is IO-bound", W, check_io_bound),
     Rule("workers-blocked", "GPU waits for data: loader workers blocked, not computing", W, check_workers_blocked),
+    # The training thread cannot run: what it would launch, copy or sync waits for the thread holding the GIL.
+    Rule("gil-held", "A thread of the job holds the GIL while the training thread waits", W, check_gil_held,
+         supersedes=("launch-bound", "host-sync", "cpu-work-in-loop", "unfused-optimizer")),
     # The copy and the CPU work before it are one cause with one change (make it on the GPU, or
     # once): pinning the copy, removing a sync or graphs would not touch the making.
     Rule("tensor-built-on-cpu", "A tensor made on the CPU every step and copied to the GPU", W,

@@ -256,11 +256,25 @@ def never_arrived_since_still(ctx: AnalysisContext, slow) -> bool:
     return slow.arrived is None or slow.arrived < still_since + ARRIVAL_SLACK_S
 
 
+def gil_phase(gil) -> tuple[str, str]:
+    """(what a process whose training thread waits for the GIL does, the change that fits)."""
+    return (f"waits for the GIL in its training thread ({pct(gil.main_waits)} of its samples not running) while its "
+            f"thread `{gil.thread}` holds it in {pct(gil.held)} of that thread's samples, in `{gil.where}`",
+            f"stop `{gil.where.split(' (')[0]}` spinning in Python: block instead (queue.Queue.get(timeout=...), "
+            "threading.Event.wait(...)) or sleep between polls (time.sleep(0.01)); work that needs the CPU belongs in "
+            "a process of its own (multiprocessing), not a thread beside the training loop")
+
+
 def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
     """(what the straggler does, the change that fits) from its own
     stacks and GPU: its GPU computing while the others wait is a compute straggler (more work per
     step, or a slower GPU: throttled or shared); else its host's hottest line."""
     slow = found.slow
+    gil = ctx.gil_holders.get(slow.pid)
+    if gil is not None:
+        # Its training thread waits for the GIL another of its threads holds: the line its own
+        # samples sit at (a forward, wherever the wait caught it) is not where its time goes.
+        return gil_phase(gil)
     if found.on_gpu and slow.gpu_util is not None and slow.gpu_util >= COMPUTE_STRAGGLER_UTIL:
         sm = f", SMs active {slow.gpu_sm:.0f} %" if slow.gpu_sm is not None else ""
         doing = f"computes on GPU {slow.gpu} (utilisation {slow.gpu_util:.0f} %{sm})"

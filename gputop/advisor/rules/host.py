@@ -792,6 +792,10 @@ def check_launch_bound(ctx: AnalysisContext) -> Hit | None:
         return None
     if not dispatching_positively(ctx, dispatch):
         return Withdraw("the main thread's Python is not the model's dispatching: CPU work of its own")
+    if ctx.target_pid in ctx.gil_holders:
+        # Not running in most samples while a thread of its own holds the GIL: its launches wait
+        # for that thread, not for their own cost (gil-held names it).
+        return Withdraw("the main thread waits for the GIL another of its threads holds")
     waits = backward_waits(ctx)
     # With a sync in every step the idle dispatch time is the sync's (host-sync counts it): the
     # same loop without the sync queues ahead. Only kernels too small for the SMs remain ours.
