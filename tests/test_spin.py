@@ -164,6 +164,7 @@ def test_a_straggler_waiting_for_its_dataloader_is_named_with_its_workers_work()
 
     class Ctx:
         gpus = ()
+        gil_holders: dict = {}
         ranks = views
 
     doing, fix = straggler_phase(Ctx, Straggler(slow, (views[0],)))
@@ -186,6 +187,7 @@ def test_a_straggler_on_a_shared_gpu_is_told_to_move_the_other_process():
 
     class Ctx:
         gpus = ()
+        gil_holders: dict = {}
         ranks = views
 
     doing, fix = straggler_phase(Ctx, found)
@@ -209,6 +211,7 @@ def test_a_throttled_straggler_gpu_is_named_from_its_own_polls():
     class Ctx:
         gpus = ()  # not the target's GPU: no GpuView of it
         ranks = views
+        gil_holders: dict = {}
 
     doing, fix = straggler_phase(Ctx, found)
     assert "throttled (" in doing and "nvidia-smi -q -d PERFORMANCE" in fix
@@ -235,6 +238,7 @@ def test_a_rank_writing_a_checkpoint_is_the_straggler_not_a_hang():
 
     class Ctx:
         gpus = ()
+        gil_holders: dict = {}
         ranks = views
 
     doing, fix = straggler_phase(Ctx, found)
@@ -316,6 +320,7 @@ def test_a_compute_straggler_is_named_by_what_only_it_runs():
 
     class Ctx:
         gpus = ()
+        gil_holders: dict = {}
         ranks = views
 
     doing, fix = straggler_phase(Ctx, found)
