@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
-from ..analysis import GilHolder, MemoryView, gil_holder_of
+from ..analysis import GilHolder, MemoryView
 from ..analysis import (
     DEFAULT_STUCK_AFTER_S,
     DEFAULT_WINDOW_S,  # the findings' window, the panes' too: defined once, beside the window
@@ -191,9 +191,6 @@ def context_of(w: JobWindow) -> AnalysisContext:
     target_window = w.target_procs
     others = [s for s in w.stacks if s.pid == target_pid and not s.is_main and s.ts >= w.t0]
     pin = any(any(f.name.endswith(PIN_MEMORY_FRAME) for f in s.frames) for s in others) if others else None
-    in_window = [s for s in w.stacks if s.ts >= w.t0]
-    holders = {p: h for p in (list(w.pid_rank) or ([target_pid] if target_pid is not None else []))
-               if (h := gil_holder_of(in_window, p)) is not None}
     return AnalysisContext(
         now=w.now,
         t0=w.win_t0,
@@ -207,7 +204,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         main_stacks=tuple(w.main),
         worker_stacks=tuple(s for s in w.worker_history if s.ts >= w.t0),
         pin_memory_thread=pin,
-        gil_holders=holders,
+        gil_holders=w.gil_holders,
         stuck=w.stuck,
         forming=w.forming,
         # The history, not w.main: the window's main-thread evidence starts after the imports.

@@ -34,8 +34,7 @@ from .frameworks import (
 from .hang import COLLECTIVE, UNKNOWN as UNKNOWN_HANG, collective_fn
 from .idle import (
     IDLE_UTIL_PCT, MAX_POLL_SLICE_S, MAX_SLICE_S, NOMINAL_PERIOD_S, Slice, idle_intervals, periodicity,
-    poll_slices, util_slices,
-)
+    poll_slices, util_slices, median_util_at)
 from .memory_cause import LeakLine, exit_cause, exit_status_of, leak_line, leak_lines
 from .memory_growth import FLAT, GROWING, MIN_POINTS, MIN_SPAN_S, PLATEAU, SAWTOOTH, Growth, eta_text, growth, rate_text, theil_sen
 from .memory_window import (
@@ -111,5 +110,5 @@ __all__ = [
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
-    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu", "GIL_HELD_SHARE", "GIL_MIN_SAMPLES", "GilHolder", "gil_holder_of",
+    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu", "median_util_at", "GIL_HELD_SHARE", "GIL_MIN_SAMPLES", "GilHolder", "gil_holder_of",
 ]

@@ -9,7 +9,9 @@ Copies (memcpy) are not kernels, so time the GPU spends only copying shows up as
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+from statistics import median
 from typing import Iterable, Sequence
 
 from ..model import GpuSample, IdleInterval, UtilPoint
@@ -101,6 +103,19 @@ def util_slices(
         if e > s:
             out.append(Slice(p.index, s, e, float(p.util)))
     return out
+
+
+def median_util_at(slices: Sequence[Slice], times: Iterable[float]) -> tuple[float, int] | None:
+    """The median utilisation of the slices covering the given instants (a main thread's samples,
+    say), and how many instants a slice covered; None: none did."""
+    spans = sorted(slices, key=lambda x: x.start)
+    starts = [x.start for x in spans]
+    vals = []
+    for t in times:
+        i = bisect_right(starts, t) - 1
+        if i >= 0 and spans[i].start <= t <= spans[i].end:
+            vals.append(spans[i].util)
+    return (median(vals), len(vals)) if vals else None
 
 
 def poll_slices(

@@ -347,25 +347,29 @@ def memory_view(gpus: Collection[int], gpu_samples: Mapping[int, Sequence[GpuSam
     # The workers' copy-on-read is bounded by what they still share: forecast so, not as a line.
     left = still_shared(ws, procs) if cause_of(ws, main) == COPY_ON_READ else None
     early_copy = None
+
+    def bound_for(g: Growth) -> float | None:
+        """What the workers still share, for the host growth ``g``: as judged from their USS, or,
+        named before that can be judged (a fast leak), as their first reads show it."""
+        nonlocal early_copy
+        if left is None and g.growing:
+            found = early_copying(ws, procs, main, g.rate)
+            if found is not None:
+                early_copy = found[1]
+                return found[0]
+        return left
+
     if cgroup:
         # The group's own use against its limit: the limit binds before the host's total does.
         cs = [(h.ts, float(h.cgroup_used)) for h in host if h.cgroup_used is not None]
         host_growth = _judged(cs, float(host[-1].cgroup_limit), None, early_since)
-        if left is None and host_growth.growing:
-            # Named before the workers' USS can be judged (a fast leak): what their reads show.
-            found = early_copying(ws, procs, main, host_growth.rate)
-            if found is not None:
-                left, early_copy = found
-        if left is not None and host_growth.growing:
-            host_growth = _copying(host_growth, left, main=main)
+        bound = bound_for(host_growth)
+        if bound is not None and host_growth.growing:
+            host_growth = _copying(host_growth, bound, main=main)
     elif total:
         hs = [(h.ts, float(h.mem_total - h.mem_available)) for h in host if h.mem_total]
         whole = _judged(hs, total, None, early_since)
-        if left is None and whole.growing:
-            found = early_copying(ws, procs, main, whole.rate)
-            if found is not None:
-                left, early_copy = found
-        host_growth = _job_on_host(whole, main, ws, total, used_now, left)
+        host_growth = _job_on_host(whole, main, ws, total, used_now, bound_for(whole))
     return MemoryView(tuple(out), host_growth, tuple(ws), main=main, host_cgroup=cgroup, job_host=job_host,
                       early_copy=early_copy if host_growth is not None and host_growth.ceiling is not None else None)
 

@@ -30,6 +30,7 @@ from .recompute import Recompute, recompute_of
 from .spin import is_spin, spin_share
 from .step import StepModel, compiling, step_model, training_since
 from .stacks_summary import StacksView, stacks_view_of
+from .gil_holder import GilHolder, gil_holder_of
 from .hang_forming import Forming, hang_forming
 from .stuck import (
     DEFAULT_STUCK_AFTER_S, GPU_IDLE_PCT, GPU_IDLE_WINDOW_S, LOOKBACK_EXTRA_S, StuckVerdict, across_ranks,
@@ -489,6 +490,14 @@ class JobWindow:
         if f is not None and peers and all(p in self.spin_pids for p in peers):
             f = replace(f, peers_wait=True)
         return f
+
+    @functools.cached_property
+    def gil_holders(self) -> dict[int, GilHolder]:
+        """Per process of the job (each rank, or the target), a thread of its own holding the GIL
+        while its main thread waits (analysis.gil_holder)."""
+        recent = [s for s in self.stacks if s.ts >= self.t0]
+        pids = list(self.pid_rank) or ([self.target_pid] if self.target_pid is not None else [])
+        return {p: h for p in pids if (h := gil_holder_of(recent, p)) is not None}
 
     @functools.cached_property
     def recompute(self) -> Recompute:

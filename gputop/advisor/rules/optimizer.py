@@ -11,13 +11,10 @@ the CPU to launch work, their time is GPU idle time, and ``fused=True`` takes mo
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
-from statistics import median
-from typing import Sequence
 
-from ...analysis import Bucket
+from ...analysis import Bucket, median_util_at
 from ...analysis import HF_TRAINER, LIGHTNING, short_path
 from ...model import Category, StackSample
 from ..context import AnalysisContext, GpuView
@@ -236,21 +233,6 @@ def _in_optimizer(s: StackSample) -> bool:
     return any(_OPTIM_DIR in p or _CPU_ADAM in p for p in (f.filename.replace("\\", "/") for f in s.frames))
 
 
-def util_during(g: GpuView, samples: Sequence[StackSample]) -> tuple[float, int] | None:
-    """The GPU's median utilisation at the given samples' instants (the NVML slice covering each)
-    and how many were read; None: none read."""
-    spans = sorted(g.slices, key=lambda x: x.start)
-    starts = [x.start for x in spans]
-    vals = []
-    for s in samples:
-        i = bisect_right(starts, s.ts) - 1
-        if i >= 0 and spans[i].start <= s.ts <= spans[i].end:
-            vals.append(spans[i].util)
-    if not vals:
-        return None
-    return median(vals), len(vals)
-
-
 @uses(OFFLOAD_MIN_SHARE, OFFLOAD_GPU_IDLE, OFFLOAD_UTIL_MAX, OFFLOAD_UTIL_SAMPLES, MIN_MAIN_SAMPLES)
 def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     """The optimizer step runs on the CPU over parameters kept in host memory (FSDP's CPU offload,
@@ -274,7 +256,7 @@ def check_optimizer_offload(ctx: AnalysisContext) -> Hit | None:
     if idle < OFFLOAD_GPU_IDLE * share:
         return None
     kind = _offload_kind(ctx)
-    during = util_during(g, [s for s in ctx.main_stacks if _in_optimizer(s)])
+    during = median_util_at(g.slices, (s.ts for s in ctx.main_stacks if _in_optimizer(s)))
     if kind is None:
         # No sharding or DeepSpeed frame on the main thread (FSDP2's hooks run on autograd's
         # threads; the step's DTensor dispatch is too quick to be sampled): the GPU itself tells a
