@@ -1,6 +1,6 @@
 """Species identification from camera-trap and field photos (1,000 species): a timm ConvNeXt-Tiny
 (28M parameters, drop path 0.1, trained from scratch) in a PyTorch Lightning module on one GPU,
-``precision="bf16-mixed"``, channels_last, fused AdamW with a warmup-cosine schedule stepped per batch,
+``precision="bf16-mixed"``, channels_last, AdamW (foreach; Lightning's clipping refuses a fused one) with a warmup-cosine schedule stepped per batch,
 label smoothing, gradient clipping at 1.0 (Lightning's ``gradient_clip_val``), batches of 256 crops of
 224 px.
 
@@ -94,7 +94,9 @@ class SpeciesClassifier(L.LightningModule):
         decay = [p for p in self.parameters() if p.dim() > 1]
         no_decay = [p for p in self.parameters() if p.dim() <= 1]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
-                                lr=self.lr * self.batch / 4096, fused=self.device.type == "cuda")
+                                lr=self.lr * self.batch / 4096, foreach=True)
+        # Not fused: Lightning refuses gradient_clip_val with a fused AdamW under bf16-mixed
+        # ("does not allow for gradient clipping because it performs unscaling internally").
         warmup, total = 2_000, 300_000
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: (s + 1) / warmup if s < warmup else
