@@ -169,6 +169,12 @@ class HostSample:
     cgroup_used: int | None = None
 
 
+# A performance setting the job's script makes for itself (``os.environ["CUDA_LAUNCH_BLOCKING"] = "1"``
+# at its top) is not in /proc/PID/environ: it is kept in ``ProcSample.env`` as KEY (the value the
+# script sets) and KEY + SET_IN_SCRIPT (where: ``"train.py:25"``).
+SET_IN_SCRIPT = "@script"
+
+
 @dataclass(frozen=True, slots=True)
 class ProcSample:
     """One process as the OS sees it (a GPU user, the target, or one of its workers)."""

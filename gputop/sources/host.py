@@ -13,8 +13,9 @@ from typing import Callable, Iterable
 import psutil
 
 from .cgroup_memory import job_cgroup_memory
-from ..model import CoreTimes, Event, HostSample, ProcSample
-from ..redact import perf_env, redact_cmdline, redact_value
+from ..model import SET_IN_SCRIPT, CoreTimes, Event, HostSample, ProcSample
+from ..redact import PERF_ENV_PREFIXES, perf_env, redact_cmdline, redact_value
+from .script_env import MAX_SOURCE_BYTES, env_set_by_script, script_argv
 
 PidsProvider = Callable[[], Iterable[int]]
 
@@ -25,11 +26,41 @@ DIST_ENV_KEYS = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WOR
                  "NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 
 
-def job_env(environ: dict[str, str]) -> tuple[tuple[str, str], ...]:
+def job_env(environ: dict[str, str], script: tuple[tuple[str, str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
     """The environment keys gputop keeps of a process: the performance ones and the job's shape,
-    every value through the same redaction (``redact``): never a secret on screen or in a file."""
-    shape = {(k, redact_value(k, environ[k])) for k in DIST_ENV_KEYS if k in environ}
-    return tuple(sorted(set(perf_env(environ)) | shape))
+    every value through the same redaction (``redact``): never a secret on screen or in a file.
+    ``script``: the performance settings its script makes for itself, (key, value, where): they
+    override the starting value and say where (KEY + SET_IN_SCRIPT)."""
+    merged = dict(environ)
+    marks = set()
+    for key, value, where in script:
+        if key.startswith(PERF_ENV_PREFIXES):
+            merged[key] = value
+            marks.add((key + SET_IN_SCRIPT, redact_value(key, where)))
+    shape = {(k, redact_value(k, merged[k])) for k in DIST_ENV_KEYS if k in merged}
+    return tuple(sorted(set(perf_env(merged)) | shape | marks))
+
+
+def read_script_settings(cmdline: list[str], cwd: str | None, environ: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """The environment settings the script a process runs makes for itself, (key, value,
+    "file.py:line"); () when it runs no script file that can be read. One read of one file."""
+    found = script_argv(cmdline)
+    if found is None:
+        return ()
+    path, argv = found
+    if not os.path.isabs(path):
+        if cwd is None:
+            return ()
+        path = os.path.join(cwd, path)
+    try:
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
+            return ()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            source = f.read()
+    except OSError:
+        return ()
+    name = os.path.basename(path)
+    return tuple((k, v, f"{name}:{line}") for k, v, line in env_set_by_script(source, argv, environ))
 
 
 # How long a process's name, user and command line are reused before being read again.
@@ -102,6 +133,7 @@ class HostSource:
         self._prev_io: dict[int, tuple[float, int, int]] = {}
         self._gone: set[int] = set()
         self._identity_cache: dict[int, tuple[float, float, tuple[str, str | None, str]]] = {}
+        self._script_cache: dict[int, tuple[float, tuple[tuple[str, str, str], ...]]] = {}
         self._env_pid_set: set[int] = set()
         # The workers' USS/PSS reader (its pace: USS_*); a test passes one with a shorter period.
         self._private = private or PrivateMemory(self._clock)
@@ -194,6 +226,7 @@ class HostSource:
                 self._procs.pop(pid, None)
                 self._prev_io.pop(pid, None)
                 self._identity_cache.pop(pid, None)
+            self._script_cache.pop(pid, None)
         for pid in sorted(wanted):
             s = self._proc_sample(ts, pid)
             if s is not None:
@@ -229,6 +262,7 @@ class HostSource:
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._procs.pop(pid, None)
             self._identity_cache.pop(pid, None)
+            self._script_cache.pop(pid, None)
             return None
         except psutil.AccessDenied:
             return ProcSample(ts=ts, pid=pid, name="?", status="access denied", role=self._role(pid))
@@ -246,7 +280,7 @@ class HostSource:
         if pid == self.target_pid or pid in self._env_pid_set:
             environ = _try(proc.environ)
             if environ:
-                env = job_env(environ)
+                env = job_env(environ, self._script_settings(pid, proc, created, environ))
         return ProcSample(
             ts=ts,
             pid=pid,
@@ -281,6 +315,17 @@ class HostSource:
         ident = (name, user, redact_cmdline(cmd) if cmd else name)
         self._identity_cache[pid] = (now + IDENTITY_TTL_S, created, ident)
         return ident
+
+    def _script_settings(self, pid: int, proc: psutil.Process, created: float,
+                         environ: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+        """What the process's script sets in its own environment, read once per process (a
+        script's text is fixed once it runs; a reused PID has another start time)."""
+        cached = self._script_cache.get(pid)
+        if cached is not None and cached[0] == created:
+            return cached[1]
+        settings = read_script_settings(_try(proc.cmdline) or [], _try(proc.cwd), environ)
+        self._script_cache[pid] = (created, settings)
+        return settings
 
     def _role(self, pid: int) -> str:
         if pid == self.target_pid:

@@ -6,7 +6,7 @@ loop fixes.
 from __future__ import annotations
 
 from ...analysis import CPU_DEVICE, Bucket
-from ...model import Severity
+from ...model import SET_IN_SCRIPT, Severity
 from ...analysis import POWER_MASK, THERMAL_MASK
 from ..context import AnalysisContext, GpuView
 from .base import MIN_BUSY_POLLS, Hit, bounded, gain, pct, secs, times, uses, worst
@@ -194,12 +194,20 @@ def check_cuda_launch_blocking(ctx: AnalysisContext) -> Hit | None:
     idle = sum(g.breakdown.idle_s for g in ctx.gpus if g.index != CPU_DEVICE)
     total = sum(g.breakdown.total_s for g in ctx.gpus if g.index != CPU_DEVICE)
     idle_frac = idle / total if total else 0.0
+    value, where = ctx.env.get("CUDA_LAUNCH_BLOCKING"), ctx.env.get("CUDA_LAUNCH_BLOCKING" + SET_IN_SCRIPT)
+    # Set by the script itself (os.environ[...] = "1" at its top): the process's environment does
+    # not show it, the script's line does, and the fix is that line.
+    seen = (f"the script sets CUDA_LAUNCH_BLOCKING={value} for itself at {where}, before CUDA starts" if where else
+            f"CUDA_LAUNCH_BLOCKING={value} in the environment of PID {ctx.target_pid}")
+    action = (f"delete the os.environ CUDA_LAUNCH_BLOCKING line at {where} (or set it only while debugging): every "
+              "launch is synchronous while it stands" if where else
+              "unset CUDA_LAUNCH_BLOCKING (remove it from the launch script or job spec): it is for debugging only")
     return Hit(
         evidence=(
-            f"CUDA_LAUNCH_BLOCKING={ctx.env.get('CUDA_LAUNCH_BLOCKING')} in the environment of PID {ctx.target_pid}",
+            seen,
             "every kernel launch waits for the kernel to finish: the CPU can never queue work ahead",
         ),
-        action="unset CUDA_LAUNCH_BLOCKING (remove it from the launch script or job spec): it is for debugging only",
+        action=action,
         expected_gain="asynchronous launches" + (": " + gain(idle_frac).replace("this costs", "the GPU idles") if total else ""),
         gain_bound=bounded(idle_frac) if total else None,
         cost_s=idle,
@@ -232,7 +240,8 @@ def check_slow_env(ctx: AnalysisContext) -> Hit | None:
     if not found:
         return None
     return Hit(
-        evidence=tuple(f"{k}={v}: {why}" for k, v, why, _ in found),
+        evidence=tuple(f"{k}={v}" + (f" (set by the script at {ctx.env[k + SET_IN_SCRIPT]})" if k + SET_IN_SCRIPT in ctx.env
+                                       else "") + f": {why}" for k, v, why, _ in found),
         action="; ".join(fix for *_, fix in found),
         expected_gain="the debugging overhead goes away",
         cost_s=0.0,
