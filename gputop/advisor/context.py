@@ -19,6 +19,7 @@ from ..analysis import (
     CommVerdict,
     Forming,
     FrameworkSeen,
+    ForwardComm,
     GpuView,
     HostLoad,
     JobWindow,
@@ -133,6 +134,8 @@ class AnalysisContext:
     # Activation checkpointing: the job's processes' instants spent recomputing a checkpointed
     # forward inside backward (analysis.recompute), and which API checkpoints.
     recompute: Recompute = Recompute()
+    # Collectives inside the model's forward on the ranks (analysis.forward_comm): tensor parallelism.
+    forward_comm: ForwardComm = ForwardComm()
     # Each GPU's link traffic over the window (NVLink, PCIe each way), by index: every GPU's, for
     # the ranks' GPUs that are not the target's.
     links: Mapping[int, LinkTraffic] = field(default_factory=dict)
@@ -221,6 +224,7 @@ def context_of(w: JobWindow) -> AnalysisContext:
         links=w.links,
         memory=w.memory,
         recompute=w.recompute,
+        forward_comm=w.forward_comm,
     )
 
 

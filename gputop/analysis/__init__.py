@@ -10,6 +10,8 @@ import sys
 # The classifier as a function: ``classify`` alone would name the module gputop.analysis.classify.
 from .gil_holder import GIL_HELD_SHARE, GIL_MIN_SAMPLES, GilHolder, gil_holder_of
 from .made_on_cpu import BuiltOnCpu, built_on_cpu
+from .backward_calls import BackwardRepeats, backward_repeats
+from .forward_comm import ForwardComm, RankForwardComm, forward_comm_of
 from .classify import classify as classify_stack
 
 from .breakdown import (
@@ -110,5 +112,5 @@ __all__ = [
     "PRIVATE_GONE_S", "WorkerMemory", "WorkersPrivate", "eta_text", "jobs_private", "median_rate",
     "exit_cause", "exit_status_of", "growth", "leak_line", "leak_lines", "memory_view", "rate_text", "theil_sen",
     "CKPT_COMPOSABLE", "CKPT_DEEPSPEED", "CKPT_HF", "CKPT_MEGATRON", "CKPT_PLAIN", "CKPT_WRAPPER", "ProcRecompute",
-    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu", "median_util_at", "GIL_HELD_SHARE", "GIL_MIN_SAMPLES", "GilHolder", "gil_holder_of",
+    "Recompute", "recompute_of", "ACCELERATE", "BuiltOnCpu", "built_on_cpu", "median_util_at", "GIL_HELD_SHARE", "GIL_MIN_SAMPLES", "GilHolder", "gil_holder_of", "BackwardRepeats", "backward_repeats", "ForwardComm", "RankForwardComm", "forward_comm_of",
 ]

@@ -27,6 +27,7 @@ from .nccl_ras import CommVerdict, ras_verdicts
 from .idle import Slice, idle_intervals, poll_slices, util_slices
 from .ranks import JobView, RankView, as_ranks, job_view_of, rank_map, rank_views
 from .recompute import Recompute, recompute_of
+from .forward_comm import ForwardComm, forward_comm_of
 from .spin import is_spin, spin_share
 from .step import StepModel, compiling, step_model, training_since
 from .stacks_summary import StacksView, stacks_view_of
@@ -505,6 +506,13 @@ class JobWindow:
         recomputing a checkpointed forward inside backward, read from all its threads."""
         pids = list(self.pid_rank) or ([self.target_pid] if self.target_pid is not None else [])
         return recompute_of(self.stacks, pids, self.t0, self.pid_rank)
+
+    @functools.cached_property
+    def forward_comm(self) -> ForwardComm:
+        """Collectives inside the model's forward on each rank (analysis.forward_comm): tensor
+        parallelism. A job of one process has none to show."""
+        pids = list(self.pid_rank)
+        return forward_comm_of(self.stacks, pids, self.t0, self.pid_rank) if len(pids) > 1 else ForwardComm()
 
     @functools.cached_property
     def nccl(self) -> tuple[CommVerdict, ...]:

@@ -7,8 +7,8 @@ row of ``RULES`` below.
 
 The modules, by theme: ``base`` (Rule, Hit, the shared cost bar and wording), ``stuck``, ``data``
 (the input pipeline), ``host`` (syncs, copies, launches), ``precision``, ``fusion`` (memory-bound kernels between the matmuls), ``memory``,
-``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection, a profiler left on), ``recompute`` (activation checkpointing where the memory fits), ``optimizer`` (unfused
-optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``parallel`` (nn.DataParallel), ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
+``checkpoint`` (saves), ``convolution`` (cuDNN re-tuning), ``debug_modes`` (anomaly detection, a profiler left on), ``recompute`` (activation checkpointing where the memory fits), ``repeated_backward`` (one backward per loss), ``optimizer`` (unfused
+optimizer steps), ``evaluation`` (evaluation inside the training loop), ``distributed``, ``parallel`` (nn.DataParallel), ``model_parallel`` (tensor parallelism where data parallelism fits), ``nccl`` (the ranks' NCCL settings), ``system`` (clocks, PCIe, ECC, persistence, environment) and
 ``unattributed``; ``threshold`` holds the type of their numbers. Each threshold is a named
 ``Threshold`` beside the rule that uses it, carrying its unit, how its number was chosen, why and
 its source (a comment above it keeps whatever more there is to say); each check names the ones it
@@ -48,9 +48,11 @@ from .fusion import check_memory_bound_kernels
 from .gil import check_gil_held
 from .host_tensor import check_tensor_built_on_cpu
 from .parallel import check_data_parallel
+from .model_parallel import check_tensor_parallel_fits
 from .optimizer import check_optimizer_offload, check_unfused_optimizer
 from .precision import check_float64_math, check_fp32_training, check_no_tensor_cores
 from .recompute import check_activation_checkpointing
+from .repeated_backward import check_backward_per_loss
 from .stuck import check_stuck
 from .system import (
     check_cuda_launch_blocking,
@@ -84,6 +86,7 @@ THROUGHPUT_IDS = (
     "manual-grad-sync",
     "accumulation-sync",
     "batch-on-every-rank",
+    "tensor-parallel-fits",
     "cpu-work-in-loop",
     "eval-every-step",
     "blocking-in-loop",
@@ -97,6 +100,7 @@ THROUGHPUT_IDS = (
     "mixed-precision",
     "memory-bound-kernels",
     "activation-checkpointing",
+    "backward-per-loss",
     "memory-headroom",
 )
 
@@ -143,6 +147,10 @@ RULES: tuple[Rule, ...] = (
     # the sync of all but the last, before moving fewer bytes.
     Rule("accumulation-sync", "Gradient accumulation all-reduces every micro-batch (no no_sync())", W,
          check_accumulation_sync, supersedes=("collective-bound", "collective-wait")),
+    # The ranks wait alike in the activations' collectives: splitting the layers is the cost, not
+    # the bytes' route or a slow rank.
+    Rule("tensor-parallel-fits", "Tensor parallelism where data parallelism fits", W, check_tensor_parallel_fits,
+         supersedes=("collective-bound", "collective-wait", "launch-bound", "no-tensor-cores", "mixed-precision")),
     # Every rank waits alike: the job moves too many bytes per sample, nobody is waited for.
     Rule("collective-bound", "Communication-bound: every rank waits on collectives", W, check_collective_bound,
          supersedes=("collective-wait",)),
@@ -183,6 +191,9 @@ RULES: tuple[Rule, ...] = (
     # would name the loop's line with a change that does not touch it.
     Rule("profiler-in-loop", "A torch.profiler left running in the training loop", W, check_profiler_in_loop,
          supersedes=("launch-bound", "cpu-work-in-loop", "host-sync", "no-tensor-cores", "mixed-precision")),
+    # The GPU's time goes to the repeated backward: precision or kernel-fusion knobs do not touch it.
+    Rule("backward-per-loss", "One backward per loss through the same graph (retain_graph)", W,
+         check_backward_per_loss, supersedes=("no-tensor-cores", "mixed-precision", "memory-bound-kernels")),
     Rule("launch-bound", "Launch-bound: the CPU cannot keep the GPU fed", W, check_launch_bound),
     # float64 is the cause before any precision knob: autocast does not touch it.
     Rule("float64-math", "The GPU computes in float64", W, check_float64_math,

@@ -210,8 +210,9 @@ def check_collectives_off_nvlink(ctx: AnalysisContext) -> Hit | None:
     set_here = sorted({f"{k}={v}" for _, env in _envs(ctx).values() for k, v in env.items()
                        if k in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE")})
     ev.append("the ranks' environment at start: " + (", ".join(set_here) if set_here else
-                                                     "no NCCL_P2P_* setting (one set from Python after start, "
-                                                     "os.environ[...] before init_process_group, is not visible here)"))
+                                                     "no NCCL_P2P_* setting, at start or in the script's own "
+                                                     "os.environ lines (one made in a library, or in code the script's "
+                                                     "top level does not call, is not visible here)"))
     nccl_fix = ("let NCCL use NVLink: remove NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC/NVL limits) wherever the job "
                 "sets it: the script's os.environ, a launcher or job script's export, the container's environment; "
                 "in a container, give it CUDA IPC (docker run --ipc=host); then NCCL_DEBUG=INFO says `via P2P` (or "
