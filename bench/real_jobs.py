@@ -142,7 +142,9 @@ TRUTH_FINDINGS: dict[str, tuple[str, ...]] = {
     # backward of the summed task losses, scaling a dataset once instead of per batch, or a sparse
     # adjacency product: misses until built.
     "launch-blocking": ("cuda-launch-blocking",),
-    "per-task-backward": (),
+    # Mapped after the first measurement (2026-11-28), for the rule built from it (in-sample now):
+    # backward-per-loss's action is the one backward of the summed losses.
+    "per-task-backward": ("backward-per-loss",),
     "rescale-per-batch": (),
     "dense-adjacency": (),
 }

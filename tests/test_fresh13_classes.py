@@ -135,3 +135,21 @@ def test_the_healthy_ddp_job_beside_it_gets_no_warning():
     evals = replay_findings("chest_xray-h200x2.gputop", every_s=2.0)
     assert not [f.id for _, _, s in evals for f in s if f.severity in (Severity.WARNING, Severity.CRITICAL)]
     assert all(c.forward_comm.seen == 0 for _, c, _ in evals)
+
+
+# --------------------------------------------------------------------------- settings made in the script
+
+def test_the_hf_job_whose_script_sets_launch_blocking_is_told_its_line():
+    shown, seen, _ = replay(RECORDINGS / "h200-hf-roberta-launch-blocking-in-script.gputop")
+    assert seen.get("cuda-launch-blocking") is not None and seen["cuda-launch-blocking"] <= 2.0, seen
+    assert "launch-bound" not in seen, seen
+    f = shown["cuda-launch-blocking"]
+    assert "fresh13_hf_roberta_launch_blocking.py:25" in f.evidence[0] and "for itself" in f.evidence[0]
+    assert "delete the os.environ CUDA_LAUNCH_BLOCKING line" in f.action
+
+
+def test_the_healthy_lightning_convnext_stays_silent():
+    shown, seen, _ = replay(RECORDINGS / "h200-lightning-healthy-convnext.gputop")
+    # At most weighing (memory-bound kernels, info): never a warning at any second.
+    assert set(seen) <= {"memory-bound-kernels"}, seen
+    assert not [i for i, f in shown.items() if f.severity in (Severity.WARNING, Severity.CRITICAL)], shown
