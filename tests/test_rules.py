@@ -234,6 +234,22 @@ def test_checkpoint_stall():
     assert "async_save" in f.action
 
 
+def test_one_save_seen_is_weighed_until_a_second_shows_how_often():
+    """One 1.2 s save in a 6 s window read as "20 % of the time" (a held-out job's first seconds;
+    a rank's one checkpoint barrier in a hang read as a stall): with one save and no recurring
+    idle bursts, its share of the time is not known. A second save makes it a warning."""
+    from gputop.model import Severity
+
+    saving = lambda t: 2.0 <= t < 3.2  # noqa: E731
+    one = Job(seconds=6, util=lambda t: 0.0 if saving(t) else 100.0,
+              main=lambda t: C.CHECKPOINT_IO if saving(t) else C.FORWARD, gpu=HEALTHY_GPM)
+    f = run_rules(one)[0]["checkpoint-stall"]
+    assert f.severity is Severity.INFO and "how often is not known yet" in f.title
+    assert f.gain_predicted is None and "a second save" in f.expected_gain
+    two = Job(seconds=12, util=periodic(5.0, 3.8), main=phases(5.0, 3.8, C.FORWARD, C.CHECKPOINT_IO), gpu=HEALTHY_GPM)
+    assert run_rules(two)[0]["checkpoint-stall"].severity is Severity.WARNING
+
+
 def test_a_rare_short_save_is_not_a_finding():
     job = Job(util=periodic(10.0, 9.8), main=phases(10.0, 9.8, C.FORWARD, C.CHECKPOINT_IO), gpu=HEALTHY_GPM)
     assert "checkpoint-stall" not in run_rules(job)[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...analysis import CPU_DEVICE, Bucket
 from ...analysis import periodicity
-from ...model import Category
+from ...model import Category, Severity
 from ..context import AnalysisContext
 from .base import (
     MIN_MAIN_SAMPLES, Hit, bounded, loop_wait, loop_wait_upper, confidence, device_name, gain,
@@ -56,6 +56,25 @@ def check_checkpoint_stall(ctx: AnalysisContext) -> Hit | None:
     line = labels_line(g, Bucket.CHECKPOINT)
     if line:
         ev.append(line)
+    # One save seen and no recurring idle bursts: how often saves come is not known, so neither is
+    # their share of the time (one 0.75 s save in a 3 s window read as "25 % of the time", and a
+    # rank's one checkpoint barrier in a hang as a stall). Said as what it is until a second save
+    # or the GPU's bursts show a period.
+    if len(saves) + (1 if running else 0) < 2 and every is None:
+        longest = max((h for _, h in saves), default=None)
+        return Hit(
+            evidence=tuple(ev),
+            action=("if saves recur: save in the background (torch.distributed.checkpoint.async_save, or a CPU copy "
+                    "saved in a thread), or save less often"),
+            expected_gain=(f"not known until a second save shows how often they come: this one took {pct(frac)} of "
+                           f"the {g.breakdown.total_s:.0f} s watched"),
+            cost_s=cost,
+            confidence=confidence(0.3, g.breakdown.idle_samples + 10),
+            gpu_index=gpu_index(g),
+            severity=Severity.INFO,
+            title=(f"A checkpoint save stalled {device_name(g)}"
+                   + (f" for up to {secs(longest)}" if longest else "") + "; how often is not known yet"),
+        )
     return Hit(
         evidence=tuple(ev),
         action=(
