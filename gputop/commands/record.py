@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         raise
     status = _Status(path, recorder, args.duration, target=args.pid)
     started = time.monotonic()
+    # The same instant on the session's clock: the duration's end is this plus --duration, not the
+    # clock read again later less the time elapsed (a thread preempted between the two reads on a
+    # loaded host stretched the file by the delay: 2.0033 s for -d 2s).
+    started_clock = session.clock()
     # The recording covers up to this instant (session clock): the end of --duration, or the last
     # moment the target was seen alive; None: up to the stop.
     until: float | None = None
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             if args.duration is not None and elapsed >= args.duration:
                 why.append("duration reached")
-                until = session.clock() - (elapsed - args.duration)
+                until = started_clock + args.duration
                 # The file lasts what was asked: the last poll's utilisation points up to the
                 # end are kept, its samples taken after it are not.
                 recorder.end_at(until)
