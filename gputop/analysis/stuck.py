@@ -449,42 +449,42 @@ def judge(
         return stuck(f"no progress for {held:.0f} s ({last.category.value}, {gpu_note})", held, True, False,
                      SPIN_CONFIDENCE, ev)
 
-    # ------------------------------------------------------------- the rank the others wait for
-    # NCCL waits on the GPU: when every other rank's GPU spins in a collective while this rank's
-    # main thread has stood still, outside any collective and with nothing that says it works
-    # (its CPU, its IO, its workers), for SPIN_STUCK_S, it is the rank that never arrives (a
-    # held-out job's rank 0 blocked on a dead writer thread's queue was "weighing" for 20 s, its
-    # peer spinning in the all-reduce from the hang's fifth second; NCCL's counts said the same
-    # 7 s later). A rank that works while they wait is a straggler, the rule's, not this.
+    # ------------------------------------------------------------- while every other rank's GPU spins
+    # NCCL waits on the GPU: when every other rank's GPU spins in a collective waiting for a peer
+    # and this rank's main thread has stood still for SPIN_STUCK_S, none of them computes, so none
+    # arrives. Two ways this rank stands still:
+    # - outside any collective, with nothing that says it works (its CPU, its IO, its workers): it is
+    #   the rank that never arrives (a held-out job's rank 0 blocked on a dead writer thread's queue
+    #   was "weighing" for 20 s, its peer spinning in the all-reduce from the hang's fifth second;
+    #   NCCL's counts said the same 7 s later);
+    # - in a collective on its host (a gloo group's barrier, a blocking call) the others do not call
+    #   (a held-out job's rank 0 alone in a checkpoint barrier under `if rank == 0:`, its peer's GPU
+    #   spinning in the step's all-reduce from the hang's second second, was called a straggler for
+    #   15 s).
+    # A rank that works while they wait is a straggler, the rule's, not this: a straggler's GPU
+    # computes or idles; it does not spin.
     peers = [p for p in (ranks or {}) if p != last.pid]
-    if (peers and not reaches_start and held >= SPIN_STUCK_S and why is None and gpu != "busy"
-            and last.category not in (Category.COLLECTIVE, Category.HOST_SYNC)
-            and all(p in spin_pids for p in peers)):
-        n = len([s for s in main if s.ts >= first.ts])
-        ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), outside any collective",
-              f"every other rank's GPU spins in a collective waiting for a peer ({len(peers)} of {len(peers)})"]
-        ev += _proc_lines(prog)
-        return stuck(f"no progress for {held:.0f} s ({last.category.value}) while the other ranks wait for it "
-                     "in a collective", held, True, False, SPIN_CONFIDENCE, ev)
-
-    # ------------------------------------------------------------- a collective the others do not call
-    # This rank's main thread waits in a collective on its host (a gloo group's barrier, a blocking
-    # call) while every other rank's GPU spins in one: all of them wait and none computes, so none
-    # will arrive (a held-out job's rank 0 alone in a checkpoint barrier under `if rank == 0:`, its
-    # peer's GPU spinning in the step's all-reduce from the hang's second second, was called a
-    # straggler for 15 s). A straggler's GPU computes or idles; it does not spin.
-    if (peers and not reaches_start and held >= SPIN_STUCK_S and gpu != "spin"
-            and last.category is Category.COLLECTIVE and all(p in spin_pids for p in peers)):
-        if prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
+    if peers and not reaches_start and held >= SPIN_STUCK_S and all(p in spin_pids for p in peers):
+        in_host_collective = last.category is Category.COLLECTIVE and gpu != "spin"
+        elsewhere = (why is None and gpu != "busy"
+                     and last.category not in (Category.COLLECTIVE, Category.HOST_SYNC))
+        if in_host_collective and prog is not None and prog.io_bps >= IO_PROGRESS_BPS:
             return StuckVerdict(False, f"main thread unchanged for {held:.0f} s but its processes move "
                                        f"{prog.io_bps / 1e6:.1f} MB/s through read/write", **base)
-        n = len([s for s in main if s.ts >= first.ts])
-        ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), in a collective on its host",
-              f"every other rank's GPU spins in a collective waiting for a peer ({len(peers)} of {len(peers)}): "
-              "no rank computes, so none arrives"]
-        ev += _proc_lines(prog)
-        return stuck(f"no progress for {held:.0f} s ({last.category.value}) while the other ranks wait in a "
-                     "collective on their GPUs", held, True, False, SPIN_CONFIDENCE, ev)
+        if in_host_collective or elsewhere:
+            n = len([s for s in main if s.ts >= first.ts])
+            spinning = f"every other rank's GPU spins in a collective waiting for a peer ({len(peers)} of {len(peers)})"
+            if in_host_collective:
+                ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), in a collective on its host",
+                      spinning + ": no rank computes, so none arrives"]
+                reason = "while the other ranks wait in a collective on their GPUs"
+            else:
+                ev = [f"main thread's stack unchanged for {held:.0f} s ({n} samples), outside any collective",
+                      spinning]
+                reason = "while the other ranks wait for it in a collective"
+            ev += _proc_lines(prog)
+            return stuck(f"no progress for {held:.0f} s ({last.category.value}) {reason}", held, True, False,
+                         SPIN_CONFIDENCE, ev)
 
     # ------------------------------------------------------------- the verdict at attach
     early = _early(main, first, last, now, threshold, gpu, gpu_idle_s, act, prog, reaches_start, between, psutil_io,
