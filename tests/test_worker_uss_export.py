@@ -105,3 +105,27 @@ def test_workers_count_for_the_nearest_attached_job():
     assert list(got) == [JOB] and got[JOB].read == 1 and got[JOB].total == 100 * MiB
     assert list(jobs_private([launcher], latest, lambda pid: procs.get(pid, []), T0 + 10)) == [launcher]
     assert jobs_private([], latest, lambda pid: procs.get(pid, []), T0 + 10) == {}
+
+
+def test_the_memory_series_say_what_the_advisors_own_view_says():
+    """The advisor judges the job's memory with its workers (a host forecast bounded by their
+    shared pages); the exporter's own view knows no workers. Where the advisor has judged a job,
+    its view is what the growth and time-to-limit series export: one forecast, the finding's."""
+    from gputop.analysis import GpuMemory, MemoryView
+    from gputop.analysis.memory_growth import GROWING, Growth
+
+    st = _store()
+    at = T0 + 299
+    base = scrape(GputopCollector(st, interval=1.0, clock=lambda: at, account=TimeAccount(T0),
+                                  placement=lambda pid: Placement(), attached=lambda: [JOB]))
+    host = Growth(GROWING, rate=2e6, used=40 * GiB, limit=64 * GiB, span_s=290.0, eta_s=1234.0, ceiling=10 * GiB)
+    gpu = GpuMemory(0, Growth(GROWING, rate=5e6, used=20 * GiB, limit=80 * GiB, span_s=290.0, eta_s=4321.0), "process")
+    judged = MemoryView(gpus=(gpu,), host=host)
+    got = scrape(GputopCollector(st, interval=1.0, clock=lambda: at, account=TimeAccount(T0),
+                                 placement=lambda pid: Placement(), attached=lambda: [JOB],
+                                 judged_memory=lambda: judged))
+    assert value(got["gputop_host_memory_time_to_limit_seconds"]) == 1234.0
+    assert value(got["gputop_host_memory_growth_bytes_per_second"]) == 2e6
+    assert value(got["gputop_gpu_memory_time_to_limit_seconds"]) == 4321.0
+    # Without the advisor's view the exporter's own (flat GPU memory here: no time to the limit).
+    assert "gputop_gpu_memory_time_to_limit_seconds" not in base or not base["gputop_gpu_memory_time_to_limit_seconds"]

@@ -15,6 +15,7 @@ which would otherwise be renamed ``exported_*``.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,7 +24,7 @@ from .. import __version__
 from ..advisor import STATE_IDS, WARMUP_ID
 from ..analysis import CPU_DEVICE, Bucket
 from ..model import GpuInfo, GpuSample, ProcSample
-from ..analysis import MEMORY_WINDOW_S, REASONS, jobs_private, memory_view
+from ..analysis import MEMORY_WINDOW_S, REASONS, MemoryView, jobs_private, memory_view
 from .account import TimeAccount
 from .jobs import Placement, read_placement, script_of
 
@@ -85,6 +86,7 @@ class GputopCollector:
         placement: Callable[[int], Placement] = read_placement,
         judged: Callable[[], tuple[str, str]] = lambda: ("", ""),
         alive: Callable[[int], bool] = lambda pid: True,
+        judged_memory: Callable[[], "MemoryView | None"] = lambda: None,
     ) -> None:
         self.store = store
         # (pid, job_id) of the process the advisor's findings speak of, '' where none: the
@@ -93,6 +95,10 @@ class GputopCollector:
         # Whether a process still runs: the findings of a judged process that has gone are not
         # exported (they spoke of a job that no longer runs, and their cost kept growing).
         self.alive = alive
+        # The memory view of the advisor's last evaluation (its evidence window: the judged job's
+        # GPU memory, its host forecast bounded by its workers' shared pages), None where it has
+        # none: the growth and time-to-limit series then say what the findings say.
+        self.judged_memory = judged_memory
         self.interval = interval
         self.window = window
         self.attached = attached
@@ -261,6 +267,15 @@ class GputopCollector:
         view = memory_view(list(latest), {i: store.gpu_window(i, t0, now) for i in latest},
                            store.gpu_process_window(attached, t0, now) if attached else [], host, {}, attached,
                            gpu_info=dict(store.gpu_info))
+        # Where the advisor judged a job, its own view stands for that job's GPUs and the host: the
+        # same evidence, the same forecast as its finding (this one knows no workers, so its host
+        # forecast was a straight line where the finding's was bounded by their shared pages).
+        judged = self.judged_memory()
+        if judged is not None:
+            mine = {gm.index for gm in judged.gpus}
+            view = replace(view, gpus=tuple(sorted([*judged.gpus, *(gm for gm in view.gpus if gm.index not in mine)],
+                                                   key=lambda gm: gm.index)),
+                           host=judged.host if judged.host is not None else view.host)
         rate = GaugeMetricFamily(
             "gputop_gpu_memory_growth_bytes_per_second",
             "Steady growth of the attached jobs' device memory (the whole card's without one) over the last "
@@ -271,7 +286,7 @@ class GputopCollector:
             "At the growth rate, seconds until the card's memory is full; only while memory grows",
             labels=list(GPU_LABELS))
         for gm in view.gpus:
-            if gm.growth.kind == "too short":
+            if gm.growth.kind == "too short" or gm.index not in labels:
                 continue
             rate.add_metric(labels[gm.index], gm.growth.rate if gm.growth.growing else 0.0)
             if gm.growth.growing and gm.growth.eta_s is not None:

@@ -175,6 +175,17 @@ def _judged(session, jobs):
     return judged
 
 
+def _judged_memory(session):
+    """The memory view of the advisor's last evaluation (None before one, or without a job)."""
+
+    def memory():
+        advisor = session.advisor
+        ctx = advisor.advisor.last_context if advisor is not None else None
+        return ctx.memory if ctx is not None else None
+
+    return memory
+
+
 def serve(
     listen: str,
     interval: float,
@@ -231,7 +242,8 @@ def serve(
     registry = CollectorRegistry()
     registry.register(GputopCollector(session.store, interval=session.interval, window=session.window,
                                       attached=attached, mode=session.mode,
-                                      judged=_judged(session, jobs), alive=_alive))
+                                      judged=_judged(session, jobs), alive=_alive,
+                                      judged_memory=_judged_memory(session)))
     if jobs is not None:
         registry.register(jobs)
     # process_cpu_seconds_total and friends: the exporter's own cost, watchable from the fleet.
