@@ -127,6 +127,18 @@ def test_append_adds_a_second_session(tmp_path, capsys):
         assert len(r.sessions) == 2
 
 
+def test_appending_to_a_recording_made_readable_makes_it_private_again(tmp_path):
+    """A recording copied or chmod-ed to 0644 kept that mode while new command lines and stacks
+    were appended to it (a new user's report): every recording is 0600."""
+    import stat
+
+    out = tmp_path / "open.gputop"
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "0.1", "--duration", "0.3s"]) == 0
+    out.chmod(0o644)
+    assert main(["record", "-o", str(out), "--fake", "1", "--interval", "0.1", "--duration", "0.3s", "--append"]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
 def test_a_recording_being_written_is_neither_overwritten_nor_appended_to(tmp_path, capsys):
     # A second `record --force` deleted the file under a live recorder (its data gone, and it then
     # said the file "keeps data up to" a time it no longer held); a second `--append` added a

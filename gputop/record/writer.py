@@ -431,6 +431,12 @@ class RecordWriter:
         except sqlite3.Error as exc:
             conn.close()
             raise UserError(f"cannot append to {path}: {describe_sqlite_error(exc, max_bytes)}") from None
+        # The file itself too: one copied or chmod-ed open (0644) kept its mode while new command
+        # lines and stacks were appended to it (a new user's report). Every recording is private.
+        try:
+            os.chmod(path, 0o600)
+        except OSError:
+            pass
         _chmod_private(path)
         w._set_max_bytes(max_bytes)
         return w
