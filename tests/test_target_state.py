@@ -56,3 +56,28 @@ def test_a_failed_attach_is_published_through_the_pipeline():
     assert [(e.source, e.level) for e in events] == [("attach", "error")]
     assert events[0].message == "cannot attach to 4242: a replay cannot attach to a process"
     assert s.store.events()[-1] == events[0]
+
+
+def test_a_target_read_as_python_before_is_not_called_not_python_when_it_ends(monkeypatch):
+    """A job exiting while py-spy reads it fails as "not a Python process" (its interpreter is
+    being torn down): after stacks were read from it, that is its end, not an untraceable target."""
+    pid = os.getpid()
+    dumps = [[{"pid": pid, "thread_id": 1, "thread_name": "MainThread", "os_thread_id": pid, "active": True,
+               "owns_gil": True, "frames": [{"name": "main", "filename": "/home/u/train.py", "line": 3,
+                                             "module": None}]}]]
+
+    def dump(p, pyspy, nonblocking, meter, nice=0):
+        if dumps:
+            return dumps.pop()
+        raise AttachError(f"PID {p} is not a Python process", "not-python")
+
+    monkeypatch.setattr("gputop.sources.stacks.dump_json", dump)
+    src = PySpySource(pid, pyspy="py-spy")
+    s = session(target_pid=src.pid, stacks=src)
+    first = src.poll()
+    assert any(getattr(x, "pid", None) == pid for x in first)  # its stack was read
+    src._retry_at = 0.0
+    out = src.poll()
+    assert not [e for e in out if isinstance(e, Event) and "not a Python process" in e.message]
+    state = s.target_state
+    assert state is not None and state.status is TargetStatus.ALIVE, state

@@ -550,6 +550,13 @@ class PySpySource:
             out: list[object] = []
             if not self._target_alive(now, out):
                 return out
+        if exc.kind == "not-python" and self._totals.main:
+            # Its stacks were read before: a Python process that stops reading as one is ending
+            # (its interpreter torn down while it exits), not "not a Python process" (advise said
+            # that beside 12-15 stacks and "the target exited", and put it in attach_errors).
+            # Tried again; its exit is said when it comes.
+            self._retry_at = now + RETRY_AFTER_S
+            return []
         if exc.kind in ("not-python", "permission", "pyspy-missing"):
             self._stacks_off = exc.kind  # retrying cannot help; process details go on
             self._off_reason = str(exc)
