@@ -219,6 +219,7 @@ class ProcStats:
     threads: int | None  # latest
     status: str | None  # latest
     create_time: float | None
+    ppid: int | None = None  # latest: whose child it is (a DataLoader worker's is the training process)
 
     @property
     def saturated(self) -> bool:
@@ -235,6 +236,7 @@ def proc_stats(samples: Sequence[ProcSample]) -> ProcStats:
         threads=last.num_threads,
         status=last.status,
         create_time=last.create_time,
+        ppid=last.ppid,
     )
 
 

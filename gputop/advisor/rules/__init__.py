@@ -29,6 +29,7 @@ from .data import (
     check_data_starved,
     check_io_bound,
     check_loader_respawn,
+    check_attached_to_worker,
     check_small_shm,
     check_workers_blocked,
     check_workers_saturated,
@@ -109,6 +110,10 @@ W, I, C = Severity.WARNING, Severity.INFO, Severity.CRITICAL
 # Order breaks ties between equal costs: the more specific cause first.
 RULES: tuple[Rule, ...] = (
     Rule("stuck", "Job stuck: no progress", C, check_stuck, appear_after_s=0.0, supersedes=THROUGHPUT_IDS),
+    # A worker's own view is not the job's: every finding of its would be about the fetch, and a
+    # worker waiting on its index queue for a slow training process reads as stuck.
+    Rule("attached-to-worker", "Attached to a DataLoader worker, not the training process", W,
+         check_attached_to_worker, appear_after_s=0.0, supersedes=("stuck", *THROUGHPUT_IDS)),
     Rule("cuda-launch-blocking", "CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous", W,
          check_cuda_launch_blocking, appear_after_s=0.0, supersedes=("host-sync", "launch-bound")),
     # One process's Python drives every GPU: the precision, launches and batch size the other

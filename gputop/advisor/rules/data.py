@@ -912,3 +912,45 @@ def check_small_shm(ctx: AnalysisContext) -> Hit | None:
         severity=Severity.WARNING if used >= SHM_FILLING else Severity.INFO,
     )
 
+
+
+# --------------------------------------------------------------------------- attached to a worker
+
+# The attached process's main thread inside DataLoader's worker loop in at least this share of its
+# samples: it is one of a job's workers, not the training process. Judgement: a training process
+# never runs the worker loop on its main thread (num_workers=0 fetches in the loop itself).
+WORKER_TARGET_SHARE = Threshold(
+    0.9, "share", JUDGEMENT,
+    "The attached process's main thread in DataLoader's _worker_loop at least this share of its samples: it is a "
+    "worker, not the training process (whose main thread never runs that loop).")
+_WORKER_FILE = "torch/utils/data/_utils/worker.py"
+
+
+def _in_worker_loop(frames) -> bool:
+    return any(f.name.rsplit(".", 1)[-1] == "_worker_loop" and f.filename.replace("\\", "/").endswith(_WORKER_FILE)
+               for f in frames)
+
+
+@uses(WORKER_TARGET_SHARE, MIN_MAIN_SAMPLES)
+def check_attached_to_worker(ctx: AnalysisContext) -> Hit | None:
+    """``gputop --pid`` given a DataLoader worker's PID: what it sees is the worker's fetch, and
+    its silence says nothing of the job (a new user was told "no findings" for a job that slept
+    92 % of its time: the worker waited for it)."""
+    main = ctx.main_stacks
+    if len(main) < MIN_MAIN_SAMPLES:
+        return None
+    share = sum(1 for s in main if _in_worker_loop(s.frames)) / len(main)
+    if share < WORKER_TARGET_SHARE:
+        return None
+    parent = ctx.target.ppid if ctx.target is not None else None
+    to = f"gputop --pid {parent} (its parent)" if parent else "gputop --pid <the training process> (its parent)"
+    return Hit(
+        evidence=(f"PID {ctx.target_pid}'s main thread is inside DataLoader's _worker_loop in {pct(share)} of its "
+                  f"samples: it is a DataLoader worker" + (f" of PID {parent}" if parent else ""),
+                  "a worker fetches batches for the training process; the job's step, its GPU use and its causes "
+                  "are that process's"),
+        action=f"attach to the training process: {to}; its workers are followed from it",
+        cost_s=0.0,
+        confidence=1.0,
+        title=f"PID {ctx.target_pid} is a DataLoader worker, not the training process",
+    )
