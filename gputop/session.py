@@ -330,6 +330,13 @@ class Session:
             self.recorder = Recorder.attach(self, Path(path), force=force, append=append, interval=self.interval,
                                             max_bytes=max_bytes, identify=first)
         except OutputExists:
+            from .record import looks_like_recording
+
+            if Path(path).is_file() and looks_like_recording(Path(path)) is False:
+                # --force is for recordings: it would not write over this either (a new user was
+                # told to use it, then refused).
+                raise UserError(f"{path} exists and is not a gputop recording: not writing over it; choose another "
+                                "name") from None
             raise UserError(f"{path} already exists: use --force to overwrite it, or choose another name") from None
         finally:
             if first:

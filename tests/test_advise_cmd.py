@@ -82,6 +82,10 @@ def test_advise_records_what_it_judged_and_never_overwrites(capsys, tmp_path):
     capsys.readouterr()
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
+    # Without --force it says the file is not a recording, not "use --force" (which refuses too).
+    assert main(["advise", "--fake", "1", "--duration", "1", "--record", str(notes)]) != 0
+    err = capsys.readouterr().err
+    assert "is not a gputop recording" in err and "--force" not in err
     assert main(["advise", "--fake", "1", "--duration", "1", "--record", str(notes), "--force"]) != 0
     assert notes.read_text() == "mine"
 
