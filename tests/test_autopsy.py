@@ -238,3 +238,12 @@ def test_without_torch_it_says_so_in_one_line_and_exits_2():
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc.returncode, proc.stderr, proc.stdout, "needs torch importable", "pip install torch")
     assert proc.stdout == ""
+
+
+def test_a_directory_of_files_that_merely_end_in_a_number_has_no_dumps(tmp_path, capsys):
+    """A directory with no dumps but a file called ``sums2`` was read as a broken dump (exit 1):
+    it holds no dumps (bad input, exit 2), as an empty directory does."""
+    (tmp_path / "sums2").write_text("1 2 3\n")
+    rc = main(["autopsy", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"no flight-recorder dumps in {tmp_path}" in err and "sums2" in err

@@ -85,7 +85,17 @@ def _run(args: argparse.Namespace) -> int:
     try:
         dumps = {}
         for rank, path in sorted(found.files.items()):
-            obj = load_dump(path)
+            try:
+                obj = load_dump(path)
+            except DumpError as exc:
+                if (args.target is not None and os.path.isdir(args.target) and not dumps and "not a pickle" in str(exc)
+                        and os.path.basename(found.prefix) != os.path.basename(prefix)):
+                    # A directory whose only files merely end in a number (`sums2`: not the dumps'
+                    # own prefix) and are not pickles holds no dumps: bad input, as for an empty
+                    # one, not a broken dump (exit 1).
+                    raise UserError(f"no flight-recorder dumps in {args.target}: {path.name} is named like one "
+                                    "but is not a pickle") from None
+                raise
             problem = dump_problem(obj)
             if problem:
                 raise DumpError(f"{path} is not a flight-recorder dump: {problem}")
