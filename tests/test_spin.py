@@ -345,3 +345,30 @@ def test_a_straggler_the_others_wait_a_fifth_for_on_their_gpus_is_named():
     assert gpu_straggler(views, 0.30, 0.25) is None  # the host's bars: not resolved
     hit = check_rank_straggler(AnalysisContext(now=T0 + 13, t0=T0, t1=T0 + 13, gpus=(), ranks=views))
     assert hit is not None and hit.title.startswith("rank 0 is the straggler")
+
+
+def test_a_cpu_rank_slow_after_its_update_is_not_told_to_use_the_gpu():
+    """A gloo CPU straggler summing in pure Python after its update was told to "keep its tensors on
+    the GPU ... torch._foreach_*" (a new user's report): a rank with no GPU is told what it can do."""
+    from dataclasses import replace
+
+    from gputop.advisor.rules.distributed import straggler_phase
+    from gputop.analysis import AFTER_UPDATE, Straggler
+
+    step = (Frame("train_step", PROJ, 30), Frame("main", PROJ, 90))
+    stacks = [_main(pid, T0 + i / 5, step, Category.FORWARD) for pid in (10, 11) for i in range(50)]
+    views = rank_views({10: 0, 11: 1}, stacks, T0, (), {})
+    slow = replace(next(v for v in views if v.rank == 1), hot="sum_stats (project/train.py:70)", hot_when=AFTER_UPDATE,
+                   hot_share=0.6)
+
+    class Ctx:
+        gpus = ()
+        gil_holders: dict = {}
+        ranks = views
+
+    found = Straggler(slow, (views[0],))
+    assert slow.gpu is None
+    _, fix = straggler_phase(Ctx, found)
+    assert "GPU" not in fix and "_foreach_" not in fix and "every N steps" in fix
+    _, with_gpu = straggler_phase(Ctx, Straggler(replace(slow, gpu=1), (views[0],)))
+    assert "torch._foreach_*" in with_gpu

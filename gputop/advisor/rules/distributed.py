@@ -335,11 +335,17 @@ def straggler_phase(ctx: AnalysisContext, found) -> tuple[str, str]:
         # Work of its own after the backward (an EMA of the weights, a metric): no DataLoader
         # takes it; the change is to where and how often it runs.
         name = hot.split(" (")[0]
+        # A rank with a GPU can do it there; a CPU rank (gloo) has no device to move it to: only
+        # less often, off the thread, vectorised or shared (a pure-Python loop on a CPU rank was
+        # told to keep "its tensors on the GPU").
+        faster = ("Keep its tensors on the GPU and update them there (torch._foreach_* ops: one fused kernel, no "
+                  "copy to the host and no sync), run it every N steps, or in a background thread on a copy"
+                  if slow.gpu is not None else
+                  "Run it every N steps, vectorise it (tensor ops over the whole set instead of a Python loop), or "
+                  "run it in a background thread on a copy")
         return (doing + f", {AFTER_UPDATE} each step",
                 f"take `{name}` off rank {slow.rank}'s step: it runs {AFTER_UPDATE} on this rank while the others "
-                "wait in their next collective. Keep its tensors on the GPU and update them there (torch._foreach_* "
-                "ops: one fused kernel, no copy to the host and no sync), run it every N steps, or in a background "
-                "thread on a copy; if every rank should run it, give each its share")
+                f"wait in their next collective. {faster}; if every rank should run it, give each its share")
     if slow.hot_when == BEFORE_FORWARD or not hot:
         return (doing,
                 f"make {where} on rank {slow.rank} as fast as on the others: move the slow input work into "
