@@ -996,6 +996,11 @@ def test_cpu_only_work_before_the_forward_is_bounded_by_the_workers_on_the_cores
     # with cores to spare the wait's own bound is the smaller one
     job.cores = 16
     assert run_rules(job)[0]["cpu-work-in-loop"].gain_predicted > 5.0
+    # A job that has its workers already is told where the work should run, not the num_workers it
+    # has (a new user's 2-core job with num_workers=2: "num_workers=2 ... with cores to spare").
+    job.cores, job.workers = 2, 2
+    f = run_rules(job)[0]["cpu-work-in-loop"]
+    assert "the job's 2 DataLoader workers prepare it" in f.action and "num_workers=" not in f.action
 
 
 def test_launch_bound_from_an_lstm_cell_stepped_in_python_names_nn_lstm():

@@ -642,9 +642,18 @@ def _cpu_only_work(ctx: AnalysisContext, where: str, share: float, of_other: flo
     limit, limited_by = None, ""
     if when == BEFORE_FORWARD:
         workers = workers_for(0, share, max(2, (ctx.cores or 4) - 1))
-        action = (f"move the work in `{where}` into the Dataset's __getitem__ or a collate_fn, so "
-                  f"DataLoader(..., num_workers={workers}, persistent_workers=True) prepares the next batches "
-                  "beside the step (with cores to spare); or vectorise a per-sample Python loop over the whole batch")
+        have = len(ctx.workers.current)
+        if have >= workers:
+            # The job has its workers already (a new user's 2-core job with num_workers=2 was told
+            # "num_workers=2 ... with cores to spare"): the change is where the work runs.
+            action = (f"move the work in `{where}` into the Dataset's __getitem__ or a collate_fn, so the job's "
+                      f"{have} DataLoader workers prepare it beside the step instead of the training thread; or "
+                      "vectorise a per-sample Python loop over the whole batch")
+        else:
+            action = (f"move the work in `{where}` into the Dataset's __getitem__ or a collate_fn, so "
+                      f"DataLoader(..., num_workers={workers}, persistent_workers=True) prepares the next batches "
+                      "beside the step (with cores to spare); or vectorise a per-sample Python loop over the whole "
+                      "batch")
         # Workers prepare batches no faster than the training thread does today, and no more of
         # them at once than there are cores: the bound data-starved states for the same move (a new
         # user's 2-core job was promised "at most 22x" by this finding and 2.9x by data-starved).
