@@ -30,7 +30,7 @@ def test_rules_lists_every_rule_with_its_thresholds_and_their_basis(capsys):
     assert "  SMALL_SHM_BYTES = 1 GiB  (documented)" in out and "source: Docker's `docker run --shm-size`" in out
     # A bar several rules share is explained once, then pointed to.
     assert out.count("A claim from the stacks needs 2 s") == 1
-    assert "  MIN_MAIN_SAMPLES = 10 samples  (judgement)  as under data-starved" in out
+    assert "  MIN_MAIN_SAMPLES = 10 samples  (judgement)  as under attached-to-worker" in out
     # The numbers behind every finding's confidence and bound, once, at the end.
     assert "Shared by every rule" in out and "  SHARE_UPPER_Z = 1.6449 z  (derived)" in out
     for t in STATEMENT_THRESHOLDS:
