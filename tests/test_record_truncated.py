@@ -94,6 +94,11 @@ def test_findings_lost_in_the_cut_are_not_reported_as_none_recorded(tmp_path):
     assert "findings: none recorded" not in text and "the file's findings were lost in the cut" in flat
     assert s.judged_again
     assert "(stack samples lost in the cut: unattributed)" in text and "no stack samples" not in text
+    # Judged again without its stacks: not a bare "none" (a clean bill for a job whose warning went
+    # with the cut), but what the surviving samples can and cannot show.
+    assert not s.findings and s.stacks_lost
+    assert "findings: none the surviving samples can show" in flat and "\nfindings: none\n" not in text + "\n"
+    assert "None the surviving samples can show" in render_html(s)
     page = render_html(s)
     assert "None recorded." not in page and "the file&#x27;s findings were lost in the cut" in page
     assert "No stack samples were recorded" not in page and "stack samples were lost in the cut" in page

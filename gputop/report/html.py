@@ -271,7 +271,8 @@ def render_html(s: Summary) -> str:
     if note:
         out.append(f"<p>Findings {e(note)}.</p>")
         if not s.findings:
-            out.append("<p>None.</p>")
+            out.append("<p class=\"warn\">None the surviving samples can show: the stack samples were lost in the cut, "
+                       "so the causes they would name cannot be judged.</p>" if s.stacks_lost else "<p>None.</p>")
     elif s.findings_lost:
         # LOST_FINDINGS is fixed text: nothing to escape.
         out.append("<p class=\"warn\">" + ("More findings may have been lost in the cut." if s.findings else

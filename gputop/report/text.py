@@ -254,6 +254,12 @@ def render_text(s: Summary, width: int = 100) -> str:
                 out.extend(wrapped("→ ", f.action))
             if f.expected_gain:
                 out.extend(wrapped("  expected: ", f.expected_gain))
+    elif note and s.stacks_lost:
+        # Judged again without the stack samples: most causes cannot show, so "none" would read as
+        # a clean bill for a job whose recorded warning went with the cut (a new user's report).
+        out.extend(textwrap.wrap("findings: none the surviving samples can show (the stack samples were lost in the "
+                                 "cut: the causes they would name cannot be judged)", width=width,
+                                 subsequent_indent="  "))
     elif note:
         out.append("findings: none")
     elif s.findings_lost:
