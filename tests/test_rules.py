@@ -1017,3 +1017,16 @@ def test_launch_bound_from_an_lstm_cell_stepped_in_python_names_nn_lstm():
     # Without the cell the generic change stays.
     plain = Job(util=lambda t: 85.0, main=lambda t: [C.FORWARD, C.BACKWARD, C.OPTIMIZER][int(t * 5) % 3], gpu=LAUNCH_GPM)
     assert "nn.LSTM" not in run_rules(plain)[0]["launch-bound"].action
+
+
+def test_a_fake_sources_pid_is_never_the_one_to_attach_to():
+    """`advise --fake` told a new user `gputop --pid 4194400`: a PID above Linux's largest pid_max
+    is the fake source's, never a process; the real one beside it is named."""
+    from gputop.model import GpuProcess
+
+    store = Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM, target_role="gpu").store()
+    store.add([GpuProcess(ts=s.ts, gpu_index=0, pid=4_194_400) for s in store.gpu_window(0, 0.0, float("inf"))])
+    ctx = build_context(store, window_s=60.0, stuck_after_s=30.0)
+    adv = Advisor()
+    f = {x.id: x for x in adv.run_rules(ctx)}["idle-unattributed"]
+    assert "4194400" not in f.action + " ".join(f.evidence) and f"--pid {TARGET}" in f.action

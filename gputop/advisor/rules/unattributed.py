@@ -6,6 +6,9 @@ from ..context import AnalysisContext
 from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, bounded, gain, pct, secs, significant, uses, worst
 
 
+# Linux's largest pid_max (PID_MAX_LIMIT, 4,194,304 on 64-bit): no real process has a larger PID.
+_PID_MAX_LIMIT = 1 << 22
+
 @uses(MIN_COST_FRACTION, MIN_COST_S)
 def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
     """Idle GPU time and no stacks to say why: the first step is to attach."""
@@ -23,7 +26,9 @@ def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
         ev.append(f"no stacks of the training process: {fault.message}")
         action = "fix stack sampling (see above), then: gputop advise --pid PID"
     else:
-        pids = sorted({p.pid for p in g.processes})
+        # Above Linux's largest pid_max (2^22) a PID is never a real process: the fake source's
+        # (`advise --fake` told a new user to attach to PID 4194400).
+        pids = sorted({p.pid for p in g.processes if p.pid <= _PID_MAX_LIMIT})
         ev.append("not attached to the training process, so the idle time cannot be attributed")
         if pids:
             ev.append(f"processes on {g.name}: " + ", ".join(str(p) for p in pids[:5]))
