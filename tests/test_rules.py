@@ -1022,10 +1022,15 @@ def test_launch_bound_from_an_lstm_cell_stepped_in_python_names_nn_lstm():
 def test_a_fake_sources_pid_is_never_the_one_to_attach_to():
     """`advise --fake` told a new user `gputop --pid 4194400`: a PID above Linux's largest pid_max
     is the fake source's, never a process; the real one beside it is named."""
+    from dataclasses import replace
+
     from gputop.model import GpuProcess
 
     store = Job(util=periodic(1.0, 0.5), main=None, gpu=HEALTHY_GPM, target_role="gpu").store()
-    store.add([GpuProcess(ts=s.ts, gpu_index=0, pid=4_194_400) for s in store.gpu_window(0, 0.0, float("inf"))])
+    last = store.gpu_window(0, 0.0, float("inf"))[-1]
+    # One more poll: its process list is the GPU's (a poll's list replaces the one before it).
+    at = last.ts + 0.2
+    store.add([replace(last, ts=at), *(GpuProcess(ts=at, gpu_index=0, pid=pid) for pid in (TARGET, 4_194_400))])
     ctx = build_context(store, window_s=60.0, stuck_after_s=30.0)
     adv = Advisor()
     f = {x.id: x for x in adv.run_rules(ctx)}["idle-unattributed"]
