@@ -1,7 +1,7 @@
 """`gputop export`: a Prometheus endpoint with the GPUs' numbers and gputop's diagnosis.
 
 Long-running and headless: the same sources, store and advisor as the live UI, read by
-Prometheus at each scrape. See gputop/export/ and the README's "Export to Prometheus".
+Prometheus at each scrape. See gputop/export/, the README's "Export to Prometheus" and docs/export.md.
 """
 
 from __future__ import annotations

@@ -352,8 +352,8 @@ KTHREADD_PID = 2  # Linux: the parent of every kernel thread
 class PrivateMemory:
     """The target's workers' private memory, read by the rules above (USS_*): a ProcSample per
     worker read this poll, with ``uss``/``pss`` and the worker's other details; none for a
-    worker not due. ``cost`` keeps each worker's last read's seconds (for the README's numbers
-    and the tests)."""
+    worker not due. ``cost`` keeps each worker's last read's seconds (for the numbers docs/advisor.md
+    gives and the tests)."""
 
     def __init__(self, clock: Callable[[], float] = time.time, proc_root: str = "/proc",
                  period_s: float = USS_PERIOD_S, lock_share: float = USS_LOCK_SHARE,
