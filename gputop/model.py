@@ -169,6 +169,10 @@ class HostSample:
     cgroup_used: int | None = None
 
 
+# Linux's largest pid_max (PID_MAX_LIMIT, 2^22 on 64-bit kernels): no real process has a larger PID,
+# which is where the fake source numbers its processes.
+PID_MAX_LIMIT = 1 << 22
+
 # A performance setting the job's script makes for itself (``os.environ["CUDA_LAUNCH_BLOCKING"] = "1"``
 # at its top) is not in /proc/PID/environ: it is kept in ``ProcSample.env`` as KEY (the value the
 # script sets) and KEY + SET_IN_SCRIPT (where: ``"train.py:25"``).

@@ -21,11 +21,11 @@ import socket
 import time
 from typing import Callable
 
-from ..model import GpuInfo, GpuProcess, GpuSample, ProcSample, SystemInfo, UtilPoint
+from ..model import PID_MAX_LIMIT, GpuInfo, GpuProcess, GpuSample, ProcSample, SystemInfo, UtilPoint
 
 GiB = 1024**3
 SAMPLE_PERIOD = 0.2  # NVML's utilisation buffer period on Hopper (facts: 200 ms)
-FAKE_PID_BASE = 4_194_400  # above Linux's largest pid_max: never a real process
+FAKE_PID_BASE = PID_MAX_LIMIT + 96  # above Linux's largest pid_max: never a real process (4,194,400)
 
 # Throttle bits as NVML defines them (sw power cap 0x4, sw thermal 0x20).
 _SW_POWER_CAP = 0x4

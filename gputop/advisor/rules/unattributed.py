@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+from ...model import PID_MAX_LIMIT
 from ..context import AnalysisContext
 from .base import MIN_COST_FRACTION, MIN_COST_S, Hit, bounded, gain, pct, secs, significant, uses, worst
 
-
-# Linux's largest pid_max (PID_MAX_LIMIT, 4,194,304 on 64-bit): no real process has a larger PID.
-_PID_MAX_LIMIT = 1 << 22
 
 @uses(MIN_COST_FRACTION, MIN_COST_S)
 def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
@@ -28,7 +26,7 @@ def check_idle_unattributed(ctx: AnalysisContext) -> Hit | None:
     else:
         # Above Linux's largest pid_max (2^22) a PID is never a real process: the fake source's
         # (`advise --fake` told a new user to attach to PID 4194400).
-        pids = sorted({p.pid for p in g.processes if p.pid <= _PID_MAX_LIMIT})
+        pids = sorted({p.pid for p in g.processes if p.pid <= PID_MAX_LIMIT})
         ev.append("not attached to the training process, so the idle time cannot be attributed")
         if pids:
             ev.append(f"processes on {g.name}: " + ", ".join(str(p) for p in pids[:5]))
