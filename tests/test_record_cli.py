@@ -232,6 +232,14 @@ def test_a_max_size_stop_is_a_clean_end_not_an_error(tmp_path, capsys, monkeypat
         assert r.gpu_samples(0, 2e10) and not r.unclosed_sessions
 
 
+def test_list_with_an_output_says_it_records_nothing(tmp_path, capsys):
+    """`record -l -o x.gputop` listed and ignored -o without a word (a new user's report)."""
+    out = tmp_path / "x.gputop"
+    assert main(["record", "--list", str(tmp_path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--list records nothing" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
 def test_list_and_info(tmp_path, capsys):
     p = tmp_path / "one.gputop"
     w = RecordWriter.create(p)

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.list is not None:
         from . import startup_signals
 
+        if args.output:
+            # Listing records nothing: an -o beside it was ignored without a word (a new user's report).
+            raise UserError(f"--list records nothing: drop -o {args.output}, or drop --list to record to it")
+
         if startup_signals.release_interrupt():
             raise KeyboardInterrupt  # Ctrl-C while gputop started: nothing to list (as any command)
         return list_recordings(Path(args.list))
