@@ -58,7 +58,7 @@ def test_the_step_names_the_users_code_outside_the_model():
     assert d["phases"][OUTSIDE] == 0.7 and d["outside_model"][0]["where"] == "augment (u/train.py:22)"
     line = step_line(m)
     assert line.startswith("step of train (u/train.py:40): user code outside the model 70 %")
-    assert "outside the model: augment (u/train.py:22) 70 %" in line and line.endswith("(10 samples)")
+    assert "outside the model: augment (u/train.py:22) 70 %" in line and line.endswith("(of 10 main-thread samples)")
     assert step_model([]).samples == 0 and "no stacks" in step_line(step_model([]))
 
 

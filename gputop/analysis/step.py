@@ -504,12 +504,16 @@ def step_dict(m: StepModel) -> dict:
 
 
 def step_line(m: StepModel) -> str:
-    """One line: "step of train (train.py:40): data wait 62 %, forward 20 %, … (45 samples)"."""
+    """One line: "step of train (train.py:40): data wait 62 %, forward 20 %, … (of 45 main-thread samples)".
+
+    Shares of the main thread's samples, said so: beside the device's time split (the GPU's idle time
+    by cause, or a CPU job's time weighted by the spacing of its samples) the two read as disagreeing
+    numbers otherwise (a new user: "waiting for data 32 %" above, "data wait 19 %" here)."""
     if not m.samples:
         return "step: no stacks of the main thread yet"
     parts = ", ".join(f"{p} {100 * sh:.0f} %" for p, sh in m.phases if sh >= 0.01)
     outside = ("; outside the model: " + ", ".join(f"{w} {100 * sh:.0f} %" for w, sh in m.outside)) if m.outside else ""
-    return f"step{f' of {m.loop}' if m.loop else ''}: {parts}{outside} ({m.samples} samples)"
+    return f"step{f' of {m.loop}' if m.loop else ''}: {parts}{outside} (of {m.samples} main-thread samples)"
 
 
 __all__ = ["EVAL", "INLINE", "NAMED", "PHASES", "Evaluation", "StepModel", "compiling", "evaluation", "loop_place",
