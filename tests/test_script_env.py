@@ -136,3 +136,30 @@ def test_the_rule_names_the_scripts_line_and_outranks_launch_bound():
     f = run_rules(job)[0]["cuda-launch-blocking"]
     assert "train.py:25" in f.evidence[0] and "for itself" in f.evidence[0]
     assert f.action.startswith("delete the os.environ CUDA_LAUNCH_BLOCKING line at train.py:25")
+
+
+def test_the_script_is_read_once_per_process_not_every_poll(tmp_path, monkeypatch):
+    """The cache of a process's script settings lives as long as the process is watched: a poll
+    that dropped it for every process read and parsed the target's script on every poll."""
+    import gputop.sources.host as host
+
+    reads = []
+    real = host.read_script_settings
+
+    def counting(cmdline, cwd, environ):
+        reads.append(cmdline)
+        return real(cmdline, cwd, environ)
+
+    monkeypatch.setattr(host, "read_script_settings", counting)
+    script = tmp_path / "job.py"
+    script.write_text('import os, time\nos.environ["CUDA_LAUNCH_BLOCKING"] = "1"\ntime.sleep(30)\n')
+    p = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    try:
+        time.sleep(0.3)
+        src = HostSource(pids=lambda: [p.pid], target_pid=p.pid)
+        for _ in range(3):
+            src.poll()
+        assert len(reads) == 1
+    finally:
+        p.kill()
+        p.wait()

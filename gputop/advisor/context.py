@@ -29,6 +29,7 @@ from ..analysis import (
     Recompute,
     StepModel,
     StuckVerdict,
+    WORKER_LOOP_FRAME,
     Workers,
     compiling,
     framework_of,
@@ -277,7 +278,6 @@ WARMUP_SHARE = 0.5
 # shapes) is a cost to report. Judgement: compiling a large model takes minutes.
 WARMUP_MAX_AGE_S = 600.0
 
-_WORKER_LOOP = "_worker_loop"  # torch/utils/data/_utils/worker.py
 _SPAWN_FILES = ("multiprocessing/popen_fork.py", "multiprocessing/popen_spawn_posix.py",
                 "multiprocessing/popen_forkserver.py")
 # An import is warm-up only when it is near the top of the stack (analysis.classify.importing_at).
@@ -294,7 +294,7 @@ def warmup_of(s: StackSample) -> str | None:
         return "compiling (torch.compile)"
     # A forked worker keeps its parent's frames below its own, the fork and the loader's
     # __init__ among them, for as long as it lives: once it runs its worker loop it has started.
-    started = any(f.name.endswith(_WORKER_LOOP) for f in s.frames)
+    started = any(f.name.endswith(WORKER_LOOP_FRAME) for f in s.frames)
     if not started and (any(n.endswith(c) for n in names for c in _SPAWN_FILES) or any(
         f.name.endswith("_MultiProcessingDataLoaderIter.__init__") for f in s.frames
     )):

@@ -22,8 +22,8 @@ from .classify import (
     hot_place, importing_at, is_library, own_frames, project_frame, short_path, where,
 )
 from .efficiency import (
-    GpuEfficiency, HostLoad, ProcStats, Workers, descends_from, gpu_efficiency, host_load, is_worker, parents_of,
-    proc_stats, worker_stats,
+    WORKER_LOOP_FRAME, GpuEfficiency, HostLoad, ProcStats, Workers, descends_from, gpu_efficiency, host_load, is_worker,
+    parents_of, proc_stats, worker_stats,
 )
 from .loader_fetch import PerRowFetch, per_row_fetch
 from .flight_recorder import (
@@ -102,7 +102,7 @@ __all__ = [
     "as_ranks", "attribute", "bucket_of", "collective_fn", "compiling", "decode_throttle",
     "doing_now", "family_tasks", "framework_of", "gpu_efficiency", "group_shares", "holds_no_gpu", "host_load",
     "hot_line", "hot_place", "idle_intervals", "idle_reach", "importing_at", "is_library",
-    "is_performance_limiting", "is_worker", "descends_from", "parents_of", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
+    "is_performance_limiting", "is_worker", "WORKER_LOOP_FRAME", "descends_from", "parents_of", "job_view", "judge", "latest_others", "loader_knob", "own_frames",
     "pane_views", "periodicity", "poll_slices", "precision_knob", "proc_stats", "project_frame", "rank_map",
     "rank_views", "ranks_message", "ras_line", "ras_verdicts", "read_window", "short_path", "spin_share",
     "spinning_pids", "stack_label", "stack_slices", "stacks_view", "step_dict", "step_line",

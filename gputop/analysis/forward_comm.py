@@ -98,21 +98,25 @@ def forward_comm_of(stacks: Sequence[StackSample], pids: Sequence[int], t0: floa
     k: Counter = Counter()
     where: Counter = Counter()
     names: Counter = Counter()
-    judged: dict[int, Frame | None] = {}
+    # Samples of one stack share its frames (the store keeps each stack once): judged once per
+    # call, by the frames' identity: (the place, the collective's name) or None.
+    judged: dict[int, tuple[str, str] | None] = {}
     for s in stacks:
         if not s.is_main or s.pid not in want or s.ts < t0:
             continue
         n[s.pid] += 1
         key = id(s.frames)
         if key not in judged:
-            judged[key] = in_forward_collective(s.frames)
-        f = judged[key]
-        if f is None:
+            f = in_forward_collective(s.frames)
+            at = _collective_at(s.frames) if f is not None else None
+            judged[key] = None if f is None or at is None else (
+                f"{f.name} ({short_path(f.filename)}:{f.line})", s.frames[at].name)
+        seen = judged[key]
+        if seen is None:
             continue
         k[s.pid] += 1
-        where[f"{f.name} ({short_path(f.filename)}:{f.line})"] += 1
-        at = _collective_at(s.frames)
-        names[s.frames[at].name if at is not None else "?"] += 1
+        where[seen[0]] += 1
+        names[seen[1]] += 1
     procs = tuple(RankForwardComm(p, pid_rank.get(p), n[p], k[p])
                   for p in sorted(want, key=lambda p: (pid_rank.get(p, 0), p)) if n[p])
     return ForwardComm(procs, where.most_common(1)[0][0] if where else None,

@@ -226,7 +226,7 @@ class HostSource:
                 self._procs.pop(pid, None)
                 self._prev_io.pop(pid, None)
                 self._identity_cache.pop(pid, None)
-            self._script_cache.pop(pid, None)
+                self._script_cache.pop(pid, None)
         for pid in sorted(wanted):
             s = self._proc_sample(ts, pid)
             if s is not None:

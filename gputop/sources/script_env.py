@@ -179,11 +179,8 @@ def env_set_by_script(source: str, argv: Sequence[str], environ: Mapping[str, st
     calls: list[str] = []
     for st in tree.body:
         scan.statement(st, funcs, calls)
-    followed = 0
-    for name in calls:
-        if followed >= MAX_FUNCTIONS:
-            break
-        followed += 1
+    # Each function once (a `main()` called twice sets the same), at most MAX_FUNCTIONS of them.
+    for name in list(dict.fromkeys(calls))[:MAX_FUNCTIONS]:
         for st in funcs[name].body:
             scan.statement(st, {}, [])
     return tuple(sorted(scan.set.values(), key=lambda s: s[2]))

@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ...analysis import CPU_DEVICE, Bucket
+from ...analysis import CPU_DEVICE, WORKER_LOOP_FRAME, Bucket
 from ...units import fmt_bytes, fmt_rate
 from ...model import Category, Severity
 from ...analysis import PerRowFetch, hot_place, loader_knob, per_row_fetch
@@ -923,12 +923,10 @@ WORKER_TARGET_SHARE = Threshold(
     0.9, "share", JUDGEMENT,
     "The attached process's main thread in DataLoader's _worker_loop at least this share of its samples: it is a "
     "worker, not the training process (whose main thread never runs that loop).")
-_WORKER_FILE = "torch/utils/data/_utils/worker.py"
 
 
 def _in_worker_loop(frames) -> bool:
-    return any(f.name.rsplit(".", 1)[-1] == "_worker_loop" and f.filename.replace("\\", "/").endswith(_WORKER_FILE)
-               for f in frames)
+    return any(f.name == WORKER_LOOP_FRAME for f in frames)  # as analysis.is_worker reads a stack
 
 
 @uses(WORKER_TARGET_SHARE, MIN_MAIN_SAMPLES)

@@ -88,7 +88,7 @@ def check_tensor_parallel_fits(ctx: AnalysisContext) -> Hit | None:
     floor = None
     if rates:
         i, bps = max(rates, key=lambda x: x[1])
-        share = min(0.95, bps / peak)
+        share = min(1.0, bps / peak)  # wait_bound caps what it gives (MIN_REMAINING)
         floor = wait_bound(share)
         evidence.append(f"GPU {i}'s NVLinks carry {bps / 1e9:.0f} GB/s (sent and received, median): at their "
                         f"{peak / 1e9:.0f} GB/s peak that is at least {pct(share)} of the time in the activations' "
